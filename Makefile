@@ -1,0 +1,32 @@
+# gpdlm: two set-up commands. `make demo` and `make test` create .venv and install the project.
+# On a CPU-only machine the CPU build of torch is installed first (TORCH_SPEC), so pip never pulls a
+# multi-GB CUDA build; on a GPU machine use e.g. `make TORCH_SPEC=torch demo`.
+PYTHON ?= python3.11
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.gpdlm-installed
+
+.PHONY: install demo test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/gpdlm train
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) outputs/* mlflow.db mlartifacts .pytest_cache

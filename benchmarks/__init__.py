@@ -1,0 +1,1 @@
+"""gpdlm benchmarks: ratios against references measured in the same run (`make bench`)."""

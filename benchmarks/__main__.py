@@ -1,0 +1,26 @@
+"""Run every benchmark: `python -m benchmarks [name ...]` (names: training, estimators, data, sweep)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+ALL = ["training", "estimators", "data", "sweep"]
+
+
+def main(argv: list[str]) -> int:
+    names = argv or ALL
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    for name in names:
+        if not (here / f"bench_{name}.py").exists():
+            print(f"(no benchmark '{name}' yet)")
+            continue
+        print(f"\n=== bench_{name} ===", flush=True)
+        importlib.import_module(f"bench_{name}").main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

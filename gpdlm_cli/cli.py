@@ -1,0 +1,80 @@
+"""``gpdlm <subcommand>``: a small dispatcher in front of Hydra.
+
+Only the standard library is imported at module level, so ``gpdlm --help`` answers at once; each
+subcommand imports what it needs. Hydra subcommands get the remaining argv as their own.
+"""
+
+from __future__ import annotations
+
+import sys
+
+SUBCOMMANDS = {
+    "train": ("gpdlm_cli.hydra_apps:train_main", "train one model (or a sweep with -m); Hydra overrides"),
+    "datasets": ("gpdlm_cli.commands.datasets:cli", "list, describe, fetch and verify datasets"),
+}
+
+USAGE = """usage: gpdlm <subcommand> [args]
+
+gpdlm: train and compare scalable Gaussian-process objectives (DLM, SVGP, SGPR, FITC, ...)
+
+subcommands:
+{rows}
+
+Run 'gpdlm <subcommand> --help' for its options (Hydra's help for Hydra subcommands).
+Examples:
+  gpdlm train                                  # the default demo (DLM on concrete)
+  gpdlm train model=svgp objective.beta=0.1    # beta-ELBO
+  gpdlm train -m model=dlm,svgp seed=0,1,2     # a multirun sweep
+"""
+
+
+def usage() -> str:
+    rows = "\n".join(f"  {name:<10} {desc}" for name, (_, desc) in SUBCOMMANDS.items())
+    return USAGE.format(rows=rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from . import __version__
+
+        print(f"gpdlm {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"gpdlm: error: unknown subcommand '{name}'; choose from: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        return 2
+    target = SUBCOMMANDS[name][0]
+    module, func = target.split(":")
+    import importlib
+
+    fn = getattr(importlib.import_module(module), func)
+    sys.argv = [f"gpdlm {name}"] + rest
+    try:
+        result = fn()
+    except KeyboardInterrupt:
+        _abort_sweeps()
+        print("gpdlm: interrupted", file=sys.stderr)
+        return 130
+    if _sweep_failed():
+        return 1
+    return int(result or 0) if isinstance(result, int) else 0
+
+
+def _sweep_failed() -> bool:
+    """After a multirun: did any job fail? (the sweep callback has printed which and why)"""
+    sweep = sys.modules.get("gpdlm_cli.tracking.sweep")
+    return bool(sweep and any(o["status"] == "failed" for o in sweep.OUTCOMES))
+
+
+def _abort_sweeps() -> None:
+    sweep = sys.modules.get("gpdlm_cli.tracking.sweep")
+    if sweep:
+        sweep.abort_active_sweeps("KILLED")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""What the CLI subcommands run (each importable and testable without the CLI)."""

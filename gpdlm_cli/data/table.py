@@ -1,0 +1,115 @@
+"""A loaded dataset before splitting: a numeric design matrix, a target, and what they mean."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import hashlib
+import logging
+
+import numpy as np
+import pandas as pd
+
+from ..exceptions import DataError
+
+log = logging.getLogger("gpdlm.data")
+
+TASKS = ("regression", "classification", "count", "sequence")
+
+
+@dataclass
+class Table:
+    """X (n x d, float64), y (n,), column names, and the task the target belongs to."""
+
+    name: str
+    task: str
+    X: np.ndarray
+    y: np.ndarray
+    feature_names: list[str]
+    target_name: str
+    notes: list[str] = field(default_factory=list)
+    # Rows that must form the test set (sequence data: the test trip / the later part of a series),
+    # or None for a random split. make_splits honours it.
+    test_mask: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[0]
+
+    def fingerprint(self) -> str:
+        """SHA-256 (first 16 hex digits) of X and y: identifies the exact data a run saw."""
+        h = hashlib.sha256()
+        h.update(np.ascontiguousarray(self.X, dtype=np.float64).tobytes())
+        h.update(np.ascontiguousarray(self.y, dtype=np.float64).tobytes())
+        return h.hexdigest()[:16]
+
+
+def table_from_frame(
+    df: pd.DataFrame,
+    *,
+    name: str,
+    task: str,
+    target: str,
+    features: list[str] | None = None,
+    categorical: list[str] | tuple = (),
+    missing: str = "drop",
+    source: str = "",
+    label_map: dict | None = None,
+    test_mask: np.ndarray | None = None,
+) -> Table:
+    """Turn a DataFrame into a Table: select columns, dummy-code categoricals with L-1 columns
+    (DLM paper, App. D), handle missing values, and reject what cannot be modelled.
+
+    ``missing='drop'`` drops incomplete rows and records the count in ``notes`` (and the log);
+    ``'error'`` fails. ``label_map`` maps raw target values (e.g. {-1: 0, 1: 1} or {'M': 1, 'B': 0})
+    before the checks; ``test_mask`` (aligned with ``df``) marks rows that must be test rows.
+    ``source`` (a file path or package reference) is named in every error."""
+    where = f"dataset '{name}'" + (f" ({source})" if source else "")
+    if df.shape[0] == 0:
+        raise DataError(f"{where} is empty")
+    if target not in df.columns:
+        raise DataError(f"{where} has no target column '{target}'; columns: {list(df.columns)}")
+    features = [c for c in (features or df.columns) if c != target]
+    missing_cols = [c for c in features if c not in df.columns]
+    if missing_cols:
+        raise DataError(f"{where} lacks feature columns {missing_cols}")
+    if missing not in ("drop", "error"):
+        raise DataError(f"dataset.missing must be 'drop' or 'error'; got {missing!r}")
+    df = df[features + [target]]
+    if label_map:
+        df = df.assign(**{target: df[target].map(lambda v: label_map.get(v, v))})
+    notes = []
+    bad = df.isna().any(axis=1).to_numpy()
+    n_bad = int(bad.sum())
+    if n_bad:
+        if missing == "error":
+            raise DataError(f"{where} has {n_bad} rows with missing values (dataset.missing=error)")
+        df = df.loc[~bad]
+        if test_mask is not None:
+            test_mask = np.asarray(test_mask, dtype=bool)[~bad]
+        notes.append(f"dropped {n_bad} rows with missing values")
+        log.info("%s: dropped %d of %d rows with missing values", where, n_bad, len(bad))
+    if df.shape[0] == 0:
+        raise DataError(f"{where} is empty after dropping rows with missing values")
+    for col in features:
+        if col not in categorical and not pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):
+            raise DataError(
+                f"{where}: column '{col}' is not numeric and not declared categorical "
+                f"(add it to the dataset's categorical list)"
+            )
+    cats = [c for c in features if c in categorical]
+    X = pd.get_dummies(df[features], columns=cats, drop_first=True, dtype=float) if cats else df[features].astype(float)
+    y = pd.to_numeric(df[target], errors="coerce")
+    if y.isna().any():
+        raise DataError(f"{where}: target column '{target}' is not numeric")
+    y = y.to_numpy(dtype=np.float64)
+    if task in ("regression", "count") and np.ptp(y) == 0:
+        raise DataError(f"{where}: target '{target}' is constant ({y[0]!r}); nothing to learn")
+    if task == "classification":
+        labels = np.unique(y)
+        if not np.all(np.isin(labels, (0.0, 1.0))):
+            raise DataError(f"{where}: classification labels must be in {{0, 1}}; found {labels[:5].tolist()}")
+    if task == "count" and (np.any(y < 0) or np.any(y != np.round(y))):
+        raise DataError(f"{where}: count targets must be non-negative integers")
+    return Table(name, task, X.to_numpy(dtype=np.float64), y, [str(c) for c in X.columns], target, notes,
+                 test_mask=None if test_mask is None else np.asarray(test_mask, dtype=bool))

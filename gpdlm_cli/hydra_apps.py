@@ -1,0 +1,62 @@
+"""The Hydra entry points of gpdlm's subcommands.
+
+A single run turns a GpdlmError into one line (``gpdlm: error: ...``) and exit code 2. In a
+multirun a job never raises into Hydra: it records its outcome for the sweep summary (see
+``tracking.sweep``) so one failing job does not stop the others.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import hydra
+from omegaconf import DictConfig
+
+from .exceptions import GpdlmError
+
+EXIT_USER_ERROR = 2
+
+
+def report_error(e: BaseException) -> str:
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if not isinstance(e, GpdlmError):
+        msg = f"{type(e).__name__}: {msg}"
+    print(f"gpdlm: error: {msg}", file=sys.stderr)
+    return msg
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def train_main(cfg: DictConfig):
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from .commands.train import run_train
+
+    hc = HydraConfig.get()
+    overrides = list(hc.overrides.task)
+    if hc.mode != RunMode.MULTIRUN:
+        try:
+            return run_train(cfg, hc.runtime.output_dir, overrides=overrides)
+        except GpdlmError as e:
+            report_error(e)
+            sys.exit(EXIT_USER_ERROR)
+        except KeyboardInterrupt:
+            print("gpdlm: interrupted", file=sys.stderr)
+            sys.exit(130)
+
+    from .tracking.sweep import read_context, record_outcome
+
+    sweep_dir, job = hc.sweep.dir, hc.job.num
+    context = read_context(sweep_dir)
+    try:
+        metrics = run_train(cfg, hc.runtime.output_dir, overrides=overrides,
+                            parent_run_id=context.get("parent_run_id"), skip_finished=cfg.sweep.skip_finished)
+    except Exception as e:  # a job failure is reported, never raised into the sweep
+        reason = report_error(e)
+        if not isinstance(e, GpdlmError):
+            traceback.print_exc(file=sys.stderr)
+        record_outcome(sweep_dir, job, "failed", overrides, reason)
+        return {"status": "failed", "reason": reason}
+    record_outcome(sweep_dir, job, "skipped" if metrics is None else "finished", overrides)
+    return metrics

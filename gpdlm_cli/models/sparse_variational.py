@@ -1,0 +1,79 @@
+"""Sparse variational GP: q(u) = N(m, V) over M inducing values, q(f_i) = N(mu_i, var_i).
+
+Built on gpytorch's whitened ``VariationalStrategy`` (Hensman et al., 2015): the free parameters
+are m~ = L^{-1} m and S = L^{-1} V L^{-T} with K_uu = L L^T, so KL(q(u)||p(u)) and the marginals
+mu_i = K_iu K_uu^{-1} m, var_i = K_ii + K_iu K_uu^{-1} (V - K_uu) K_uu^{-1} K_ui (DLM paper, Sec. 2)
+are the same functions of (m, V) as in the unwhitened form. SVGP, beta-ELBO, DLM and square-loss
+DLM all share this model; only the objective differs.
+"""
+
+from __future__ import annotations
+
+import gpytorch
+import torch
+
+from .linalg import safe_cholesky, tri_solve
+
+
+class SparseVariationalGP(gpytorch.models.ApproximateGP):
+    """q(u) over inducing inputs Z (M x D); ``marginals(x)`` returns (mu, var) of q(f(x))."""
+
+    def __init__(self, inducing_points: torch.Tensor, kernel, mean, learn_inducing: bool = True, jitter: float = 1e-6):
+        M = inducing_points.shape[-2]
+        q_u = gpytorch.variational.CholeskyVariationalDistribution(M, dtype=inducing_points.dtype)
+        strategy = gpytorch.variational.VariationalStrategy(
+            self, inducing_points, q_u, learn_inducing_locations=learn_inducing, jitter_val=jitter
+        )
+        super().__init__(strategy)
+        self.mean_module = mean
+        self.covar_module = kernel
+        self.jitter = jitter
+
+    def forward(self, x):
+        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+    # ----- what objectives and metrics use ------------------------------------------------------
+    def marginals(self, x: torch.Tensor):
+        """Mean and variance of q(f_i) at each row of x (only the diagonal is ever formed)."""
+        q_f = self(x)
+        return q_f.mean, q_f.variance
+
+    def kl_divergence(self) -> torch.Tensor:
+        return self.variational_strategy.kl_divergence()
+
+    @property
+    def inducing_points(self) -> torch.Tensor:
+        return self.variational_strategy.inducing_points
+
+    @property
+    def q_u(self):
+        return self.variational_strategy._variational_distribution
+
+    def whitened_mean(self) -> torch.Tensor:
+        """m~ = L^{-1} m, so m^T K_uu^{-1} m = |m~|^2."""
+        return self.q_u.variational_mean
+
+    def variational_parameters(self):
+        return list(self.q_u.parameters())
+
+    def hyperparameters(self):
+        ids = {id(p) for p in self.variational_parameters()}
+        return [p for p in self.parameters() if id(p) not in ids]
+
+    def reset_variational(self, covariance_scale: float = 1.0) -> None:
+        """q(u) back to its start: m~ = 0, S = scale * I (scale 1 means V = K_uu, the prior)."""
+        with torch.no_grad():
+            self.q_u.variational_mean.zero_()
+            self.q_u.chol_variational_covar.copy_(
+                torch.eye(self.q_u.chol_variational_covar.shape[-1]) * covariance_scale**0.5
+            )
+        self.variational_strategy.variational_params_initialized.fill_(1)
+
+    def interpolation(self, x: torch.Tensor) -> torch.Tensor:
+        """B = K_xu L^{-T} (N x M): mu = mean(x) + B m~ in whitened coordinates."""
+        Z = self.inducing_points
+        Kuu = self.covar_module(Z).to_dense()
+        Kuu = Kuu + self.jitter * torch.eye(Z.shape[-2], dtype=Kuu.dtype, device=Kuu.device)
+        L = safe_cholesky(Kuu)
+        Kux = self.covar_module(Z, x).to_dense()
+        return tri_solve(L, Kux).transpose(-1, -2)

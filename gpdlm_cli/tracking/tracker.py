@@ -1,0 +1,196 @@
+"""Experiment tracking: MLflow (a SQLite store by default) and a null tracker for tests.
+
+Runs are driven through ``MlflowClient`` with explicit run ids -- no global "active run" -- so a
+run left over by one job can never leak into the next job of a reused worker. ``Tracker.run`` is a
+context manager that always ends the run: FINISHED, FAILED (with the reason as a tag) or KILLED
+(Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+
+
+def default_tracking_uri(base_dir: str | os.PathLike | None = None) -> str:
+    """``sqlite:///<base_dir>/mlflow.db``: MLflow 3's default store, in the launch directory."""
+    base = Path(base_dir or os.getcwd()).resolve()
+    return f"sqlite:///{base / 'mlflow.db'}"
+
+
+def resolve_tracking_uri(uri: str | None, base_dir: str | os.PathLike | None = None) -> str:
+    """None -> the default SQLite file; a bare path ending in .db -> a sqlite URI; else as given."""
+    if not uri:
+        return default_tracking_uri(base_dir)
+    if "://" not in uri and uri.endswith(".db"):
+        return f"sqlite:///{Path(base_dir or os.getcwd(), uri).resolve()}"
+    return uri
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+class NullTracker:
+    """Records everything in memory (tests, ``tracking.enabled=false``)."""
+
+    run_id = None
+
+    def __init__(self):
+        self.params: dict = {}
+        self.tags: dict = {}
+        self.metrics: dict = {}
+        self.steps: dict = {}
+        self.artifacts: list = []
+        self.status = None
+
+    @contextlib.contextmanager
+    def run(self, run_name=None, params=None, tags=None, parent_run_id=None) -> Iterator["NullTracker"]:
+        self.params.update(params or {})
+        self.tags.update(tags or {})
+        try:
+            yield self
+        except KeyboardInterrupt:
+            self.status = "KILLED"
+            raise
+        except BaseException as e:
+            self.status = "FAILED"
+            self.tags["failure_reason"] = f"{type(e).__name__}: {e}"
+            raise
+        else:
+            self.status = "FINISHED"
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None):
+        self.metrics.update(metrics)
+
+    def log_steps(self, series: dict[str, list[tuple[int, float]]]):
+        for k, pts in series.items():
+            self.steps.setdefault(k, []).extend(pts)
+
+    def set_tags(self, tags: dict):
+        self.tags.update(tags)
+
+    def log_artifact(self, path):
+        self.artifacts.append(str(path))
+
+    def has_finished_run(self, tag: str, value: str) -> bool:
+        return False
+
+
+class MlflowTracker(NullTracker):
+    """One MLflow run per ``run()`` block, logged with batched calls."""
+
+    def __init__(self, uri: str, experiment: str):
+        super().__init__()
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri
+        self.experiment_name = experiment
+        mlflow.set_tracking_uri(uri)
+        self.client = MlflowClient(tracking_uri=uri)
+        self.experiment_id = ensure_experiment(self.client, experiment, uri)
+
+    @contextlib.contextmanager
+    def run(self, run_name=None, params=None, tags=None, parent_run_id=None):
+        from mlflow.entities import Param, RunTag
+
+        all_tags = {k: str(v) for k, v in (tags or {}).items()}
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
+        self.run_id = run.info.run_id
+        try:
+            items = [Param(k, _param_str(v)) for k, v in (params or {}).items()]
+            for i in range(0, len(items), 100):
+                self.client.log_batch(self.run_id, params=items[i:i + 100])
+            yield self
+        except KeyboardInterrupt:
+            self._end("KILLED", "interrupted (KeyboardInterrupt)")
+            raise
+        except BaseException as e:
+            reason = f"{type(e).__name__}: {e}".splitlines()[0][:5000]
+            self._end("FAILED", reason)
+            raise
+        else:
+            self._end("FINISHED")
+
+    def _end(self, status: str, reason: str | None = None):
+        from mlflow.entities import RunTag
+
+        try:
+            if reason:
+                self.client.log_batch(self.run_id, tags=[RunTag("failure_reason", reason)])
+        finally:
+            self.client.set_terminated(self.run_id, status)
+            self.status = status
+
+    def log_metrics(self, metrics, step=None):
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        items = [Metric(k, float(v), ts, step or 0) for k, v in metrics.items()]
+        self._log(items)
+
+    def log_steps(self, series):
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        items = [Metric(k, float(v), ts, int(s)) for k, pts in series.items() for s, v in pts]
+        self._log(items)
+
+    def _log(self, items):
+        for i in range(0, len(items), MAX_BATCH):
+            self.client.log_batch(self.run_id, metrics=items[i:i + MAX_BATCH])
+
+    def set_tags(self, tags):
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_artifact(self, path):
+        self.client.log_artifact(self.run_id, str(path))
+
+    def has_finished_run(self, tag: str, value: str) -> bool:
+        """Whether the experiment already has a FINISHED run whose ``tag`` equals ``value``."""
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'",
+            max_results=1)
+        return len(runs) > 0
+
+
+def _param_str(v) -> str:
+    s = "None" if v is None else str(v)
+    return s[:6000]
+
+
+def ensure_experiment(client, name: str, uri: str) -> str:
+    """Get or create the experiment (safe if another process creates it at the same time).
+
+    Artifacts of a SQLite store go to ``mlartifacts/`` beside the database file."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if uri.startswith("sqlite:///"):
+        location = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except Exception:  # created concurrently
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id

@@ -1,0 +1,46 @@
+"""Shared fixtures: compose the real Hydra config (shrunk for speed) and a session MLflow store."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_data_cache(tmp_path_factory):
+    """Parsed-table cache in a temp dir, so tests never write into the repository's datasets/."""
+    old = os.environ.get("GPDLM_DATA")
+    os.environ["GPDLM_DATA"] = str(tmp_path_factory.mktemp("gpdlm_data"))
+    yield
+    if old is None:
+        os.environ.pop("GPDLM_DATA", None)
+    else:
+        os.environ["GPDLM_DATA"] = old
+
+
+def compose(overrides=()):
+    """The composed gpdlm config, exactly as `gpdlm train` would build it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=False)
+
+
+FAST = ["trainer.max_iters=60", "trainer.eval_every=30", "progress=false"]
+
+
+def fast(overrides=()):
+    """FAST plus M=20 for the models that have inducing points."""
+    extra = [] if "model=exact" in overrides else ["model.num_inducing=20"]
+    return FAST + extra + list(overrides)
+
+
+@pytest.fixture(scope="session")
+def mlflow_uri(tmp_path_factory):
+    """One SQLite store per test session (creating the schema costs seconds; do it once)."""
+    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    return f"sqlite:///{path}"

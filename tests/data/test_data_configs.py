@@ -1,0 +1,58 @@
+"""Every conf/dataset YAML composes, names a registered dataset, sets only options its loader has,
+and (offline sets) loads through the runner's path with a likelihood of the right task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from gpdlm_cli import build
+from gpdlm_cli.data import all_datasets, get_dataset_info
+from gpdlm_cli.data.registry import check_options
+
+CONF = Path(build.__file__).resolve().parent / "conf" / "dataset"
+NAMES = sorted(p.stem for p in CONF.glob("*.yaml"))
+HEAVY = {"airline_nyc": [], "airline_nyc_class": [],  # parsed and tested in test_data_loaders
+         "driving": ["dataset.train_minutes=0.5", "dataset.test_minutes=0.5"]}
+
+
+@pytest.fixture(scope="module")
+def hydra_conf():
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        yield
+
+
+def cfg_for(name, extra=()):
+    return compose(config_name="config", overrides=[f"dataset={name}", "device=cpu", *extra])
+
+
+def test_every_registry_entry_has_a_config():
+    assert set(all_datasets()) <= set(NAMES)
+
+
+@pytest.mark.parametrize("conf", NAMES)
+def test_dataset_config(conf, hydra_conf):
+    cfg = cfg_for(conf, HEAVY.get(conf, ()))
+    d = cfg.dataset
+    info = get_dataset_info(d.name)
+    options = {k: v for k, v in d.items() if k not in ("name", "split", "standardize_y")}
+    check_options(info, options)
+    assert set(d.split) == {"val_fraction", "test_fraction", "train_size", "test_size"}
+    assert d.split.val_fraction > 0  # the runner reports validation metrics
+    lik_task = build._likelihood_task(cfg.likelihood.name)
+    tasks = info.task.split("|")
+    if info.task == "sequence":
+        assert lik_task == "regression"
+    elif "target" in d:
+        assert lik_task == ("classification" if d.target == "delayed" else "regression")
+    else:
+        assert lik_task in tasks
+    if info.offline and conf not in ("airline_nyc", "airline_nyc_class"):
+        table, splits, tensors = build.load_data(cfg)
+        assert splits.n_train >= 2 and tensors.x_test.shape[0] > 0
+        if info.size and conf not in HEAVY:
+            assert (table.n, table.X.shape[1]) == info.size  # the registry states the real size
+        if info.num_inducing:
+            assert info.num_inducing <= splits.n_train

@@ -1,0 +1,97 @@
+"""The window builder (regression / autoregression / free simulation) and sequence datasets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpdlm_cli.data import load_table, make_splits, make_windows, simulate_free
+from gpdlm_cli.data.sequences import window_names
+from gpdlm_cli.exceptions import DataError
+
+
+def toy_series(T=60, seed=0):
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=T)
+    y = np.zeros(T)
+    for t in range(1, T):
+        y[t] = 0.5 * y[t - 1] + u[t]  # y_t = 0.5 y_{t-1} + u_t
+    return u, y
+
+
+def test_window_layout_regression_and_autoregression():
+    u = np.arange(10.0)[:, None] * np.array([1.0, 100.0])  # two input channels
+    y = np.arange(10.0) + 0.5
+    X, Y, t = make_windows(u, y, lag=3, mode="regression")
+    assert X.shape == (7, 6) and list(t) == list(range(3, 10))
+    np.testing.assert_array_equal(X[0], [3, 300, 2, 200, 1, 100])  # u_t, u_{t-1}, u_{t-2}
+    np.testing.assert_array_equal(Y, y[3:])
+    X, Y, _ = make_windows(u, y, lag=3, mode="autoregression")
+    np.testing.assert_array_equal(X[0], [3, 300, 2, 200, 1, 100, 2.5, 1.5, 0.5])  # + y_{t-1..t-3}
+    assert window_names(["a", "b"], "y", 3, "autoregression")[-3:] == ["y[t-1]", "y[t-2]", "y[t-3]"]
+    X, _, t = make_windows(u, y, lag=4, mode="regression", lag_step=2, stride=3)
+    assert list(t) == [4, 7] and X.shape == (2, 4)
+    np.testing.assert_array_equal(X[0], [4, 400, 2, 200])
+
+
+def test_free_simulation_with_the_true_model_reproduces_the_series():
+    u, y = toy_series()
+    lag = 2
+    X, Y, _ = make_windows(u, y, lag, "free_simulation")
+    names = window_names(["u"], "y", lag, "free_simulation")
+    iu, iy = names.index("u[t-0]"), names.index("y[t-1]")
+
+    def exact(rows):
+        return 0.5 * rows[:, iy] + rows[:, iu]
+
+    np.testing.assert_allclose(exact(X), Y)  # one-step (teacher forced) predictions are exact
+    sim = simulate_free(exact, u, y[:lag], lag)
+    np.testing.assert_allclose(sim, y[lag:], atol=1e-12)
+
+
+def test_free_simulation_feeds_back_its_own_errors():
+    u, y = toy_series(T=200)
+    lag = 1
+    X, Y, _ = make_windows(u, y, lag, "autoregression")
+    biased = lambda rows: 0.5 * rows[:, 1] + rows[:, 0] + 0.1  # noqa: E731  (a constant one-step bias)
+    one_step_err = np.abs(biased(X) - Y)
+    sim_err = np.abs(simulate_free(biased, u, y[:lag], lag) - y[lag:])
+    np.testing.assert_allclose(one_step_err, 0.1)
+    assert sim_err[-50:].mean() == pytest.approx(0.2, abs=1e-9)  # 0.1 / (1 - 0.5): errors accumulate
+
+
+def test_window_errors():
+    u, y = toy_series(T=20)
+    with pytest.raises(DataError, match="window mode"):
+        make_windows(u, y, 3, "teleport")
+    with pytest.raises(DataError, match="too short"):
+        make_windows(u, y, 25)
+    with pytest.raises(DataError, match="lag must be an integer"):
+        make_windows(u, y, 0)
+    with pytest.raises(DataError, match="initial targets"):
+        simulate_free(lambda r: r[:, 0], u, y[:1], 3)
+
+
+def test_sysid_sequences_split_in_time():
+    t = load_table("sysid_actuator")
+    assert t.task == "sequence" and t.X.shape == (1014, 20)
+    assert t.test_mask.sum() == 512 and (~t.test_mask).sum() == 502  # windows: 512 - lag
+    d = load_table("sysid_drives", mode="regression", lag=32)
+    assert d.X.shape[1] == 32 and d.test_mask.sum() == 250
+    assert (d.y > -0.5).all()  # |belt speed| + small noise
+    a2 = load_table("sysid_actuator", seed=1)
+    assert a2.fingerprint() != t.fingerprint() and load_table("sysid_actuator").fingerprint() == t.fingerprint()
+
+
+def test_chicago_is_real_data_with_a_chronological_test_part():
+    t = load_table("chicago")
+    assert t.task == "sequence" and t.target_name == "ridership"
+    assert t.X.shape[1] == 7 * 14 + 7  # 14 inputs x 7 days + 7 past ridership values
+    assert not np.isnan(t.X).any()
+    assert 0 < t.y.min() and t.y.max() < 30  # thousands of entries a day
+    assert t.test_mask[-1] and not t.test_mask[0]
+    n_test = int(t.test_mask.sum())
+    assert t.test_mask[-n_test:].all()  # the test part is the last block of days
+    s = make_splits(t, seed=0, val_fraction=0.1, test_fraction=0.0)
+    assert s.X_test.shape[0] == n_test
+    assert set(s.indices["test"]) == set(np.flatnonzero(t.test_mask))

@@ -1,0 +1,122 @@
+"""End-to-end runs of `train` in-process through the real config and a real MLflow store."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.exceptions import NumericalError
+
+from .conftest import compose, fast
+
+REGRESSION_METRICS = {"test_nll", "test_rmse", "test_mse", "test_nll_norm", "test_rmse_norm", "val_nll", "val_rmse",
+                      "val_mse", "train_seconds", "iter_ms", "iterations", "converged"}
+
+
+def _run(tmp_path, mlflow_uri, overrides, experiment="e2e"):
+    cfg = compose(fast([f"tracking.uri={mlflow_uri}", f"tracking.experiment={experiment}"] + list(overrides)))
+    return run_train(cfg, tmp_path, overrides=list(overrides))
+
+
+def test_default_dlm_run_is_tracked_finished(tmp_path, mlflow_uri):
+    metrics = _run(tmp_path, mlflow_uri, [], experiment="default")
+    assert REGRESSION_METRICS <= set(metrics)
+    # concrete strength is in MPa, std ~16.7: a trained GP's test RMSE is well below the std
+    assert 3.0 < metrics["test_rmse"] < 12.0
+    assert math.isclose(metrics["test_mse"], metrics["test_rmse"] ** 2, rel_tol=1e-9)
+    # original-unit NLL = standardised NLL + log(y_std)
+    assert metrics["test_nll"] - metrics["test_nll_norm"] == pytest.approx(math.log(metrics["test_rmse"] / metrics["test_rmse_norm"]), rel=1e-9)
+    assert metrics["iterations"] == 60
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    assert on_disk == pytest.approx(metrics)
+
+    client = MlflowClient(mlflow_uri)
+    exp = client.get_experiment_by_name("default")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["test_rmse"] == pytest.approx(metrics["test_rmse"])
+    assert run.data.params["model.name"] == "dlm"
+    assert run.data.params["objective.beta"] == "1.0"
+    assert len(run.data.tags["gpdlm.dataset_fingerprint"]) == 16
+    # step metrics: the objective every iteration, evaluations every eval_every iterations
+    loss = client.get_metric_history(run.info.run_id, "train_loss")
+    assert [m.step for m in loss] == list(range(1, 61))
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_nll")] == [30, 60]
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "metrics.json", "learning_curve.png"} <= arts
+
+
+def test_same_seed_same_metrics(tmp_path, mlflow_uri):
+    over = ["tracking.enabled=false", "trainer.batch_size=128", "model.inducing_init=random", "seed=3"]
+    a = _run(tmp_path / "a", mlflow_uri, over)
+    b = _run(tmp_path / "b", mlflow_uri, over)
+    c = _run(tmp_path / "c", mlflow_uri, over[:-1] + ["seed=4"])
+    keys = [k for k in a if k.startswith(("test_", "val_"))]
+    assert all(a[k] == b[k] for k in keys)
+    assert any(a[k] != c[k] for k in keys)
+
+
+@pytest.mark.parametrize("overrides,metric,bound", [
+    (["model=svgp"], "test_rmse", 12.0),
+    (["model=svgp", "objective.beta=0.1"], "test_rmse", 12.0),
+    (["model=sgpr"], "test_rmse", 12.0),
+    (["model=fitc"], "test_rmse", 12.0),
+    (["model=exact"], "test_rmse", 12.0),
+    (["model=sq_dlm"], "test_rmse", 12.0),
+    (["model=sq_dlm", "model.variant=fixed"], "test_rmse", 12.0),
+    (["model=dlm", "model.variant=fixed"], "test_rmse", 12.0),
+    (["dataset=breast_cancer"], "test_error", 0.15),
+    (["dataset=breast_cancer", "likelihood=logit", "model=svgp"], "test_error", 0.15),
+])
+def test_every_method_trains_and_predicts(tmp_path, mlflow_uri, overrides, metric, bound):
+    m = _run(tmp_path, mlflow_uri, overrides + ["tracking.enabled=false"])
+    assert math.isfinite(m["test_nll"]) and m[metric] < bound
+
+
+@pytest.mark.parametrize("overrides", [
+    ["estimator=quadrature"],
+    ["likelihood=poisson_softplus", "model=svgp"],
+])
+def test_count_models_beat_the_constant_rate_baseline(tmp_path, mlflow_uri, overrides):
+    """Doctor visits are overdispersed (many zeros, a long tail): a GP must still beat the Poisson
+    with the training mean as its constant rate on test NLL (MRE, whose optimum is not the mean
+    for such data, must stay within 5% of the baseline's)."""
+    from scipy.stats import poisson
+
+    from gpdlm_cli.build import load_data
+
+    over = ["dataset=doctor_visits", "dataset.split.train_size=300", "trainer.max_iters=150"] + overrides
+    m = _run(tmp_path, mlflow_uri, over + ["tracking.enabled=false"])
+    _, splits, _ = load_data(compose(over))
+    rate = splits.y_train.mean()
+    base_nll = -poisson.logpmf(splits.y_test, rate).mean()
+    base_mre = (abs(rate - splits.y_test) / splits.y_test.clip(min=1)).mean()
+    assert m["test_nll"] < base_nll - 0.02
+    assert m["test_mre"] < 1.05 * base_mre
+
+
+def test_nan_loss_ends_run_failed_with_iteration(tmp_path, mlflow_uri, monkeypatch):
+    from gpdlm_cli.objectives import DLM
+
+    original = DLM.forward
+    calls = {"n": 0}
+
+    def poisoned(self, x, y):
+        calls["n"] += 1
+        out = original(self, x, y)
+        return out * float("nan") if calls["n"] >= 7 else out
+
+    monkeypatch.setattr(DLM, "forward", poisoned)
+    with pytest.raises(NumericalError, match="iteration 7"):
+        _run(tmp_path, mlflow_uri, [], experiment="nanloss")
+    client = MlflowClient(mlflow_uri)
+    run = client.search_runs([client.get_experiment_by_name("nanloss").experiment_id])[0]
+    assert run.info.status == "FAILED"
+    assert "iteration 7" in run.data.tags["failure_reason"]
+    assert not (tmp_path / "metrics.json").exists()
