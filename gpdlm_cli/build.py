@@ -151,12 +151,8 @@ def build_likelihood(lcfg):
 def _estimator_registry():
     from . import estimators as E
 
-    reg = {"auto": E.AutoEstimator, "exact": E.ExactEstimator, "quadrature": E.QuadratureEstimator}
-    for name in ("BMCEstimator", "SmoothBMCEstimator", "UPSEstimator"):  # added by the estimators issue
-        cls = getattr(E, name, None)
-        if cls is not None:
-            reg[cls.name] = cls
-    return reg
+    classes = (E.AutoEstimator, E.ExactEstimator, E.QuadratureEstimator, E.BMCEstimator, E.SmoothBMCEstimator, E.UPSEstimator)
+    return {cls.name: cls for cls in classes}
 
 
 def build_estimator(ecfg):

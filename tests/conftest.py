@@ -7,6 +7,10 @@ import os
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# pytest-xdist runs one worker per core: one BLAS/torch thread each (and in the gpdlm subprocesses
+# they start) avoids oversubscribing the cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -19,6 +23,12 @@ def _private_data_cache(tmp_path_factory):
         os.environ.pop("GPDLM_DATA", None)
     else:
         os.environ["GPDLM_DATA"] = old
+
+
+def pytest_configure(config):
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def compose(overrides=()):

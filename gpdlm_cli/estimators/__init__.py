@@ -3,6 +3,16 @@
 from .auto import AutoEstimator
 from .base import Estimator
 from .exact import ExactEstimator
+from .monte_carlo import BMCEstimator, SmoothBMCEstimator
+from .product_sampling import UPSEstimator
 from .quadrature import QuadratureEstimator
 
-__all__ = ["AutoEstimator", "Estimator", "ExactEstimator", "QuadratureEstimator"]
+__all__ = [
+    "AutoEstimator",
+    "BMCEstimator",
+    "Estimator",
+    "ExactEstimator",
+    "QuadratureEstimator",
+    "SmoothBMCEstimator",
+    "UPSEstimator",
+]
