@@ -10,6 +10,7 @@ import sys
 
 SUBCOMMANDS = {
     "train": ("gpdlm_cli.hydra_apps:train_main", "train one model (or a sweep with -m); Hydra overrides"),
+    "sweep": ("gpdlm_cli.commands.sweep:cli", "sweep beta: the paper's grid [n, n/2, ..., 0.01] as a multirun"),
     "datasets": ("gpdlm_cli.commands.datasets:cli", "list, describe, fetch and verify datasets"),
 }
 

@@ -26,6 +26,14 @@ def report_error(e: BaseException) -> str:
     return msg
 
 
+def compose_config(overrides: list[str]):
+    """The config `gpdlm train <overrides>` would run (Hydra's compose API, no job launched)."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def train_main(cfg: DictConfig):
     from hydra.core.hydra_config import HydraConfig

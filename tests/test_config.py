@@ -11,7 +11,7 @@ from gpdlm_cli import build
 from .conftest import compose
 
 CONF = Path(build.__file__).resolve().parent / "conf"
-GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and not p.name.startswith("_"))
+GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and not p.name.startswith("_") and p.name != "experiment")  # presets: test_sweeps
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
 
 
@@ -28,6 +28,8 @@ def test_option_composes(group, option):
         from gpdlm_cli.data import get_dataset_info
 
         assert get_dataset_info(node.name).name == node.name  # presets (e.g. airline_reg) name a registered set
+    elif option.endswith("_fixed"):
+        assert node.name == option.removesuffix("_fixed") and node.variant == "fixed"
     elif "name" in node:
         assert node.name == option  # the file name is the option's name
     build.validate_config(cfg)  # every option alone, with the other defaults, is a valid config

@@ -1,0 +1,77 @@
+"""``gpdlm sweep beta [overrides...]``: the DLM paper's beta grid as a Hydra multirun.
+
+The grid depends on the training size n (paper, Sec. 6 / App. D): beta = n, n/f, n/f^2, ... down to
+``sweep.grid_min`` (default 0.01, always included), with f = ``sweep.factor`` (default 2). gpdlm
+composes the config with the given overrides, loads the dataset to learn n, builds the grid and
+launches ``gpdlm train -m objective.beta=<grid> <overrides>`` -- so launchers, parent/child runs,
+``sweep.skip_finished`` and the failure summary all work as for any sweep.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from ..exceptions import ConfigError, param_error
+
+USAGE = "usage: gpdlm sweep beta [hydra overrides ...]   (e.g. gpdlm sweep beta model=dlm,svgp seed=0,1)"
+
+
+def beta_grid(n: int, grid_min: float = 0.01, factor: float = 2.0) -> list[float]:
+    """[n, n/f, n/f^2, ..., grid_min]: every value > grid_min, then grid_min itself."""
+    if not isinstance(grid_min, (int, float)) or not grid_min > 0 or math.isinf(grid_min):
+        raise param_error("grid_min", "sweep", "a float in (0, inf)", grid_min)
+    if not isinstance(factor, (int, float)) or not factor > 1 or math.isinf(factor):
+        raise param_error("factor", "sweep", "a float in (1, inf)", factor)
+    if grid_min > n:
+        raise ConfigError(f"the beta grid is empty: sweep.grid_min={grid_min} exceeds the training size n={n}")
+    grid, b = [], float(n)
+    while b > grid_min * (1 + 1e-9):
+        grid.append(b)
+        b /= factor
+    grid.append(float(grid_min))
+    return grid
+
+
+def _format(b: float) -> str:
+    return repr(float(f"{b:.6g}"))
+
+
+def sweep_overrides(kind: str, overrides: list[str]) -> list[str]:
+    """The argv of the multirun that `gpdlm sweep <kind>` launches."""
+    from .. import build
+    from ..hydra_apps import compose_config
+
+    if kind != "beta":
+        raise ConfigError(f"unknown sweep '{kind}'; available: beta")
+    if any(o.startswith("objective.beta=") for o in overrides):
+        raise ConfigError("gpdlm sweep beta builds objective.beta itself; drop the objective.beta override")
+    hydra_args = [o for o in overrides if not o.startswith("-")]
+    # sweep values like seed=0,1 compose as one job each; n only depends on dataset/split settings
+    single = [o.split(",")[0] if "=" in o and "," in o and not o.startswith("hydra") else o for o in hydra_args]
+    cfg = compose_config(single)
+    build.validate_config(cfg)
+    _, splits, _ = build.load_data(cfg)
+    grid = beta_grid(splits.n_train, cfg.sweep.grid_min, cfg.sweep.factor)
+    return ["-m", "objective.beta=" + ",".join(_format(b) for b in grid), *overrides]
+
+
+def cli() -> int:
+    from ..exceptions import GpdlmError
+    from ..hydra_apps import report_error
+
+    argv = sys.argv[1:]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    try:
+        args = sweep_overrides(argv[0], argv[1:])
+    except GpdlmError as e:
+        report_error(e)
+        return 2
+    print(f"gpdlm: sweeping {args[1]}", file=sys.stderr)
+    from ..hydra_apps import train_main
+
+    sys.argv = ["gpdlm train", *args]
+    train_main()
+    return 0

@@ -1,0 +1,133 @@
+"""Sweeps: parent/child runs, joblib and submitit launchers, resume, failures, beta grid, presets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from gpdlm_cli.commands.sweep import beta_grid
+from gpdlm_cli.exceptions import ConfigError
+
+from .conftest import compose
+
+TINY = ["trainer.max_iters=15", "model.num_inducing=10", "dataset.split.train_size=80", "progress=false"]
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "experiment").glob("*.yaml"))
+
+
+def gpdlm(args, cwd):
+    return subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def runs(db, experiment):
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name(experiment)
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def split_runs(all_runs):
+    parents = [r for r in all_runs if r.data.tags.get("gpdlm.sweep") == "parent"]
+    children = [r for r in all_runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+def test_beta_grid_follows_the_paper():
+    assert beta_grid(100) == [100 / 2**k for k in range(14)] + [0.01]
+    assert beta_grid(8, grid_min=1, factor=2) == [8, 4, 2, 1]
+    assert beta_grid(10, grid_min=0.5, factor=4) == [10, 2.5, 0.625, 0.5]
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    ({"grid_min": 0}, "'grid_min' parameter of sweep must be a float in (0, inf)"),
+    ({"grid_min": -1}, "'grid_min'"),
+    ({"factor": 1}, "'factor' parameter of sweep must be a float in (1, inf)"),
+    ({"grid_min": 1000}, "the beta grid is empty"),
+])
+def test_beta_grid_bad_input(kwargs, msg):
+    with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        beta_grid(100, **kwargs)
+
+
+def test_joblib_sweep_gives_children_under_one_parent_and_resumes(tmp_path):
+    db = tmp_path / "mlflow.db"
+    args = ["train", "-m", "objective.beta=0.1,1,10", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+            f"tracking.uri=sqlite:///{db}", "tracking.experiment=jl", *TINY]
+    proc = gpdlm(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    parents, children = split_runs(runs(db, "jl"))
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children)
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert sorted(float(r.data.params["objective.beta"]) for r in children) == [0.1, 1.0, 10.0]
+    assert len({r.data.tags["gpdlm.config_hash"] for r in children}) == 3
+    assert parents[0].data.metrics["jobs_finished"] == 3
+
+    proc = gpdlm(args + ["sweep.skip_finished=true"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 finished, 3 skipped, 0 failed" in proc.stderr
+    parents, children = split_runs(runs(db, "jl"))
+    assert len(children) == 3  # nothing was trained again
+    assert len(parents) == 2
+
+
+def test_failing_job_does_not_stop_the_others(tmp_path):
+    db = tmp_path / "mlflow.db"
+    proc = gpdlm(["train", "-m", "objective.beta=0.5,-1,2", f"tracking.uri=sqlite:///{db}", "tracking.experiment=f", *TINY], tmp_path)
+    assert proc.returncode == 1
+    assert "2 finished, 0 skipped, 1 failed" in proc.stderr
+    assert "gpdlm: failed job 1 [objective.beta=-1" in proc.stderr and "'beta' parameter of objective" in proc.stderr
+    parents, children = split_runs(runs(db, "f"))
+    assert parents[0].info.status == "FAILED"
+    assert sorted(float(r.data.params["objective.beta"]) for r in children) == [0.5, 2.0]
+    assert all(r.info.status == "FINISHED" for r in children)
+
+
+def test_submitit_local_launcher(tmp_path):
+    db = tmp_path / "mlflow.db"
+    proc = gpdlm(["train", "-m", "seed=0,1", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5",
+                  f"tracking.uri=sqlite:///{db}", "tracking.experiment=sub", *TINY], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    parents, children = split_runs(runs(db, "sub"))
+    assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
+    assert sorted(r.data.params["seed"] for r in children) == ["0", "1"]
+
+
+def test_sweep_beta_builds_the_grid_from_the_training_size(tmp_path):
+    db = tmp_path / "mlflow.db"
+    proc = gpdlm(["sweep", "beta", "sweep.grid_min=10", f"tracking.uri=sqlite:///{db}", "tracking.experiment=sb", *TINY], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    _, children = split_runs(runs(db, "sb"))
+    assert sorted(float(r.data.params["objective.beta"]) for r in children) == [10.0, 20.0, 40.0, 80.0]
+
+
+def test_sweep_beta_bad_input(tmp_path):
+    proc = gpdlm(["sweep", "beta", "sweep.grid_min=0", *TINY], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "gpdlm: error: the 'grid_min' parameter of sweep must be a float in (0, inf); got 0 instead")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_composes(preset):
+    cfg = compose([f"+experiment={preset}"])
+    assert cfg.tracking.experiment.startswith(preset.removesuffix("_smoke").replace("regression_baselines", "regression_logloss"))
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if p.endswith("_smoke")])
+def test_smoke_preset_runs(tmp_path, preset):
+    from hydra import compose as hcompose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        cfg = hcompose(config_name="config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
+    expected = 1
+    for values in cfg.hydra.sweeper.params.values():
+        expected *= len(str(values).split(","))
+    db = tmp_path / "mlflow.db"
+    proc = gpdlm(["train", "-m", f"+experiment={preset}", f"tracking.uri=sqlite:///{db}", "progress=false"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, children = split_runs(runs(db, cfg.tracking.experiment))
+    assert len(children) == expected and all(r.info.status == "FINISHED" for r in children)
