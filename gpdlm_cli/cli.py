@@ -12,6 +12,9 @@ SUBCOMMANDS = {
     "train": ("gpdlm_cli.hydra_apps:train_main", "train one model (or a sweep with -m); Hydra overrides"),
     "sweep": ("gpdlm_cli.commands.sweep:cli", "sweep beta: the paper's grid [n, n/2, ..., 0.01] as a multirun"),
     "datasets": ("gpdlm_cli.commands.datasets:cli", "list, describe, fetch and verify datasets"),
+    "compare": ("gpdlm_cli.commands.compare:cli", "mean +- SE tables and paper figures from the MLflow runs"),
+    "select": ("gpdlm_cli.commands.select:cli", "pick beta by validation metric per group; test metrics (--refit)"),
+    "ui": ("gpdlm_cli.commands.ui:cli", "open the MLflow UI on the tracking store (127.0.0.1 by default)"),
 }
 
 USAGE = """usage: gpdlm <subcommand> [args]

@@ -1,0 +1,325 @@
+"""``gpdlm select``: choose beta on the validation set, as the DLM paper does, and report test metrics.
+
+    gpdlm select [--experiment NAME] [--tracking-uri URI] [--filter EXPR] [--also-by KEYS]
+                 [--metric test_nll ...] [--val-metric NAME] [--out DIR] [--refit] [--no-figures] [--no-log]
+
+For every group of runs with the same dataset, model, variant, likelihood, estimator, training
+size (metric ``n_train``) and seed -- plus any ``--also-by`` keys -- the run with the lowest
+validation metric is selected: ``val_mse`` for sq_dlm (square loss), ``val_nll`` for everything
+else (log-loss DLM, the ELBO, SGPR, FITC, exact); ``--val-metric`` overrides it for all models.
+Ties go to the larger beta (the more regularised model), then the earlier run, then the run id.
+Groups of model=svgp also get the row ``svgp (beta=1)``: the plain ELBO, whatever the validation
+set says.
+
+Outputs (``outputs/select/<timestamp>/`` or ``--out``, and artifacts of an MLflow run named
+``select``): ``selected.csv/.md`` (one row per group and seed: the chosen beta, its validation
+value and the selected run's test metrics) and ``summary.csv/.md`` (mean ± standard error over
+seeds of the selected runs, per method) with the figures of ``gpdlm compare``.
+
+``--refit`` trains every selected configuration again on train+validation (validation fraction 0,
+the training size grown by the validation rows; the test rows stay exactly the same, which is
+checked before training) and tags the new run ``gpdlm.refit_of=<selected run id>``. A FINISHED
+refit that already exists is reused. Its results are in ``summary_refit.csv/.md`` and in the
+``refit_*`` columns of ``selected.csv``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import runs as R
+
+SELECT_KEYS = ["dataset", "model", "variant", "likelihood", "estimator", "train_size", "seed"]
+SUMMARY_KEYS = ["dataset", "method", "variant", "likelihood", "estimator", "train_size"]
+# params that never distinguish what was trained
+BOOKKEEPING = ("tracking.", "progress", "sweep.", "device")
+
+EPILOG = """examples:
+  gpdlm select
+  gpdlm select --filter 'params.`dataset.name` = "concrete"' --metric test_nll test_rmse
+  gpdlm select --also-by model.num_inducing     # a separate selection per M
+  gpdlm select --refit                          # retrain the selected configurations on train+validation
+"""
+
+
+@dataclass
+class Selection:
+    values: tuple  # the group's values of SELECT_KEYS + --also-by keys
+    method: str  # "dlm", "svgp", "svgp (beta=1)", ...
+    record: R.RunRecord  # the selected run (with extra['method'])
+    val_metric: str
+    val_value: float
+    n_candidates: int
+    betas: list
+
+
+def validation_metrics(model: str | None) -> list[str]:
+    """The selection criterion by model, with fallbacks that have the same arg-min."""
+    return ["val_mse", "val_rmse"] if model == "sq_dlm" else ["val_nll"]
+
+
+def _beta(r: R.RunRecord) -> float:
+    b = r.value("beta")
+    return b if isinstance(b, float) else math.nan
+
+
+def pick(candidates: list[R.RunRecord], metric: str) -> R.RunRecord:
+    """The arg-min of ``metric``; ties: larger beta, then earlier start, then run id."""
+    def key(r):
+        b = _beta(r)
+        return (r.metrics[metric], -b if not math.isnan(b) else math.inf, r.start_time, r.run_id)
+
+    return min(candidates, key=key)
+
+
+def _varying_params(runs: list[R.RunRecord]) -> list[str]:
+    keys = set().union(*(r.params for r in runs))
+    return sorted(k for k in keys if not k.startswith(BOOKKEEPING) and len({r.params.get(k) for r in runs}) > 1)
+
+
+def select_records(records: list[R.RunRecord], also_by: list[str] | None = None,
+                   val_metric: str | None = None) -> tuple[list[Selection], list[str]]:
+    """The selected run of every group (and the beta=1 ELBO row of svgp groups), and notes about
+    groups that could not be selected or that hold repeated betas."""
+    keys = SELECT_KEYS + list(also_by or [])
+    selections: list[Selection] = []
+    notes: list[str] = []
+    repeated: dict[str, int] = {}
+    for values, runs in R.group_records(records, keys):
+        label = ", ".join(f"{k}={R.fmt_value(v)}" for k, v in zip(keys, values))
+        model = values[keys.index("model")]
+        wanted = [val_metric] if val_metric else validation_metrics(model)
+        metric = next((m for m in wanted if any(_finite(r.metrics.get(m)) for r in runs)), None)
+        if metric is None:
+            notes.append(f"skipped group [{label}]: no run has a finite {' or '.join(wanted)}")
+            continue
+        cands = [r for r in runs if _finite(r.metrics.get(metric))]
+        by_beta: dict = {}
+        for r in cands:
+            by_beta.setdefault(r.value("beta"), []).append(r)
+        for rs in by_beta.values():
+            if len(rs) > 1:
+                for k in _varying_params(rs) or ["(none: repeated runs)"]:
+                    repeated[k] = repeated.get(k, 0) + 1
+        betas = sorted(by_beta, key=R.sort_key)
+        best = pick(cands, metric)
+        rows = [(R.fmt_value(model), best, cands)]
+        if model == "svgp":
+            ones = [r for r in cands if _beta(r) == 1.0]
+            if ones:
+                rows.append(("svgp (beta=1)", pick(ones, metric), ones))
+            else:
+                notes.append(f"no beta=1 run in group [{label}]: no 'svgp (beta=1)' row")
+        for method, run, pool in rows:
+            selections.append(Selection(values, method, run.with_extra(method=method), metric,
+                                        run.metrics[metric], len(pool), betas))
+    # rows by method (the ELBO at beta=1 after svgp), then the remaining keys and the seed
+    mi = keys.index("model")
+    selections.sort(key=lambda s: tuple(R.sort_key(s.method if i == mi else v) for i, v in enumerate(s.values)))
+    if repeated:
+        which = ", ".join(f"{k} ({n})" for k, n in sorted(repeated.items()))
+        notes.append("some groups hold several runs with the same beta; the best validation run of them was "
+                     f"used. Params that differ between such runs (groups affected): {which}; "
+                     "add them with --also-by to select separately")
+    return selections, notes
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+# ----- refit ----------------------------------------------------------------------------------------
+def _load_config(client, record: R.RunRecord, tmp: Path):
+    """The selected run's composed config: its ``config.yaml`` artifact (or the file in its output
+    folder)."""
+    from omegaconf import OmegaConf
+
+    import os
+
+    quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    saved = {k: os.environ.get(k) for k in quiet}
+    os.environ.update(quiet)
+    try:
+        path = client.download_artifacts(record.run_id, "config.yaml", str(tmp))
+    except Exception:
+        local = Path(record.tags.get("gpdlm.output_dir", "")) / "config.yaml"
+        if not record.tags.get("gpdlm.output_dir") or not local.exists():
+            raise R.AnalysisError(f"cannot refit run {record.run_id}: it has no config.yaml artifact") from None
+        path = str(local)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return OmegaConf.load(path)
+
+
+def refit_config(cfg, uri: str, experiment: str, run_name: str):
+    """(config, overrides) training ``cfg`` on its train+validation rows with the same test rows;
+    checked on the actual splits, an error when that cannot be done exactly."""
+    import numpy as np
+    from omegaconf import OmegaConf
+
+    from .. import build
+
+    _, splits, _ = build.load_data(cfg)
+    train, val, test = (np.asarray(splits.indices[k]) for k in ("train", "val", "test"))
+    if val.size == 0:
+        raise R.AnalysisError("cannot refit: the selected run has no validation rows")
+    new = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    overrides = ["dataset.split.val_fraction=0.0"]
+    OmegaConf.update(new, "dataset.split.val_fraction", 0.0, merge=False)
+    if cfg.dataset.split.get("train_size") is not None:
+        size = int(cfg.dataset.split.train_size) + int(val.size)
+        OmegaConf.update(new, "dataset.split.train_size", size, merge=False)
+        overrides.append(f"dataset.split.train_size={size}")
+    OmegaConf.update(new, "tracking.enabled", True, merge=False)
+    OmegaConf.update(new, "tracking.uri", uri, merge=False)
+    OmegaConf.update(new, "tracking.experiment", experiment, merge=False)
+    OmegaConf.update(new, "tracking.run_name", run_name, merge=False)
+    _, rsplits, _ = build.load_data(new)
+    rtrain, rval, rtest = (np.asarray(rsplits.indices[k]) for k in ("train", "val", "test"))
+    if (rval.size or set(rtrain.tolist()) != set(train.tolist()) | set(val.tolist())
+            or sorted(rtest.tolist()) != sorted(test.tolist())):
+        raise R.AnalysisError(f"cannot refit dataset '{cfg.dataset.name}' exactly: with validation fraction 0 the "
+                              f"training rows are not the old train+validation rows (or the test rows change)")
+    return new, overrides
+
+
+def refit(client, uri: str, experiment, record: R.RunRecord, outdir: Path) -> tuple[R.RunRecord, bool]:
+    """The refit run of ``record`` (an existing FINISHED one, or a new one); (record, reused)."""
+    found = client.search_runs([experiment.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+                               filter_string=f"tags.`gpdlm.refit_of` = '{record.run_id}' and attributes.status = 'FINISHED'")
+    if found:
+        return R.RunRecord.from_run(found[0]), True
+    from .train import run_train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = _load_config(client, record, Path(tmp))
+    new, overrides = refit_config(cfg, uri, experiment.name, f"refit-{record.run_name or record.run_id[:8]}")
+    original = record.tags.get("gpdlm.overrides", "").split()
+    tracker = _tagging_tracker(uri, experiment.name, {"gpdlm.refit_of": record.run_id})
+    run_train(new, outdir / "refit" / record.run_id, overrides=original + overrides, tracker=tracker)
+    return R.RunRecord.from_run(client.get_run(tracker.run_id)), False
+
+
+def _tagging_tracker(uri: str, experiment: str, extra_tags: dict):
+    """An MlflowTracker whose run also carries ``extra_tags`` (MLflow is imported only here)."""
+    from ..tracking import MlflowTracker
+
+    class TaggingTracker(MlflowTracker):
+        def run(self, run_name=None, params=None, tags=None, parent_run_id=None):
+            return super().run(run_name=run_name, params=params, tags={**(tags or {}), **extra_tags},
+                               parent_run_id=parent_run_id)
+
+    return TaggingTracker(uri, experiment)
+
+
+# ----- the command ----------------------------------------------------------------------------------
+def build_parser():
+    p = R.make_parser("gpdlm select", "Pick beta by the validation metric per group and report test metrics.")
+    p.epilog = EPILOG
+    R.add_store_options(p)
+    p.add_argument("--filter", default="", metavar="EXPR", help="MLflow search filter for the candidate runs")
+    p.add_argument("--also-by", action="append", metavar="KEYS",
+                   help="extra comma-separated grouping keys (params that distinguish methods, e.g. model.num_inducing)")
+    p.add_argument("--metric", nargs="+", action="extend", metavar="NAME",
+                   help="test metrics to report (default: those of test_nll, test_rmse, test_error, test_mre that exist)")
+    p.add_argument("--val-metric", metavar="NAME", help="select every model by this metric (default: val_mse for "
+                                                        "sq_dlm, val_nll otherwise)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: outputs/select/<timestamp>)")
+    p.add_argument("--refit", action="store_true", help="retrain each selected configuration on train+validation")
+    p.add_argument("--no-figures", action="store_true", help="tables only")
+    p.add_argument("--no-log", action="store_true", help="do not create the `select` MLflow run")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from .compare import analyse, write_runs_csv
+
+    args = build_parser().parse_args(argv)
+    client, uri = R.open_store(args.tracking_uri)
+    exp = R.get_experiment(client, args.experiment, uri)
+    records = R.load_runs(client, exp, args.filter)
+    also = [k for k in R.split_list(args.also_by) if k not in SELECT_KEYS]
+    R.check_keys(records, also, "--also-by")
+    if args.val_metric and not any(args.val_metric in r.metrics for r in records):
+        R.choose_metrics(records, [args.val_metric])  # raises the "no run has metric" error
+    selections, notes = select_records(records, also, args.val_metric)
+    for note in notes:
+        print(f"gpdlm: note: {note}", file=sys.stderr)
+    if not selections:
+        raise R.AnalysisError("no group could be selected: no run has a validation metric")
+    selected = [s.record for s in selections]
+    metrics = R.choose_metrics(selected, R.split_list(args.metric))
+    outdir = R.output_dir(args.out, "select")
+    keys = SELECT_KEYS + also
+
+    refits: dict[str, R.RunRecord] = {}
+    if args.refit:
+        for s in selections:
+            rid = s.record.run_id
+            if rid in refits:
+                continue
+            desc = ", ".join(f"{k}={R.fmt_value(v)}" for k, v in zip(keys, s.values))
+            print(f"refit of {rid} ({desc}, beta={R.fmt_value(s.record.value('beta'))}) on train+validation ...",
+                  file=sys.stderr)
+            rec, reused = refit(client, uri, exp, s.record, outdir)
+            if reused:
+                print(f"  reusing the FINISHED refit run {rec.run_id}", file=sys.stderr)
+            refits[rid] = rec
+
+    # one row per group and seed
+    header = ["method" if k == "model" else k for k in keys] + ["beta", "selected_by", "val_value", "n_candidates"]
+    header += list(metrics) + ["run_id"]
+    if args.refit:
+        header += [f"refit_{m}" for m in metrics] + ["refit_run_id"]
+    csv_rows, disp = [], []
+    for s in selections:
+        vals = [s.method if k == "model" else R.fmt_value(v) for k, v in zip(keys, s.values)]
+        tm = [s.record.metrics.get(m) for m in metrics]
+        line = vals + [R.fmt_value(s.record.value("beta")), s.val_metric, s.val_value, s.n_candidates] + tm + [s.record.run_id]
+        show = vals + [R.fmt_value(s.record.value("beta")), s.val_metric, R.fmt_num(s.val_value), str(s.n_candidates)]
+        show += ["-" if v is None else R.fmt_num(v) for v in tm] + [s.record.run_id]
+        if args.refit:
+            rr = refits[s.record.run_id]
+            line += [rr.metrics.get(m) for m in metrics] + [rr.run_id]
+            show += ["-" if rr.metrics.get(m) is None else R.fmt_num(rr.metrics[m]) for m in metrics] + [rr.run_id]
+        csv_rows.append(line)
+        disp.append(show)
+    R.write_csv(outdir / "selected.csv", header, csv_rows)
+    (outdir / "selected.md").write_text(R.markdown_table(header, disp))
+    short = [[c[:8] if h.endswith("run_id") else c for h, c in zip(header, row)] for row in disp]
+    R.print_table(f"{exp.name}: beta selected by validation ({len(selections)} rows from {len(records)} runs)",
+                  header, short, numeric_from=len(keys))
+
+    summary_keys = SUMMARY_KEYS + also
+    write_runs_csv(selected, summary_keys + ["seed", "beta"], metrics, outdir / "runs.csv")
+    result = analyse(client, selected, summary_keys, metrics, outdir, "summary", figures=not args.no_figures,
+                     title="selected runs: mean ± standard error over seeds")
+    files = ["selected.csv", "selected.md", "runs.csv"] + [p.name for p in result["files"] + result["figures"]]
+    if args.refit:
+        refit_records = [refits[s.record.run_id].with_extra(method=s.method, train_size=s.record.raw("train_size"))
+                         for s in selections]
+        result_r = analyse(client, refit_records, summary_keys, metrics, outdir, "summary_refit", figures=False,
+                           title="refits on train+validation: mean ± standard error over seeds "
+                                 "(train_size = the selection's training size)")
+        files += [p.name for p in result_r["files"]]
+    print(f"wrote {', '.join(files)} to {outdir}")
+    if not args.no_log:
+        rid = R.log_analysis_run(client, exp.experiment_id, "select", outdir, params={
+            "also_by": ",".join(also), "metrics": ",".join(metrics), "filter": args.filter or "",
+            "val_metric": args.val_metric or "auto", "refit": args.refit, "n_runs": len(records),
+            "n_selected": len(selections),
+        }, tags={"gpdlm.output_dir": outdir.resolve()})
+        print(f"MLflow run 'select' {rid} in experiment '{exp.name}' ({uri})")
+    return 0
+
+
+def cli() -> int:
+    return R.run_cli(main)

@@ -1,0 +1,116 @@
+"""Fixtures of the analysis-command tests: an MLflow SQLite schema built once per session and
+copied for each test module (creating the schema costs seconds), and synthetic training runs."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory):
+    """An empty MLflow SQLite store with its schema (copied, never used directly)."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{path}")
+    client.search_experiments()  # creates the schema
+    return path
+
+
+def copy_store(template, directory) -> str:
+    """A fresh store in ``directory`` (a copy of the template); its URI."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dest = directory / "mlflow.db"
+    shutil.copyfile(template, dest)
+    return f"sqlite:///{dest}"
+
+
+@pytest.fixture(scope="module")
+def module_uri(template_db, tmp_path_factory):
+    return copy_store(template_db, tmp_path_factory.mktemp("store"))
+
+
+def make_experiment(client, uri: str, name: str) -> str:
+    from gpdlm_cli.tracking import ensure_experiment
+
+    return ensure_experiment(client, name, uri)
+
+
+def make_run(client, exp_id, params: dict, metrics: dict, *, tags: dict | None = None, status="FINISHED",
+             steps: dict | None = None, start_time: int | None = None, command: str | None = "train") -> str:
+    """A run shaped like `gpdlm train`'s: params (strings), final metrics at the last step, step
+    metrics (``steps``: {name: [(step, value)]}) and tags."""
+    from mlflow.entities import Metric, Param
+
+    all_tags = dict(tags or {})
+    if command:
+        all_tags["gpdlm.command"] = command
+    run = client.create_run(exp_id, start_time=start_time, tags=all_tags,
+                            run_name=f"{params.get('model.name', 'run')}-s{params.get('seed', '?')}")
+    rid = run.info.run_id
+    ts = int(time.time() * 1000)
+    last = max((s for pts in (steps or {}).values() for s, _ in pts), default=0)
+    items = [Metric(k, float(v), ts, s) for k, pts in (steps or {}).items() for s, v in pts]
+    items += [Metric(k, float(v), ts, last) for k, v in metrics.items()]
+    client.log_batch(rid, metrics=items, params=[Param(k, str(v)) for k, v in params.items()])
+    if status != "RUNNING":
+        client.set_terminated(rid, status)
+    return rid
+
+
+def one_line_error(capsys) -> str:
+    """The single stderr line of a failed command (asserts there is exactly one)."""
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1, err
+    assert err[0].startswith("gpdlm: error: "), err
+    return err[0]
+
+
+# ----- one real `gpdlm ui` server, started early -------------------------------------------------------
+UI_TEST = "test_the_server_really_starts_and_answers"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ui_server(request, template_db, tmp_path_factory):
+    """The MLflow UI server of test_ui's real-start test, launched at the start of the session so
+    that its slow boot (two Python processes importing MLflow's server) overlaps the other tests;
+    the test polls it. Stopped (its whole process group) at the end of the session. None when that
+    test is not collected."""
+    import os
+    import signal
+    import subprocess
+
+    if not any(item.name == UI_TEST for item in request.session.items):
+        yield None
+        return
+    from gpdlm_cli.commands import ui
+
+    d = tmp_path_factory.mktemp("ui")
+    uri = copy_store(template_db, d)
+    port = _free_port()
+    log = open(d / "ui.log", "wb")
+    proc = subprocess.Popen(ui.command(["--tracking-uri", uri, "--port", str(port)]), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=d)
+    try:
+        yield {"proc": proc, "port": port, "log": d / "ui.log", "started": time.monotonic()}
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # the server and its worker: the group started above
+            proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+        log.close()
