@@ -13,6 +13,7 @@ import traceback
 import hydra
 from omegaconf import DictConfig
 
+from . import build
 from .exceptions import GpdlmError
 
 EXIT_USER_ERROR = 2
@@ -26,6 +27,16 @@ def report_error(e: BaseException) -> str:
     return msg
 
 
+def parallel_jobs(hc) -> int:
+    """How many jobs of this sweep run at once on this machine (joblib's n_jobs; 1 otherwise)."""
+    import os
+
+    n = hc.launcher.get("n_jobs") if "launcher" in hc else None
+    if n is None:
+        return 1
+    return os.cpu_count() or 1 if n < 0 else int(n)
+
+
 def compose_config(overrides: list[str]):
     """The config `gpdlm train <overrides>` would run (Hydra's compose API, no job launched)."""
     from hydra import compose, initialize_config_module
@@ -34,18 +45,21 @@ def compose_config(overrides: list[str]):
         return compose(config_name="config", overrides=list(overrides))
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def train_main(cfg: DictConfig):
+def run_job(cfg: DictConfig, runner):
+    """Run ``runner(cfg, output_dir, overrides=..., ...)`` as a Hydra job of any gpdlm subcommand.
+
+    Single run: a GpdlmError becomes one line and exit code 2. Multirun: the job joins the sweep's
+    parent run and records its outcome; it never raises into Hydra, so the other jobs go on."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from .commands.train import run_train
-
     hc = HydraConfig.get()
     overrides = list(hc.overrides.task)
-    if hc.mode != RunMode.MULTIRUN:
+    multirun = hc.mode == RunMode.MULTIRUN
+    if not multirun:
         try:
-            return run_train(cfg, hc.runtime.output_dir, overrides=overrides)
+            build.configure_threads(cfg.get("threads", "auto"))
+            return runner(cfg, hc.runtime.output_dir, overrides=overrides)
         except GpdlmError as e:
             report_error(e)
             sys.exit(EXIT_USER_ERROR)
@@ -58,8 +72,9 @@ def train_main(cfg: DictConfig):
     sweep_dir, job = hc.sweep.dir, hc.job.num
     context = read_context(sweep_dir)
     try:
-        metrics = run_train(cfg, hc.runtime.output_dir, overrides=overrides,
-                            parent_run_id=context.get("parent_run_id"), skip_finished=cfg.sweep.skip_finished)
+        build.configure_threads(cfg.get("threads", "auto"), parallel_jobs(hc))
+        metrics = runner(cfg, hc.runtime.output_dir, overrides=overrides,
+                         parent_run_id=context.get("parent_run_id"), skip_finished=cfg.sweep.skip_finished)
     except Exception as e:  # a job failure is reported, never raised into the sweep
         reason = report_error(e)
         if not isinstance(e, GpdlmError):
@@ -68,3 +83,19 @@ def train_main(cfg: DictConfig):
         return {"status": "failed", "reason": reason}
     record_outcome(sweep_dir, job, "skipped" if metrics is None else "finished", overrides)
     return metrics
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def train_main(cfg: DictConfig):
+    """``gpdlm train``: one experiment (commands/train.py)."""
+    from .commands.train import run_train
+
+    return run_job(cfg, run_train)
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def bias_main(cfg: DictConfig):
+    """``gpdlm bias``: the DLM paper's gradient-bias statistics (commands/bias.py)."""
+    from .commands.bias import run_bias
+
+    return run_job(cfg, run_bias)

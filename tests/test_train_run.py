@@ -120,3 +120,47 @@ def test_nan_loss_ends_run_failed_with_iteration(tmp_path, mlflow_uri, monkeypat
     assert run.info.status == "FAILED"
     assert "iteration 7" in run.data.tags["failure_reason"]
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_ctrl_c_ends_run_killed(tmp_path, mlflow_uri, monkeypatch):
+    from gpdlm_cli.objectives import DLM
+
+    def interrupted(self, x, y):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DLM, "forward", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, mlflow_uri, [], experiment="killed")
+    client = MlflowClient(mlflow_uri)
+    run = client.search_runs([client.get_experiment_by_name("killed").experiment_id])[0]
+    assert run.info.status == "KILLED"
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch):
+    from gpdlm_cli.training import loop
+
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False, raising=False)
+    assert loop._progress_bar(10, "x", enabled=True) is None
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
+    assert loop._progress_bar(10, "x", enabled=False) is None
+    bar = loop._progress_bar(10, "x", enabled=True)
+    assert bar is not None and bar.total == 10
+    bar.close()
+
+
+def test_threads_auto_shares_the_cores_among_parallel_jobs(monkeypatch):
+    import torch
+
+    from gpdlm_cli.build import configure_threads
+    from gpdlm_cli.exceptions import ConfigError
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    try:
+        assert configure_threads("auto", parallel_jobs=2) == 2 == torch.get_num_threads()
+        assert configure_threads("auto", parallel_jobs=8) == 1
+        assert configure_threads(3) == 3
+        with pytest.raises(ConfigError, match="'threads' parameter of gpdlm must be 'auto' or an integer >= 1; got 0"):
+            configure_threads(0)
+    finally:
+        torch.set_num_threads(before)

@@ -32,6 +32,20 @@ def git_commit() -> str:
         return "unknown"
 
 
+def run_tags(command: str, *, overrides, output_dir: Path, device, fingerprint: str, chash: str, **extra) -> dict:
+    """The tags every gpdlm run carries (train, bias, ...)."""
+    return {
+        "gpdlm.git_commit": git_commit(),
+        "gpdlm.overrides": " ".join(overrides or []),
+        "gpdlm.output_dir": str(output_dir.resolve()),
+        "gpdlm.device": str(device),
+        "gpdlm.dataset_fingerprint": fingerprint,
+        "gpdlm.command": command,
+        "gpdlm.config_hash": chash,
+        **extra,
+    }
+
+
 def make_tracker(tcfg, base_dir=None):
     if not tcfg.enabled:
         return NullTracker()
@@ -64,15 +78,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     if skip_finished and tracker.has_finished_run("gpdlm.config_hash", chash):
         return None
     config = OmegaConf.to_container(cfg, resolve=True)
-    tags = {
-        "gpdlm.git_commit": git_commit(),
-        "gpdlm.overrides": " ".join(overrides or []),
-        "gpdlm.output_dir": str(output_dir.resolve()),
-        "gpdlm.device": str(device),
-        "gpdlm.dataset_fingerprint": splits.fingerprint,
-        "gpdlm.command": "train",
-        "gpdlm.config_hash": chash,
-    }
+    tags = run_tags("train", overrides=overrides, output_dir=output_dir, device=device,
+                    fingerprint=splits.fingerprint, chash=chash)
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     run_name = cfg.tracking.get("run_name") or f"{cfg.model.name}-{cfg.dataset.name}-s{cfg.seed}"
 

@@ -106,7 +106,7 @@ class MlflowTracker(NullTracker):
 
     @contextlib.contextmanager
     def run(self, run_name=None, params=None, tags=None, parent_run_id=None):
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param
 
         all_tags = {k: str(v) for k, v in (tags or {}).items()}
         if parent_run_id:
