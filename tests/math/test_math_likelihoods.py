@@ -170,3 +170,16 @@ def test_validate_targets_rejects_bad(name, bad):
 ])
 def test_validate_targets_accepts_good(name, good):
     LIKS[name]().validate_targets(torch.tensor(good, dtype=torch.float64))
+
+
+def test_safe_cholesky_retries_jitter_then_fails_with_a_remedy():
+    import torch
+
+    from gpdlm_cli.exceptions import NumericalError
+    from gpdlm_cli.models.linalg import safe_cholesky
+
+    A = torch.ones(3, 3, dtype=torch.float64)  # rank 1: PSD, not PD
+    L = safe_cholesky(A)  # rescued by jitter
+    assert torch.allclose(L @ L.T, A, atol=1e-3)
+    with pytest.raises(NumericalError, match="not positive definite even with jitter .* try fewer or better-spread inducing points"):
+        safe_cholesky(-torch.eye(3, dtype=torch.float64))
