@@ -18,6 +18,7 @@ def main(argv: list[str]) -> int:
             print(f"(no benchmark '{name}' yet)")
             continue
         print(f"\n=== bench_{name} ===", flush=True)
+        sys.argv = [f"bench_{name}.py"]  # each benchmark's own defaults (some parse argv)
         importlib.import_module(f"bench_{name}").main()
     return 0
 

@@ -11,7 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
-JOB = ["trainer.max_iters=300", "trainer.stop_window=0", "model.num_inducing=50", "progress=false"]
+# A job of realistic length (~20 s of training): with 3-second jobs the fixed costs (a joblib
+# worker imports torch, gpytorch, hydra and mlflow: ~10 s) dominate and no launcher can help.
+JOB = ["trainer.max_iters=1500", "trainer.stop_window=0", "model.num_inducing=100", "progress=false"]
 GRID = "objective.beta=0.01,0.03,0.1,0.3,1,3,10,30"
 
 

@@ -169,7 +169,7 @@ def test_validate_targets_rejects_bad(name, bad):
     ("gaussian", [-3.2, 0.0, 1e6]),
 ])
 def test_validate_targets_accepts_good(name, good):
-    LIKS[name]().validate_targets(torch.tensor(good, dtype=torch.float64))
+    assert LIKS[name]().validate_targets(torch.tensor(good, dtype=torch.float64)) is None  # raises DataError if rejected
 
 
 def test_safe_cholesky_retries_jitter_then_fails_with_a_remedy():
