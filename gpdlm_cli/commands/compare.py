@@ -151,6 +151,15 @@ def _axes_grid(n: int):
     return plt, fig, flat[:n]
 
 
+def _layout(records, by: list[str], exclude: set, metric: str):
+    """Panels (one per dataset) and lines (one per combination of the other --by keys), the lines
+    in numeric order with their legend labels."""
+    _, line_keys, panels = _panels(records, by, exclude)
+    all_lines = sorted({tuple(r.value(k) for k in line_keys) for r in records},
+                       key=lambda t: tuple(R.sort_key(v) for v in t))
+    return line_keys, panels, all_lines, _labels(line_keys, all_lines, metric)
+
+
 def figure_vs(records, by: list[str], x_key: str, metric: str, path: Path, logx: bool = False) -> bool:
     """``metric`` against the numeric key ``x_key``: a panel per dataset, a line per combination of
     the other --by keys, mean ± SE over the runs at each x. False (nothing drawn) unless the data
@@ -159,10 +168,7 @@ def figure_vs(records, by: list[str], x_key: str, metric: str, path: Path, logx:
               and (not logx or r.value(x_key) > 0)]
     if len({r.value(x_key) for r in usable}) < 2:
         return False
-    panel_keys, line_keys, panels = _panels(usable, by, {x_key})
-    all_lines = sorted({tuple(r.value(k) for k in line_keys) for r in usable},
-                       key=lambda t: tuple(R.sort_key(v) for v in t))
-    labels = _labels(line_keys, all_lines, metric)
+    line_keys, panels, all_lines, labels = _layout(usable, by, {x_key}, metric)
     plt, fig, axes = _axes_grid(len(panels))
     for ax, (pvals, prunes) in zip(axes, panels):
         for lvals, lruns in R.group_records(prunes, line_keys):
@@ -201,10 +207,7 @@ def figure_curves(client, records, by: list[str], metric: str, path: Path) -> bo
     usable = [r for r in records if len(histories.get(r.run_id, {})) > 1]
     if not usable:
         return False
-    panel_keys, line_keys, panels = _panels(usable, by, set())
-    all_lines = sorted({tuple(r.value(k) for k in line_keys) for r in usable},
-                       key=lambda t: tuple(R.sort_key(v) for v in t))
-    labels = _labels(line_keys, all_lines, metric)
+    line_keys, panels, all_lines, labels = _layout(usable, by, set(), metric)
     plt, fig, axes = _axes_grid(len(panels))
     for ax, (pvals, pruns) in zip(axes, panels):
         for lvals, lruns in R.group_records(pruns, line_keys):
