@@ -55,9 +55,7 @@ def validate_config(cfg) -> None:
         raise param_error("stop_window", "trainer", "an integer >= 0 (0 disables) or null", t.stop_window)
     if not _is_number(t.stop_tol) or t.stop_tol < 0:
         raise param_error("stop_tol", "trainer", "a float >= 0", t.stop_tol)
-    threads = cfg.get("threads", "auto")
-    if threads != "auto" and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise param_error("threads", "gpdlm", "'auto' or an integer >= 1", threads)
+    _check_threads(cfg.get("threads", "auto"))
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise param_error("device", "gpdlm", "'auto', 'cpu' or 'cuda'", cfg.device)
     if cfg.dtype not in ("float32", "float64"):
@@ -75,6 +73,11 @@ def validate_config(cfg) -> None:
         raise UnsupportedCombination(f"model={m.name} trains full batch; set trainer.batch_size=null")
 
 
+def _check_threads(setting) -> None:
+    if setting != "auto" and (not isinstance(setting, int) or isinstance(setting, bool) or setting < 1):
+        raise param_error("threads", "gpdlm", "'auto' or an integer >= 1", setting)
+
+
 def configure_threads(setting, parallel_jobs: int = 1) -> int:
     """Set torch's CPU threads: an int, or 'auto' = cores // parallel jobs (at least 1).
 
@@ -82,12 +85,8 @@ def configure_threads(setting, parallel_jobs: int = 1) -> int:
     with two 2-thread jobs), so parallel sweep jobs share the cores instead of each taking all."""
     import os
 
-    if setting == "auto":
-        n = max(1, (os.cpu_count() or 1) // max(1, parallel_jobs))
-    elif isinstance(setting, int) and not isinstance(setting, bool) and setting >= 1:
-        n = setting
-    else:
-        raise param_error("threads", "gpdlm", "'auto' or an integer >= 1", setting)
+    _check_threads(setting)
+    n = max(1, (os.cpu_count() or 1) // max(1, parallel_jobs)) if setting == "auto" else setting
     torch.set_num_threads(n)
     return n
 

@@ -34,7 +34,7 @@ def parallel_jobs(hc) -> int:
     n = hc.launcher.get("n_jobs") if "launcher" in hc else None
     if n is None:
         return 1
-    return os.cpu_count() or 1 if n < 0 else int(n)
+    return (os.cpu_count() or 1) if n < 0 else int(n)  # joblib: n_jobs=-1 means all cores
 
 
 def compose_config(overrides: list[str]):

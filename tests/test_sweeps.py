@@ -131,3 +131,18 @@ def test_smoke_preset_runs(tmp_path, preset):
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, children = split_runs(runs(db, cfg.tracking.experiment))
     assert len(children) == expected and all(r.info.status == "FINISHED" for r in children)
+
+
+@pytest.mark.parametrize("launcher,cores,expected", [
+    ({}, 4, 1),                 # the basic launcher runs one job at a time
+    ({"n_jobs": 1}, 4, 1),
+    ({"n_jobs": 2}, 4, 2),
+    ({"n_jobs": -1}, 4, 4),     # joblib: all cores
+])
+def test_parallel_jobs_reads_the_launchers_n_jobs(monkeypatch, launcher, cores, expected):
+    from omegaconf import OmegaConf
+
+    from gpdlm_cli.hydra_apps import parallel_jobs
+
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert parallel_jobs(OmegaConf.create({"launcher": launcher})) == expected

@@ -90,7 +90,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                 **predictive_metrics(method.model, method.likelihood, data.x_test, data.y_test, y_std=splits.y_std, prefix="test_"),
             }
 
-        history = {"loss": [], "stages": [], "steps": {}}
+        history = {"loss": [], "steps": {}}
 
         def log_steps(series):
             for k, pts in series.items():
@@ -102,7 +102,6 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                 stage.prepare()
             if stage.solve:
                 stage.solve(data.x_train, data.y_train)
-                history["stages"].append({"name": stage.name, "iterations": 0, "closed_form": True})
                 continue
             result = train(
                 stage.objective, stage.params, data.x_train, data.y_train, settings,
@@ -114,7 +113,6 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
             iter_ms.append(result.iter_ms)
             converged = converged and result.converged
             history["loss"].extend(result.losses)
-            history["stages"].append({"name": stage.name, "iterations": result.iterations, "converged": result.converged})
         if method.finalize:
             method.finalize(data.x_train, data.y_train)
 
