@@ -1,60 +1,43 @@
 """The composition root: the one place that reads a composed config and builds typed objects.
 
-Library modules never see the config: they take plain arguments. Every check of a value or of a
-combination of values happens here, before any data is touched or any run is started, and fails
-with a one-line ``GpdlmError``.
+Library modules never see the config: they take plain arguments. ``build`` runs the checks every
+run shares (objective, trainer, device, dtype, threads), loads the data, and dispatches everything
+specific to a model to its family (``gpdlm_cli.methods``: ``validate``, ``check_sizes``,
+``build``); it never names a model. Every check happens before any run is started and fails with
+a one-line ``GpdlmError``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
 
 import torch
 
 from .exceptions import ConfigError, UnsupportedCombination, param_error
+from .methods import MODELS, Method, Stage, family_of
+from .methods.components import (
+    build_estimator,
+    build_kernel,
+    build_likelihood,
+    build_mean,
+    initial_inducing_points,
+    is_int,
+    is_number,
+)
 
-SPARSE_VARIATIONAL = ("svgp", "dlm", "sq_dlm")
-COLLAPSED = ("sgpr", "fitc")
-MODELS = SPARSE_VARIATIONAL + COLLAPSED + ("exact",)
+_is_number = is_number  # kept for callers of the old private name
 
 
 # ----- settings -------------------------------------------------------------------------------------
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-
-
 def validate_config(cfg) -> None:
-    """Range checks on scalar config values (everything that needs no data)."""
+    """Range checks on config values that need no data: the shared keys, then the model's family."""
     beta = cfg.objective.beta
-    if not _is_number(beta) or beta <= 0 or math.isinf(beta):
+    if not is_number(beta) or beta <= 0 or math.isinf(beta):
         raise param_error("beta", "objective", "a finite float in (0, inf)", beta)
-    m = cfg.model
-    if m.name not in MODELS:
-        raise param_error("name", "model", f"one of {MODELS}", m.name)
-    if "num_inducing" in m and (not isinstance(m.num_inducing, int) or m.num_inducing < 1):
-        raise param_error("num_inducing", f"model={m.name}", "an integer >= 1", m.num_inducing)
-    if "variant" in m and m.variant not in ("joint", "fixed"):
-        raise param_error("variant", f"model={m.name}", "'joint' or 'fixed'", m.variant)
-    if m.name == "svgp" and m.get("variant") == "fixed":
-        raise UnsupportedCombination("model.variant=fixed applies to dlm and sq_dlm (it is defined by a prior SVGP fit)")
-    if "inducing_init" in m and m.inducing_init not in ("kmeans", "random"):
-        raise param_error("inducing_init", f"model={m.name}", "'kmeans' or 'random'", m.inducing_init)
-    t = cfg.trainer
-    if t.lr is not None and (not _is_number(t.lr) or t.lr <= 0):
-        raise param_error("lr", "trainer", "a float in (0, inf) or null", t.lr)
-    if t.batch_size is not None and (not isinstance(t.batch_size, int) or t.batch_size < 1):
-        raise param_error("batch_size", "trainer", "an integer >= 1 or null (full batch)", t.batch_size)
-    if not isinstance(t.max_iters, int) or t.max_iters < 1:
-        raise param_error("max_iters", "trainer", "an integer >= 1", t.max_iters)
-    for key in ("check_every", "eval_every"):
-        if not isinstance(t[key], int) or t[key] < (1 if key == "check_every" else 0):
-            raise param_error(key, "trainer", "a positive integer", t[key])
-    if t.stop_window is not None and (not isinstance(t.stop_window, int) or t.stop_window < 0):
-        raise param_error("stop_window", "trainer", "an integer >= 0 (0 disables) or null", t.stop_window)
-    if not _is_number(t.stop_tol) or t.stop_tol < 0:
-        raise param_error("stop_tol", "trainer", "a float >= 0", t.stop_tol)
+    family = family_of(cfg.model.name)
+    family.validate(cfg)
+    validate_trainer(cfg.trainer)
     _check_threads(cfg.get("threads", "auto"))
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise param_error("device", "gpdlm", "'auto', 'cpu' or 'cuda'", cfg.device)
@@ -62,15 +45,78 @@ def validate_config(cfg) -> None:
         raise param_error("dtype", "gpdlm", "'float32' or 'float64'", cfg.dtype)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda but no CUDA device is available; use device=auto or device=cpu")
-    if m.name in COLLAPSED + ("exact",) and cfg.likelihood.name != "gaussian":
+
+
+def validate_trainer(t) -> None:
+    """The ``trainer.*`` keys (see conf/trainer/default.yaml and the README's trainer table)."""
+    from .training import OPTIMIZERS, SCHEDULES, STOP_RULES
+
+    if t.lr is not None and (not is_number(t.lr) or t.lr <= 0):
+        raise param_error("lr", "trainer", "a float in (0, inf) or null", t.lr)
+    if t.batch_size is not None and (not is_int(t.batch_size) or t.batch_size < 1):
+        raise param_error("batch_size", "trainer", "an integer >= 1 or null (full batch)", t.batch_size)
+    max_epochs = t.get("max_epochs")
+    if max_epochs is not None and (not is_int(max_epochs) or max_epochs < 1):
+        raise param_error("max_epochs", "trainer", "an integer >= 1 or null", max_epochs)
+    if t.max_iters is None and max_epochs is None:
+        raise param_error("max_iters", "trainer", "an integer >= 1 (null only with trainer.max_epochs set)", t.max_iters)
+    if t.max_iters is not None and (not is_int(t.max_iters) or t.max_iters < 1):
+        raise param_error("max_iters", "trainer", "an integer >= 1", t.max_iters)
+    for key in ("check_every", "eval_every"):
+        if not is_int(t[key]) or t[key] < (1 if key == "check_every" else 0):
+            raise param_error(key, "trainer", "a positive integer", t[key])
+    eve = t.get("eval_every_epochs")
+    if eve is not None and (not is_int(eve) or eve < 1):
+        raise param_error("eval_every_epochs", "trainer", "an integer >= 1 or null", eve)
+    if t.stop_window is not None and (not is_int(t.stop_window) or t.stop_window < 0):
+        raise param_error("stop_window", "trainer", "an integer >= 0 (0 disables) or null", t.stop_window)
+    if not is_number(t.stop_tol) or t.stop_tol < 0:
+        raise param_error("stop_tol", "trainer", "a float >= 0", t.stop_tol)
+    if t.get("stop_rule", "auto") not in STOP_RULES:
+        raise param_error("stop_rule", "trainer", f"one of {', '.join(STOP_RULES)}", t.stop_rule)
+    opt = t.get("optimizer", "adam")
+    if opt not in OPTIMIZERS:
+        raise param_error("optimizer", "trainer", f"one of {', '.join(OPTIMIZERS)}", opt)
+    if not is_number(t.get("momentum", 0.0)) or not 0 <= t.get("momentum", 0.0) < 1:
+        raise param_error("momentum", "trainer (sgd)", "a float in [0, 1)", t.momentum)
+    if not is_number(t.get("rho", 0.9)) or not 0 <= t.get("rho", 0.9) <= 1:
+        raise param_error("rho", "trainer (adadelta)", "a float in [0, 1]", t.rho)
+    eps = t.get("eps")
+    if eps is not None and (not is_number(eps) or eps <= 0):
+        raise param_error("eps", "trainer", "a float in (0, inf) or null (the optimiser's default)", eps)
+    hist = t.get("lbfgs_history", 100)
+    if not is_int(hist) or hist < 1:
+        raise param_error("lbfgs_history", "trainer (lbfgs)", "an integer >= 1", hist)
+    if opt == "lbfgs" and t.batch_size is not None:
         raise UnsupportedCombination(
-            f"model={m.name} is defined for likelihood=gaussian only; for likelihood={cfg.likelihood.name} "
-            f"use model=svgp, dlm"
-        )
-    if m.name == "sq_dlm" and cfg.likelihood.name != "gaussian":
-        raise UnsupportedCombination("model=sq_dlm (square loss) is a regression method: use likelihood=gaussian")
-    if m.name in COLLAPSED + ("exact",) and t.batch_size is not None:
-        raise UnsupportedCombination(f"model={m.name} trains full batch; set trainer.batch_size=null")
+            "trainer.optimizer=lbfgs needs a deterministic full-batch objective; set trainer.batch_size=null "
+            "or use adam, adadelta or sgd for minibatch training")
+    scales = t.get("lr_scale") or {}
+    for name, v in scales.items():
+        if not is_number(v) or v < 0 or math.isinf(v):
+            raise param_error(f"lr_scale.{name}", "trainer", "a finite float >= 0", v)
+    if opt == "lbfgs" and any(v != 1 for v in scales.values()):
+        raise UnsupportedCombination("trainer.optimizer=lbfgs has one step size for all parameters; remove trainer.lr_scale")
+    schedule = t.get("schedule", "constant")
+    if schedule not in SCHEDULES:
+        raise param_error("schedule", "trainer", f"one of {', '.join(SCHEDULES)}", schedule)
+    if schedule == "step":
+        if not is_int(t.step_epochs) or t.step_epochs < 1:
+            raise param_error("step_epochs", "trainer (schedule=step)", "an integer >= 1", t.step_epochs)
+        if not is_number(t.step_factor) or not 0 < t.step_factor <= 1:
+            raise param_error("step_factor", "trainer (schedule=step)", "a float in (0, 1]", t.step_factor)
+    if schedule == "robbins_monro":
+        if not is_number(t.rm_kappa) or not 0.5 < t.rm_kappa <= 1:
+            raise param_error("rm_kappa", "trainer (schedule=robbins_monro)", "a float in (0.5, 1]", t.rm_kappa)
+        if not is_number(t.rm_t0) or t.rm_t0 <= 0 or math.isinf(t.rm_t0):
+            raise param_error("rm_t0", "trainer (schedule=robbins_monro)", "a finite float > 0", t.rm_t0)
+    keep = t.get("keep_best")
+    if keep is not None and (not isinstance(keep, str) or not keep):
+        raise param_error("keep_best", "trainer", "a metric name (e.g. val_nll) or null", keep)
+    if keep is not None and not (t.eval_every or eve):
+        raise UnsupportedCombination("trainer.keep_best needs evaluations: set trainer.eval_every or trainer.eval_every_epochs")
+    if t.get("keep_best_mode", "auto") not in ("auto", "min", "max"):
+        raise param_error("keep_best_mode", "trainer", "'auto', 'min' or 'max'", t.keep_best_mode)
 
 
 def _check_threads(setting) -> None:
@@ -115,7 +161,7 @@ class Tensors:
 
 
 def load_data(cfg):
-    """Load, check and split the configured dataset; returns (DataSplits, Tensors)."""
+    """Load, check and split the configured dataset; returns (table, DataSplits, Tensors)."""
     from .data import load_table, make_splits
 
     d = cfg.dataset
@@ -154,237 +200,103 @@ def _likelihood_task(name: str) -> str:
     return LIKELIHOODS[name].task
 
 
-# ----- components --------------------------------------------------------------------------------
-def build_likelihood(lcfg):
-    from .likelihoods import LIKELIHOODS
-
-    cls = LIKELIHOODS.get(lcfg.name)
-    if cls is None:
-        raise param_error("name", "likelihood", f"one of {sorted(LIKELIHOODS)}", lcfg.name)
-    kwargs = {k: v for k, v in lcfg.items() if k != "name"}
-    if "noise_init" in kwargs and (not _is_number(kwargs["noise_init"]) or kwargs["noise_init"] <= 0):
-        raise param_error("noise_init", "likelihood=gaussian", "a float in (0, inf)", kwargs["noise_init"])
-    return cls(**kwargs)
-
-
-def _estimator_registry():
-    from . import estimators as E
-
-    classes = (E.AutoEstimator, E.ExactEstimator, E.QuadratureEstimator, E.BMCEstimator, E.SmoothBMCEstimator, E.UPSEstimator)
-    return {cls.name: cls for cls in classes}
-
-
-def build_estimator(ecfg):
-    reg = _estimator_registry()
-    cls = reg.get(ecfg.name)
-    if cls is None:
-        raise param_error("name", "estimator", f"one of {sorted(reg)}", ecfg.name)
-    return cls(**{k: v for k, v in ecfg.items() if k != "name"})
-
-
-def build_kernel(kcfg, num_dims: int):
-    import gpytorch
-
-    ard = num_dims if kcfg.ard else None
-    name = kcfg.name
-    if name == "rbf":
-        base = gpytorch.kernels.RBFKernel(ard_num_dims=ard)
-    elif name in ("matern12", "matern32", "matern52"):
-        base = gpytorch.kernels.MaternKernel(nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name], ard_num_dims=ard)
-    else:
-        raise param_error("name", "kernel", "one of rbf, matern12, matern32, matern52", name)
-    for key in ("lengthscale", "outputscale"):
-        if not _is_number(kcfg[key]) or kcfg[key] <= 0:
-            raise param_error(key, f"kernel={name}", "a float in (0, inf)", kcfg[key])
-    base.lengthscale = kcfg.lengthscale
-    k = gpytorch.kernels.ScaleKernel(base)
-    k.outputscale = kcfg.outputscale
-    return k
-
-
-def build_mean(kind: str, task: str):
-    """Zero mean for regression and counts, constant for classification (DLM paper, App. D)."""
-    import gpytorch
-
-    if kind == "auto":
-        kind = "constant" if task == "classification" else "zero"
-    if kind == "zero":
-        return gpytorch.means.ZeroMean()
-    if kind == "constant":
-        return gpytorch.means.ConstantMean()
-    raise param_error("mean", "model", "'auto', 'zero' or 'constant'", kind)
-
-
-def initial_inducing_points(x: torch.Tensor, M: int, how: str, seed: int) -> torch.Tensor:
-    """M rows of x at random, or the k-means centres of x (scikit-learn, seeded)."""
-    n = x.shape[0]
-    if M > n:
-        raise param_error("num_inducing", "model", f"an integer in [1, n_train={n}]", M)
-    rng = torch.Generator().manual_seed(seed)
-    if how == "random":
-        idx = torch.randperm(n, generator=rng)[:M]
-        return x[idx.to(x.device)].clone()
-    from sklearn.cluster import KMeans
-
-    xs = x.detach().cpu().numpy()
-    km = KMeans(n_clusters=M, n_init=1, random_state=seed, max_iter=100).fit(xs)
-    return torch.as_tensor(km.cluster_centers_, dtype=x.dtype, device=x.device)
-
-
-# ----- methods: model + objective + training protocol ----------------------------------------------
-@dataclass
-class Stage:
-    """One step of a training protocol: iterate ``objective`` over ``params`` (after ``prepare``),
-    or call ``solve(x, y)`` for a closed-form step."""
-
-    name: str
-    objective: Any = None
-    params: list = field(default_factory=list)
-    prepare: Callable[[], None] | None = None
-    solve: Callable[[torch.Tensor, torch.Tensor], None] | None = None
-
-
-@dataclass
-class Method:
-    """What ``train`` runs: the model (``marginals``), its likelihood, the stages, and an optional
-    ``finalize(x, y)`` that completes the predictive distribution (square-loss DLM's noise)."""
-
-    name: str
-    model: Any
-    likelihood: Any
-    stages: list[Stage]
-    estimator: Any = None
-    finalize: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+# ----- the method: dispatched to the model's family ------------------------------------------------
+def check_sizes(cfg, n_train: int) -> None:
+    """The family's checks that need the training-set size (e.g. M <= N)."""
+    family = family_of(cfg.model.name)
+    if hasattr(family, "check_sizes"):
+        family.check_sizes(cfg, n_train)
 
 
 def build_method(cfg, tensors: Tensors, task: str) -> Method:
-    from . import objectives as O
-    from .estimators import AutoEstimator
-    from .models import CollapsedSparseGP, ExactGP, SparseVariationalGP
-
-    m = cfg.model
-    x, y = tensors.x_train, tensors.y_train
-    n, D = x.shape
-    device, dtype = x.device, x.dtype
-    likelihood = build_likelihood(cfg.likelihood)
-    likelihood.validate_targets(y)
-    kernel = build_kernel(cfg.kernel, D)
-    mean = build_mean(m.mean, task)
-    beta = float(cfg.objective.beta)
-
-    if m.name == "exact":
-        if n > m.max_train:
-            raise UnsupportedCombination(
-                f"model=exact refuses n_train={n} > model.max_train={m.max_train} (O(N^3)); use a sparse model "
-                f"or raise model.max_train"
-            )
-        model = ExactGP(x, y, kernel, mean, likelihood).to(device=device, dtype=dtype)
-        obj = O.ExactMarginalLikelihood(model, n)
-        return Method("exact", model, likelihood, [Stage("exact", obj, list(model.parameters()))])
-
-    Z = initial_inducing_points(x, m.num_inducing, m.inducing_init, cfg.seed)
-    if m.name in COLLAPSED:
-        model = CollapsedSparseGP(Z, kernel, mean, likelihood, kind=m.name, learn_inducing=m.learn_inducing, jitter=m.jitter)
-        model = model.to(device=device, dtype=dtype)
-        model.set_train_data(x, y)
-        return Method(m.name, model, likelihood, [Stage(m.name, O.CollapsedBound(model, n), list(model.parameters()))])
-
-    estimator = build_estimator(cfg.estimator)
-    model = SparseVariationalGP(Z, kernel, mean, learn_inducing=m.learn_inducing, jitter=m.jitter)
-    model = model.to(device=device, dtype=dtype)
-    likelihood = likelihood.to(device=device, dtype=dtype)
-    all_params = list(model.parameters()) + list(likelihood.parameters())
-    quantity = {"svgp": "expected_log_prob", "dlm": "log_marginal", "sq_dlm": None}[m.name]
-    if quantity:
-        estimator.check(likelihood, quantity)
-
-    def svgp_stage(name="svgp", est=estimator):
-        return Stage(name, O.ELBO(model, likelihood, est, n, beta), all_params)
-
-    if m.name == "svgp":
-        return Method("svgp", model, likelihood, [svgp_stage()], estimator)
-
-    def freeze_and_reset():
-        """Fixed variant (DLM paper, Sec. 6 / App. D): keep SVGP's kernel, likelihood and inducing
-        inputs fixed and learn q(u) from scratch."""
-        for p in model.hyperparameters() + list(likelihood.parameters()):
-            p.requires_grad_(False)
-        model.reset_variational()
-
-    fixed = m.variant == "fixed"
-    # The SVGP stage of a fixed variant is standard SVGP with beta=1; it uses the configured
-    # estimator when that estimator can compute E_q[log p], else the closed form/quadrature.
-    pre = []
-    if fixed:
-        pre_est = estimator if _supports(estimator, likelihood, "expected_log_prob") else AutoEstimator()
-        pre = [Stage("svgp", O.ELBO(model, likelihood, pre_est, n, 1.0), all_params)]
-
-    if m.name == "dlm":
-        obj = O.DLM(model, likelihood, estimator, n, beta)
-        params = model.variational_parameters() if fixed else all_params
-        stage = Stage("dlm", obj, params, prepare=freeze_and_reset if fixed else None)
-        return Method("dlm", model, likelihood, pre + [stage], estimator)
-
-    # square-loss DLM
-    def finalize(xt, yt):
-        """Complete sq-DLM into a predictive distribution: q(u) = N(m, K_uu), ML noise."""
-        model.q_u.chol_variational_covar.data.copy_(torch.eye(Z.shape[0], dtype=dtype, device=device))
-        with torch.no_grad():
-            mu, var = model.marginals(xt)
-        lower = 1.01 * float(likelihood.gp.noise_covar.raw_noise_constraint.lower_bound)
-        likelihood.gp.noise = O.fit_predictive_noise(mu, var, yt, lower=lower)
-
-    if fixed:
-        def solve(xt, yt):
-            model.q_u.variational_mean.data.copy_(O.optimal_whitened_mean(model, xt, yt, beta))
-
-        stage = Stage("sq_dlm", prepare=freeze_and_reset, solve=solve)
-    else:
-        obj = O.SquareLossDLM(model, likelihood, estimator, n, beta)
-        params = [model.q_u.variational_mean] + model.hyperparameters()
-        stage = Stage("sq_dlm", obj, params)
-    return Method("sq_dlm", model, likelihood, pre + [stage], estimator, finalize=finalize)
+    """The model, likelihood and training stages of ``cfg.model.name``, built by its family."""
+    return family_of(cfg.model.name).build(cfg, tensors, task)
 
 
-def _supports(estimator, likelihood, quantity) -> bool:
-    try:
-        estimator.check(likelihood, quantity)
-        return not getattr(estimator, "log_marginal_only", False)
-    except UnsupportedCombination:
-        return False
-
-
-def trainer_settings(cfg, n_train: int, task: str):
-    from .training import ConvergenceRule, TrainerSettings, default_lr
+def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None, n_val: int | None = None):
+    """The run's ``TrainerSettings``. With ``method``, also the checks that need it: L-BFGS on a
+    stochastic stage, ``lr_scale`` groups the family does not have, ``keep_best`` metrics that
+    nothing computes."""
+    from .training import ConvergenceRule, Schedule, TrainerSettings, default_lr
 
     t = cfg.trainer
-    window = t.stop_window if t.stop_window is not None else (50 if task == "regression" else 20)
+    optimizer = t.get("optimizer", "adam")
+    if t.stop_window is not None:
+        window = t.stop_window
+    else:  # the DLM paper's windows (App. D); L-BFGS iterations are line searches: a shorter window
+        window = 10 if optimizer == "lbfgs" else (50 if task == "regression" else 20)
+    uses = {"adam": ("eps",), "adadelta": ("rho", "eps"), "sgd": ("momentum",), "lbfgs": ("lbfgs_history",)}[optimizer]
+    defaults = {"momentum": 0.0, "rho": 0.9, "eps": None, "lbfgs_history": 100}
+    options = {k: t.get(k, defaults[k]) for k in uses}
+    schedule = Schedule(kind=t.get("schedule", "constant"), every_epochs=int(t.get("step_epochs", 10)),
+                        step_factor=float(t.get("step_factor", 0.5)), t0=float(t.get("rm_t0", 100.0)),
+                        kappa=float(t.get("rm_kappa", 0.6)))
+    keep = t.get("keep_best")
+    mode = t.get("keep_best_mode", "auto")
+    lr_scale = {str(k): float(v) for k, v in (t.get("lr_scale") or {}).items()}
+    if method is not None:
+        _check_method_settings(cfg, method, task, lr_scale, keep, optimizer, n_val)
+        if mode == "auto":
+            mode = "max" if keep in method.higher_is_better else "min"
     return TrainerSettings(
         max_iters=t.max_iters,
-        lr=t.lr if t.lr is not None else default_lr(t.batch_size, n_train),
+        lr=t.lr if t.lr is not None else default_lr(t.batch_size, n_train, optimizer),
         batch_size=t.batch_size,
         stop=ConvergenceRule(window=window, tol=t.stop_tol),
         check_every=t.check_every,
         eval_every=t.eval_every,
         progress=bool(cfg.progress),
+        optimizer=optimizer,
+        optimizer_options=options,
+        lr_scale=lr_scale,
+        schedule=schedule,
+        max_epochs=t.get("max_epochs"),
+        eval_every_epochs=t.get("eval_every_epochs"),
+        keep_best=keep,
+        keep_best_mode="min" if mode == "auto" else mode,
+        stop_rule=t.get("stop_rule", "auto"),
     )
 
 
-def check_sizes(cfg, n_train: int) -> None:
-    m = cfg.model
-    if "num_inducing" in m and m.num_inducing > n_train:
-        raise param_error("num_inducing", f"model={m.name}", f"an integer in [1, n_train={n_train}]", m.num_inducing)
+def _check_method_settings(cfg, method: Method, task: str, lr_scale: dict, keep, optimizer: str, n_val) -> None:
+    from .metrics import PREDICTIVE_METRICS
+
+    valid = method.group_names
+    unknown = [g for g in lr_scale if g not in valid]
+    if unknown:
+        raise param_error(f"lr_scale.{unknown[0]}", "trainer", f"a group of model={cfg.model.name}: one of {', '.join(valid)}",
+                          lr_scale[unknown[0]])
+    if optimizer == "lbfgs":
+        stochastic = [s.name for s in method.stages if s.stochastic and s.solve is None]
+        if stochastic:
+            raise UnsupportedCombination(
+                f"trainer.optimizer=lbfgs needs a deterministic objective, but stage '{stochastic[0]}' uses the "
+                f"sampling estimator={cfg.estimator.name}; use estimator=auto/exact/quadrature or a first-order optimizer")
+    if keep is not None:
+        names = method.evaluation_metrics or PREDICTIVE_METRICS.get(task, ("nll",))
+        prefixes = ("test_",) if n_val == 0 else ("val_", "test_")
+        available = [p + k for p in prefixes for k in names] + list(method.monitors)
+        if keep not in available:
+            raise param_error("keep_best", "trainer", f"a metric this run computes: one of {', '.join(available)}", keep)
 
 
 __all__ = [
+    "MODELS",
     "Method",
     "Stage",
+    "Tensors",
     "build_estimator",
     "build_kernel",
     "build_likelihood",
+    "build_mean",
     "build_method",
     "check_sizes",
+    "configure_threads",
+    "initial_inducing_points",
     "load_data",
+    "resolve_device",
+    "resolve_dtype",
     "trainer_settings",
     "validate_config",
+    "validate_trainer",
 ]

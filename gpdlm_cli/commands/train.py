@@ -19,7 +19,7 @@ from .. import build
 from ..metrics import predictive_metrics
 from ..tracking import MlflowTracker, NullTracker, flatten, resolve_tracking_uri
 from ..tracking.sweep import config_hash
-from ..training import train
+from ..training import run_stages
 
 
 def git_commit() -> str:
@@ -67,7 +67,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     table, splits, data = build.load_data(cfg)
     build.check_sizes(cfg, splits.n_train)
     method = build.build_method(cfg, data, splits.task)
-    settings = build.trainer_settings(cfg, splits.n_train, splits.task)
+    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
     device = data.x_train.device
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
     if method.estimator is not None:
@@ -79,65 +79,70 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         return None
     config = OmegaConf.to_container(cfg, resolve=True)
     tags = run_tags("train", overrides=overrides, output_dir=output_dir, device=device,
-                    fingerprint=splits.fingerprint, chash=chash)
+                    fingerprint=splits.fingerprint, chash=chash, **method.tags)
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     run_name = cfg.tracking.get("run_name") or f"{cfg.model.name}-{cfg.dataset.name}-s{cfg.seed}"
 
     with tracker.run(run_name=run_name, params=flatten(config), tags=tags, parent_run_id=parent_run_id):
-        def evaluate():
-            return {
-                **predictive_metrics(method.model, method.likelihood, data.x_val, data.y_val, y_std=splits.y_std, prefix="val_"),
-                **predictive_metrics(method.model, method.likelihood, data.x_test, data.y_test, y_std=splits.y_std, prefix="test_"),
-            }
-
+        evaluate = evaluator(method, data, splits.y_std)
         history = {"loss": [], "steps": {}}
 
         def log_steps(series):
             for k, pts in series.items():
                 history["steps"].setdefault(k, []).extend(pts)
             tracker.log_steps(series)
-        total_iters, seconds, iter_ms, converged = 0, 0.0, [], True
-        for stage in method.stages:
-            if stage.prepare:
-                stage.prepare()
-            if stage.solve:
-                stage.solve(data.x_train, data.y_train)
-                continue
-            result = train(
-                stage.objective, stage.params, data.x_train, data.y_train, settings,
-                generator=generator, evaluate=evaluate if settings.eval_every else None,
-                log_steps=log_steps, step_offset=total_iters, desc=f"{stage.name}",
-            )
-            total_iters += result.iterations
-            seconds += result.train_seconds
-            iter_ms.append(result.iter_ms)
-            converged = converged and result.converged
-            history["loss"].extend(result.losses)
+
+        fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=generator,
+                         evaluate=evaluate, log_steps=log_steps, modules=method.modules)
+        history["loss"] = fit.losses
+        tracker.set_tags({"gpdlm.stop_rule": ",".join(fit.stop_rules) or "none"})
         if method.finalize:
             method.finalize(data.x_train, data.y_train)
 
         metrics = evaluate()
         metrics.update({
-            "train_seconds": seconds,
-            "iter_ms": float(sorted(iter_ms)[len(iter_ms) // 2]) if iter_ms else 0.0,
-            "iterations": total_iters,
-            "converged": int(converged),
+            "train_seconds": fit.train_seconds,
+            "iter_ms": fit.iter_ms,
+            "iterations": fit.iterations,
+            "converged": int(fit.converged),
             "n_train": splits.n_train,
         })
+        if settings.keep_best:
+            metrics["best_iteration"] = fit.best_iteration if fit.best_iteration is not None else fit.iterations
         if method.estimator is not None:
             metrics.update(method.estimator.statistics())
+        if method.diagnostics is not None:
+            metrics.update(method.diagnostics())
         # 2. results to disk first, then to MLflow
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
         for k, v in metrics.items():  # the final evaluation closes the learning curves
-            if k.startswith(("val_", "test_")):
-                history["steps"].setdefault(k, []).append((total_iters, v))
+            if k.startswith(("val_", "test_")) or k in method.monitors:
+                history["steps"].setdefault(k, []).append((fit.iterations, v))
         curve = output_dir / "learning_curve.png"
         _plot_learning_curve(history, curve, title=run_name)
-        tracker.log_metrics(metrics, step=total_iters)
+        tracker.log_metrics(metrics, step=fit.iterations)
         for f in ("config.yaml", "metrics.json", "learning_curve.png"):
             if (output_dir / f).exists():
                 tracker.log_artifact(output_dir / f)
     return metrics
+
+
+def evaluator(method, data, y_std: float):
+    """The run's evaluation: predictive metrics on validation and test (the family's own
+    ``evaluate`` if it has one) and the family's monitors."""
+
+    def predictive(x, y, prefix):
+        if method.evaluate is not None:
+            return method.evaluate(x, y, prefix=prefix, y_std=y_std)
+        return predictive_metrics(method.model, method.likelihood, x, y, y_std=y_std, prefix=prefix)
+
+    def evaluate():
+        out = {**predictive(data.x_val, data.y_val, "val_"), **predictive(data.x_test, data.y_test, "test_")}
+        for name, monitor in method.monitors.items():
+            out[name] = float(monitor())
+        return out
+
+    return evaluate
 
 
 def _plot_learning_curve(history, path: Path, title: str) -> None:

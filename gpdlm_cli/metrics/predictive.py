@@ -20,6 +20,13 @@ from ..estimators import AutoEstimator, QuadratureEstimator
 
 _EVAL_NODES = 64
 
+#: the metric names ``predictive_metrics`` reports for each task (before the val_/test_ prefix)
+PREDICTIVE_METRICS = {
+    "regression": ("nll", "nll_norm", "mse", "rmse", "rmse_norm"),
+    "classification": ("nll", "error"),
+    "count": ("nll", "mre", "rmse"),
+}
+
 
 @torch.no_grad()
 def predictive_marginals(model, x: torch.Tensor, batch_size: int = 4096):

@@ -1,6 +1,33 @@
-"""Training: the optimisation loop and the stopping rule."""
+"""Training: the one trainer every family uses -- optimisers (Adam, AdaDelta, SGD, L-BFGS), named
+parameter groups, learning-rate schedules, budgets in iterations and epochs, stopping rules for
+deterministic and stochastic objectives, best-iterate restoration, hooks, and the stage runner."""
 
-from .loop import TrainerSettings, TrainResult, default_lr, train
-from .stopping import ConvergenceRule
+from .loop import TrainerSettings, TrainResult, train
+from .optim import OPTIMIZERS, SCHEDULES, Schedule, default_lr as optimizer_default_lr, make_optimizer
+from .stages import FitResult, run_stages, stage_settings
+from .stopping import STOP_RULES, BlockMeanRule, ConvergenceRule, NeverStop, make_rule
 
-__all__ = ["ConvergenceRule", "TrainResult", "TrainerSettings", "default_lr", "train"]
+
+def default_lr(batch_size, n, optimizer: str = "adam") -> float:
+    """The learning rate used when ``trainer.lr`` is null (see ``optim.default_lr``)."""
+    return optimizer_default_lr(optimizer, batch_size, n)
+
+
+__all__ = [
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "STOP_RULES",
+    "BlockMeanRule",
+    "ConvergenceRule",
+    "FitResult",
+    "NeverStop",
+    "Schedule",
+    "TrainResult",
+    "TrainerSettings",
+    "default_lr",
+    "make_optimizer",
+    "make_rule",
+    "run_stages",
+    "stage_settings",
+    "train",
+]

@@ -1,34 +1,52 @@
-"""The training loop: Adam on an objective, full batch or minibatch, with the paper's stopping
-rule, a progress bar, periodic evaluation, and no per-iteration host-device synchronisation.
+"""The training loop: one optimiser over named parameter groups, full batch or minibatch, with
+budgets in iterations and epochs, learning-rate schedules, stopping rules, periodic evaluation,
+best-iterate restoration, hooks, a progress bar, and no per-iteration host-device synchronisation.
 
 Losses stay on the device in a buffer; every ``check_every`` iterations the buffer is read once to
-test convergence, NaNs and progress (the only sync points), and step metrics are handed to the
-sink in batches at every evaluation.
+test convergence, NaNs and progress (the only sync points besides evaluations, which read metrics,
+and L-BFGS, whose line search compares values on the host). Step metrics are handed to the sink in
+batches at every evaluation.
+
+An *epoch* is one pass of shuffled minibatches, floor(N / batch) iterations (the remainder of a
+permutation is dropped and a new one drawn); on the full batch one iteration is one epoch.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 
 from ..exceptions import NumericalError
-from .stopping import ConvergenceRule
+from .optim import Schedule, make_optimizer
+from .stopping import ConvergenceRule, make_rule
 
 
 @dataclass
 class TrainerSettings:
-    max_iters: int = 2000
+    """Everything the loop needs, as plain values (``build.trainer_settings`` reads the config)."""
+
+    max_iters: int | None = 2000
     lr: float = 0.1
     batch_size: int | None = None  # None = full batch
-    stop: ConvergenceRule = field(default_factory=ConvergenceRule)
+    stop: ConvergenceRule = field(default_factory=ConvergenceRule)  # window and tol of the stopping rules
     check_every: int = 10
     eval_every: int = 100
     progress: bool = True
+    optimizer: str = "adam"
+    optimizer_options: dict = field(default_factory=dict)  # momentum, rho, eps, lbfgs_history
+    lr_scale: dict = field(default_factory=dict)  # group name -> multiplier of lr
+    schedule: Schedule = field(default_factory=Schedule)
+    max_epochs: int | None = None
+    eval_every_epochs: int | None = None
+    keep_best: str | None = None  # metric name; restore the best iterate before returning
+    keep_best_mode: str = "min"  # min | max
+    stop_rule: str = "auto"  # auto | window | block_mean | none
 
 
 @dataclass
@@ -38,6 +56,10 @@ class TrainResult:
     converged: bool
     train_seconds: float
     iter_ms: float
+    epochs: float = 0.0
+    stop_rule: str = "window"
+    best_iteration: int | None = None  # global step of the restored iterate (keep_best)
+    best_value: float | None = None
 
 
 def _progress_bar(total: int, desc: str, enabled: bool):
@@ -48,9 +70,30 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
+class _Snapshot:
+    """Copies of every parameter and buffer of some modules (each tensor once), on its device."""
+
+    def __init__(self, modules: Iterable[torch.nn.Module], params: Iterable[torch.Tensor]):
+        seen, self.tensors = set(), []
+        for t in [t for m in modules for t in list(m.parameters()) + list(m.buffers())] + list(params):
+            if id(t) not in seen:
+                seen.add(id(t))
+                self.tensors.append(t)
+        self.copies = None
+
+    def save(self) -> None:
+        with torch.no_grad():
+            self.copies = [t.detach().clone() for t in self.tensors]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for t, c in zip(self.tensors, self.copies):
+                t.copy_(c)
+
+
 def train(
-    objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    params: list[torch.nn.Parameter],
+    objective: Callable[..., torch.Tensor],
+    params,
     x: torch.Tensor,
     y: torch.Tensor,
     settings: TrainerSettings,
@@ -60,18 +103,51 @@ def train(
     log_steps: Callable[[dict[str, list[tuple[int, float]]]], None] | None = None,
     step_offset: int = 0,
     desc: str = "train",
+    stochastic: bool = False,
+    hooks: Iterable = (),
+    modules: Iterable[torch.nn.Module] = (),
+    wants_index: bool = False,
 ) -> TrainResult:
-    """Minimise ``objective(x_batch, y_batch)`` over ``params`` with Adam."""
+    """Minimise ``objective(x_batch, y_batch)`` over ``params``: a list of parameters or a dict of
+    named groups (each trained at ``settings.lr * settings.lr_scale.get(name, 1)``)."""
     from linear_operator.utils.errors import NanError, NotPSDError
 
-    params = [p for p in params if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=settings.lr)
+    groups = params if isinstance(params, dict) else {"all": list(params)}
+    opt_groups = []
+    for name, ps in groups.items():
+        ps = [p for p in ps if p.requires_grad]
+        if ps:
+            opt_groups.append({"params": ps, "lr": settings.lr * settings.lr_scale.get(name, 1.0), "name": name})
+    if not opt_groups:
+        raise NumericalError(f"stage '{desc}' has no trainable parameter")
+    lbfgs = settings.optimizer == "lbfgs"
+    if lbfgs:
+        opt_groups = [{"params": [p for g in opt_groups for p in g["params"]], "lr": settings.lr, "name": "all"}]
+    opt = make_optimizer(settings.optimizer, opt_groups, **settings.optimizer_options)
+    for g in opt.param_groups:
+        g["base_lr"] = g["lr"]
+    schedule = settings.schedule
+
     n = x.shape[0]
     bs = settings.batch_size if settings.batch_size and settings.batch_size < n else None
-    losses = torch.empty(settings.max_iters, dtype=x.dtype, device=x.device)
+    steps_per_epoch = n // bs if bs else 1
+    cap = settings.max_iters if settings.max_iters is not None else math.inf
+    if settings.max_epochs:
+        cap = min(cap, settings.max_epochs * steps_per_epoch)
+    cap = int(cap)
+    rule = make_rule(settings.stop_rule, stochastic=stochastic or bs is not None, window=settings.stop.window,
+                     tol=settings.stop.tol, steps_per_epoch=steps_per_epoch)
+    hooks = list(hooks)
+    epoch_hooks = [h for h in hooks if hasattr(h, "epoch_start")]
+    step_hooks = [h for h in hooks if hasattr(h, "after_step")]
+    snapshot = _Snapshot(modules, [p for g in opt_groups for p in g["params"]]) if settings.keep_best else None
+    best = {"value": None, "iteration": None}
+    maximise = settings.keep_best_mode == "max"
+
+    losses = torch.empty(cap, dtype=x.dtype, device=x.device)
     pending: dict[str, list[tuple[int, float]]] = {}
     chunk_ms: list[float] = []
-    bar = _progress_bar(settings.max_iters, desc, settings.progress)
+    bar = _progress_bar(cap, desc, settings.progress)
     perm, pos = None, n
     it, it_chunk, converged, flushed = 0, 0, False, 0
     eval_seconds = 0.0
@@ -89,59 +165,110 @@ def train(
             log_steps(dict(pending))
         pending.clear()
 
+    def consider(metrics: dict, at: int) -> None:
+        """keep_best: remember this iterate if its metric is the best so far."""
+        v = metrics.get(settings.keep_best)
+        if v is None or not math.isfinite(v):
+            return
+        if best["value"] is None or (v > best["value"] if maximise else v < best["value"]):
+            best["value"], best["iteration"] = v, step_offset + at
+            snapshot.save()
+
+    def call(xb, yb, idx):
+        return objective(xb, yb, idx) if wants_index else objective(xb, yb)
+
     try:
-        while it < settings.max_iters:
-            if bs is None:
-                xb, yb = x, y
-            else:
-                if pos + bs > n:
-                    perm, pos = torch.randperm(n, generator=generator, device=generator.device).to(x.device), 0
-                idx = perm[pos:pos + bs]
-                pos += bs
-                xb, yb = x[idx], y[idx]
-            opt.zero_grad(set_to_none=True)
-            loss = objective(xb, yb)
-            loss.backward()
-            opt.step()
-            losses[it] = loss.detach()
-            it += 1
-            if it % settings.check_every == 0 or it == settings.max_iters:
-                window = losses[:it]
-                if not bool(torch.isfinite(window[-settings.check_every:]).all()):
-                    _raise_first_nonfinite(window, step_offset)
-                now = time.perf_counter()
-                chunk_ms.append(1000 * (now - t_chunk) / (it - it_chunk))
-                t_chunk, it_chunk = now, it
-                if bar is not None:
-                    bar.n = it
-                    bar.set_postfix(loss=f"{window[-1].item():.4f}", refresh=False)
-                    bar.refresh()
-                converged = settings.stop.converged(window)
-            last = converged or it == settings.max_iters  # the caller evaluates the final model itself
-            if evaluate and settings.eval_every and it % settings.eval_every == 0 and not last:
-                t_eval = time.perf_counter()
-                for k, v in evaluate().items():
-                    pending.setdefault(k, []).append((step_offset + it, v))
-                flush(it)
-                t_chunk = time.perf_counter()
-                eval_seconds += t_chunk - t_eval
-            if converged:
-                break
-    except (NotPSDError, NanError) as e:
-        _raise_first_nonfinite(losses[:it], step_offset)  # parameters went NaN after a NaN loss
-        raise NumericalError(f"non-positive-definite matrix at iteration {step_offset + it + 1}: {str(e).splitlines()[0]}") from e
+        try:
+            while it < cap:
+                epoch = it // steps_per_epoch
+                if it % steps_per_epoch == 0:
+                    for h in epoch_hooks:
+                        h.epoch_start(epoch)
+                if bs is None:
+                    xb, yb, idx = x, y, None
+                else:
+                    if pos + bs > n:
+                        perm, pos = torch.randperm(n, generator=generator, device=generator.device).to(x.device), 0
+                    idx = perm[pos:pos + bs]
+                    pos += bs
+                    xb, yb = x[idx], y[idx]
+                if not schedule.constant:
+                    f = schedule.factor(it, epoch)
+                    for g in opt.param_groups:
+                        g["lr"] = g["base_lr"] * f
+                if lbfgs:
+                    def closure():
+                        opt.zero_grad(set_to_none=True)
+                        value = call(xb, yb, idx)
+                        value.backward()
+                        return value
+
+                    loss = opt.step(closure)
+                else:
+                    opt.zero_grad(set_to_none=True)
+                    loss = call(xb, yb, idx)
+                    loss.backward()
+                    opt.step()
+                losses[it] = loss.detach()
+                it += 1
+                for h in step_hooks:
+                    h.after_step(it, epoch)
+                if it % settings.check_every == 0 or it == cap:
+                    window = losses[:it]
+                    if not bool(torch.isfinite(window[-settings.check_every:]).all()):
+                        _raise_first_nonfinite(window, step_offset)
+                    now = time.perf_counter()
+                    chunk_ms.append(1000 * (now - t_chunk) / (it - it_chunk))
+                    t_chunk, it_chunk = now, it
+                    if bar is not None:
+                        bar.n = it
+                        bar.set_postfix(loss=f"{window[-1].item():.4f}", refresh=False)
+                        bar.refresh()
+                    converged = rule.converged(window)
+                last = converged or it == cap  # the caller evaluates the final model itself
+                due = (settings.eval_every and it % settings.eval_every == 0) or (
+                    settings.eval_every_epochs and it % steps_per_epoch == 0
+                    and (it // steps_per_epoch) % settings.eval_every_epochs == 0)
+                if evaluate and due and not last:
+                    t_eval = time.perf_counter()
+                    metrics = evaluate()
+                    for k, v in metrics.items():
+                        pending.setdefault(k, []).append((step_offset + it, v))
+                    if snapshot is not None:
+                        consider(metrics, it)
+                    flush(it)
+                    t_chunk = time.perf_counter()
+                    eval_seconds += t_chunk - t_eval
+                if converged:
+                    break
+        except (NotPSDError, NanError) as e:
+            _raise_first_nonfinite(losses[:it], step_offset)  # parameters went NaN after a NaN loss
+            raise NumericalError(f"non-positive-definite matrix at iteration {step_offset + it + 1}: {str(e).splitlines()[0]}") from e
+    except BaseException:
+        try:  # keep the learning curve so far (interrupted or failed runs)
+            flush(it)
+        except Exception:
+            pass
+        raise
     finally:
         if bar is not None:
             bar.close()
     flush(it)
     seconds = time.perf_counter() - t_start - eval_seconds  # training only, evaluation excluded
-    loss_list = losses[:it].tolist()
+    if snapshot is not None and evaluate is not None:
+        consider(evaluate(), it)  # the final iterate competes too
+        if best["iteration"] is not None and best["iteration"] != step_offset + it:
+            snapshot.restore()
     return TrainResult(
-        losses=loss_list,
+        losses=losses[:it].tolist(),
         iterations=it,
         converged=converged,
         train_seconds=seconds,
         iter_ms=statistics.median(chunk_ms) if chunk_ms else (1000 * seconds / max(it, 1)),
+        epochs=it / steps_per_epoch,
+        stop_rule=rule.name,
+        best_iteration=best["iteration"],
+        best_value=best["value"],
     )
 
 
@@ -152,9 +279,4 @@ def _raise_first_nonfinite(losses: torch.Tensor, step_offset: int) -> None:
         raise NumericalError(f"the training loss became {losses[i].item()} at iteration {step_offset + i + 1}")
 
 
-def default_lr(batch_size: int | None, n: int) -> float:
-    """The paper's Adam learning rates (App. D): 0.1 full batch, 1e-3 for stochastic training."""
-    return 0.1 if batch_size is None or batch_size >= n else 1e-3
-
-
-__all__ = ["TrainResult", "TrainerSettings", "default_lr", "train"]
+__all__ = ["TrainResult", "TrainerSettings", "train"]

@@ -1,0 +1,110 @@
+"""What a model family hands to the trainer: a ``Method`` made of ``Stage`` s.
+
+A family module (``methods/<family>.py``) turns a composed config and the data into a ``Method``:
+the model (anything with ``marginals(x) -> (mu, var)``), its likelihood, and the training protocol
+as a list of stages. The trainer (``gpdlm_cli.training``) runs the stages; families only declare
+them. Protocols such as SVGP-then-DLM, pre-train-then-fine-tune or refresh-then-minibatch-steps are
+all lists of stages with named parameter groups, per-stage trainer overrides and hooks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+
+@dataclass
+class Stage:
+    """One step of a training protocol.
+
+    Either iterate ``objective(x_batch, y_batch)`` (a scalar to *minimise*) over the parameters in
+    ``groups`` -- named parameter groups, each trained with ``trainer.lr * trainer.lr_scale[<name>]``
+    -- or call ``solve(x, y)`` for a closed-form step. ``prepare()`` runs first in both cases.
+
+    * ``stochastic``: the objective's value or gradient is a random estimate even on the full
+      batch (a sampling estimator); the trainer then uses the stopping rule for noisy losses and
+      refuses L-BFGS. Minibatch training is stochastic whatever this says.
+    * ``hooks``: objects with optional ``after_step(iteration, epoch)`` / ``epoch_start(epoch)``
+      methods, called by the trainer (e.g. SCGD's running-average refresh, Algorithm 2's kernel refresh).
+    * ``overrides``: trainer settings for this stage only (e.g. ``{"batch_size": None}``).
+    * ``lr_scale``: the family's default learning-rate multipliers per group (``trainer.lr_scale``
+      overrides them group by group).
+    * ``wants_index``: call ``objective(x_batch, y_batch, index)`` with the batch's row indices
+      (``None`` on the full batch).
+    """
+
+    name: str
+    objective: Any = None
+    groups: dict[str, list] = field(default_factory=dict)
+    prepare: Callable[[], None] | None = None
+    solve: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+    stochastic: bool = False
+    hooks: list = field(default_factory=list)
+    overrides: dict = field(default_factory=dict)
+    lr_scale: dict[str, float] = field(default_factory=dict)
+    wants_index: bool = False
+
+    @property
+    def params(self) -> list:
+        """All parameters of all groups, each once, in group order."""
+        seen, out = set(), []
+        for ps in self.groups.values():
+            for p in ps:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+        return out
+
+
+@dataclass
+class Method:
+    """What ``gpdlm train`` runs.
+
+    * ``model``: has ``marginals(x) -> (mu, var)`` of the latent f (the protocol every objective,
+      estimator and metric relies on; see ``gpdlm_cli.models``), ``likelihood`` its likelihood;
+    * ``stages``: the training protocol; ``estimator``: the injected log-expectation estimator, if any;
+    * ``finalize(x, y)``: completes the predictive distribution after training (square-loss DLM's noise);
+    * ``monitors``: family metrics computed at every evaluation point and at the end, by name
+      (e.g. the full-data NLML of the RKHS family); ``trainer.keep_best`` may name them;
+      ``higher_is_better`` lists the ones to maximise;
+    * ``evaluate(x, y, prefix, y_std) -> dict``: the family's own predictive metrics, for families
+      that predict in their own way (gamma family, free simulation); None = the standard
+      ``metrics.predictive_metrics`` of ``model``/``likelihood``; ``evaluation_metrics`` names what
+      it reports (without the val_/test_ prefix; None = the standard names of the task);
+    * ``diagnostics() -> dict``: extra final metrics (e.g. learned outputscale);
+    * ``tags``: strings recorded as MLflow tags (e.g. which ELBO form was used).
+    """
+
+    name: str
+    model: Any
+    likelihood: Any
+    stages: list[Stage]
+    estimator: Any = None
+    finalize: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+    monitors: dict[str, Callable[[], float]] = field(default_factory=dict)
+    higher_is_better: frozenset = frozenset()
+    evaluate: Callable[..., dict] | None = None
+    evaluation_metrics: tuple[str, ...] | None = None
+    diagnostics: Callable[[], dict] | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def modules(self) -> list[torch.nn.Module]:
+        """The modules whose state is the trained model (what ``keep_best`` snapshots)."""
+        mods = [m for m in (self.model, self.likelihood) if isinstance(m, torch.nn.Module)]
+        for stage in self.stages:
+            if isinstance(stage.objective, torch.nn.Module) and all(stage.objective is not m for m in mods):
+                mods.append(stage.objective)
+        return mods
+
+    @property
+    def group_names(self) -> list[str]:
+        names: list[str] = []
+        for stage in self.stages:
+            names += [g for g in stage.groups if g not in names]
+        return names
+
+
+__all__ = ["Method", "Stage"]

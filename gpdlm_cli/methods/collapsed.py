@@ -1,0 +1,47 @@
+"""The collapsed family: SGPR (Titsias, 2009) and FITC (Snelson and Ghahramani, 2006), Gaussian
+regression with the optimal q(u) integrated out; full batch, deterministic (L-BFGS works here).
+
+Parameter groups: ``inducing`` (Z), ``kernel`` (kernel and mean-function hyperparameters),
+``likelihood`` (the noise).
+"""
+
+from __future__ import annotations
+
+from ..exceptions import UnsupportedCombination
+from . import components as C
+from .base import Method, Stage
+
+MODELS = ("sgpr", "fitc")
+
+
+def validate(cfg) -> None:
+    C.check_inducing(cfg.model)
+    C.gaussian_only(cfg)
+    if cfg.trainer.batch_size is not None:
+        raise UnsupportedCombination(f"model={cfg.model.name} trains full batch; set trainer.batch_size=null")
+
+
+def check_sizes(cfg, n_train: int) -> None:
+    C.check_inducing(cfg.model, n_train)
+
+
+def build(cfg, data, task: str) -> Method:
+    from .. import objectives as O
+    from ..models import CollapsedSparseGP
+
+    m = cfg.model
+    x, y = data.x_train, data.y_train
+    n, D = x.shape
+    check_sizes(cfg, n)
+    likelihood = C.build_likelihood(cfg.likelihood)
+    likelihood.validate_targets(y)
+    kernel = C.build_kernel(cfg.kernel, D)
+    mean = C.build_mean(m.mean, task)
+    Z = C.initial_inducing_points(x, m.num_inducing, m.inducing_init, cfg.seed)
+    model = CollapsedSparseGP(Z, kernel, mean, likelihood, kind=m.name, learn_inducing=m.learn_inducing, jitter=m.jitter)
+    model = model.to(device=x.device, dtype=x.dtype)
+    model.set_train_data(x, y)
+    lik_params = list(likelihood.parameters())
+    taken = {id(p) for p in lik_params} | {id(model.Z)}
+    groups = {"inducing": [model.Z], "kernel": [p for p in model.parameters() if id(p) not in taken], "likelihood": lik_params}
+    return Method(m.name, model, likelihood, [Stage(m.name, O.CollapsedBound(model, n), groups)])

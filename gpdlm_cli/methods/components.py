@@ -1,0 +1,149 @@
+"""Config -> the components families share: likelihood, estimator, kernel, mean, inducing inputs.
+
+These read one config node each (``cfg.likelihood``, ``cfg.estimator``, ``cfg.kernel``) and check
+its values; library modules below them take plain arguments.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..exceptions import param_error
+
+
+def is_number(v) -> bool:
+    """A real number (not a bool, not NaN)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+
+
+def is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def build_likelihood(lcfg):
+    from ..likelihoods import LIKELIHOODS
+
+    cls = LIKELIHOODS.get(lcfg.name)
+    if cls is None:
+        raise param_error("name", "likelihood", f"one of {sorted(LIKELIHOODS)}", lcfg.name)
+    kwargs = {k: v for k, v in lcfg.items() if k != "name"}
+    if "noise_init" in kwargs and (not is_number(kwargs["noise_init"]) or kwargs["noise_init"] <= 0):
+        raise param_error("noise_init", "likelihood=gaussian", "a float in (0, inf)", kwargs["noise_init"])
+    return cls(**kwargs)
+
+
+def estimator_registry() -> dict:
+    from .. import estimators as E
+
+    classes = (E.AutoEstimator, E.ExactEstimator, E.QuadratureEstimator, E.BMCEstimator, E.SmoothBMCEstimator, E.UPSEstimator)
+    return {cls.name: cls for cls in classes}
+
+
+def build_estimator(ecfg):
+    reg = estimator_registry()
+    cls = reg.get(ecfg.name)
+    if cls is None:
+        raise param_error("name", "estimator", f"one of {sorted(reg)}", ecfg.name)
+    return cls(**{k: v for k, v in ecfg.items() if k != "name"})
+
+
+def supports(estimator, likelihood, quantity: str) -> bool:
+    """Whether ``estimator`` can compute ``quantity`` for ``likelihood`` (and is not log-marginal-only)."""
+    from ..exceptions import UnsupportedCombination
+
+    try:
+        estimator.check(likelihood, quantity)
+        return not getattr(estimator, "log_marginal_only", False)
+    except UnsupportedCombination:
+        return False
+
+
+STATIONARY_KERNELS = ("rbf", "matern12", "matern32", "matern52")
+
+
+def build_kernel(kcfg, num_dims: int):
+    """ScaleKernel(base) for a stationary base kernel (``kernel.name``), ARD if ``kernel.ard``."""
+    import gpytorch
+
+    ard = num_dims if kcfg.ard else None
+    name = kcfg.name
+    if name == "rbf":
+        base = gpytorch.kernels.RBFKernel(ard_num_dims=ard)
+    elif name in ("matern12", "matern32", "matern52"):
+        base = gpytorch.kernels.MaternKernel(nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name], ard_num_dims=ard)
+    else:
+        raise param_error("name", "kernel", f"one of {', '.join(STATIONARY_KERNELS)}", name)
+    for key in ("lengthscale", "outputscale"):
+        if not is_number(kcfg[key]) or kcfg[key] <= 0:
+            raise param_error(key, f"kernel={name}", "a float in (0, inf)", kcfg[key])
+    base.lengthscale = kcfg.lengthscale
+    k = gpytorch.kernels.ScaleKernel(base)
+    k.outputscale = kcfg.outputscale
+    return k
+
+
+def build_mean(kind: str, task: str):
+    """Zero mean for regression and counts, constant for classification (DLM paper, App. D)."""
+    import gpytorch
+
+    if kind == "auto":
+        kind = "constant" if task == "classification" else "zero"
+    if kind == "zero":
+        return gpytorch.means.ZeroMean()
+    if kind == "constant":
+        return gpytorch.means.ConstantMean()
+    raise param_error("mean", "model", "'auto', 'zero' or 'constant'", kind)
+
+
+def initial_inducing_points(x: torch.Tensor, M: int, how: str, seed: int) -> torch.Tensor:
+    """M rows of x at random, or the k-means centres of x (scikit-learn, seeded)."""
+    n = x.shape[0]
+    if M > n:
+        raise param_error("num_inducing", "model", f"an integer in [1, n_train={n}]", M)
+    rng = torch.Generator().manual_seed(seed)
+    if how == "random":
+        idx = torch.randperm(n, generator=rng)[:M]
+        return x[idx.to(x.device)].clone()
+    from sklearn.cluster import KMeans
+
+    xs = x.detach().cpu().numpy()
+    km = KMeans(n_clusters=M, n_init=1, random_state=seed, max_iter=100).fit(xs)
+    return torch.as_tensor(km.cluster_centers_, dtype=x.dtype, device=x.device)
+
+
+def check_inducing(m, n_train: int | None = None) -> None:
+    """The inducing-point keys shared by sparse families (``num_inducing``, ``inducing_init``)."""
+    if not is_int(m.num_inducing) or m.num_inducing < 1:
+        raise param_error("num_inducing", f"model={m.name}", "an integer >= 1", m.num_inducing)
+    if n_train is not None and m.num_inducing > n_train:
+        raise param_error("num_inducing", f"model={m.name}", f"an integer in [1, n_train={n_train}]", m.num_inducing)
+    if m.inducing_init not in ("kmeans", "random"):
+        raise param_error("inducing_init", f"model={m.name}", "'kmeans' or 'random'", m.inducing_init)
+
+
+def gaussian_only(cfg, what: str = "") -> None:
+    """Refuse a likelihood other than Gaussian for a regression-only model."""
+    from ..exceptions import UnsupportedCombination
+
+    if cfg.likelihood.name != "gaussian":
+        raise UnsupportedCombination(
+            what or f"model={cfg.model.name} is defined for likelihood=gaussian only; for "
+            f"likelihood={cfg.likelihood.name} use model=svgp, dlm"
+        )
+
+
+__all__ = [
+    "build_estimator",
+    "build_kernel",
+    "build_likelihood",
+    "build_mean",
+    "check_inducing",
+    "estimator_registry",
+    "gaussian_only",
+    "initial_inducing_points",
+    "is_int",
+    "is_number",
+    "supports",
+]

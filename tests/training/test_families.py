@@ -1,0 +1,183 @@
+"""The method-family registry and the trainer through `gpdlm train`'s real path (issue 8): every
+model belongs to one family, a new family plugs in with one registry line, its parameter groups
+and monitors reach the trainer, L-BFGS trains collapsed models, and bad trainer input fails before
+any run."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gpdlm_cli import build, methods
+from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.exceptions import GpdlmError
+from gpdlm_cli.tracking import NullTracker
+
+from ..conftest import compose, fast
+
+CONF = Path(build.__file__).resolve().parent / "conf" / "model"
+
+
+def test_every_model_option_belongs_to_exactly_one_family():
+    names = [f.stem.removesuffix("_fixed") for f in CONF.glob("*.yaml")]
+    assert set(names) <= set(methods.REGISTRY), set(names) - set(methods.REGISTRY)
+    owners = {}
+    for family in methods.FAMILIES:
+        assert callable(family.validate) and callable(family.build)
+        for name in family.MODELS:
+            assert name not in owners, f"{name} is served by two families"
+            owners[name] = family
+    assert owners == methods.REGISTRY
+    with pytest.raises(GpdlmError, match="the 'name' parameter of model must be one of"):
+        methods.family_of("nosuch")
+
+
+def test_build_py_names_no_model():
+    """The composition root dispatches; it never names a model (issue 8)."""
+    source = Path(build.__file__).read_text()
+    for name in methods.MODELS:
+        assert f'"{name}"' not in source and f"'{name}'" not in source, name
+
+
+# ----- a toy family registered like a real one ---------------------------------------------------------
+class _Toy(torch.nn.Module):
+    """q(f(x)) = N(w x_0, 1): marginals, so predictive metrics work; the objective ignores the data."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1, dtype=dtype))
+
+    def marginals(self, x):
+        return self.w * x[:, 0], torch.ones_like(x[:, 0])
+
+
+class ToyFamily:
+    """1/2 (w - 3)^2 by SGD from w = 0; its monitor |w - 1| is smallest at an intermediate step."""
+
+    MODELS = ("toy",)
+
+    @staticmethod
+    def validate(cfg):
+        pass
+
+    @staticmethod
+    def build(cfg, data, task):
+        from gpdlm_cli.likelihoods import GaussianLikelihood
+
+        model = _Toy(data.x_train.dtype)
+        lik = GaussianLikelihood().to(data.x_train.dtype)
+
+        def objective(xb, yb):
+            return 0.5 * ((model.w - 3.0) ** 2).sum()
+
+        return methods.Method("toy", model, lik, [methods.Stage("toy", objective, {"w": [model.w]})],
+                              monitors={"gap": lambda: abs(float(model.w.detach()[0]) - 1.0)})
+
+
+@pytest.fixture
+def toy_family(monkeypatch):
+    monkeypatch.setitem(methods.REGISTRY, "toy", ToyFamily)
+    return ToyFamily
+
+
+def _toy_run(tmp_path, *overrides):
+    cfg = compose(["model.name=toy", "trainer.optimizer=sgd", "trainer.lr=0.05", "trainer.max_iters=100",
+                   "trainer.eval_every=1", "trainer.stop_window=0", "progress=false", "tracking.enabled=false",
+                   "dataset.split.train_size=100", *overrides])
+    tracker = NullTracker()
+    return run_train(cfg, tmp_path, tracker=tracker), tracker
+
+
+def test_a_family_monitor_drives_keep_best_and_lr_scale_reaches_its_group(tmp_path, toy_family):
+    metrics, tracker = _toy_run(tmp_path, "trainer.keep_best=gap", "trainer.lr_scale={w:0.5}")
+    rate = 1 - 0.05 * 0.5  # SGD on 1/2 (w - 3)^2 at lr 0.05 x 0.5
+    trajectory = 3.0 - 3.0 * rate ** np.arange(101)
+    t_best = int(np.argmin(np.abs(trajectory - 1.0)))
+    assert metrics["best_iteration"] == t_best
+    assert metrics["gap"] == pytest.approx(abs(trajectory[t_best] - 1.0), rel=1e-9)
+    assert [s for s, _ in tracker.steps["gap"]][:3] == [1, 2, 3]  # monitors are step metrics too
+    assert tracker.tags["gpdlm.stop_rule"] == "window"
+    plain, _ = _toy_run(tmp_path / "plain")
+    assert "best_iteration" not in plain and plain["gap"] == pytest.approx(abs(3.0 - 3.0 * 0.95**100 - 1.0), rel=1e-9)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["trainer.lr_scale={kernel:0.1}"], "the 'lr_scale.kernel' parameter of trainer must be a group of model=toy: one of w"),
+    (["trainer.keep_best=nosuch"], "the 'keep_best' parameter of trainer must be a metric this run computes: one of val_nll"),
+])
+def test_method_dependent_trainer_errors(tmp_path, toy_family, overrides, message):
+    with pytest.raises(GpdlmError) as e:
+        _toy_run(tmp_path, *overrides)
+    assert message in str(e.value)
+
+
+# ----- the trainer on the real families ------------------------------------------------------------------
+class NoRunTracker(NullTracker):
+    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
+        raise AssertionError("an MLflow run was started for bad input")
+
+
+BAD = [
+    (["trainer.optimizer=nosuch"], "the 'optimizer' parameter of trainer must be one of adam, adadelta, sgd, lbfgs; got 'nosuch'"),
+    (["trainer.optimizer=lbfgs", "trainer.batch_size=100"], "trainer.optimizer=lbfgs needs a deterministic full-batch objective"),
+    (["trainer.optimizer=lbfgs", "estimator=bmc"], "stage 'dlm' uses the sampling estimator=bmc"),
+    (["trainer.schedule=robbins_monro", "trainer.rm_kappa=0.5"], "the 'rm_kappa' parameter of trainer (schedule=robbins_monro) must be a float in (0.5, 1]"),
+    (["trainer.schedule=robbins_monro", "trainer.rm_kappa=1.5"], "must be a float in (0.5, 1]; got 1.5"),
+    (["trainer.max_epochs=0"], "the 'max_epochs' parameter of trainer must be an integer >= 1 or null; got 0"),
+    (["trainer.lr_scale={nosuch:2}"], "the 'lr_scale.nosuch' parameter of trainer must be a group of model=dlm: one of variational, inducing, kernel, likelihood"),
+    (["trainer.keep_best=val_error"], "must be a metric this run computes: one of val_nll, val_nll_norm, val_mse"),
+    (["trainer.keep_best=val_nll", "trainer.eval_every=0"], "trainer.keep_best needs evaluations"),
+    (["trainer.schedule=cosine"], "the 'schedule' parameter of trainer must be one of constant, step, robbins_monro"),
+    (["trainer.stop_rule=sometimes"], "the 'stop_rule' parameter of trainer must be one of auto, window, block_mean, none"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_trainer_input_fails_before_any_run(tmp_path, overrides, message):
+    cfg = compose(fast(["tracking.enabled=false"] + overrides))
+    with pytest.raises(GpdlmError) as e:
+        run_train(cfg, tmp_path, tracker=NoRunTracker())
+    assert message in str(e.value).splitlines()[0]
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def _final_objective(cfg):
+    from gpdlm_cli.training import run_stages
+
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        value = float(method.stages[0].objective(data.x_train, data.y_train))
+    return value, fit
+
+
+def test_lbfgs_trains_sgpr_to_a_lower_objective_than_adam_and_converges():
+    common = ["model=sgpr", "model.num_inducing=20", "progress=false", "trainer.eval_every=0"]
+    adam, adam_fit = _final_objective(compose(common + ["trainer.max_iters=300"]))
+    lbfgs, lbfgs_fit = _final_objective(compose(common + ["trainer.optimizer=lbfgs", "trainer.max_iters=300"]))
+    assert lbfgs_fit.converged and lbfgs_fit.iterations < 300 and lbfgs_fit.stop_rules == ["window"]
+    assert not adam_fit.converged
+    assert lbfgs <= adam + 1e-6, (lbfgs, adam)
+
+
+def test_keep_best_val_nll_on_an_exact_gp_ends_on_the_best_logged_iterate(tmp_path):
+    """Full-batch Adam at lr 0.3 on a 150-point exact GP overfits the validation NLL after a while:
+    the run ends on the evaluation point with the lowest val_nll, whose metrics it reports."""
+    cfg = compose(["model=exact", "dataset.split.train_size=150", "trainer.max_iters=200", "trainer.lr=0.3",
+                   "trainer.eval_every=5", "trainer.keep_best=val_nll", "kernel.ard=true", "progress=false",
+                   "tracking.enabled=false"])
+    tracker = NullTracker()
+    m = run_train(cfg, tmp_path, tracker=tracker)
+    logged = dict(tracker.steps["val_nll"][:-1])  # the last point is the final (restored) evaluation
+    best_step = min(logged, key=logged.get)
+    assert m["best_iteration"] in (best_step, m["iterations"])
+    assert m["val_nll"] == pytest.approx(min(min(logged.values()), m["val_nll"]), abs=0)
+    if m["best_iteration"] == best_step:
+        assert m["val_nll"] == logged[best_step]
+    assert math.isfinite(m["test_nll"])
