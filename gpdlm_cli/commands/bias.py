@@ -165,8 +165,7 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
     input, before any work or MLflow run."""
     from omegaconf import OmegaConf
 
-    from .. import objectives as O
-    from ..estimators import AutoEstimator, BMCEstimator, ExactEstimator, QuadratureEstimator
+    from ..estimators import BMCEstimator, ExactEstimator, QuadratureEstimator
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -212,9 +211,10 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
 
     with tracker.run(run_name=run_name, params=flatten(config), tags=tags, parent_run_id=parent_run_id):
         # 2. SVGP fit (beta = 1, deterministic expectations), then freeze and reset q(u)
-        elbo = O.ELBO(model, likelihood, AutoEstimator(), n, 1.0)
-        fit = train(elbo, svgp_stage.params, data.x_train, data.y_train, settings, generator=generator,
-                    evaluate=None, log_steps=tracker.log_steps, desc="svgp")
+        # (the fixed variant's SVGP stage: deterministic E_q[log p], collapsed for Gaussian full batch)
+        fit = train(svgp_stage.objective, svgp_stage.groups, data.x_train, data.y_train, settings, generator=generator,
+                    evaluate=None, log_steps=tracker.log_steps, desc="svgp", hooks=svgp_stage.hooks,
+                    stochastic=svgp_stage.stochastic)
         dlm_stage.prepare()
         flat = _Flattener(model)
         params, objective, beta = flat.params, dlm_stage.objective, float(cfg.objective.beta)

@@ -26,8 +26,9 @@ class Stage:
     * ``stochastic``: the objective's value or gradient is a random estimate even on the full
       batch (a sampling estimator); the trainer then uses the stopping rule for noisy losses and
       refuses L-BFGS. Minibatch training is stochastic whatever this says.
-    * ``hooks``: objects with optional ``after_step(iteration, epoch)`` / ``epoch_start(epoch)``
-      methods, called by the trainer (e.g. SCGD's running-average refresh, Algorithm 2's kernel refresh).
+    * ``hooks``: objects with optional ``epoch_start(epoch)``, ``after_step(iteration, epoch)``,
+      ``before_evaluate()`` and ``stage_end()`` methods, called by the trainer (e.g. SCGD's
+      running-average refresh, Algorithm 2's kernel refresh, the collapsed ELBO's q(u) update).
     * ``overrides``: trainer settings for this stage only (e.g. ``{"batch_size": None}``).
     * ``lr_scale``: the family's default learning-rate multipliers per group (``trainer.lr_scale``
       overrides them group by group).

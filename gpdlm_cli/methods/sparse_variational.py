@@ -3,13 +3,30 @@ Sec. 2 and 6), each with a ``joint`` variant and (DLM, sq-DLM) a ``fixed`` varia
 
 All three share one model, q(u) = N(m, V) over M inducing values (``models.SparseVariationalGP``);
 only the objective differs. The fixed variant is the paper's two-stage protocol (App. D): train SVGP
-(beta = 1), freeze its kernel, likelihood and inducing inputs, reset q(u) and learn it anew.
+(beta = 1), freeze its kernel, likelihood and inducing inputs, reset q(u) and learn it anew
+(``model.fixed_learns_inducing=true``: the other reading of App. D, Z re-learned with q(u)).
+
+* The (beta-)ELBO of SVGP and of the fixed variants' SVGP stage is the collapsed one (q(u)
+  optimal in closed form, ``objectives.CollapsedELBO``) for a Gaussian likelihood on the full batch
+  with a deterministic estimator, as the paper implements its regression baseline (App. D), and the
+  uncollapsed one otherwise (``model.elbo`` forces either). The run tag ``gpdlm.elbo_form`` says which.
+* Baselines (SVGP, the SVGP stage) use a deterministic estimator of E_q[log p] -- the closed form or
+  quadrature -- even when ``estimator`` names a sampling estimator for the DLM term
+  (``model.baseline_estimator=configured`` trains them with the configured estimator).
+* Square-loss DLM determines only the mean; its predictive is completed by a maximum-likelihood
+  variance fitted on the training residuals (``model.predictive``, see
+  ``objectives.fit_square_loss_predictive``). The joint variant has no finite optimum in the
+  outputscale (substituting m' = c m~ shows the objective decreases as the outputscale c grows, to a
+  limit that does not depend on beta): ``model.fix_outputscale=true`` holds the outputscale at its
+  SVGP value, which makes beta meaningful again.
 
 Parameter groups (``trainer.lr_scale.<group>``): ``variational`` (m~, the Cholesky factor of S),
 ``inducing`` (Z), ``kernel`` (kernel and mean-function hyperparameters), ``likelihood``.
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -33,6 +50,20 @@ def validate(cfg) -> None:
         raise UnsupportedCombination("model.variant=fixed applies to dlm and sq_dlm (it is defined by a prior SVGP fit)")
     if m.name == "sq_dlm":
         C.gaussian_only(cfg, "model=sq_dlm (square loss) is a regression method: use likelihood=gaussian")
+    elbo = m.get("elbo", "auto")
+    if elbo not in ("auto", "collapsed", "uncollapsed"):
+        raise param_error("elbo", f"model={m.name}", "'auto', 'collapsed' or 'uncollapsed'", elbo)
+    if elbo == "collapsed" and (cfg.likelihood.name != "gaussian" or cfg.trainer.batch_size is not None):
+        raise UnsupportedCombination(
+            "model.elbo=collapsed needs likelihood=gaussian and the full batch (trainer.batch_size=null): "
+            "the optimal q(u) is a function of all targets")
+    if m.get("baseline_estimator", "deterministic") not in ("deterministic", "configured"):
+        raise param_error("baseline_estimator", f"model={m.name}", "'deterministic' or 'configured'", m.baseline_estimator)
+    if m.get("predictive", "auto") not in ("auto", "residual", "scaled"):
+        raise param_error("predictive", f"model={m.name}", "'auto', 'residual' or 'scaled'", m.predictive)
+    if m.get("fix_outputscale", False) and not (m.name == "sq_dlm" and m.variant == "joint"):
+        raise UnsupportedCombination("model.fix_outputscale=true applies to model=sq_dlm with model.variant=joint "
+                                     "(the fixed variant freezes every hyperparameter already)")
 
 
 def check_sizes(cfg, n_train: int) -> None:
@@ -74,48 +105,177 @@ def build(cfg, data, task: str) -> Method:
     if quantity:
         estimator.check(likelihood, quantity)
     stochastic = bool(estimator.stochastic)
+    full_batch = cfg.trainer.batch_size is None or cfg.trainer.batch_size >= n
+
+    # the estimator of the baselines' E_q[log p]: deterministic unless asked otherwise
+    base_est = estimator
+    if not C.supports(estimator, likelihood, "expected_log_prob") or (
+            estimator.stochastic and m.get("baseline_estimator", "deterministic") == "deterministic"):
+        base_est = AutoEstimator()
+    elbo = m.get("elbo", "auto")
+    collapsed = elbo == "collapsed" or (elbo == "auto" and likelihood.name == "gaussian" and full_batch
+                                        and base_est.name in ("auto", "exact"))
+    tags = {"gpdlm.elbo_form": "collapsed" if collapsed else "uncollapsed", "gpdlm.baseline_estimator": base_est.name}
+
+    def svgp_stage(stage_beta: float) -> Stage:
+        if collapsed:  # q(u) is optimal in closed form: only hyperparameters are trained
+            from ..objectives.collapsed_elbo import RefreshOptimalQ
+
+            obj = O.CollapsedELBO(model, likelihood, n, stage_beta)
+            return Stage("svgp", obj, {k: v for k, v in groups.items() if k != "variational"},
+                         hooks=[RefreshOptimalQ(obj, x, y)])
+        return Stage("svgp", O.ELBO(model, likelihood, base_est, n, stage_beta), groups, stochastic=bool(base_est.stochastic))
 
     if m.name == "svgp":
-        stage = Stage("svgp", O.ELBO(model, likelihood, estimator, n, beta), groups, stochastic=stochastic)
-        return Method("svgp", model, likelihood, [stage], estimator)
-
-    def freeze_and_reset():
-        """Fixed variant (DLM paper, Sec. 6 / App. D): keep SVGP's kernel, likelihood and inducing
-        inputs fixed and learn q(u) from scratch."""
-        for p in model.hyperparameters() + list(likelihood.parameters()):
-            p.requires_grad_(False)
-        model.reset_variational()
+        return Method("svgp", model, likelihood, [svgp_stage(beta)], estimator, tags=tags)
 
     fixed = m.variant == "fixed"
-    # The SVGP stage of a fixed variant is standard SVGP with beta=1; it uses the configured
-    # estimator when that estimator can compute E_q[log p], else the closed form/quadrature.
-    pre = []
-    if fixed:
-        pre_est = estimator if C.supports(estimator, likelihood, "expected_log_prob") else AutoEstimator()
-        pre = [Stage("svgp", O.ELBO(model, likelihood, pre_est, n, 1.0), groups, stochastic=bool(pre_est.stochastic))]
+    learn_z = fixed and bool(m.get("fixed_learns_inducing", False))
+
+    def freeze_and_reset():
+        """Fixed variant (DLM paper, Sec. 6 / App. D): keep SVGP's kernel and likelihood (and,
+        unless ``fixed_learns_inducing``, its inducing inputs) fixed and learn q(u) from scratch."""
+        for p in model.hyperparameters() + list(likelihood.parameters()):
+            p.requires_grad_(False)
+        if learn_z and m.learn_inducing:
+            model.variational_strategy.inducing_points.requires_grad_(True)
+        model.reset_variational()
+
+    pre = [svgp_stage(1.0)] if fixed else []
+    if not fixed:
+        tags.pop("gpdlm.elbo_form")  # no ELBO is optimised
+    fixed_groups = {"variational": groups["variational"], **({"inducing": groups["inducing"]} if learn_z else {})}
 
     if m.name == "dlm":
         obj = O.DLM(model, likelihood, estimator, n, beta)
-        stage_groups = {"variational": groups["variational"]} if fixed else groups
-        stage = Stage("dlm", obj, stage_groups, prepare=freeze_and_reset if fixed else None, stochastic=stochastic)
-        return Method("dlm", model, likelihood, pre + [stage], estimator)
+        stage = Stage("dlm", obj, fixed_groups if fixed else groups, prepare=freeze_and_reset if fixed else None,
+                      stochastic=stochastic)
+        return Method("dlm", model, likelihood, pre + [stage], estimator, tags=tags)
 
-    # square-loss DLM
-    def finalize(xt, yt):
-        """Complete sq-DLM into a predictive distribution: q(u) = N(m, K_uu), ML noise."""
-        model.q_u.chol_variational_covar.data.copy_(torch.eye(Z.shape[0], dtype=dtype, device=device))
-        with torch.no_grad():
-            mu, var = model.marginals(xt)
-        lower = 1.01 * float(likelihood.gp.noise_covar.raw_noise_constraint.lower_bound)
-        likelihood.gp.noise = O.fit_predictive_noise(mu, var, yt, lower=lower)
+    # ----- square-loss DLM ------------------------------------------------------------------------
+    completion = _SquareLossCompletion(model, likelihood, data, m.get("predictive", "auto"))
+    fix_scale = bool(m.get("fix_outputscale", False))
+    if fix_scale:
+        pre = [svgp_stage(1.0)]
+        tags["gpdlm.elbo_form"] = "collapsed" if collapsed else "uncollapsed"
 
     if fixed:
         def solve(xt, yt):
             model.q_u.variational_mean.data.copy_(O.optimal_whitened_mean(model, xt, yt, beta))
 
-        stage = Stage("sq_dlm", prepare=freeze_and_reset, solve=solve)
+        def prepare():
+            freeze_and_reset()
+            completion.activate()
+
+        stage = Stage("sq_dlm", prepare=prepare, solve=solve)
     else:
+        scale = [model.covar_module.raw_outputscale]
+        kernel_params = [p for p in groups["kernel"] if not (fix_scale and any(p is q for q in scale))]
+
+        def prepare():
+            if fix_scale:
+                model.covar_module.raw_outputscale.requires_grad_(False)
+            completion.activate()
+
         obj = O.SquareLossDLM(model, likelihood, estimator, n, beta)
-        stage_groups = {"variational": [model.q_u.variational_mean], "inducing": groups["inducing"], "kernel": groups["kernel"]}
-        stage = Stage("sq_dlm", obj, stage_groups)
-    return Method("sq_dlm", model, likelihood, pre + [stage], estimator, finalize=finalize)
+        stage_groups = {"variational": [model.q_u.variational_mean], "inducing": groups["inducing"], "kernel": kernel_params}
+        stage = Stage("sq_dlm", obj, stage_groups, prepare=prepare)
+        if beta_is_swept(cfg) and not fix_scale:
+            print("gpdlm: warning: joint sq_dlm has no finite optimum in the outputscale, so beta only changes the "
+                  "optimisation path; sweep beta with model.fix_outputscale=true or model.variant=fixed", file=sys.stderr)
+
+    def diagnostics():
+        return {"outputscale": float(model.covar_module.outputscale.detach()), **completion.diagnostics()}
+
+    method = Method("sq_dlm", model, likelihood, pre + [stage], estimator, finalize=completion.finalize,
+                    evaluate=completion.evaluate, diagnostics=diagnostics, tags=tags)
+    return method
+
+
+def beta_is_swept(cfg) -> bool:
+    """Whether this run is a job of a multirun that sweeps objective.beta."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+    except Exception:  # not under Hydra (tests, API use)
+        return False
+    from hydra.types import RunMode
+
+    return hc.mode == RunMode.MULTIRUN and any(o.split("=")[0].lstrip("+~") == "objective.beta" for o in hc.overrides.task)
+
+
+class _SquareLossCompletion:
+    """The predictive of square-loss DLM: N(y_i | mu_i, c k_i + s2) with (c, s2) fitted by maximum
+    likelihood on the training residuals (``objectives.fit_square_loss_predictive``), k_i = K_ii - Q_ii.
+
+    Before the square-loss stage starts (the SVGP stage of the fixed variant) the model is an SVGP
+    and predicts as one. Once active, every evaluation refits the completion to the current mean;
+    ``auto`` takes the scaled form where it has the lower validation NLL, else the residual form."""
+
+    def __init__(self, model, likelihood, data, kind: str):
+        self.model, self.likelihood, self.data, self.kind = model, likelihood, data, kind
+        self.active = False
+        self.c, self.s2, self.chosen = None, None, None
+
+    def activate(self):
+        self.active = True
+
+    @torch.no_grad()
+    def _point_mass_marginals(self, x):
+        """(mu, k) with q(u) = delta(m): k_i = K_ii - Q_ii (+ jitter)."""
+        from ..metrics import predictive_marginals
+
+        chol = self.model.q_u.chol_variational_covar
+        saved = chol.detach().clone()
+        chol.zero_()
+        try:
+            return predictive_marginals(self.model, x)
+        finally:
+            chol.copy_(saved)
+
+    @torch.no_grad()
+    def fit(self):
+        from ..metrics import metrics_from_marginals
+        from ..objectives import fit_square_loss_predictive
+
+        d = self.data
+        mu, k = self._point_mass_marginals(d.x_train)
+        lower = 1.01 * float(self.likelihood.gp.noise_covar.raw_noise_constraint.lower_bound)
+        kinds = ["residual", "scaled"] if self.kind == "auto" else [self.kind]
+        fits = {kind: fit_square_loss_predictive(d.y_train - mu, k, kind, lower=lower) for kind in kinds}
+        choice = kinds[0]
+        if len(kinds) > 1 and d.x_val.shape[0] > 0:
+            mv, kv = self._point_mass_marginals(d.x_val)
+            scores = {}
+            for kind, (c, s2) in fits.items():
+                self._set_noise(s2)
+                scores[kind] = metrics_from_marginals(self.likelihood, mv, c * kv, d.y_val, prefix="")["nll"]
+            choice = min(scores, key=scores.get)
+        self.c, self.s2 = fits[choice]
+        self.chosen = choice
+        self._set_noise(self.s2)
+
+    def _set_noise(self, s2: float):
+        self.likelihood.gp.noise = s2
+
+    def finalize(self, x, y):
+        self.activate()
+        self.fit()
+
+    @torch.no_grad()
+    def evaluate(self, x, y, *, prefix: str, y_std: float):
+        from ..metrics import metrics_from_marginals, predictive_metrics
+
+        if not self.active:
+            return predictive_metrics(self.model, self.likelihood, x, y, y_std=y_std, prefix=prefix)
+        if prefix == "val_" or self.c is None:  # refit once per evaluation (val comes first)
+            self.fit()
+        mu, k = self._point_mass_marginals(x)
+        return metrics_from_marginals(self.likelihood, mu, self.c * k, y, y_std=y_std, prefix=prefix)
+
+    def diagnostics(self) -> dict:
+        if self.c is None:
+            return {}
+        return {"sq_predictive_scale": self.c, "sq_predictive_noise": self.s2,
+                "sq_predictive_scaled": int(self.chosen == "scaled")}

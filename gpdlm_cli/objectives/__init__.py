@@ -1,19 +1,22 @@
 """Objectives to minimise, one module each, re-exported here."""
 
 from .base import Objective, SparseVariationalObjective
+from .collapsed_elbo import CollapsedELBO
 from .dlm import DLM
 from .elbo import ELBO
 from .marginal_likelihood import CollapsedBound, ExactMarginalLikelihood
-from .sq_dlm import SquareLossDLM, fit_predictive_noise, optimal_whitened_mean
+from .sq_dlm import SquareLossDLM, fit_predictive_noise, fit_square_loss_predictive, optimal_whitened_mean
 
 __all__ = [
     "DLM",
     "ELBO",
     "CollapsedBound",
+    "CollapsedELBO",
     "ExactMarginalLikelihood",
     "Objective",
     "SparseVariationalObjective",
     "SquareLossDLM",
     "fit_predictive_noise",
+    "fit_square_loss_predictive",
     "optimal_whitened_mean",
 ]

@@ -62,3 +62,45 @@ def fit_predictive_noise(mu: torch.Tensor, var: torch.Tensor, y: torch.Tensor, l
     lo = math.log(lower)
     res = minimize_scalar(nll, bounds=(lo, max(hi, lo + 1.0)), method="bounded", options={"xatol": 1e-6})
     return float(torch.exp(torch.tensor(res.x)))
+
+
+def fit_square_loss_predictive(residual: torch.Tensor, k: torch.Tensor, kind: str = "residual",
+                               lower: float = 1e-8) -> tuple[float, float]:
+    """The predictive distribution that completes square-loss DLM, N(y_i | mu_i, c k_i + s2).
+
+    Square loss determines only the mean mu_i; the variance is fitted by maximum likelihood on the
+    training residuals r_i = y_i - mu_i:
+
+    * ``residual``: c = 0, s2 = mean_i r_i^2 -- the ordinary completion N(mu_i, s2);
+    * ``scaled``: (c, s2) = argmax sum_i log N(r_i | 0, c k_i + s2) over c >= 0, s2 >= lower, with
+      k_i = K_ii - Q_ii the conditional variance of f_i given u (what q(u) = delta(m) leaves), so the
+      predictive widens away from the inducing inputs.
+
+    (The completion q(u) = N(m, K_uu) with var_i = K_ii, used before, always put s2 on its floor:
+    K_ii exceeds the residual variance, so the reported NLL was the prior's.) Returns (c, s2)."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    r2 = (residual.detach().double().cpu()) ** 2
+    s2_res = max(float(r2.mean()), lower)
+    if kind == "residual":
+        return 0.0, s2_res
+    if kind != "scaled":
+        raise ValueError(f"unknown square-loss predictive {kind!r}")
+    kk = k.detach().double().cpu().clamp_min(0).numpy()
+    r2n = r2.numpy()
+
+    def nll(theta):
+        c, s2 = math.exp(theta[0]), math.exp(theta[1])
+        v = c * kk + s2
+        g_v = 0.5 * (1.0 / v - r2n / v**2)  # d nll / d v_i
+        return 0.5 * float((np.log(v) + r2n / v).sum()), [
+            float((g_v * kk).sum() * c), float(g_v.sum() * s2)]
+
+    best = (0.0, s2_res, nll([math.log(1e-12), math.log(s2_res)])[0])
+    for c0 in (1e-3, 1e-1, 1.0):
+        res = minimize(nll, np.array([math.log(c0), math.log(s2_res)]), jac=True, method="L-BFGS-B",
+                       bounds=[(math.log(1e-12), math.log(1e6)), (math.log(lower), math.log(max(10 * s2_res, lower * 10)))])
+        if res.fun < best[2]:
+            best = (math.exp(res.x[0]), math.exp(res.x[1]), float(res.fun))
+    return best[0], best[1]

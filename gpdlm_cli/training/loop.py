@@ -140,6 +140,8 @@ def train(
     hooks = list(hooks)
     epoch_hooks = [h for h in hooks if hasattr(h, "epoch_start")]
     step_hooks = [h for h in hooks if hasattr(h, "after_step")]
+    eval_hooks = [h for h in hooks if hasattr(h, "before_evaluate")]
+    end_hooks = [h for h in hooks if hasattr(h, "stage_end")]
     snapshot = _Snapshot(modules, [p for g in opt_groups for p in g["params"]]) if settings.keep_best else None
     best = {"value": None, "iteration": None}
     maximise = settings.keep_best_mode == "max"
@@ -231,6 +233,8 @@ def train(
                     and (it // steps_per_epoch) % settings.eval_every_epochs == 0)
                 if evaluate and due and not last:
                     t_eval = time.perf_counter()
+                    for h in eval_hooks:
+                        h.before_evaluate()
                     metrics = evaluate()
                     for k, v in metrics.items():
                         pending.setdefault(k, []).append((step_offset + it, v))
@@ -253,6 +257,8 @@ def train(
     finally:
         if bar is not None:
             bar.close()
+    for h in end_hooks:
+        h.stage_end()
     flush(it)
     seconds = time.perf_counter() - t_start - eval_seconds  # training only, evaluation excluded
     if snapshot is not None and evaluate is not None:

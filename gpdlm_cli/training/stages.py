@@ -9,7 +9,6 @@ so learning curves of multi-stage protocols (SVGP then DLM) read left to right. 
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
