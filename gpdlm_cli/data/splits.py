@@ -64,8 +64,8 @@ def make_splits(
     and draw validation and training rows from the other rows only.
 
     Published fixed splits (``mask=k``, tables with ``test_masks``: the uci_datasets 90/10 masks):
-    the test rows are exactly those of mask ``k`` (in file order; ``test_size`` would subsample
-    them), every other row trains, and no validation rows are carved out unless
+    the test rows are exactly those of mask ``k`` (in file order; ``test_size`` subsamples them),
+    every other row trains, and no validation rows are carved out unless
     ``mask_val_fraction`` > 0 asks for that share of the training rows. ``val_fraction`` and
     ``test_fraction`` do not apply; ``train_size`` subsamples the training rows. The seed then only
     orders the training rows (and draws any subsample), so every seed sees the same test set.
@@ -87,9 +87,9 @@ def make_splits(
     notes: list[str] = []
     rng = np.random.default_rng(seed)
     if table.test_mask is not None:
-        mask = np.asarray(table.test_mask, dtype=bool)
-        pool_test = rng.permutation(np.flatnonzero(mask))
-        pool = rng.permutation(np.flatnonzero(~mask))
+        fixed = np.asarray(table.test_mask, dtype=bool)
+        pool_test = rng.permutation(np.flatnonzero(fixed))
+        pool = rng.permutation(np.flatnonzero(~fixed))
         if test_size:
             pool_test = pool_test[: int(test_size)]
         test_idx = pool_test
