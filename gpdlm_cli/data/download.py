@@ -1,8 +1,10 @@
 """Raw files: atomic downloads with SHA-256 verification, checksum bookkeeping, the offline message.
 
-A download goes to ``<cache>/<dataset>/.<file>.part-<pid>``, is hashed while it streams, and is
-renamed to its final name only when the SHA-256 matches the registry. A mismatch deletes the temp
-file and raises a DataError that says so. Where the registry has no checksum (``sha256: null``:
+Every raw file enters the cache through ``store``: it goes to ``<cache>/<dataset>/.<file>.part-<pid>``,
+is hashed while it streams, and is renamed to its final name only when the SHA-256 matches the
+registry. A mismatch deletes the temp file (and any folder made for it) and raises a DataError that
+says so. The bytes come from the network, or from a local mirror laid out by URL
+(``<mirror>/<host>/<path>``; ``GPDLM_DATA_MIRROR`` or ``gpdlm datasets fetch --mirror``). Where the registry has no checksum (``sha256: null``:
 nothing could be downloaded when the entry was written) the hash of the first fetch is recorded in
 ``<cache>/checksums.json`` and later verifications compare against that record.
 """
@@ -12,10 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,47 +121,122 @@ def offline_message(dataset: str, spec: FileSpec, path: Path, reason: str) -> st
     )
 
 
+# ----- mirror --------------------------------------------------------------------------------------
+def resolve_mirror(mirror: str | Path | None = None) -> Path | None:
+    """The mirror to read from: ``mirror`` if given, else ``$GPDLM_DATA_MIRROR``, else None (network).
+
+    A mirror that is not an existing directory is a one-line DataError (nothing is touched)."""
+    where = "--mirror"
+    if mirror is None or str(mirror) == "":
+        mirror, where = paths.mirror_dir(), paths.ENV_MIRROR
+    if mirror is None:
+        return None
+    m = Path(mirror).expanduser()
+    if not m.is_dir():
+        raise DataError(f"the data mirror {m} ({where}) does not exist or is not a directory")
+    return m.resolve()
+
+
+def mirror_path(mirror: Path, url: str) -> Path:
+    """Where ``url`` lies in a mirror: ``<mirror>/<host>/<path of the URL>``."""
+    u = urllib.parse.urlsplit(url)
+    parts = [p for p in u.path.split("/") if p]
+    if not u.netloc or not parts or any(p in (".", "..") for p in parts):
+        raise DataError(f"cannot map the URL {url!r} into a mirror (it needs a host and a file path)")
+    return Path(mirror, u.netloc, *parts)
+
+
+# ----- the one way a raw file enters the cache -----------------------------------------------------
+def _new_dirs(folder: Path) -> list[Path]:
+    """The folders ``folder.mkdir(parents=True)`` would create, deepest first."""
+    out = []
+    while not folder.exists():
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
+def store(dataset: str, spec: FileSpec, open_source, origin: str) -> Path:
+    """Stream ``open_source()`` (a binary file-like context manager) into the cache atomically.
+
+    The bytes go to ``<cache>/<dataset>/.<file>.part-<pid>`` and are hashed on the way; only when
+    the SHA-256 matches the registry (or the registry has none) is the temp file renamed to its
+    final name and the hash recorded. On any failure the temp file and any folder created for it
+    are removed, so a failed download, mirror copy or user copy leaves the cache as it was.
+    OSError from ``open_source`` propagates (callers word it); a mismatch is a DataError."""
+    dest = file_path(dataset, spec)
+    created = _new_dirs(dest.parent)
+    tmp = dest.parent / f".{dest.name}.part-{os.getpid()}"
+    h = hashlib.sha256()
+    ok = False
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open_source() as src, open(tmp, "wb") as out:
+            while True:
+                block = src.read(CHUNK)
+                if not block:
+                    break
+                h.update(block)
+                out.write(block)
+        digest = h.hexdigest()
+        if spec.sha256 and digest.lower() != spec.sha256.lower():
+            raise DataError(
+                f"checksum mismatch for dataset '{dataset}' file {spec.filename} from {origin}: expected "
+                f"sha256 {spec.sha256}, got {digest}; the file was refused and the cache left as it was"
+            )
+        os.replace(tmp, dest)
+        _record(dest, digest)
+        ok = True
+        return dest
+    finally:
+        if not ok:
+            tmp.unlink(missing_ok=True)
+            for folder in created:  # deepest first; only folders this call made and left empty
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+
+
 # ----- download ------------------------------------------------------------------------------------
-def download(dataset: str, spec: FileSpec, *, timeout: float = TIMEOUT_S, force: bool = False) -> Path:
+def download(dataset: str, spec: FileSpec, *, timeout: float = TIMEOUT_S, force: bool = False,
+             mirror: str | Path | None = None) -> Path:
     """Fetch ``spec`` into the cache (atomic, verified) and return its final path.
 
-    Raises DataError with the manual-download instruction when offline, when the server cannot be
-    reached or answers with an error, and a DataError naming both hashes on a checksum mismatch."""
+    With a mirror (``mirror`` or ``$GPDLM_DATA_MIRROR``) the file is read from
+    ``<mirror>/<host>/<path of its URL>`` instead of the network (also under ``GPDLM_OFFLINE=1``);
+    a file missing there is a one-line DataError naming the path looked for. Without one, raises
+    DataError with the manual-download instruction when offline, when the server cannot be reached
+    or answers with an error. A checksum mismatch is a DataError naming both hashes."""
     dest = file_path(dataset, spec)
     if dest.exists() and not force:
         return dest
     if not spec.url:
         raise DataError(offline_message(dataset, spec, dest, "no download URL"))
+    mdir = resolve_mirror(mirror)
+    if mdir is not None:
+        src = mirror_path(mdir, spec.url)
+        if not src.is_file():
+            raise DataError(f"dataset '{dataset}': file {spec.filename} is not in the data mirror {mdir}: "
+                            f"looked for {src}")
+        try:
+            return store(dataset, spec, lambda: open(src, "rb"), str(src))
+        except OSError as e:
+            raise DataError(f"dataset '{dataset}': cannot copy {src} into the cache: {e}") from None
     if paths.offline():
         raise DataError(offline_message(dataset, spec, dest, f"{paths.ENV_OFFLINE}=1"))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.part-{os.getpid()}"
-    h = hashlib.sha256()
-    try:
+
+    def open_url():
         req = urllib.request.Request(spec.url, headers={"User-Agent": USER_AGENT})
-        with urllib.request.urlopen(req, timeout=timeout) as resp, open(tmp, "wb") as out:
-            while True:
-                block = resp.read(CHUNK)
-                if not block:
-                    break
-                h.update(block)
-                out.write(block)
+        return urllib.request.urlopen(req, timeout=timeout)
+
+    try:
+        return store(dataset, spec, open_url, spec.url)
     except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as e:
-        tmp.unlink(missing_ok=True)
         reason = getattr(e, "reason", None) or e
         if isinstance(e, urllib.error.HTTPError):
             reason = f"HTTP {e.code} {e.reason}"
         raise DataError(offline_message(dataset, spec, dest, f"{type(e).__name__}: {reason}")) from None
-    digest = h.hexdigest()
-    if spec.sha256 and digest.lower() != spec.sha256.lower():
-        tmp.unlink(missing_ok=True)
-        raise DataError(
-            f"checksum mismatch for dataset '{dataset}' file {spec.filename} from {spec.url}: expected "
-            f"sha256 {spec.sha256}, got {digest}; the downloaded temp file was deleted"
-        )
-    os.replace(tmp, dest)
-    _record(dest, digest)
-    return dest
 
 
 def ensure_file(dataset: str, spec: FileSpec) -> Path:
@@ -202,15 +279,8 @@ def verify_file(dataset: str, spec: FileSpec) -> VerifyResult:
 
 
 def copy_into_cache(dataset: str, spec: FileSpec, src: Path) -> Path:
-    """Place a user-supplied file at its cache path (used by ``gpdlm datasets fetch --from``)."""
-    dest = file_path(dataset, spec)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.part-{os.getpid()}"
-    shutil.copyfile(src, tmp)
-    digest = sha256_file(tmp)
-    if spec.sha256 and digest != spec.sha256:
-        tmp.unlink(missing_ok=True)
-        raise DataError(f"checksum mismatch for {src}: expected sha256 {spec.sha256}, got {digest}")
-    os.replace(tmp, dest)
-    _record(dest, digest)
-    return dest
+    """Place a user-supplied file at its cache path, verified like a download."""
+    try:
+        return store(dataset, spec, lambda: open(src, "rb"), str(src))
+    except OSError as e:
+        raise DataError(f"dataset '{dataset}': cannot copy {src} into the cache: {e}") from None

@@ -2,6 +2,9 @@
 
 * The **registry** is ``datasets/registry.yaml`` in the repository (the package reads it through
   the symlink ``gpdlm_cli/data/registry.yaml``, so an installed gpdlm finds it too).
+* A **mirror** (``GPDLM_DATA_MIRROR=DIR`` or ``gpdlm datasets fetch --mirror DIR``) replaces the
+  network: the file behind ``https://<host>/<path>`` is read from ``DIR/<host>/<path>`` (an
+  air-gapped cluster's shared folder; ``../shared/datasets/mirror`` in this project's CI).
 * The **cache** is ``datasets/cache/`` of the repository by default. ``GPDLM_DATA=/some/dir``
   moves it. The repository is found relative to the package (``<repo>/gpdlm_cli/..``) when that
   directory has a ``datasets/`` folder (an editable install or a checkout); otherwise
@@ -22,6 +25,7 @@ from pathlib import Path
 
 ENV_DATA = "GPDLM_DATA"
 ENV_OFFLINE = "GPDLM_OFFLINE"  # "1": never touch the network; fail with the manual-download message
+ENV_MIRROR = "GPDLM_DATA_MIRROR"  # a local folder laid out by URL that replaces the network
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -48,6 +52,12 @@ def registry_file() -> Path:
     if p.is_file():
         return p
     return PACKAGE_DIR / "registry.yaml"
+
+
+def mirror_dir() -> Path | None:
+    """``$GPDLM_DATA_MIRROR`` as a path, or None when it is unset or empty."""
+    env = os.environ.get(ENV_MIRROR, "").strip()
+    return Path(env).expanduser() if env else None
 
 
 def offline() -> bool:

@@ -28,6 +28,7 @@ from .table import Table
 log = logging.getLogger("gpdlm.data")
 
 SOURCE_KINDS = ("package", "download", "generator", "user_path")
+MASK_FILE = "test_mask.csv.gz"  # uci_datasets: n rows x 10 columns of 0/1, column k = test rows of split k
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,24 @@ class DatasetInfo:
     version: int = 1
     alt_files: tuple = ()  # files of an alternative download source (option source=download)
     alt_source: str = ""
+
+    @property
+    def mask_source(self) -> str | None:
+        """Where the published test masks are: "files", "alt_files" (with ``source=download``) or None."""
+        if any(f.filename == MASK_FILE for f in self.files):
+            return "files"
+        if any(f.filename == MASK_FILE for f in self.alt_files):
+            return "alt_files"
+        return None
+
+    @property
+    def checksums(self) -> str:
+        """Whether the registry records a SHA-256 for every raw file: all | some | none | - (no files)."""
+        files = self.files + self.alt_files
+        if not files or self.source_kind == "user_path":
+            return "-"
+        known = sum(1 for f in files if f.sha256)
+        return "all" if known == len(files) else ("some" if known else "none")
 
 
 @dataclass(frozen=True)
@@ -100,10 +119,15 @@ class _Bound:
         return f"<loader {self.key} for {self.name}>"
 
 
-def _files(raw) -> tuple:
+def _files(raw, name: str = "?") -> tuple:
     out = []
     for f in raw or ():
-        out.append(FileSpec(f["file"], f.get("url"), f.get("sha256")))
+        sha = f.get("sha256")
+        if sha is not None and not (isinstance(sha, str) and len(sha) == 64
+                                    and all(c in "0123456789abcdef" for c in sha.lower())):
+            raise DataError(f"registry entry '{name}', file {f.get('file')}: sha256 must be 64 hex digits or null; "
+                            f"got {sha!r}")
+        out.append(FileSpec(f["file"], f.get("url"), sha))
     return tuple(out)
 
 
@@ -112,7 +136,7 @@ def _from_yaml(name: str, e: dict) -> DatasetInfo:
     kind = src.get("kind", "package")
     if kind not in SOURCE_KINDS:
         raise DataError(f"registry entry '{name}': source.kind must be one of {SOURCE_KINDS}; got {kind!r}")
-    files = _files(src.get("files"))
+    files = _files(src.get("files"), name)
     if kind == "download":
         human = files[0].url if files else "download"
     elif kind == "package":
@@ -144,7 +168,7 @@ def _from_yaml(name: str, e: dict) -> DatasetInfo:
         notes=e.get("notes", ""),
         loader_key=key,
         version=int(e.get("version", 1)),
-        alt_files=_files(alt.get("files")),
+        alt_files=_files(alt.get("files"), name),
         alt_source=alt.get("description", ""),
     )
 
@@ -264,6 +288,7 @@ def with_files(info: DatasetInfo, files: tuple) -> DatasetInfo:
 
 
 __all__ = [
+    "MASK_FILE",
     "DatasetInfo",
     "FileSpec",
     "LOADERS",

@@ -62,10 +62,11 @@ def _check_source(info: DatasetInfo, source: str) -> None:
 
 
 # ----- regression -----------------------------------------------------------------------------------
-@loader("concrete", inputs=_alt_or_package(rdataset_inputs("modeldata/concrete")))
+@loader("concrete", inputs=_alt_or_package(rdataset_inputs("modeldata/concrete")), version=2)
 def load_concrete(info, missing: str = "drop", source: str = "package") -> Table:
     """UCI concrete compressive strength (Yeh, 1998): 1030 mixes, 8 features, MPa target.
-    ``source=download`` reads the UCI benchmark copy (Hernandez-Lobato & Adams splits) instead."""
+    ``source=download`` reads the UCI benchmark copy (Hernandez-Lobato & Adams splits) instead, with
+    the ten uci_datasets 90/10 test masks (same row order) for ``dataset.split.mask=k``."""
     _check_source(info, source)
     if source == "download":
         from .uci import read_gal_files

@@ -10,6 +10,9 @@ from ..exceptions import DataError, param_error
 from .table import Table
 
 
+N_MASKS = 10  # the uci_datasets collection publishes ten 90/10 test masks per set
+
+
 @dataclass
 class DataSplits:
     """Standardised arrays; ``y_mean``/``y_std`` undo the target scaling (1/0 if not scaled)."""
@@ -46,6 +49,8 @@ def make_splits(
     test_size: int | None = None,
     standardize_x: bool = True,
     standardize_y: bool | None = None,
+    mask: int | None = None,
+    mask_val_fraction: float = 0.0,
 ) -> DataSplits:
     """Shuffle with ``seed``; take the test set (``test_size`` rows, else ``test_fraction``), the
     validation set (``val_fraction`` of all rows), and the rest for training, subsampled to
@@ -58,7 +63,18 @@ def make_splits(
     the later part of a series) take their test rows from the mask (``test_size`` subsamples it)
     and draw validation and training rows from the other rows only.
 
+    Published fixed splits (``mask=k``, tables with ``test_masks``: the uci_datasets 90/10 masks):
+    the test rows are exactly those of mask ``k`` (in file order; ``test_size`` subsamples them),
+    every other row trains, and no validation rows are carved out unless
+    ``mask_val_fraction`` > 0 asks for that share of the training rows. ``val_fraction`` and
+    ``test_fraction`` do not apply; ``train_size`` subsamples the training rows. The seed then only
+    orders the training rows (and draws any subsample), so every seed sees the same test set.
+
     Features (and regression targets) are standardised with training statistics only."""
+    check_mask_value(mask, mask_val_fraction)
+    if mask is not None:
+        return _finish(table, *_mask_rows(table, int(mask), mask_val_fraction, train_size, test_size, seed),
+                       standardize_x=standardize_x, standardize_y=standardize_y)
     for nm, v in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
         if not (0 <= v < 1):
             raise param_error(nm, "dataset.split", "a float in [0, 1)", v)
@@ -71,9 +87,9 @@ def make_splits(
     notes: list[str] = []
     rng = np.random.default_rng(seed)
     if table.test_mask is not None:
-        mask = np.asarray(table.test_mask, dtype=bool)
-        pool_test = rng.permutation(np.flatnonzero(mask))
-        pool = rng.permutation(np.flatnonzero(~mask))
+        fixed = np.asarray(table.test_mask, dtype=bool)
+        pool_test = rng.permutation(np.flatnonzero(fixed))
+        pool = rng.permutation(np.flatnonzero(~fixed))
         if test_size:
             pool_test = pool_test[: int(test_size)]
         test_idx = pool_test
@@ -105,6 +121,81 @@ def make_splits(
                 f"left for training after test ({n_test}) and validation ({n_val})"
             )
         train_idx = train_idx[:train_size]
+    return _finish(table, train_idx, val_idx, test_idx, notes, standardize_x=standardize_x, standardize_y=standardize_y)
+
+
+def check_mask_value(mask, mask_val_fraction=0.0, n_masks: int = N_MASKS) -> None:
+    """Range checks of ``dataset.split.mask`` / ``mask_val_fraction`` (need no data)."""
+    if mask is not None and (isinstance(mask, bool) or not isinstance(mask, (int, np.integer))
+                             or not 0 <= mask < n_masks):
+        raise param_error("mask", "dataset.split",
+                          f"an integer in 0..{n_masks - 1} (one of the {n_masks} published test masks) or null", mask)
+    if isinstance(mask_val_fraction, bool) or not isinstance(mask_val_fraction, (int, float)) \
+            or not 0 <= mask_val_fraction < 1:
+        raise param_error("mask_val_fraction", "dataset.split", "a float in [0, 1)", mask_val_fraction)
+
+
+def sets_with_masks() -> list[str]:
+    """Registry names whose tables carry published test masks (``dataset.split.mask`` applies)."""
+    from .registry import all_datasets
+
+    return [n + (" (dataset.source=download)" if i.mask_source == "alt_files" else "")
+            for n, i in all_datasets().items() if i.mask_source]
+
+
+def no_masks_error(name: str, mask) -> DataError:
+    return DataError(f"dataset.split.mask={mask}: dataset '{name}' has no published test masks; "
+                     f"the sets that have them: {', '.join(sets_with_masks())}")
+
+
+def check_split(name: str, split: dict, options: dict | None = None) -> None:
+    """Check ``dataset.split`` against the registry before anything is fetched or parsed: a mask
+    index outside 0..9 or a mask on a set (or source) without masks is a one-line error."""
+    from .registry import get_dataset_info
+
+    mask = split.get("mask")
+    check_mask_value(mask, split.get("mask_val_fraction", 0.0))
+    if mask is None:
+        return
+    info = get_dataset_info(name)
+    source = (options or {}).get("source", "package")
+    if info.mask_source is None or (info.mask_source == "alt_files" and source != "download"):
+        raise no_masks_error(name, mask)
+
+
+def _mask_rows(table: Table, k: int, mask_val_fraction: float, train_size, test_size, seed):
+    masks = table.test_masks
+    if masks is None:
+        raise no_masks_error(table.name, k)
+    if k >= masks.shape[1]:
+        raise param_error("mask", "dataset.split", f"an integer in 0..{masks.shape[1] - 1}", k)
+    for nm, v in (("train_size", train_size), ("test_size", test_size)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
+            raise param_error(nm, "dataset.split", "a non-negative integer or null", v)
+    rng = np.random.default_rng(seed)
+    test_idx = np.flatnonzero(masks[:, k])
+    if test_idx.size == 0:
+        raise DataError(f"dataset '{table.name}': published test mask {k} selects no rows")
+    if test_size:
+        test_idx = np.sort(rng.choice(test_idx, size=min(int(test_size), test_idx.size), replace=False))
+    pool = rng.permutation(np.flatnonzero(~masks[:, k]))
+    n_val = int(round(mask_val_fraction * pool.size))
+    val_idx, train_idx = pool[:n_val], pool[n_val:]
+    if train_idx.size < 2:
+        raise DataError(f"dataset '{table.name}' ({table.n} rows) leaves {train_idx.size} training rows outside "
+                        f"test mask {k} and {val_idx.size} validation rows")
+    if train_size is not None:
+        if train_size < 2 or train_size > train_idx.size:
+            raise DataError(f"dataset.split.train_size={train_size} but dataset '{table.name}' has only "
+                            f"{train_idx.size} training rows outside test mask {k}")
+        train_idx = train_idx[:train_size]
+    notes = [f"published test mask {k} of {masks.shape[1]}: {test_idx.size} test rows, {train_idx.size} training, "
+             f"{val_idx.size} validation"]
+    return train_idx, val_idx, test_idx, notes
+
+
+def _finish(table: Table, train_idx, val_idx, test_idx, notes, *, standardize_x: bool, standardize_y) -> DataSplits:
+    """Standardise with training statistics only and assemble the DataSplits."""
     X, y = table.X, table.y
     if standardize_x:
         x_mean, x_std = X[train_idx].mean(0), X[train_idx].std(0)

@@ -31,6 +31,9 @@ class Table:
     # Rows that must form the test set (sequence data: the test trip / the later part of a series),
     # or None for a random split. make_splits honours it.
     test_mask: np.ndarray | None = None
+    # Published fixed test sets (n x K bool, column k = the test rows of split k; the uci_datasets
+    # 90/10 masks have K = 10), used only when a split asks for one (dataset.split.mask=k).
+    test_masks: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -56,13 +59,15 @@ def table_from_frame(
     source: str = "",
     label_map: dict | None = None,
     test_mask: np.ndarray | None = None,
+    test_masks: np.ndarray | None = None,
 ) -> Table:
     """Turn a DataFrame into a Table: select columns, dummy-code categoricals with L-1 columns
     (DLM paper, App. D), handle missing values, and reject what cannot be modelled.
 
     ``missing='drop'`` drops incomplete rows and records the count in ``notes`` (and the log);
     ``'error'`` fails. ``label_map`` maps raw target values (e.g. {-1: 0, 1: 1} or {'M': 1, 'B': 0})
-    before the checks; ``test_mask`` (aligned with ``df``) marks rows that must be test rows.
+    before the checks; ``test_mask`` (aligned with ``df``) marks rows that must be test rows;
+    ``test_masks`` (n x K, aligned with ``df``) are published fixed test sets, one per column.
     ``source`` (a file path or package reference) is named in every error."""
     where = f"dataset '{name}'" + (f" ({source})" if source else "")
     if df.shape[0] == 0:
@@ -87,6 +92,8 @@ def table_from_frame(
         df = df.loc[~bad]
         if test_mask is not None:
             test_mask = np.asarray(test_mask, dtype=bool)[~bad]
+        if test_masks is not None:
+            test_masks = np.asarray(test_masks, dtype=bool)[~bad]
         notes.append(f"dropped {n_bad} rows with missing values")
         log.info("%s: dropped %d of %d rows with missing values", where, n_bad, len(bad))
     if df.shape[0] == 0:
@@ -112,4 +119,5 @@ def table_from_frame(
     if task == "count" and (np.any(y < 0) or np.any(y != np.round(y))):
         raise DataError(f"{where}: count targets must be non-negative integers")
     return Table(name, task, X.to_numpy(dtype=np.float64), y, [str(c) for c in X.columns], target, notes,
-                 test_mask=None if test_mask is None else np.asarray(test_mask, dtype=bool))
+                 test_mask=None if test_mask is None else np.asarray(test_mask, dtype=bool),
+                 test_masks=None if test_masks is None else np.asarray(test_masks, dtype=bool))

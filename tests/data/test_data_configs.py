@@ -11,6 +11,8 @@ from hydra import compose, initialize_config_module
 from gpdlm_cli import build
 from gpdlm_cli.data import all_datasets, get_dataset_info
 from gpdlm_cli.data.registry import check_options
+from gpdlm_cli.data.splits import check_split
+from gpdlm_cli.exceptions import DataError
 
 CONF = Path(build.__file__).resolve().parent / "conf" / "dataset"
 NAMES = sorted(p.stem for p in CONF.glob("*.yaml"))
@@ -39,7 +41,17 @@ def test_dataset_config(conf, hydra_conf):
     info = get_dataset_info(d.name)
     options = {k: v for k, v in d.items() if k not in ("name", "split", "standardize_y")}
     check_options(info, options)
-    assert set(d.split) == {"val_fraction", "test_fraction", "train_size", "test_size"}
+    masks = info.mask_source is not None
+    assert set(d.split) == {"val_fraction", "test_fraction", "train_size", "test_size", "mask"} | (
+        {"mask_val_fraction"} if masks else set())
+    assert d.split.mask is None  # the papers' own protocol unless a published mask is asked for
+    # a mask is accepted exactly where the table carries published masks (checked before any load)
+    mask_options = {**options, "source": "download"} if info.mask_source == "alt_files" else options
+    if masks:
+        check_split(d.name, {"mask": 9}, mask_options)
+    else:
+        with pytest.raises(DataError, match=f"dataset '{d.name}' has no published test masks; the sets that have them: bike"):
+            check_split(d.name, {"mask": 0}, options)
     assert d.split.val_fraction > 0  # the runner reports validation metrics
     lik_task = build._likelihood_task(cfg.likelihood.name)
     tasks = info.task.split("|")

@@ -110,6 +110,7 @@ def test_parsed_table_cache_second_load_is_fast_and_identical(private_cache):
 
 def test_parsed_cache_is_keyed_by_file_checksum(private_cache):
     dest = place("pol", "uci_data.csv.gz")
+    place("pol", "uci_test_mask.csv.gz", 1)
     a = load_table("pol")
     assert a.n == 3 and "loaded from the parsed-table cache" not in a.notes
     assert "loaded from the parsed-table cache" in load_table("pol").notes
@@ -118,8 +119,14 @@ def test_parsed_cache_is_keyed_by_file_checksum(private_cache):
 
     with gzip.open(dest, "wt") as f:
         f.write("1,2,9.5\n2,1,4.5\n3,5,1.5\n7,7,7.5\n")
+    with pytest.raises(DataError, match="expected 4 rows .one per data row. of 0/1 test-mask columns"):
+        load_table("pol")  # the masks no longer fit the data
+    with gzip.open(file_path("pol", get_dataset_info("pol").files[1]), "wt") as f:
+        f.write("1,0,0,0,0,0,0,0,0,0\n0,1,1,1,1,1,1,1,1,1\n0,0,0,0,0,0,0,0,0,0\n0,0,0,0,0,0,0,0,0,0\n")
     b = load_table("pol")
     assert b.n == 4 and "loaded from the parsed-table cache" not in b.notes
+    assert b.test_masks.shape == (4, 10) and b.test_masks[:, 0].tolist() == [True, False, False, False]
+    assert load_table("pol").test_masks[:, 1].tolist() == [False, True, False, False]  # cached with the masks
     # a corrupt cache entry is ignored and rebuilt
     for p in (private_cache / "parsed").glob("pol-*.npz"):
         p.write_bytes(b"garbage")
@@ -129,10 +136,12 @@ def test_parsed_cache_is_keyed_by_file_checksum(private_cache):
 # ----- download formats on fixtures ---------------------------------------------------------------------
 def test_uci_datasets_format_round_trip():
     place("kin40k", "uci_data.csv.gz")
+    place("kin40k", "uci_test_mask.csv.gz", 1)
     t = load_table("kin40k")
     np.testing.assert_array_equal(t.X, [[1, 2], [2, 1], [3, 5]])
     np.testing.assert_array_equal(t.y, [3.5, 4.5, 1.5])
     assert t.feature_names == ["x1", "x2"] and t.task == "regression"
+    np.testing.assert_array_equal(t.test_masks[:, :3], [[0, 1, 0], [1, 0, 0], [0, 1, 1]])
 
 
 def test_gal_uci_format_uses_the_index_files():
@@ -145,12 +154,17 @@ def test_gal_uci_format_uses_the_index_files():
 
 def test_concrete_download_alternative_reads_the_benchmark_copy():
     info = get_dataset_info("concrete")
-    for f, fx in zip(info.alt_files, ("gal_data.txt", "gal_index_features.txt", "gal_index_target.txt")):
+    fixtures = ("gal_data.txt", "gal_index_features.txt", "gal_index_target.txt", "gal_test_mask.csv.gz")
+    assert [f.filename for f in info.alt_files] == ["data.txt", "index_features.txt", "index_target.txt",
+                                                    "test_mask.csv.gz"]
+    for f, fx in zip(info.alt_files, fixtures):
         dest = file_path("concrete", f)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(FIXTURES / fx, dest)
-    assert load_table("concrete", source="download").n == 4
-    assert load_table("concrete").n == 1030
+    t = load_table("concrete", source="download")
+    assert t.n == 4 and t.test_masks[:, 5].tolist() == [False, True, False, False]  # mask k tests row k % 4
+    package = load_table("concrete")
+    assert package.n == 1030 and package.test_masks is None
     with pytest.raises(DataError, match="source must be"):
         load_table("concrete", source="web")
 
