@@ -162,10 +162,11 @@ class Tensors:
 
 def load_data(cfg):
     """Load, check and split the configured dataset; returns (table, DataSplits, Tensors)."""
-    from .data import load_table, make_splits
+    from .data import check_split, load_table, make_splits
 
     d = cfg.dataset
     options = {k: v for k, v in d.items() if k not in ("name", "split", "standardize_y")}
+    check_split(d.name, d.split, options)  # a bad mask fails before anything is fetched or parsed
     table = load_table(d.name, **options)
     lik_task = _likelihood_task(cfg.likelihood.name)
     if table.task != lik_task and not (table.task == "sequence" and lik_task == "regression"):
@@ -182,6 +183,8 @@ def load_data(cfg):
         train_size=s.train_size,
         test_size=s.test_size,
         standardize_y=d.get("standardize_y"),
+        mask=s.get("mask"),
+        mask_val_fraction=s.get("mask_val_fraction", 0.0),
     )
     device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,9 @@ def _private_data_cache(tmp_path_factory):
     """Parsed-table cache in a temp dir, so tests never write into the repository's datasets/."""
     old = os.environ.get("GPDLM_DATA")
     os.environ["GPDLM_DATA"] = str(tmp_path_factory.mktemp("gpdlm_data"))
+    # the byte-exact mirror of the registry's GitHub-hosted files beside the checkout (../shared):
+    # tests and the gpdlm subprocesses they start fetch real UCI data from it, offline
+    os.environ.setdefault("GPDLM_DATA_MIRROR", str(Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "mirror"))
     yield
     if old is None:
         os.environ.pop("GPDLM_DATA", None)

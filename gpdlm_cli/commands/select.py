@@ -174,6 +174,9 @@ def refit_config(cfg, uri: str, experiment: str, run_name: str):
     new = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     overrides = ["dataset.split.val_fraction=0.0"]
     OmegaConf.update(new, "dataset.split.val_fraction", 0.0, merge=False)
+    if cfg.dataset.split.get("mask") is not None:  # a published mask: validation is carved from its training rows
+        OmegaConf.update(new, "dataset.split.mask_val_fraction", 0.0, merge=False)
+        overrides.append("dataset.split.mask_val_fraction=0.0")
     if cfg.dataset.split.get("train_size") is not None:
         size = int(cfg.dataset.split.train_size) + int(val.size)
         OmegaConf.update(new, "dataset.split.train_size", size, merge=False)
