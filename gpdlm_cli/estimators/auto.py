@@ -23,3 +23,6 @@ class AutoEstimator(Estimator):
     def expected_log_prob(self, lik, y, mu, var):
         out = lik.expected_log_prob_closed(y, mu, var)
         return out if out is not None else self.quadrature.expected_log_prob(lik, y, mu, var)
+
+    def statistics(self):
+        return self.quadrature.statistics()

@@ -49,7 +49,8 @@ Samplers of q~ (``sampler``):
 
 Points the sampler cannot serve (non-finite envelope, or no accepted sample within the caps)
 fall back to the quadrature gradient (tilted moments by the same adaptive Gauss-Hermite rule); their
-share is reported as ``ups_fallback_fraction`` by ``statistics()``.
+share is reported as ``ups_fallback_fraction`` by ``statistics()``, and ``quadrature_unconverged``
+counts the points whose tilted mode needed the mode finder's bisection fallback (``tilted_mode``).
 
 ``expected_log_prob`` (the ELBO term) is delegated to ``AutoEstimator``: uPS estimates gradients of
 log-expectations only (``log_marginal_only = True``).
@@ -66,7 +67,8 @@ from ..likelihoods import GaussianLikelihood, ProbitLikelihood
 from .auto import AutoEstimator
 from .base import Estimator
 from .monte_carlo import RandomStream, _check_num_samples
-from .quadrature import _LOG_SQRT_2PI, gauss_hermite, log_normal, tilted_laplace
+from .quadrature import _LOG_SQRT_2PI, gauss_hermite, log_normal
+from .tilted_mode import tilted_laplace
 
 # Tangent points of the tight envelope, in units of the Laplace standard deviation around the tilted
 # mode: the optima for a Gaussian target with three (acceptance rate 0.886) and five (0.956) tangents.
@@ -318,7 +320,7 @@ class UPSEstimator(Estimator):
         num_nodes: int = 20,
         max_rounds: int = 32,
         max_proposals: int = 2**20,
-        newton_iters: int = 12,
+        newton_iters: int = 8,
     ):
         owner = f"estimator={self.name}"
         self.num_samples = _check_num_samples(num_samples, owner)
@@ -351,7 +353,8 @@ class UPSEstimator(Estimator):
         self.reset_statistics()
 
     def reset_statistics(self):
-        self._stats = {"drawn": 0, "accepted": 0, "kept": 0, "rows": 0, "fallback": 0, "width": 0.0}
+        self._stats = {"drawn": 0, "accepted": 0, "kept": 0, "rows": 0, "fallback": 0, "width": 0.0,
+                       "unconverged": 0}
 
     def statistics(self):
         s = self._stats
@@ -362,6 +365,7 @@ class UPSEstimator(Estimator):
             "ups_acceptance_rate": s["accepted"] / max(s["drawn"], 1),
             "ups_draws_per_sample": s["drawn"] / max(s["kept"], 1),
             "ups_fallback_fraction": s["fallback"] / s["rows"],
+            "quadrature_unconverged": int(s["unconverged"]),
         }
         if self.sampler == "rejection" and self.envelope_kind != "tight":
             out["ups_mean_width"] = s["width"] / s["rows"]
@@ -378,7 +382,7 @@ class UPSEstimator(Estimator):
         laplace = None
         closed = lik.log_marginal_closed(y, mu_d, var_d)
         if closed is None or (self.sampler == "rejection" and self.envelope_kind == "tight"):
-            laplace = tilted_laplace(lik, y, mu_d, var_d, self.newton_iters)
+            laplace = self.laplace(lik, y, mu_d, var_d)
         if closed is None:
             needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in lik.parameters())
             with torch.set_grad_enabled(needs_grad):
@@ -395,13 +399,19 @@ class UPSEstimator(Estimator):
         return out.reshape(shape)
 
     # ----- sampling -----------------------------------------------------------------------------
+    def laplace(self, lik, y, mu, var):
+        """(c, s2): mode and Laplace variance of q~ (``tilted_mode``), counted in the statistics."""
+        c, s2, unconverged = tilted_laplace(lik, y, mu, var, self.newton_iters)
+        self._stats["unconverged"] = self._stats["unconverged"] + unconverged
+        return c, s2
+
     def envelope(self, lik, y, mu, var, laplace=None) -> _Envelope:
         """The rejection envelope of q~ for each point (``envelope`` kwarg); no gradients."""
         with torch.no_grad():
             if self.envelope_kind == "paper":
                 return paper_envelope(lik, y, mu, var, self.max_width)
             if laplace is None:
-                laplace = tilted_laplace(lik, y, mu, var, self.newton_iters)
+                laplace = self.laplace(lik, y, mu, var)
             if self.envelope_kind == "exact_k":
                 return exact_k_envelope(lik, y, mu, var, self.max_width, start=laplace[0])
             return tangent_envelope(lik, y, mu, var, *laplace, num_tangents=self.num_tangents)
@@ -502,7 +512,7 @@ class UPSEstimator(Estimator):
         idx = torch.nonzero(rows).squeeze(-1)
         self._stats["fallback"] += int(idx.shape[0])
         if laplace is None:
-            c, s2 = tilted_laplace(lik, y[idx], mu[idx], var[idx], self.newton_iters)
+            c, s2 = self.laplace(lik, y[idx], mu[idx], var[idx])
         else:
             c, s2 = laplace[0][idx], laplace[1][idx]
         f, terms = self._quadrature_terms(lik, y[idx], mu[idx], var[idx], c, s2)

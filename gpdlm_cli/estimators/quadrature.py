@@ -3,8 +3,9 @@
 log E_q[p(y|f)] is evaluated as a logsumexp over nodes, never as the log of a sum of
 probabilities, so a Poisson count in the hundreds does not underflow to -inf (gpytorch's
 ``log_marginal`` does). With ``adaptive=True`` the nodes are centred at the mode of the tilted
-density q(f) p(y|f) and scaled by its Laplace width (found by a few safeguarded Newton steps), so a
-likelihood much narrower than q -- large counts, confident classes -- is still resolved:
+density q(f) p(y|f) and scaled by its Laplace width (``tilted_mode.tilted_laplace``: a bracketed,
+safeguarded Newton iteration that converges at any variance of q), so a likelihood much narrower
+than q -- large counts, confident classes -- is still resolved:
 
     log E_q[p] = log int N(f|c,s2) [q(f) p(y|f) / N(f|c,s2)] df
                ~ logsumexp_k( log w_k/sqrt(pi) + log q(f_k) + log p(y|f_k) - log N(f_k|c,s2) )
@@ -24,6 +25,7 @@ import torch
 
 from ..exceptions import param_error
 from .base import Estimator
+from .tilted_mode import TiltedLaplace, tilted_laplace  # noqa: F401  (re-exported)
 
 _LOG_SQRT_PI = 0.5 * math.log(math.pi)
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -43,41 +45,49 @@ def gauss_hermite(num_nodes: int, like: torch.Tensor):
     return _gauss_hermite(num_nodes, like.dtype, like.device)
 
 
-def tilted_laplace(lik, y, mu, var, iters: int = 12):
-    """Mode c and Laplace variance s2 of q(f) p(y|f) by safeguarded Newton (log-concave target)."""
-    with torch.no_grad():
-        mu, var = mu.detach(), var.detach()
-        f = mu.clone()
-        max_step = 1.0 + 3.0 * var.sqrt()
-        for _ in range(iters):
-            g = -(f - mu) / var + lik.dlog_prob(y, f)
-            h = -1.0 / var + lik.d2log_prob(y, f)
-            step = torch.clamp(-g / h, -max_step, max_step)
-            f = f + torch.nan_to_num(step)
-        h = -1.0 / var + lik.d2log_prob(y, f)
-        return f, (-1.0 / h).clamp_min(1e-12)
-
-
 def log_normal(f, mu, var):
     return -_LOG_SQRT_2PI - 0.5 * torch.log(var) - 0.5 * (f - mu) ** 2 / var
 
 
 class QuadratureEstimator(Estimator):
-    """Gauss-Hermite with ``num_nodes`` nodes; ``adaptive`` centres the nodes on the tilted density."""
+    """Gauss-Hermite with ``num_nodes`` nodes; ``adaptive`` centres the nodes on the tilted density.
+
+    ``newton_iters`` is the mode finder's budget before a point counts as unconverged and is finished
+    by its bracketed bisection fallback; ``statistics()`` reports ``quadrature_unconverged``, the number
+    of such point evaluations since construction (or ``reset_statistics``)."""
 
     name = "quadrature"
 
-    def __init__(self, num_nodes: int = 20, adaptive: bool = True, newton_iters: int = 12):
+    def __init__(self, num_nodes: int = 20, adaptive: bool = True, newton_iters: int = 16):
         if not isinstance(num_nodes, int) or num_nodes < 1:
             raise param_error("num_nodes", "estimator=quadrature", "an integer >= 1", num_nodes)
+        if isinstance(newton_iters, bool) or not isinstance(newton_iters, int) or newton_iters < 1:
+            raise param_error("newton_iters", "estimator=quadrature", "an integer >= 1", newton_iters)
         self.num_nodes = num_nodes
         self.adaptive = adaptive
         self.newton_iters = newton_iters
+        self.reset_statistics()
+
+    def reset_statistics(self):
+        self._centred = 0  # points centred by the mode finder
+        self._unconverged = 0  # of which needed the bisection fallback (a device tensor once used)
+
+    def statistics(self):
+        if not self._centred:
+            return {}
+        return {"quadrature_unconverged": int(self._unconverged)}
+
+    def centre(self, lik, y, mu, var):
+        """(c, s2) of the tilted density, with the statistics updated (no host synchronisation)."""
+        c, s2, unconverged = tilted_laplace(lik, y, mu, var, self.newton_iters)
+        self._centred += c.numel()
+        self._unconverged = self._unconverged + unconverged
+        return c, s2
 
     def log_marginal(self, lik, y, mu, var):
         x, logw = gauss_hermite(self.num_nodes, mu)
         if self.adaptive:
-            c, s2 = tilted_laplace(lik, y, mu, var, self.newton_iters)
+            c, s2 = self.centre(lik, y, mu, var)
             f = c.unsqueeze(-1) + torch.sqrt(2 * s2).unsqueeze(-1) * x
             log_proposal = -_LOG_SQRT_2PI - 0.5 * torch.log(s2).unsqueeze(-1) - x**2
             terms = (

@@ -38,6 +38,11 @@ class Likelihood(torch.nn.Module):
         """d^2/df^2 log p(y|f) (<= 0: log-concave)."""
         raise NotImplementedError
 
+    def log_prob_derivatives(self, y: torch.Tensor, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(d/df, d^2/df^2) log p(y|f) together; subclasses share the work where they can (the
+        tilted mode finder calls this once per iteration)."""
+        return self.dlog_prob(y, f), self.d2log_prob(y, f)
+
     def mode(self, y: torch.Tensor) -> torch.Tensor:
         """argmax_f log p(y|f); +-inf where the supremum is approached only in the limit."""
         raise NotImplementedError

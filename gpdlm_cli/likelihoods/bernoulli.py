@@ -36,6 +36,12 @@ class ProbitLikelihood(Likelihood):
         r = self._inv_mills(z)
         return -r * (z + r)
 
+    def log_prob_derivatives(self, y, f):
+        s = 2 * y - 1
+        z = s * f
+        r = self._inv_mills(z)
+        return s * r, -r * (z + r)
+
     def mode(self, y):
         return torch.where(y > 0.5, torch.inf, -torch.inf).to(y)
 
@@ -68,6 +74,10 @@ class LogitLikelihood(Likelihood):
     def d2log_prob(self, y, f):
         p = torch.sigmoid(f)
         return -p * (1 - p)
+
+    def log_prob_derivatives(self, y, f):
+        p = torch.sigmoid(f)
+        return y - p, -p * (1 - p)  # (2y - 1) sigmoid(-(2y - 1) f) = y - sigmoid(f) for y in {0, 1}
 
     def mode(self, y):
         return torch.where(y > 0.5, torch.inf, -torch.inf).to(y)

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from gpdlm_cli.build import build_estimator
-from gpdlm_cli.estimators import BMCEstimator, SmoothBMCEstimator, UPSEstimator
+from gpdlm_cli.estimators import BMCEstimator, QuadratureEstimator, SmoothBMCEstimator, UPSEstimator
 from gpdlm_cli.exceptions import ConfigError
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "estimator"
@@ -47,6 +47,10 @@ def test_yaml_builds_the_estimator_with_its_defaults(name, cls, expected):
         (UPSEstimator, {"max_width": 0}, "max_width"),
         (UPSEstimator, {"num_nodes": 0}, "num_nodes"),
         (UPSEstimator, {"max_proposals": 0}, "max_proposals"),
+        (UPSEstimator, {"newton_iters": 0}, "newton_iters"),
+        (QuadratureEstimator, {"num_nodes": 0}, "num_nodes"),
+        (QuadratureEstimator, {"newton_iters": 0}, "newton_iters"),
+        (QuadratureEstimator, {"newton_iters": 2.5}, "newton_iters"),
     ],
 )
 def test_bad_kwargs_raise_one_line_config_errors(cls, kwargs, param):

@@ -161,3 +161,30 @@ def test_jensen_log_marginal_exceeds_expected_log_prob(name):
     dlm = DLM(model, lik, q, N, 0.7)(Xt, yt).item()
     elbo = ELBO(model, lik, q, N, 0.7)(Xt, yt).item()
     assert dlm < elbo
+
+
+@pytest.mark.parametrize("objective", ["dlm", "elbo"])
+@pytest.mark.parametrize("beta", [0.3, 4.0])
+def test_minibatch_objectives_average_to_the_full_objective(objective, beta):
+    """Sec. 4's scaling: a minibatch B of size b < N gives mean_{i in B} loss_i + beta KL / N, an unbiased
+    estimate of the per-datum objective (1/N)[sum_i loss_i + beta KL]. Over a partition of the N points
+    into batches of 8 the mean of the minibatch objectives equals the full-batch objective and the dense
+    reference (KL divided by N, not by b: that mistake changes each minibatch value by beta KL (1/b - 1/N))."""
+    rng, X, Z, model, f_true = _problem(4)
+    y = f_true + rng.normal(scale=np.sqrt(NOISE), size=N)
+    lik = make_gaussian_lik(NOISE)
+    cls = {"dlm": DLM, "elbo": ELBO}[objective]
+    obj = cls(model, lik, ExactEstimator(), N, beta)
+    Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
+    batches = np.array_split(rng.permutation(N), N // 8)
+    minibatch = [obj(Xt[b], yt[b]).item() for b in batches]
+    mu, var, kl = _dense_marginals(model, X, Z)
+    if objective == "dlm":
+        loss = -log_normal(y, mu, var + NOISE)
+    else:
+        loss = 0.5 * np.log(2 * np.pi * NOISE) + ((y - mu) ** 2 + var) / (2 * NOISE)
+    ref = (loss.sum() + beta * kl) / N
+    assert np.mean(minibatch) == pytest.approx(ref, rel=1e-9)
+    assert np.mean(minibatch) == pytest.approx(obj(Xt, yt).item(), rel=1e-12)
+    for b, value in zip(batches, minibatch):  # each minibatch value, too
+        assert value == pytest.approx(loss[b].mean() + beta * kl / N, rel=1e-9)

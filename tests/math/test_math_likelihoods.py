@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.special
 import torch
 
 from gpdlm_math_ref import make_gaussian_lik, np_log_prob
@@ -60,6 +61,10 @@ def test_derivatives_match_autograd(name):
     (h,) = torch.autograd.grad(g.sum(), f)
     np.testing.assert_allclose(lik.dlog_prob(y, f).detach().numpy(), g.detach().numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(lik.d2log_prob(y, f).detach().numpy(), h.numpy(), rtol=1e-8, atol=1e-12)
+    # the pair the tilted mode finder uses is the same two derivatives
+    d1, d2 = lik.log_prob_derivatives(y, f)
+    np.testing.assert_allclose(d1.detach().numpy(), g.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(d2.detach().numpy(), h.numpy(), rtol=1e-8, atol=1e-12)
     # log-concavity, which the quadrature's Newton centring and uPS rely on
     assert (lik.d2log_prob(y, f).detach().numpy() <= 0).all()
 
@@ -80,6 +85,51 @@ def test_derivatives_in_far_tails():
     # z + r cancels in the tail (r ~ -z): compare against the scipy value at matched precision
     np.testing.assert_allclose(d2, -r * (z + r), rtol=1e-6)
     assert np.isfinite(d2).all() and (d2 < 0).all() and (d2 > -1).all()
+
+
+def _np_softplus_poisson(y, f):
+    """log p, d/df log p and d2/df2 log p of Poisson(y | lambda = softplus(f)) in numpy, in log space,
+    for -700 <= f <= 700 (t = e^f stays a normal double):
+
+    log lambda = log(logaddexp(0, f)) (log1p(t) is exact for tiny t); with sigma = t/(1+t) and
+    r = sigma/lambda = exp(log sigma - log lambda):  d = y r - sigma, and
+    d2 = y (log lambda)'' - sigma (1 - sigma) with (log lambda)'' = r (lambda - t) / ((1 + t) lambda).
+    For t < 1/2, (lambda - t) / lambda = t (t/lambda) a(t) with a(t) = (log1p(t) - t)/t^2 summed as
+    its alternating series -1/2 + t/3 - t^2/4 + ... (no cancellation, no underflow)."""
+    f = np.asarray(f, dtype=float)
+    t = np.exp(f)
+    lam = np.logaddexp(0.0, f)
+    log_lam = np.log(lam)
+    log_sig, log_sig_neg = -np.logaddexp(0.0, -f), -np.logaddexp(0.0, f)
+    r = np.exp(log_sig - log_lam)
+    tt = np.minimum(t, 0.5)
+    k = np.arange(2, 80)[:, None]
+    a = np.sum((-1.0) ** (k + 1) * tt ** (k - 2) / k, axis=0)
+    small = tt * np.exp(np.minimum(f, 0.0) - log_lam) * a  # (lambda - t) / lambda for t < 1/2
+    big = (np.log1p(np.maximum(t, 0.5)) - np.maximum(t, 0.5)) / lam
+    dd_log_lam = r * np.where(t < 0.5, small, big) / (1 + t)
+    logp = y * log_lam - lam - scipy.special.gammaln(y + 1)
+    return logp, y * r - np.exp(log_sig), y * dd_log_lam - np.exp(log_sig + log_sig_neg)
+
+
+@pytest.mark.parametrize("y", [0.0, 1.0, 3.0, 30.0, 400.0])
+def test_softplus_poisson_in_log_space_down_to_f_minus_700(y):
+    """log lambda is computed in log space (DLM review, F7): no floor on lambda, so log p ~ y f + ...
+    stays exact and concave for f << 0 (a floor lambda >= 1e-30 made log p flat, and the uPS tangent
+    envelope no bound, below f = -69). Against the numpy reference above on f in [-700, 700]."""
+    lik = PoissonSoftplusLikelihood()
+    f = np.concatenate([np.linspace(-700, -40, 67), np.linspace(-40, 40, 321), np.linspace(40, 700, 67)])
+    ref_lp, ref_d, ref_d2 = _np_softplus_poisson(y, f)
+    yt, ft = torch.full((f.size,), y, dtype=torch.float64), torch.as_tensor(f)
+    np.testing.assert_allclose(lik.log_prob(yt, ft).numpy(), ref_lp, rtol=1e-13, atol=1e-13)
+    # d is a difference of terms up to y + 1 (zero at the mode): rounding of that size is allowed
+    np.testing.assert_allclose(lik.dlog_prob(yt, ft).numpy(), ref_d, rtol=1e-12, atol=1e-14 * (1 + y))
+    np.testing.assert_allclose(lik.d2log_prob(yt, ft).numpy(), ref_d2, rtol=1e-10, atol=0)
+    for dtype in (torch.float64, torch.float32):  # concave in both precisions
+        fd = torch.linspace(-700 if dtype == torch.float64 else -100, 700 if dtype == torch.float64 else 80,
+                            20001, dtype=dtype)
+        d2 = lik.d2log_prob(torch.full_like(fd, y), fd)
+        assert torch.isfinite(d2).all() and (d2 <= 0).all(), dtype
 
 
 def _grid_argmax(lik, y, lo, hi, n=400_001):

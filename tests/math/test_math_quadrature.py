@@ -68,8 +68,9 @@ def test_adaptive_log_marginal_and_gradients_match_quad(name, y, mu, var, num_no
     assert dvar.item() == pytest.approx(ref_dvar, rel=max(rel, 1e-5), abs=1e-7)
 
 
-def test_reference_gradients_agree_with_finite_differences():
-    """Guards the reference itself: its ratio-of-integrals gradients equal central differences."""
+def test_reference_guard_quad_gradients_equal_finite_differences():
+    """Not a test of gpdlm: a guard of the scipy reference ``quad_log_marginal`` that the gradient
+    checks above rely on (its ratio-of-integrals gradients equal central differences of its value)."""
     for name, y, mu, var in [("poisson_exp", 150.0, -3.0, 0.5), ("logit", 1.0, 3.0, 4.0)]:
         _, dmu, dvar = quad_log_marginal(name, y, mu, var, with_grad=True)
         h = 1e-4
