@@ -45,6 +45,13 @@ def predictive_metrics(model, likelihood, x, y, *, y_std: float = 1.0, prefix: s
     if x.shape[0] == 0:
         return {}
     mu, var = predictive_marginals(model, x)
+    return metrics_from_marginals(likelihood, mu, var, y, y_std=y_std, prefix=prefix)
+
+
+@torch.no_grad()
+def metrics_from_marginals(likelihood, mu, var, y, *, y_std: float = 1.0, prefix: str = "test_") -> dict[str, float]:
+    """The metrics of ``predictive_metrics`` from given marginals q(f_i) = N(mu_i, var_i) of the
+    latent f (families that predict in their own way, e.g. the sparse-spectrum gamma family)."""
     est = AutoEstimator(num_nodes=_EVAL_NODES)
     nll = -est.log_marginal(likelihood, y, mu, var).mean()
     y_hat = likelihood.predictive_mean_closed(mu, var)
