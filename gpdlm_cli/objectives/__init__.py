@@ -4,6 +4,7 @@ from .base import Objective, SparseVariationalObjective
 from .dlm import DLM
 from .elbo import ELBO
 from .marginal_likelihood import CollapsedBound, ExactMarginalLikelihood
+from .sparse_spectrum import SSGPMarginalLikelihood, SVBSSGPBound
 from .sq_dlm import SquareLossDLM, fit_predictive_noise, optimal_whitened_mean
 
 __all__ = [
@@ -12,6 +13,8 @@ __all__ = [
     "CollapsedBound",
     "ExactMarginalLikelihood",
     "Objective",
+    "SSGPMarginalLikelihood",
+    "SVBSSGPBound",
     "SparseVariationalObjective",
     "SquareLossDLM",
     "fit_predictive_noise",
