@@ -74,7 +74,7 @@ class _SignalVariance(torch.nn.Module):
 
     def __init__(self, signal_init: float, learn: bool):
         super().__init__()
-        self.raw_signal = torch.nn.Parameter(inv_softplus(torch.tensor(float(signal_init))), requires_grad=learn)
+        self.raw_signal = torch.nn.Parameter(inv_softplus(torch.tensor(float(signal_init), dtype=torch.float64)), requires_grad=learn)
 
     @property
     def signal_variance(self) -> torch.Tensor:
