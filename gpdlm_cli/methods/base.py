@@ -34,6 +34,10 @@ class Stage:
       overrides them group by group).
     * ``wants_index``: call ``objective(x_batch, y_batch, index)`` with the batch's row indices
       (``None`` on the full batch).
+    * ``blocks``: a fixed partition of the training rows (1-D index tensors on the data's device)
+      to use instead of shuffled minibatches: each epoch visits every block once, in a random order,
+      so a step's block is uniform over the blocks (e.g. the sparse-spectrum paper's k-means
+      blocks, Theorem 1). ``trainer.batch_size`` is then unused.
     """
 
     name: str
@@ -46,6 +50,7 @@ class Stage:
     overrides: dict = field(default_factory=dict)
     lr_scale: dict[str, float] = field(default_factory=dict)
     wants_index: bool = False
+    blocks: list | None = None
 
     @property
     def params(self) -> list:

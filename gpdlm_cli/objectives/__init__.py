@@ -5,6 +5,7 @@ from .collapsed_elbo import CollapsedELBO
 from .dlm import DLM
 from .elbo import ELBO
 from .marginal_likelihood import CollapsedBound, ExactMarginalLikelihood
+from .sparse_spectrum import SSGPMarginalLikelihood, SVBSSGPBound
 from .sq_dlm import SquareLossDLM, fit_predictive_noise, fit_square_loss_predictive, optimal_whitened_mean
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "CollapsedELBO",
     "ExactMarginalLikelihood",
     "Objective",
+    "SSGPMarginalLikelihood",
+    "SVBSSGPBound",
     "SparseVariationalObjective",
     "SquareLossDLM",
     "fit_predictive_noise",

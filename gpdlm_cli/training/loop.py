@@ -8,7 +8,8 @@ and L-BFGS, whose line search compares values on the host). Step metrics are han
 batches at every evaluation.
 
 An *epoch* is one pass of shuffled minibatches, floor(N / batch) iterations (the remainder of a
-permutation is dropped and a new one drawn); on the full batch one iteration is one epoch.
+permutation is dropped and a new one drawn); on the full batch one iteration is one epoch. With a
+fixed partition (``blocks``) an epoch visits every block once, in a new random order each epoch.
 """
 
 from __future__ import annotations
@@ -107,9 +108,11 @@ def train(
     hooks: Iterable = (),
     modules: Iterable[torch.nn.Module] = (),
     wants_index: bool = False,
+    blocks: list | None = None,
 ) -> TrainResult:
     """Minimise ``objective(x_batch, y_batch)`` over ``params``: a list of parameters or a dict of
-    named groups (each trained at ``settings.lr * settings.lr_scale.get(name, 1)``)."""
+    named groups (each trained at ``settings.lr * settings.lr_scale.get(name, 1)``). ``blocks``: a
+    fixed partition of the rows (index tensors) whose blocks are the batches, each once per epoch."""
     from linear_operator.utils.errors import NanError, NotPSDError
 
     groups = params if isinstance(params, dict) else {"all": list(params)}
@@ -130,12 +133,14 @@ def train(
 
     n = x.shape[0]
     bs = settings.batch_size if settings.batch_size and settings.batch_size < n else None
-    steps_per_epoch = n // bs if bs else 1
+    if blocks is not None:
+        bs = None
+    steps_per_epoch = len(blocks) if blocks is not None else (n // bs if bs else 1)
     cap = settings.max_iters if settings.max_iters is not None else math.inf
     if settings.max_epochs:
         cap = min(cap, settings.max_epochs * steps_per_epoch)
     cap = int(cap)
-    rule = make_rule(settings.stop_rule, stochastic=stochastic or bs is not None, window=settings.stop.window,
+    rule = make_rule(settings.stop_rule, stochastic=stochastic or bs is not None or blocks is not None, window=settings.stop.window,
                      tol=settings.stop.tol, steps_per_epoch=steps_per_epoch)
     hooks = list(hooks)
     epoch_hooks = [h for h in hooks if hasattr(h, "epoch_start")]
@@ -186,7 +191,12 @@ def train(
                 if it % steps_per_epoch == 0:
                     for h in epoch_hooks:
                         h.epoch_start(epoch)
-                if bs is None:
+                if blocks is not None:
+                    if it % steps_per_epoch == 0:  # one host read per epoch
+                        order = torch.randperm(len(blocks), generator=generator, device=generator.device).tolist()
+                    idx = blocks[order[it % steps_per_epoch]]
+                    xb, yb = x[idx], y[idx]
+                elif bs is None:
                     xb, yb, idx = x, y, None
                 else:
                     if pos + bs > n:

@@ -63,7 +63,7 @@ def run_stages(
             stage.objective, stage.groups or stage.params, x, y, s, generator=generator,
             evaluate=evaluate if (s.eval_every or s.eval_every_epochs) else None, log_steps=log_steps,
             step_offset=out.iterations, desc=stage.name, stochastic=stage.stochastic, hooks=stage.hooks,
-            modules=modules, wants_index=stage.wants_index,
+            modules=modules, wants_index=stage.wants_index, blocks=getattr(stage, "blocks", None),
         )
         out.iterations += result.iterations
         out.train_seconds += result.train_seconds

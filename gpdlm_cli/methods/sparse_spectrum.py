@@ -1,0 +1,301 @@
+"""The sparse-spectrum family (Hoang, Hoang & Low, AAAI 2017; docs/sparse_spectrum.md): Gaussian
+regression with the trigonometric kernel estimate phi(x)^T Lambda phi(x') of m frequencies.
+
+* ``ssgp``: point-estimate frequencies on the full-data marginal likelihood, O(n m^2) per step
+  (full batch, deterministic: L-BFGS works); global predictive, or ``predict=local`` (gamma = 0 on
+  the test point's k-means cell).
+  Groups: ``frequencies``, ``kernel`` (signal variance), ``likelihood`` (noise).
+* ``vssgp``: factorised q over frequencies and weights with analytic feature expectations (Gal &
+  Turner, 2015), the ELBO through the injected estimator, the gamma = 1 predictive; full batch or
+  ``trainer.batch_size`` minibatches. Groups: ``variational``, ``kernel`` (signal variance and
+  lengthscales), ``likelihood``.
+* ``svbssgp``: q(theta, s) = N(b, M M^T) jointly, trained by the unbiased doubly stochastic
+  gradient of Theorem 1 / App. G on blocks of n / p rows (random equal-size blocks re-drawn each
+  epoch, or the k-means cells); predicted by the gamma family on the k-means cells with r samples,
+  metrics per gamma (``test_rmse_g0``, ...; the first gamma also fills ``test_rmse``/``test_nll``).
+  Groups: ``variational`` (b, diag M), ``variational_offdiag`` (the off-diagonal of M, default
+  lr scale 0.01), ``kernel`` (signal variance), ``likelihood`` (noise). Monitors:
+  ``elbo_per_datum``, ``M_frobenius``, ``noise_variance``, ``signal_variance``, ``epochs``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from ..exceptions import UnsupportedCombination, param_error
+from . import components as C
+from .base import Method, Stage
+
+MODELS = ("ssgp", "vssgp", "svbssgp")
+
+#: sVBSSGP's default Adam learning rate (when trainer.lr is null) and off-diagonal multiplier
+SVBSSGP_LR = 1e-2
+OFFDIAG_LR_SCALE = 1e-2
+
+
+def _int_at_least(m, key: str, low: int = 1) -> None:
+    if not C.is_int(m[key]) or m[key] < low:
+        raise param_error(key, f"model={m.name}", f"an integer >= {low}", m[key])
+
+
+def _positive(m, key: str) -> None:
+    v = m[key]
+    if not C.is_number(v) or v <= 0 or math.isinf(v):
+        raise param_error(key, f"model={m.name}", "a finite float in (0, inf)", v)
+
+
+def _flag(m, key: str) -> None:
+    if not isinstance(m[key], bool):
+        raise param_error(key, f"model={m.name}", "true or false", m[key])
+
+
+def gamma_values(m) -> list[float]:
+    """``model.gammas`` as floats: a non-empty list of distinct numbers in [-1, 1] (Prop. 1)."""
+    raw = m.gammas
+    values = list(raw) if not isinstance(raw, (str, bytes)) and hasattr(raw, "__iter__") else [raw]
+    if not values or not all(C.is_number(g) for g in values):
+        raise param_error("gammas", f"model={m.name}", "a non-empty list of floats in [-1, 1]", raw)
+    bad = [g for g in values if abs(g) > 1]
+    if bad:
+        raise param_error("gammas", f"model={m.name}", "a list of floats in [-1, 1] (|gamma| <= 1, Prop. 1)", bad[0])
+    if len({float(g) for g in values}) != len(values):
+        raise param_error("gammas", f"model={m.name}", "a list of distinct floats in [-1, 1]", list(values))
+    return [float(g) for g in values]
+
+
+def gamma_label(g: float) -> str:
+    """The metric suffix of gamma: 0 -> 'g0', 0.5 -> 'g0.5', -1 -> 'g-1'."""
+    return f"g{g:g}"
+
+
+def validate(cfg) -> None:
+    m = cfg.model
+    C.gaussian_only(cfg, f"model={m.name} is a regression model: it needs likelihood=gaussian and a regression "
+                         f"dataset, got likelihood={cfg.likelihood.name}")
+    _int_at_least(m, "num_frequencies")
+    for key in ("prior_lengthscale", "signal_init"):
+        _positive(m, key)
+    for key in ("learn_signal", "learn_noise"):
+        _flag(m, key)
+    if m.name == "ssgp":
+        if m.predict not in ("global", "local"):
+            raise param_error("predict", "model=ssgp", "'global' or 'local'", m.predict)
+        _int_at_least(m, "partitions")
+    if m.name == "vssgp":
+        _positive(m, "init_scale")
+        _flag(m, "learn_lengthscale")
+    if m.name in ("ssgp", "svbssgp") and cfg.trainer.batch_size is not None:
+        what = "trains full batch" if m.name == "ssgp" else "sets its block size n / model.train_partitions itself"
+        raise UnsupportedCombination(f"model={m.name} {what}; set trainer.batch_size=null")
+    if m.name != "svbssgp":
+        return
+    for key in ("partitions", "blocks_per_step", "z_samples", "predict_samples"):
+        _int_at_least(m, key)
+    _int_at_least(m, "elbo_samples", 0)
+    if m.train_partitions is not None:
+        _int_at_least(m, "train_partitions")
+    if m.train_blocks not in ("random", "kmeans"):
+        raise param_error("train_blocks", "model=svbssgp", "'random' or 'kmeans'", m.train_blocks)
+    if m.train_blocks == "kmeans" and m.blocks_per_step != 1:
+        raise UnsupportedCombination("model.train_blocks=kmeans takes one block per step; set model.blocks_per_step=1")
+    if m.cov not in ("full", "block", "diag"):
+        raise param_error("cov", "model=svbssgp", "'full', 'block' or 'diag'", m.cov)
+    _positive(m, "init_scale")
+    _flag(m, "rao_blackwell")
+    gamma_values(m)
+
+
+def check_sizes(cfg, n_train: int) -> None:
+    m = cfg.model
+    if m.name == "ssgp":
+        keys = ("partitions",) if m.predict == "local" else ()
+    else:
+        keys = ("partitions", "train_partitions") if m.name == "svbssgp" else ()
+    for key in keys:
+        if m[key] is not None and m[key] > n_train:
+            raise param_error(key, f"model={m.name}", f"an integer in [1, n_train={n_train}]", m[key])
+    if m.name == "svbssgp":
+        p = m.train_partitions or m.partitions
+        if m.blocks_per_step > p:
+            raise param_error("blocks_per_step", "model=svbssgp", f"an integer in [1, train_partitions={p}]", m.blocks_per_step)
+
+
+def _likelihood(cfg, y, device, dtype):
+    likelihood = C.build_likelihood(cfg.likelihood)
+    likelihood.validate_targets(y)
+    likelihood = likelihood.to(device=device, dtype=dtype)
+    for p in likelihood.parameters():
+        p.requires_grad_(bool(cfg.model.learn_noise))
+    return likelihood
+
+
+def build(cfg, data, task: str) -> Method:
+    check_sizes(cfg, data.x_train.shape[0])
+    return {"ssgp": _build_ssgp, "vssgp": _build_vssgp, "svbssgp": _build_svbssgp}[cfg.model.name](cfg, data)
+
+
+# ----- SSGP -----------------------------------------------------------------------------------------
+def _build_ssgp(cfg, data) -> Method:
+    from .. import objectives as O
+    from ..metrics import metrics_from_marginals
+    from ..models import SSGP, LocalCells, predict_gamma_family
+
+    m = cfg.model
+    x, y = data.x_train, data.y_train
+    n, d = x.shape
+    likelihood = _likelihood(cfg, y, x.device, x.dtype)
+    gen = torch.Generator().manual_seed(int(cfg.seed))
+    model = SSGP(m.num_frequencies, d, likelihood, prior_lengthscale=m.prior_lengthscale, signal_init=m.signal_init,
+                 learn_signal=m.learn_signal, generator=gen).to(device=x.device, dtype=x.dtype)
+    model.set_train_data(x, y)
+    groups = {"frequencies": [model.w], "kernel": [model.raw_signal], "likelihood": list(likelihood.parameters())}
+    stage = Stage("ssgp", O.SSGPMarginalLikelihood(model, n), groups)
+    evaluate = None
+    if m.predict == "local":
+        cells = LocalCells(x, m.partitions, int(cfg.seed))
+
+        def evaluate(xq, yq, prefix="test_", y_std=1.0):
+            if xq.shape[0] == 0:
+                return {}
+            with torch.no_grad():
+                s = torch.zeros(1, 2 * m.num_frequencies, dtype=x.dtype, device=x.device)
+                mu, var = predict_gamma_family(cells, x, y, xq, model.frequencies.unsqueeze(0), s, likelihood.noise,
+                                               model.signal_variance, [0.0])
+            return metrics_from_marginals(likelihood, mu[0], var[0], yq, y_std=y_std, prefix=prefix)
+
+    def diagnostics():
+        return {"noise_variance": float(likelihood.noise.detach()), "signal_variance": float(model.signal_variance.detach())}
+
+    return Method("ssgp", model, likelihood, [stage], evaluate=evaluate, diagnostics=diagnostics,
+                  tags={"gpdlm.ssgp.predict": m.predict})
+
+
+# ----- VSSGP ----------------------------------------------------------------------------------------
+def _build_vssgp(cfg, data) -> Method:
+    from .. import objectives as O
+    from ..models import VSSGP
+
+    m = cfg.model
+    x, y = data.x_train, data.y_train
+    n, d = x.shape
+    likelihood = _likelihood(cfg, y, x.device, x.dtype)
+    estimator = C.build_estimator(cfg.estimator)
+    estimator.check(likelihood, "expected_log_prob")
+    gen = torch.Generator().manual_seed(int(cfg.seed))
+    model = VSSGP(m.num_frequencies, d, prior_lengthscale=m.prior_lengthscale, signal_init=m.signal_init,
+                  learn_signal=m.learn_signal, learn_lengthscale=m.learn_lengthscale, init_scale=m.init_scale,
+                  generator=gen).to(device=x.device, dtype=x.dtype)
+    groups = {"variational": model.variational_parameters(), "kernel": [model.raw_signal, model.raw_lengthscale],
+              "likelihood": list(likelihood.parameters())}
+    objective = O.ELBO(model, likelihood, estimator, n, float(cfg.objective.beta))
+    stage = Stage("vssgp", objective, groups, stochastic=bool(estimator.stochastic))
+
+    def diagnostics():
+        return {"noise_variance": float(likelihood.noise.detach()), "signal_variance": float(model.signal_variance.detach())}
+
+    return Method("vssgp", model, likelihood, [stage], estimator, diagnostics=diagnostics)
+
+
+# ----- sVBSSGP --------------------------------------------------------------------------------------
+class _StepCounter:
+    """A trainer hook: block steps taken (for the ``epochs`` monitor)."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def after_step(self, iteration: int, epoch: int) -> None:
+        self.steps = iteration
+
+
+def _build_svbssgp(cfg, data) -> Method:
+    from .. import objectives as O
+    from ..metrics import PREDICTIVE_METRICS, metrics_from_marginals
+    from ..models import LocalCells, SpectralPosterior, predict_gamma_family
+
+    m = cfg.model
+    x, y = data.x_train, data.y_train
+    n, d = x.shape
+    device, dtype = x.device, x.dtype
+    seed = int(cfg.seed)
+    gammas = gamma_values(m)
+    likelihood = _likelihood(cfg, y, device, dtype)
+    q = SpectralPosterior(m.num_frequencies, d, prior_lengthscale=m.prior_lengthscale, signal_init=m.signal_init,
+                          learn_signal=m.learn_signal, init_scale=m.init_scale, cov=m.cov,
+                          generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
+    cells = LocalCells(x, m.partitions, seed)
+
+    # training blocks: the trainer's shuffled minibatches of a * floor(n / p) rows (random
+    # equal-size partitions re-drawn every epoch), or the k-means cells visited in random order
+    p_train = m.train_partitions or m.partitions
+    overrides: dict = {}
+    if cfg.trainer.lr is None:
+        overrides["lr"] = SVBSSGP_LR
+    blocks, scale = None, None
+    if m.train_blocks == "random":
+        block_rows = m.blocks_per_step * (n // p_train)
+        overrides["batch_size"] = block_rows
+        steps_per_epoch = n // block_rows if block_rows < n else 1
+    else:
+        train_cells = cells if p_train == m.partitions else LocalCells(x, p_train, seed)
+        blocks = [b for b in train_cells.members if b.numel() > 0]
+        scale = float(len(blocks))  # p F_i with i uniform over the p blocks (Theorem 1)
+        block_rows = n / len(blocks)
+        steps_per_epoch = len(blocks)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    objective = O.SVBSSGPBound(q, likelihood, n, z_samples=m.z_samples, rao_blackwell=m.rao_blackwell, scale=scale,
+                               generator=gen)
+    groups = {"variational": [q.b, q.raw_diag]}
+    if q.offdiag is not None:
+        groups["variational_offdiag"] = [q.offdiag]
+    groups.update({"kernel": [q.raw_signal], "likelihood": list(likelihood.parameters())})
+    counter = _StepCounter()
+    stage = Stage("svbssgp", objective, groups, stochastic=True, hooks=[counter], overrides=overrides,
+                  lr_scale={"variational_offdiag": OFFDIAG_LR_SCALE} if q.offdiag is not None else {}, blocks=blocks)
+
+    # monitors: ELBO per datum on all training data at fixed z (common random numbers), ||M||_F, s_n^2
+    monitors = {
+        "M_frobenius": lambda: float(torch.linalg.matrix_norm(q.scale_tril().detach())),
+        "noise_variance": lambda: float(likelihood.noise.detach()),
+        "signal_variance": lambda: float(q.signal_variance.detach()),
+        "epochs": lambda: counter.steps / steps_per_epoch,
+    }
+    if m.elbo_samples > 0:
+        z_elbo = torch.Generator(device=device).manual_seed(seed + 3)
+        z_elbo = torch.randn(m.elbo_samples, objective.z_dim, generator=z_elbo, dtype=dtype, device=device)
+        monitors["elbo_per_datum"] = lambda: objective.elbo_per_datum(x, y, z_elbo)
+
+    base = PREDICTIVE_METRICS["regression"]
+    names = tuple(base) + tuple(f"{k}_{gamma_label(g)}" for g in gammas for k in base)
+    timing = {}
+
+    def evaluate(xq, yq, prefix="test_", y_std=1.0):
+        """The gamma family with r samples of q on the k-means cells (Sec. 4.2), metrics per gamma."""
+        if xq.shape[0] == 0:
+            return {}
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            z = torch.randn(m.predict_samples, q.D, generator=torch.Generator(device=device).manual_seed(seed + 2),
+                            dtype=dtype, device=device)
+            theta, s = q.split(q.sample(z))
+            mu, var = predict_gamma_family(cells, x, y, xq, theta, s, likelihood.noise, q.signal_variance, gammas)
+        out = {}
+        for i, g in enumerate(gammas):
+            values = metrics_from_marginals(likelihood, mu[i], var[i], yq, y_std=y_std, prefix="")
+            for k, v in values.items():
+                out[f"{prefix}{k}_{gamma_label(g)}"] = v
+                if i == 0:
+                    out[prefix + k] = v
+        timing[prefix] = 1000 * (time.perf_counter() - t0) / xq.shape[0]
+        return out
+
+    def diagnostics():
+        return {"block_rows": float(block_rows), "blocks_per_epoch": steps_per_epoch, "variational_dim": q.D,
+                "smallest_cell": int(cells.sizes.min()), "largest_cell": int(cells.sizes.max()),
+                "predict_ms_per_point": timing.get("test_", float("nan"))}
+
+    tags = {"gpdlm.svbssgp.train_blocks": m.train_blocks, "gpdlm.svbssgp.iteration": f"epoch = {steps_per_epoch} block steps"}
+    return Method("svbssgp", q, likelihood, [stage], monitors=monitors, higher_is_better=frozenset({"elbo_per_datum"}),
+                  evaluate=evaluate, evaluation_metrics=names, diagnostics=diagnostics, tags=tags)

@@ -1,0 +1,150 @@
+"""The trigonometric kernel estimate (eq. 2) and the three models' closed forms, against dense
+numpy computations written here: the estimate is unbiased with MSE s^4 (1 - k~^2)^2 / (2m); SSGP's
+marginal likelihood and predictive equal the exact GP with the finite kernel; VSSGP's analytic
+moments of f = phi^T s equal Monte Carlo; the analytic KL of N(b, M M^T) equals the dense formula."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gpdlm_cli.likelihoods import GaussianLikelihood
+from gpdlm_cli.models import SSGP, VSSGP, SpectralPosterior, trig_features
+from gpdlm_cli.models.sparse_spectrum import gaussian_kl_tril
+
+
+def np_features(x, freqs):
+    """phi(x) of eq. (2) in numpy: (n, 2m), columns cos, sin per frequency."""
+    u = 2 * np.pi * x @ freqs.T
+    out = np.empty((x.shape[0], 2 * freqs.shape[0]))
+    out[:, 0::2], out[:, 1::2] = np.cos(u), np.sin(u)
+    return out
+
+
+def test_features_give_the_cosine_sum():
+    rng = np.random.default_rng(0)
+    x, x2, freqs = rng.normal(size=(7, 3)), rng.normal(size=(5, 3)), rng.normal(size=(11, 3))
+    s2, m = 1.7, 11
+    phi = trig_features(torch.as_tensor(x), torch.as_tensor(freqs)).numpy()
+    phi2 = trig_features(torch.as_tensor(x2), torch.as_tensor(freqs)).numpy()
+    K = phi @ (s2 / m * np.eye(2 * m)) @ phi2.T
+    direct = s2 / m * np.cos(2 * np.pi * np.einsum("abd,md->abm", x[:, None, :] - x2[None, :, :], freqs)).sum(-1)
+    np.testing.assert_allclose(K, direct, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(phi, np_features(x, freqs), rtol=0, atol=1e-14)
+
+
+def test_kernel_estimate_is_unbiased_with_the_exact_mse_rate():
+    """For r_i ~ N(0, (4 pi^2 Delta)^-1), E[k^] = k and E[(k^ - k)^2] = s^4 (1 - k~^2)^2 / (2m)
+    (Var cos = (1 - k~^2)^2 / 2 with k~ = k / s^2); 4000 draws per m, d = 5, Delta = I."""
+    rng = np.random.default_rng(1)
+    d, R, s2 = 5, 4000, 1.3
+    direction = np.ones(d) / math.sqrt(d)
+    taus = [math.sqrt(sq) * direction for sq in (0.2, 1.25, 5.0)]  # k~ = 0.905, 0.535, 0.082
+    x0 = torch.as_tensor(rng.normal(size=(1, d)))
+    ms = (10, 100, 1000)
+    mse = np.zeros((len(taus), len(ms)))
+    for j, m in enumerate(ms):
+        freqs = torch.as_tensor(rng.normal(size=(R, m, d)) / (2 * np.pi))
+        phi_b = trig_features(x0, freqs)[:, 0, :]  # (R, 2m)
+        for i, tau in enumerate(taus):
+            k_true = s2 * math.exp(-0.5 * tau @ tau)
+            phi_a = trig_features(x0 + torch.as_tensor(tau), freqs)[:, 0, :]
+            k_hat = (s2 / m * (phi_a * phi_b).sum(-1)).numpy()
+            err = k_hat - k_true
+            assert abs(err.mean()) < 5 * err.std() / math.sqrt(R), (m, i)  # unbiased
+            theory = s2**2 * (1 - (k_true / s2) ** 2) ** 2 / (2 * m)
+            mse[i, j] = (err**2).mean()
+            assert 0.9 <= mse[i, j] / theory <= 1.1, (m, i, mse[i, j] / theory)
+        k0 = s2 / m * (trig_features(x0, freqs[:5])[:, 0, :] ** 2).sum(-1)
+        np.testing.assert_allclose(k0.numpy(), s2, rtol=1e-13)  # k^(0) = s^2 exactly
+    for i in range(len(taus)):
+        slope = np.polyfit(np.log(ms), np.log(mse[i]), 1)[0]
+        assert abs(slope + 1) <= 0.05, (i, slope)
+
+
+def _ssgp(n=60, d=2, m=7, seed=0):
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(size=(n, d)), rng.normal(size=n)
+    lik = GaussianLikelihood(noise_init=0.3).double()
+    model = SSGP(m, d, lik, prior_lengthscale=0.8, signal_init=1.6, generator=torch.Generator().manual_seed(seed)).double()
+    return model, lik, x, y
+
+
+def test_ssgp_marginal_likelihood_and_predictive_equal_the_dense_finite_kernel_gp():
+    model, lik, x, y = _ssgp()
+    xs = np.random.default_rng(9).normal(size=(9, 2))
+    freqs = model.frequencies.detach().numpy()
+    s2, sn2, m = float(model.signal_variance.detach()), float(lik.noise.detach()), freqs.shape[0]
+    phi, phs = np_features(x, freqs), np_features(xs, freqs)
+    K = s2 / m * phi @ phi.T + sn2 * np.eye(len(y))
+    sign, logdet = np.linalg.slogdet(K)
+    nll = 0.5 * (y @ np.linalg.solve(K, y) + logdet + len(y) * np.log(2 * np.pi))
+    tx, ty = torch.as_tensor(x), torch.as_tensor(y)
+    got = float(model.neg_log_marginal(tx, ty).detach())
+    assert got == pytest.approx(nll, rel=1e-11)
+    Ks = s2 / m * phs @ phi.T
+    mean = Ks @ np.linalg.solve(K, y)
+    var = s2 / m * (phs**2).sum(1) - np.einsum("ij,ji->i", Ks, np.linalg.solve(K, Ks.T))
+    model.set_train_data(tx, ty)
+    with torch.no_grad():
+        mu, v = model.marginals(torch.as_tensor(xs))
+    np.testing.assert_allclose(mu.numpy(), mean, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(v.numpy(), var, rtol=0, atol=1e-10)
+
+
+def test_vssgp_analytic_moments_of_f_equal_monte_carlo():
+    rng = np.random.default_rng(2)
+    m, d = 4, 3
+    model = VSSGP(m, d, prior_lengthscale=0.7, init_scale=0.5, generator=torch.Generator().manual_seed(3)).double()
+    with torch.no_grad():
+        model.raw_w_sd.copy_(torch.as_tensor(rng.uniform(-1, 0.5, size=(m, d))))
+        model.s_mean.copy_(torch.as_tensor(rng.normal(size=2 * m)))
+        model.raw_s_sd.copy_(torch.as_tensor(rng.uniform(-2, 0, size=2 * m)))
+        model.raw_lengthscale.copy_(torch.as_tensor(rng.uniform(0, 1, size=d)))
+    xs = rng.normal(size=(4, d))
+    with torch.no_grad():
+        mu, var = (t.numpy() for t in model.marginals(torch.as_tensor(xs)))
+        scale = model.freq_scale.numpy()
+        w_mean, w_sd = model.w_mean.numpy(), torch.nn.functional.softplus(model.raw_w_sd).numpy()
+        s_mean, s_sd = model.s_mean.numpy(), torch.nn.functional.softplus(model.raw_s_sd).numpy()
+    N = 200_000
+    r = (w_mean + w_sd * rng.normal(size=(N, m, d))) * scale  # frequencies in cycles
+    s = s_mean + s_sd * rng.normal(size=(N, 2 * m))
+    u = 2 * np.pi * np.einsum("nmd,xd->nxm", r, xs)
+    f = (np.cos(u) * s[:, None, 0::2] + np.sin(u) * s[:, None, 1::2]).sum(-1)  # (N, 4)
+    mc_mean, mc_var = f.mean(0), f.var(0)
+    se_mean = f.std(0) / math.sqrt(N)
+    se_var = ((f - mc_mean) ** 2).std(0) / math.sqrt(N)
+    assert np.all(np.abs(mu - mc_mean) < 5 * se_mean), (mu, mc_mean, se_mean)
+    assert np.all(np.abs(var - mc_var) < 5 * se_var), (var, mc_var, se_var)
+    # its KL: frequencies (prior N(0, I) in w units) and weights (prior N(0, s_s^2 / m))
+    p_s = float(model.signal_variance) / m
+    kl = 0.5 * np.sum(w_sd**2 + w_mean**2 - 1 - np.log(w_sd**2)) \
+        + 0.5 * np.sum(s_sd**2 / p_s + s_mean**2 / p_s - 1 - np.log(s_sd**2 / p_s))
+    assert float(model.kl_divergence()) == pytest.approx(kl, rel=1e-12)
+
+
+@pytest.mark.parametrize("cov", ["full", "block", "diag"])
+def test_posterior_kl_equals_the_dense_gaussian_kl(cov):
+    rng = np.random.default_rng(4)
+    m, d = 3, 2
+    q = SpectralPosterior(m, d, cov=cov, prior_lengthscale=0.5, signal_init=1.4, generator=torch.Generator().manual_seed(0)).double()
+    with torch.no_grad():
+        q.b.copy_(torch.as_tensor(rng.normal(size=q.D)))
+        q.raw_diag.copy_(torch.as_tensor(rng.normal(size=q.D)))
+        if q.offdiag is not None:
+            q.offdiag.copy_(torch.as_tensor(rng.normal(size=(q.D, q.D))))
+    M = q.scale_tril().detach().numpy()
+    assert np.all(np.triu(M, 1) == 0) and np.all(np.diag(M) > 0)
+    if cov == "diag":
+        assert np.all(np.tril(M, -1) == 0)
+    if cov == "block":  # no covariance between r_1, r_2, r_3 and s
+        groups = np.r_[np.repeat(np.arange(m), d), np.full(2 * m, m)]
+        assert np.all(M[groups[:, None] != groups[None, :]] == 0) and np.any(np.tril(M, -1) != 0)
+    P = np.r_[np.full(m * d, (2 * np.pi * 0.5) ** -2), np.full(2 * m, 1.4 / m)]
+    S, b = M @ M.T, q.b.detach().numpy()
+    kl = 0.5 * (np.trace(S / P[:, None]) + b @ (b / P) - q.D + np.log(P).sum() - np.linalg.slogdet(S)[1])
+    assert float(q.kl_divergence()) == pytest.approx(kl, rel=1e-11)
