@@ -28,6 +28,7 @@ def served_zip(tmp_path, monkeypatch):
     columns, served from 127.0.0.1; a private cache; the registry restored afterwards."""
     monkeypatch.setenv("GPDLM_DATA", str(tmp_path / "cache"))
     monkeypatch.delenv("GPDLM_OFFLINE", raising=False)
+    monkeypatch.delenv("GPDLM_DATA_MIRROR", raising=False)  # this test downloads from its own server
     root = tmp_path / "www"
     root.mkdir()
     rng = np.random.default_rng(0)
