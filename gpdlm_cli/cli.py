@@ -18,6 +18,8 @@ SUBCOMMANDS = {
     "bias": ("gpdlm_cli.hydra_apps:bias_main", "the DLM paper's gradient-bias statistics of an estimator"),
 }
 
+HYDRA_SUBCOMMANDS = ("train", "bias", "sweep")
+
 USAGE = """usage: gpdlm <subcommand> [args]
 
 gpdlm: train and compare scalable Gaussian-process objectives (DLM, SVGP, SGPR, FITC, ...)
@@ -56,23 +58,33 @@ def main(argv: list[str] | None = None) -> int:
     module, func = target.split(":")
     import importlib
 
+    from .tracking.signals import exit_code, install_signal_handlers, killed_reason
+
+    install_signal_handlers()  # SIGTERM/SIGHUP end the command like Ctrl-C: runs end KILLED
+    if name in HYDRA_SUBCOMMANDS:  # unknown config options: one line, not Hydra's page
+        from .config_check import check_overrides
+
+        message = check_overrides(rest[1:] if name == "sweep" else rest)
+        if message:
+            print(f"gpdlm: error: {message}", file=sys.stderr)
+            return 2
     fn = getattr(importlib.import_module(module), func)
     sys.argv = [f"gpdlm {name}"] + rest
     try:
         result = fn()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or Terminated (SIGTERM, SIGHUP)
         _abort_sweeps()
-        print("gpdlm: interrupted", file=sys.stderr)
-        return 130
+        print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
+        return exit_code(e)
     if _sweep_failed():
         return 1
     return int(result or 0) if isinstance(result, int) else 0
 
 
 def _sweep_failed() -> bool:
-    """After a multirun: did any job fail? (the sweep callback has printed which and why)"""
+    """After a multirun: did any job fail or get killed? (the sweep callback has printed which and why)"""
     sweep = sys.modules.get("gpdlm_cli.tracking.sweep")
-    return bool(sweep and any(o["status"] == "failed" for o in sweep.OUTCOMES))
+    return bool(sweep and any(o["status"] in ("failed", "killed") for o in sweep.OUTCOMES))
 
 
 def _abort_sweeps() -> None:

@@ -2,8 +2,9 @@
 
 Runs are driven through ``MlflowClient`` with explicit run ids -- no global "active run" -- so a
 run left over by one job can never leak into the next job of a reused worker. ``Tracker.run`` is a
-context manager that always ends the run: FINISHED, FAILED (with the reason as a tag) or KILLED
-(Ctrl-C).
+context manager that always ends the run: FINISHED, FAILED (with the reason as the tag
+``failure_reason``) or KILLED (Ctrl-C, SIGTERM/SIGHUP, a submitit preemption: the reason in the same
+tag; see ``tracking.signals``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+from .signals import deferred_signals, killed_reason
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 
@@ -63,12 +66,10 @@ class NullTracker:
         self.tags.update(tags or {})
         try:
             yield self
-        except KeyboardInterrupt:
-            self.status = "KILLED"
-            raise
         except BaseException as e:
-            self.status = "FAILED"
-            self.tags["failure_reason"] = f"{type(e).__name__}: {e}"
+            why = killed_reason(e)
+            self.status = "KILLED" if why else "FAILED"
+            self.tags["failure_reason"] = why or f"{type(e).__name__}: {e}"
             raise
         else:
             self.status = "FINISHED"
@@ -86,6 +87,12 @@ class NullTracker:
     def log_artifact(self, path):
         self.artifacts.append(str(path))
 
+    def log_dataset(self, name: str, digest: str, source: str, columns: dict[str, str], num_rows: int,
+                    context: str = "training"):
+        self.datasets = getattr(self, "datasets", []) + [
+            {"name": name, "digest": digest, "source": source, "columns": dict(columns), "num_rows": num_rows,
+             "context": context}]
+
     def has_finished_run(self, tag: str, value: str) -> bool:
         return False
 
@@ -100,6 +107,7 @@ class MlflowTracker(NullTracker):
 
         self.uri = uri
         self.experiment_name = experiment
+        quiet_mlflow()
         mlflow.set_tracking_uri(uri)
         self.client = MlflowClient(tracking_uri=uri)
         self.experiment_id = ensure_experiment(self.client, experiment, uri)
@@ -118,12 +126,12 @@ class MlflowTracker(NullTracker):
             for i in range(0, len(items), 100):
                 self.client.log_batch(self.run_id, params=items[i:i + 100])
             yield self
-        except KeyboardInterrupt:
-            self._end("KILLED", "interrupted (KeyboardInterrupt)")
-            raise
         except BaseException as e:
-            reason = f"{type(e).__name__}: {e}".splitlines()[0][:5000]
-            self._end("FAILED", reason)
+            why = killed_reason(e)
+            if why:
+                self._end("KILLED", why)
+            else:
+                self._end("FAILED", f"{type(e).__name__}: {e}".splitlines()[0][:5000])
             raise
         else:
             self._end("FINISHED")
@@ -131,12 +139,13 @@ class MlflowTracker(NullTracker):
     def _end(self, status: str, reason: str | None = None):
         from mlflow.entities import RunTag
 
-        try:
-            if reason:
-                self.client.log_batch(self.run_id, tags=[RunTag("failure_reason", reason)])
-        finally:
-            self.client.set_terminated(self.run_id, status)
-            self.status = status
+        with deferred_signals():  # a second Ctrl-C or SIGTERM must not leave the run RUNNING
+            try:
+                if reason:
+                    self.client.log_batch(self.run_id, tags=[RunTag("failure_reason", reason)])
+            finally:
+                self.client.set_terminated(self.run_id, status)
+                self.status = status
 
     def log_metrics(self, metrics, step=None):
         from mlflow.entities import Metric
@@ -164,12 +173,35 @@ class MlflowTracker(NullTracker):
     def log_artifact(self, path):
         self.client.log_artifact(self.run_id, str(path))
 
+    def log_dataset(self, name, digest, source, columns, num_rows, context="training"):
+        """The data as an MLflow dataset input (the UI's Dataset column, dataset tracking): name,
+        digest (gpdlm's fingerprint), an MLflow column-spec schema and the row count."""
+        import json
+
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        schema = json.dumps({"mlflow_colspec": [{"type": t, "name": c, "required": True} for c, t in columns.items()]})
+        profile = json.dumps({"num_rows": int(num_rows), "num_elements": int(num_rows) * len(columns)})
+        ds = Dataset(name=name, digest=digest, source_type="gpdlm", source=json.dumps({"uri": source}),
+                     schema=schema, profile=profile)
+        self.client.log_inputs(self.run_id, datasets=[
+            DatasetInput(ds, tags=[InputTag("mlflow.data.context", context)])])
+
     def has_finished_run(self, tag: str, value: str) -> bool:
         """Whether the experiment already has a FINISHED run whose ``tag`` equals ``value``."""
         runs = self.client.search_runs(
             [self.experiment_id], filter_string=f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'",
             max_results=1)
         return len(runs) > 0
+
+
+def quiet_mlflow() -> None:
+    """No INFO chatter from MLflow's store set-up ("Creating initial MLflow database tables...")
+    on the console: a run's output is its one-line report."""
+    import logging
+
+    for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _param_str(v) -> str:
