@@ -25,6 +25,8 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
+from .liveness import process_tags
+
 SWEEP_FILE = "gpdlm_sweep.json"
 IGNORED_KEYS = ("tracking", "progress", "sweep", "hydra")
 
@@ -155,7 +157,7 @@ class SweepCallback(Callback):
             run = self.client.create_run(exp_id, run_name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}", tags={
                 "gpdlm.sweep": "parent", "gpdlm.overrides": overrides, "gpdlm.output_dir": str(sweep_dir.resolve()),
                 "gpdlm.sweeper": sweeper, "gpdlm.swept": ",".join(swept),
-                "gpdlm.sweep_objective": str(config.sweep.get("objective", "auto")),
+                "gpdlm.sweep_objective": str(config.sweep.get("objective", "auto")), **process_tags(),
             })
             self.parent_run_id = run.info.run_id
             context.update(parent_run_id=self.parent_run_id, uri=uri, experiment=str(config.tracking.experiment))
