@@ -210,19 +210,63 @@ def _param_str(v) -> str:
 
 
 def ensure_experiment(client, name: str, uri: str) -> str:
-    """Get or create the experiment (safe if another process creates it at the same time).
+    """Get or create the experiment (safe if another process creates it at the same time), with
+    gpdlm's view of it in the UI (``configure_view``).
 
     Artifacts of a SQLite store go to ``mlartifacts/`` beside the database file."""
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        configure_view(client, exp.experiment_id, exp.tags)
         return exp.experiment_id
     location = None
     if uri.startswith("sqlite:///"):
         location = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
     try:
-        return client.create_experiment(name, artifact_location=location)
+        exp_id = client.create_experiment(name, artifact_location=location)
     except Exception:  # created concurrently
         exp = client.get_experiment_by_name(name)
         if exp is None:
             raise
         return exp.experiment_id
+    configure_view(client, exp_id, {})
+    return exp_id
+
+
+# ----- the MLflow UI's view of a gpdlm experiment ---------------------------------------------------------
+# MLflow 3 opens an experiment in its GenAI view and shows none of a run's params or metrics as
+# columns. Two experiment tags change that: ``mlflow.experimentKind`` marks it as model training,
+# and a shared view state (what the UI's "Share" button stores, opened by the URL parameter
+# ``viewStateShareKey``) lists only gpdlm's training runs, newest first, with the columns users
+# compare by. ``view_url`` is the address that opens it.
+VIEW_KEY = "gpdlm"
+VIEW_PARAMS = ("model.name", "model.variant", "objective.beta", "dataset.name", "dataset.split.train_size",
+               "model.num_inducing", "likelihood.name", "estimator.name", "trainer.lr", "seed")
+VIEW_METRICS = ("test_nll", "test_rmse", "test_error", "test_mre", "val_nll", "iterations", "train_seconds")
+
+
+def view_state() -> dict:
+    cols = ["attributes.`Dataset`"] + [f"params.`{p}`" for p in VIEW_PARAMS] + [f"metrics.`{m}`" for m in VIEW_METRICS]
+    return {"searchFilter": "tags.`gpdlm.command` = 'train'", "orderByKey": "attributes.start_time",
+            "orderByAsc": False, "selectedColumns": cols, "runsHiddenMode": "SHOW_ALL"}
+
+
+def configure_view(client, experiment_id: str, tags: dict) -> None:
+    """Set the two experiment tags of gpdlm's UI view where they are missing or outdated."""
+    import json
+
+    wanted = {"mlflow.experimentKind": "custom_model_development",
+              f"mlflow.sharedViewState.{VIEW_KEY}": json.dumps(view_state())}
+    for k, v in wanted.items():
+        if k == "mlflow.experimentKind" and tags.get(k):
+            continue  # the user's choice wins
+        if tags.get(k) != v:
+            try:
+                client.set_experiment_tag(experiment_id, k, v)
+            except Exception:  # a read-only store or server: the view is a convenience
+                return
+
+
+def view_url(base: str, experiment_id: str) -> str:
+    """The UI address of an experiment's training runs in gpdlm's view."""
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}?viewStateShareKey={VIEW_KEY}"
+            f"&workflowType=machine_learning")
