@@ -1,4 +1,4 @@
-"""Run every benchmark: `python -m benchmarks [name ...]` (names: training, estimators, data, sweep)."""
+"""Run every benchmark: `python -m benchmarks [name ...]` (names: training, estimators, data, sweep, contention, optuna)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib
 import sys
 from pathlib import Path
 
-ALL = ["training", "estimators", "data", "sweep"]
+ALL = ["training", "estimators", "data", "sweep", "contention", "optuna"]
 
 
 def main(argv: list[str]) -> int:

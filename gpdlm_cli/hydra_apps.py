@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from . import build
 from .exceptions import GpdlmError
+from .runtime import threads_setting
 
 EXIT_USER_ERROR = 2
 
@@ -37,15 +38,6 @@ def parallel_jobs(hc) -> int:
     if n is None:
         return 1
     return (os.cpu_count() or 1) if n < 0 else int(n)  # joblib: n_jobs=-1 means all cores
-
-
-def threads_setting(setting, jobs: int = 1):
-    """The torch thread count for ``threads=<setting>`` with ``jobs`` parallel sweep jobs."""
-    import os
-
-    if setting != "auto":
-        return setting
-    return max(1, (os.cpu_count() or 1) // max(1, jobs))
 
 
 def compose_config(overrides: list[str]):
@@ -110,8 +102,13 @@ def run_job(cfg: DictConfig, runner, run_name=None):
             append_log(hc.runtime.output_dir, f"job killed: {why}")
             record_outcome(sweep_dir, job, "killed", overrides, why)
         raise
+    try:
+        value = job_objective(cfg, metrics, context)
+    except GpdlmError as e:  # sweep.objective names no metric of this run
+        record_outcome(sweep_dir, job, "failed", overrides, report_error(e))
+        return float("inf")
     record_outcome(sweep_dir, job, "skipped" if metrics is None else "finished", overrides)
-    return job_objective(cfg, metrics, context)
+    return value
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
