@@ -15,7 +15,6 @@ import traceback
 import hydra
 from omegaconf import DictConfig
 
-from . import build
 from .exceptions import GpdlmError
 from .runtime import threads_setting
 
@@ -59,6 +58,7 @@ def run_job(cfg: DictConfig, runner, run_name=None):
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from . import build  # torch and gpytorch: imported by the job, never by a launcher that only dispatches
     from .commands.run_report import append_log, discard_rejected_output
     from .tracking.signals import exit_code, install_signal_handlers, killed_reason
 

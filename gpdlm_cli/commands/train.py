@@ -169,6 +169,6 @@ def _plot_learning_curve(history, path: Path, title: str, info: dict | None = No
     axes[1].set_ylabel(info.get("nll_label", "NLL"))
     if axes[1].lines:
         axes[1].legend()
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.13, right=0.97, top=0.89, bottom=0.08, hspace=0.08)  # fixed: tight_layout costs ~0.1 s a run
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -163,6 +163,7 @@ class SweepCallback(Callback):
             context.update(parent_run_id=self.parent_run_id, uri=uri, experiment=str(config.tracking.experiment))
             _ACTIVE.append(self)
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(context))
+        warm_data_cache(config)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         outcomes = read_outcomes(config.hydra.sweep.dir)
@@ -202,6 +203,19 @@ class SweepCallback(Callback):
 
 
 _ACTIVE: list[SweepCallback] = []
+
+
+def warm_data_cache(config) -> None:
+    """Parse the sweep's dataset once, here, before the jobs start: parallel workers then all read
+    the parsed-table cache instead of parsing the same file at the same time. Quietly nothing when
+    it cannot load (each job reports its own data errors)."""
+    try:
+        from ..data import load_table
+
+        d = config.dataset
+        load_table(d.name, **{k: v for k, v in d.items() if k not in ("name", "split", "standardize_y")})
+    except Exception:
+        pass
 
 
 def _optuna_best(sweep_dir) -> dict | None:
