@@ -172,14 +172,18 @@ def test_run_names_carry_variant_beta_and_swept_values(overrides, swept, name):
     assert RR.run_name_for(compose(overrides), swept) == name
 
 
-def test_a_real_run_reports_one_line_and_logs_its_dataset(module_uri, tmp_path, capsys):
+def test_a_real_run_reports_one_line_and_logs_its_dataset(tmp_path, capfd):
+    """A new store too: MLflow's "Creating initial MLflow database tables..." must not appear."""
     from gpdlm_cli.commands.train import run_train
     from gpdlm_cli.tracking.liveness import process_state
 
+    module_uri = f"sqlite:///{tmp_path / 'fresh.db'}"
     cfg = compose(fast([f"tracking.uri={module_uri}", "tracking.experiment=report", "objective.beta=0.5",
                         "dataset.split.train_size=100", "trainer.max_iters=20", "trainer.eval_every=10"]))
     metrics = run_train(cfg, tmp_path / "run", overrides=[])
-    out = capsys.readouterr().out.strip().splitlines()
+    captured = capfd.readouterr()
+    out = captured.out.strip().splitlines()
+    assert captured.err == ""  # quiet: the one line is all a successful run prints
     run = _only_run(module_uri, "report")
     assert run.info.run_name == "dlm_joint-concrete-b0.5-s0"
     assert out == [RR.run_line(run.info.run_name, metrics, tmp_path / "run", run.info.run_id, module_uri,
