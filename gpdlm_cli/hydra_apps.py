@@ -74,6 +74,7 @@ def run_job(cfg: DictConfig, runner, run_name=None):
             discard_rejected_output(hc.runtime.output_dir, report_error(e))
             sys.exit(EXIT_USER_ERROR)
         except KeyboardInterrupt as e:
+            _log_killed(hc.runtime.output_dir, killed_reason(e))
             print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
             sys.exit(exit_code(e))
 
@@ -99,7 +100,7 @@ def run_job(cfg: DictConfig, runner, run_name=None):
     except BaseException as e:  # Ctrl-C, SIGTERM/SIGHUP, a submitit preemption: recorded, then stop
         why = killed_reason(e)
         if why:
-            append_log(hc.runtime.output_dir, f"job killed: {why}")
+            _log_killed(hc.runtime.output_dir, why)
             record_outcome(sweep_dir, job, "killed", overrides, why)
         raise
     try:
@@ -109,6 +110,23 @@ def run_job(cfg: DictConfig, runner, run_name=None):
         return float("inf")
     record_outcome(sweep_dir, job, "skipped" if metrics is None else "finished", overrides)
     return value
+
+
+def _log_killed(output_dir, why: str) -> None:
+    """The reason in the run's gpdlm.log, unless the run wrote its partial results (which say it)."""
+    import json
+    from pathlib import Path
+
+    from .commands.run_report import append_log
+
+    partial = Path(output_dir) / "metrics.json"
+    try:
+        if partial.exists() and json.loads(partial.read_text()).get("status"):
+            return
+    except (OSError, ValueError):
+        pass
+    if Path(output_dir).is_dir():
+        append_log(output_dir, f"run KILLED: {why}")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -59,6 +59,8 @@ def test_sigterm_ends_the_run_killed_with_the_signal_as_reason(template_db, tmp_
     assert run.data.tags["failure_reason"] == "terminated by SIGTERM (signal 15)"
     assert run.data.tags["gpdlm.pid"] == str(proc.pid)
     assert "gpdlm: dlm" not in out  # no success line for a killed run
+    assert (tmp_path / "run" / "gpdlm.log").read_text().splitlines()[-1].endswith(
+        "[gpdlm][ERROR] - run KILLED: terminated by SIGTERM (signal 15)")
 
 
 def test_sighup_becomes_terminated_and_the_tracker_ends_killed(module_uri, restore_signals):
