@@ -47,13 +47,14 @@ def objective_metric(cfg) -> str:
 def job_objective(cfg, metrics: dict | None, context: dict) -> float:
     """The job's objective value for the sweeper (hydra-optuna-sweeper minimises it). A job skipped
     by ``sweep.skip_finished`` answers with the metric of the FINISHED run it stands for; a value
-    that does not exist is +inf (never the best)."""
+    that does not exist is +inf (never the best) -- an error only when ``sweep.objective`` names a
+    metric the run does not have (``auto`` asks nothing of runs without one, e.g. ``gpdlm bias``)."""
     name = objective_metric(cfg)
     if metrics is None and context.get("uri"):
         metrics = _finished_run_metrics(context["uri"], context.get("experiment"), config_hash(cfg))
     value = (metrics or {}).get(name)
     if value is None:
-        if metrics is not None:
+        if metrics is not None and str(cfg.sweep.get("objective", "auto")) != "auto":
             from ..exceptions import ConfigError
 
             shown = ", ".join(sorted(k for k in metrics if k.startswith("val_"))) or ", ".join(sorted(metrics))

@@ -45,6 +45,7 @@ def test_job_objective_is_the_configured_validation_metric():
     assert job_objective(compose([]), metrics, {}) == 1.25
     assert job_objective(compose(["sweep.objective=test_nll"]), metrics, {}) == 2.0
     assert job_objective(compose([]), None, {}) == float("inf")  # skipped, nothing to look up
+    assert job_objective(compose([]), {"cond_i_mean": 1.0}, {}) == float("inf")  # a bias run has no val_nll
     with pytest.raises(ConfigError, match="sweep.objective=val_error is not a metric of this run; choose from: "
                                           "val_mse, val_nll"):
         job_objective(compose(["sweep.objective=val_error"]), metrics, {})
