@@ -59,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     module, func = target.split(":")
     import importlib
 
-    from .runtime import configure_openmp_env
+    from .runtime import configure_process_env
     from .tracking.signals import exit_code, install_signal_handlers, killed_reason
 
-    configure_openmp_env()  # before torch is imported (runtime.py: speed on a shared machine)
+    configure_process_env()  # before torch is imported (runtime.py: speed on a shared machine)
     install_signal_handlers()  # SIGTERM/SIGHUP end the command like Ctrl-C: runs end KILLED
     if name in HYDRA_SUBCOMMANDS:  # unknown config options: one line, not Hydra's page
         from .config_check import check_overrides

@@ -28,7 +28,7 @@ SPINCOUNT = "20000"
 SAMPLE_S = 0.2
 
 
-def configure_openmp_env() -> None:
+def configure_process_env() -> None:
     """gpdlm's process defaults, where the user set nothing (call before torch is imported):
     OpenMP's spin count (above), and no MLflow usage telemetry (``MLFLOW_DISABLE_TELEMETRY``; set
     it to false to allow it): every tracking call of every job would otherwise also record and send

@@ -46,11 +46,11 @@ def test_busy_cores_is_the_busy_fraction_times_the_cpus(monkeypatch):
 def test_openmp_spin_default_only_where_the_user_set_nothing(monkeypatch):
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-    runtime.configure_openmp_env()
+    runtime.configure_process_env()
     assert "GOMP_SPINCOUNT" not in os.environ
     monkeypatch.delenv("OMP_WAIT_POLICY")
     monkeypatch.setenv("GOMP_SPINCOUNT", "5")
-    runtime.configure_openmp_env()
+    runtime.configure_process_env()
     assert os.environ["GOMP_SPINCOUNT"] == "5"
 
 
