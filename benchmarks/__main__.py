@@ -1,4 +1,5 @@
-"""Run every benchmark: `python -m benchmarks [name ...]` (names: training, optimizers, estimators, data, sweep, sparse_spectrum)."""
+"""Run every benchmark: `python -m benchmarks [name ...]` (names: training, optimizers, estimators, data, sweep,
+contention, optuna, sparse_spectrum)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import importlib
 import sys
 from pathlib import Path
 
-ALL = ["training", "optimizers", "estimators", "data", "sweep", "sparse_spectrum"]
+ALL = ["training", "optimizers", "estimators", "data", "sweep", "contention", "optuna", "sparse_spectrum"]
 
 
 def main(argv: list[str]) -> int:

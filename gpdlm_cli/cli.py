@@ -14,9 +14,12 @@ SUBCOMMANDS = {
     "datasets": ("gpdlm_cli.commands.datasets:cli", "list, describe, fetch and verify datasets"),
     "compare": ("gpdlm_cli.commands.compare:cli", "mean +- SE tables and paper figures from the MLflow runs"),
     "select": ("gpdlm_cli.commands.select:cli", "pick beta by validation metric per group; test metrics (--refit)"),
+    "runs": ("gpdlm_cli.commands.run_list:cli", "list an experiment's runs with status and metrics; find and close stale ones"),
     "ui": ("gpdlm_cli.commands.ui:cli", "open the MLflow UI on the tracking store (127.0.0.1 by default)"),
     "bias": ("gpdlm_cli.hydra_apps:bias_main", "the DLM paper's gradient-bias statistics of an estimator"),
 }
+
+HYDRA_SUBCOMMANDS = ("train", "bias", "sweep")
 
 USAGE = """usage: gpdlm <subcommand> [args]
 
@@ -56,23 +59,35 @@ def main(argv: list[str] | None = None) -> int:
     module, func = target.split(":")
     import importlib
 
+    from .runtime import configure_process_env
+    from .tracking.signals import exit_code, install_signal_handlers, killed_reason
+
+    configure_process_env()  # before torch is imported (runtime.py: speed on a shared machine)
+    install_signal_handlers()  # SIGTERM/SIGHUP end the command like Ctrl-C: runs end KILLED
+    if name in HYDRA_SUBCOMMANDS:  # unknown config options: one line, not Hydra's page
+        from .config_check import check_overrides
+
+        message = check_overrides(rest[1:] if name == "sweep" else rest)
+        if message:
+            print(f"gpdlm: error: {message}", file=sys.stderr)
+            return 2
     fn = getattr(importlib.import_module(module), func)
     sys.argv = [f"gpdlm {name}"] + rest
     try:
         result = fn()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or Terminated (SIGTERM, SIGHUP)
         _abort_sweeps()
-        print("gpdlm: interrupted", file=sys.stderr)
-        return 130
+        print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
+        return exit_code(e)
     if _sweep_failed():
         return 1
     return int(result or 0) if isinstance(result, int) else 0
 
 
 def _sweep_failed() -> bool:
-    """After a multirun: did any job fail? (the sweep callback has printed which and why)"""
+    """After a multirun: did any job fail or get killed? (the sweep callback has printed which and why)"""
     sweep = sys.modules.get("gpdlm_cli.tracking.sweep")
-    return bool(sweep and any(o["status"] == "failed" for o in sweep.OUTCOMES))
+    return bool(sweep and any(o["status"] in ("failed", "killed") for o in sweep.OUTCOMES))
 
 
 def _abort_sweeps() -> None:

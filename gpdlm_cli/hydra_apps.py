@@ -1,8 +1,10 @@
 """The Hydra entry points of gpdlm's subcommands.
 
-A single run turns a GpdlmError into one line (``gpdlm: error: ...``) and exit code 2. In a
-multirun a job never raises into Hydra: it records its outcome for the sweep summary (see
-``tracking.sweep``) so one failing job does not stop the others.
+A single run turns a GpdlmError into one line (``gpdlm: error: ...``) and exit code 2, and removes
+the output folder Hydra made for it. In a multirun a job never raises into Hydra on failure: it
+records its outcome for the sweep summary (see ``tracking.sweep``) so one failing job does not stop
+the others, and returns its objective (``sweep.objective``, a float) to the sweeper -- what
+hydra-optuna-sweeper minimises. SIGTERM and SIGHUP end a job like Ctrl-C (``tracking.signals``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import traceback
 import hydra
 from omegaconf import DictConfig
 
-from . import build
 from .exceptions import GpdlmError
+from .runtime import threads_setting
 
 EXIT_USER_ERROR = 2
 
@@ -45,44 +47,86 @@ def compose_config(overrides: list[str]):
         return compose(config_name="config", overrides=list(overrides))
 
 
-def run_job(cfg: DictConfig, runner):
+def run_job(cfg: DictConfig, runner, run_name=None):
     """Run ``runner(cfg, output_dir, overrides=..., ...)`` as a Hydra job of any gpdlm subcommand.
 
-    Single run: a GpdlmError becomes one line and exit code 2. Multirun: the job joins the sweep's
-    parent run and records its outcome; it never raises into Hydra, so the other jobs go on."""
+    Single run: a GpdlmError becomes one line and exit code 2 (and the empty output folder is
+    removed); Ctrl-C, SIGTERM or SIGHUP end it with 130, 143 or 129. Multirun: the job joins the
+    sweep's parent run (named by ``run_name(cfg, swept_keys)`` unless ``tracking.run_name`` is
+    set), records its outcome and returns its ``sweep.objective`` metric to the sweeper (+inf when
+    it failed); a failure never raises into Hydra, so the other jobs go on."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from . import build  # torch and gpytorch: imported by the job, never by a launcher that only dispatches
+    from .commands.run_report import append_log, discard_rejected_output
+    from .tracking.signals import exit_code, install_signal_handlers, killed_reason
+
+    install_signal_handlers()
     hc = HydraConfig.get()
     overrides = list(hc.overrides.task)
     multirun = hc.mode == RunMode.MULTIRUN
     if not multirun:
         try:
-            build.configure_threads(cfg.get("threads", "auto"))
+            build.configure_threads(threads_setting(cfg.get("threads", "auto")))
             return runner(cfg, hc.runtime.output_dir, overrides=overrides)
         except GpdlmError as e:
-            report_error(e)
+            discard_rejected_output(hc.runtime.output_dir, report_error(e))
             sys.exit(EXIT_USER_ERROR)
-        except KeyboardInterrupt:
-            print("gpdlm: interrupted", file=sys.stderr)
-            sys.exit(130)
+        except KeyboardInterrupt as e:
+            _log_killed(hc.runtime.output_dir, killed_reason(e))
+            print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
+            sys.exit(exit_code(e))
 
-    from .tracking.sweep import read_context, record_outcome
+    from .tracking.sweep import job_objective, read_context, record_outcome
 
     sweep_dir, job = hc.sweep.dir, hc.job.num
     context = read_context(sweep_dir)
+    if run_name is not None and not cfg.tracking.get("run_name"):
+        from omegaconf import OmegaConf
+
+        OmegaConf.update(cfg, "tracking.run_name", run_name(cfg, context.get("swept", [])), merge=False)
     try:
-        build.configure_threads(cfg.get("threads", "auto"), parallel_jobs(hc))
+        build.configure_threads(threads_setting(cfg.get("threads", "auto"), parallel_jobs(hc)))
         metrics = runner(cfg, hc.runtime.output_dir, overrides=overrides,
                          parent_run_id=context.get("parent_run_id"), skip_finished=cfg.sweep.skip_finished)
     except Exception as e:  # a job failure is reported, never raised into the sweep
         reason = report_error(e)
         if not isinstance(e, GpdlmError):
             traceback.print_exc(file=sys.stderr)
+        append_log(hc.runtime.output_dir, f"job failed: {reason}")
         record_outcome(sweep_dir, job, "failed", overrides, reason)
-        return {"status": "failed", "reason": reason}
+        return float("inf")
+    except BaseException as e:  # Ctrl-C, SIGTERM/SIGHUP, a submitit preemption: recorded, then stop
+        why = killed_reason(e)
+        if why:
+            _log_killed(hc.runtime.output_dir, why)
+            record_outcome(sweep_dir, job, "killed", overrides, why)
+        raise
+    try:
+        value = job_objective(cfg, metrics, context)
+    except GpdlmError as e:  # sweep.objective names no metric of this run
+        record_outcome(sweep_dir, job, "failed", overrides, report_error(e))
+        return float("inf")
     record_outcome(sweep_dir, job, "skipped" if metrics is None else "finished", overrides)
-    return metrics
+    return value
+
+
+def _log_killed(output_dir, why: str) -> None:
+    """The reason in the run's gpdlm.log, unless the run wrote its partial results (which say it)."""
+    import json
+    from pathlib import Path
+
+    from .commands.run_report import append_log
+
+    partial = Path(output_dir) / "metrics.json"
+    try:
+        if partial.exists() and json.loads(partial.read_text()).get("status"):
+            return
+    except (OSError, ValueError):
+        pass
+    if Path(output_dir).is_dir():
+        append_log(output_dir, f"run KILLED: {why}")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -90,7 +134,9 @@ def train_main(cfg: DictConfig):
     """``gpdlm train``: one experiment (commands/train.py)."""
     from .commands.train import run_train
 
-    return run_job(cfg, run_train)
+    from .commands.run_report import run_name_for
+
+    return run_job(cfg, run_train, run_name=run_name_for)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -56,12 +56,39 @@ def test_bad_input_fails_before_any_run(tmp_path, overrides, message):
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     assert lines[-1].startswith("gpdlm: error: ") and message in lines[-1], proc.stderr
     assert "Traceback" not in proc.stderr
+    outputs = tmp_path / "outputs"  # a rejected command leaves no run folder behind
+    assert not outputs.exists() or list(outputs.rglob("*")) == [], list(outputs.rglob("*"))
     if db.exists():  # nothing was started, so nothing can be left RUNNING
         client = MlflowClient(f"sqlite:///{db}")
         assert all(not client.search_runs([e.experiment_id]) for e in client.search_experiments())
 
 
-def test_unknown_config_option_lists_choices(tmp_path):
-    proc = _gpdlm(["train", "model=nonsense"], tmp_path)
-    assert proc.returncode != 0
-    assert "Could not find 'model/nonsense'" in proc.stderr and "dlm" in proc.stderr
+def test_unknown_config_option_is_one_line_with_the_closest_names(tmp_path):
+    proc = _gpdlm(["train", "model=svgpp"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "gpdlm: error: unknown model 'svgpp'; did you mean 'svgp' or 'sgpr'? "
+        "(choose from: dlm, dlm_fixed, exact, fitc, sgpr, sq_dlm, sq_dlm_fixed, svgp)"]
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["dataset=concret"], "unknown dataset 'concret'; did you mean 'concrete'? (43 options; `gpdlm datasets list` shows them)"),
+    (["-m", "model=dlm,nosuch"], "unknown model 'nosuch' (choose from: dlm, dlm_fixed,"),
+    (["objective.betta=1"], "unknown config key 'objective.betta'; did you mean 'objective.beta'"),
+    (["-m", "trainer.lrr=interval(0.001,0.1)"], "unknown config key 'trainer.lrr'; did you mean 'trainer.lr'?"),
+    (["hydra/launcher=jobib"], "unknown hydra/launcher 'jobib'; did you mean 'joblib'?"),
+])
+def test_unknown_options_and_keys_are_named_before_hydra_runs(args, message):
+    from gpdlm_cli.config_check import check_overrides
+
+    assert check_overrides(args).startswith(message)
+
+
+def test_valid_overrides_pass_the_check():
+    from gpdlm_cli.config_check import check_overrides
+
+    assert check_overrides(["-m", "model=dlm,svgp", "objective.beta=tag(log, interval(0.01, 10))", "seed=range(3)",
+                            "+experiment=beta_curve_smoke", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                            "+new.key=1", "dataset.split.train_size=100"]) is None
+    assert check_overrides(["--help"]) is None

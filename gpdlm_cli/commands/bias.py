@@ -42,6 +42,7 @@ from ..metrics.bias import condition_statistics, coordinate_bias, gradient_stati
 from ..tracking import flatten
 from ..tracking.sweep import config_hash
 from ..training import train
+from .run_report import report_run
 from .train import make_tracker, run_tags
 
 STOCHASTIC = ("bmc", "smooth_bmc", "ups")
@@ -301,6 +302,7 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
         tracker.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
         for f in ("config.yaml", "bias_stats.json", "bias_histograms.png"):
             tracker.log_artifact(output_dir / f)
+    report_run(run_name, metrics, output_dir, tracker)
     return metrics
 
 

@@ -3,9 +3,11 @@
     gpdlm compare [--experiment NAME] [--tracking-uri URI] [--filter EXPR] [--by dataset,model,...]
                   [--metric test_nll ...] [--out DIR] [--select] [--include-refits] [--no-figures] [--no-log]
 
-Runs are grouped by the ``--by`` keys; each metric is averaged over the runs of a group (the
-seeds, or whatever else the keys leave open) with its standard error (sample standard deviation
-/ sqrt(n)). The table is printed (rich) and written as CSV and Markdown to
+Runs are grouped by the ``--by`` keys; each metric is averaged over the runs of a group with its
+standard error (sample standard deviation / sqrt(n)). A group holds only runs that differ in the
+seed: a param that differs inside a group (``model.variant`` under ``--by model``, a second beta)
+is added to the keys with a warning naming it and its values, so no mean pools different
+configurations; reruns of one configuration count once (``runs.load_runs``). The table is printed (rich) and written as CSV and Markdown to
 ``outputs/compare/<timestamp>/`` (or ``--out``) together with PNG figures:
 
 * ``vs_train_size_<metric>.png``: the metric against the training size per method (paper Fig. 1 a, b, d, e);
@@ -60,6 +62,28 @@ def build_parser():
     p.add_argument("--no-figures", action="store_true", help="tables only")
     p.add_argument("--no-log", action="store_true", help="do not create the `compare` MLflow run")
     return p
+
+
+# ----- groups that differ only in the seed -----------------------------------------------------------
+def separate_configurations(records: list[R.RunRecord], by: list[str]) -> tuple[list[str], str]:
+    """``by`` plus every param that differs inside one of its groups (seed and bookkeeping aside),
+    and the warning that says which (empty when nothing was added)."""
+    ignore = {"seed"}
+    for key in by:
+        source, name = R.resolve_key(key)
+        if source == "param":
+            ignore.add(name)
+    found: dict[str, set] = {}
+    for _, runs in R.group_records(records, by):
+        for k in R.varying_params(runs, ignore):
+            found.setdefault(k, set()).update(R.fmt_value(R.canon(r.params.get(k))) for r in runs)
+    if not found:
+        return by, ""
+    extra = [R.short_key(k) for k in sorted(found)]
+    shown = "; ".join(f"{R.short_key(k)}: {'/'.join(sorted(v, key=str)[:4])}{'/...' if len(v) > 4 else ''}"
+                      for k, v in sorted(found.items()))
+    return by + extra, (f"runs grouped by {','.join(by)} differ in more than the seed ({shown}); grouped by "
+                        f"{','.join(extra)} as well, so that no mean pools different configurations")
 
 
 # ----- the table -----------------------------------------------------------------------------------
@@ -268,19 +292,26 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     client, uri = R.open_store(args.tracking_uri)
     exp = R.get_experiment(client, args.experiment, uri)
-    records = R.load_runs(client, exp, args.filter, include_refits=args.include_refits)
+    notes: list[str] = []  # printed once the input is known to be good (bad input is one line)
+    records = R.load_runs(client, exp, args.filter, include_refits=args.include_refits, notes=notes)
     by = R.split_list(args.by) or list(SELECTED_BY if args.select else DEFAULT_BY)
     if args.include_refits and "refit" not in by:
         by.append("refit")
     if args.select:
         from .select import select_records
 
-        selections, notes = select_records([r for r in records if not r.tags.get("gpdlm.refit_of")])
-        for note in notes:
-            print(f"gpdlm: note: {note}", file=sys.stderr)
+        selections, select_notes = select_records([r for r in records if not r.tags.get("gpdlm.refit_of")])
+        notes += select_notes
         records = [s.record for s in selections]
     R.check_keys(records, by)
+    warning = ""
+    if not args.select:
+        by, warning = separate_configurations(records, by)
     metrics = R.choose_metrics(records, R.split_list(args.metric))
+    for note in notes:
+        print(f"gpdlm: note: {note}", file=sys.stderr)
+    if warning:
+        print(f"gpdlm: warning: {warning}", file=sys.stderr)
     outdir = R.output_dir(args.out, "compare")
     write_runs_csv(records, by, metrics, outdir / "runs.csv")
     what = "selected runs" if args.select else "runs"

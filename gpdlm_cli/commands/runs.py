@@ -3,7 +3,10 @@
 What is loaded: the FINISHED runs of one experiment that ``gpdlm train`` made (tag
 ``gpdlm.command=train``), through ``MlflowClient.search_runs`` (every page), optionally narrowed
 by an MLflow filter expression. Sweep parents, ``compare``/``select`` runs and unfinished runs are
-left out; refits (tag ``gpdlm.refit_of``) only when asked for.
+left out -- and the unfinished training runs are counted in a note (RUNNING, possibly orphaned:
+``gpdlm runs --stale``; FAILED; KILLED) -- refits (tag ``gpdlm.refit_of``) only when asked for.
+Reruns of an identical configuration (the same ``gpdlm.config_hash``, seed included) count once:
+the latest of them is kept, so a rerun never passes for another seed.
 
 Grouping keys are short names (``dataset``, ``model``, ``beta``, ``train_size``, ...) or any param
 key verbatim. Values are compared as numbers whenever they parse as finite numbers, so "10" sorts
@@ -252,15 +255,79 @@ def is_training_run(run, include_refits: bool = False) -> bool:
             and (include_refits or not tags.get("gpdlm.refit_of")))
 
 
-def load_runs(client, experiment, filter_string: str = "", include_refits: bool = False) -> list[RunRecord]:
-    """The FINISHED training runs of ``experiment`` that match ``filter_string``; an error if none."""
-    runs = [RunRecord.from_run(r) for r in search_all(client, experiment.experiment_id, filter_string)
-            if is_training_run(r, include_refits)]
+def load_runs(client, experiment, filter_string: str = "", include_refits: bool = False,
+              notes: list[str] | None = None) -> list[RunRecord]:
+    """The FINISHED training runs of ``experiment`` that match ``filter_string``, reruns of the same
+    configuration counted once; an error if none. What was left out and why is printed as notes
+    (or appended to ``notes``)."""
+    found = search_all(client, experiment.experiment_id, filter_string)
+    runs = [RunRecord.from_run(r) for r in found if is_training_run(r, include_refits)]
+    said = [skipped_note(found)] if skipped_note(found) else []
+    runs, reruns = drop_reruns(runs)
+    if reruns:
+        said.append(f"{reruns} rerun(s) of identical configurations (same gpdlm.config_hash) counted once: "
+                    f"the latest run of each is used")
+    for note in said:
+        if notes is None:
+            print(f"gpdlm: note: {note}", file=sys.stderr)
+        else:
+            notes.append(note)
     if not runs:
         where = f" matching --filter {filter_string!r}" if filter_string else ""
         raise AnalysisError(f"no FINISHED training runs in experiment '{experiment.name}'{where}")
     runs.sort(key=lambda r: (r.start_time, r.run_id))
     return runs
+
+
+def skipped_note(found: list) -> str:
+    """'skipped N training runs: 2 RUNNING (...), 1 FAILED, ...' for the unfinished training runs
+    among ``found`` ('' when there are none)."""
+    counts: dict[str, int] = {}
+    for r in found:
+        if r.data.tags.get("gpdlm.command") == "train" and r.info.status != "FINISHED":
+            counts[r.info.status] = counts.get(r.info.status, 0) + 1
+    if not counts:
+        return ""
+    why = {"RUNNING": "still running or orphaned: see `gpdlm runs --stale`", "FAILED": "see their failure_reason",
+           "KILLED": "interrupted", "SCHEDULED": "not started"}
+    parts = [f"{n} {status} ({why.get(status, 'unfinished')})" for status, n in sorted(counts.items())]
+    return f"skipped {sum(counts.values())} unfinished training run(s): " + ", ".join(parts)
+
+
+def drop_reruns(records: list[RunRecord]) -> tuple[list[RunRecord], int]:
+    """Keep the latest run of every ``gpdlm.config_hash`` (runs without the tag are all kept);
+    (kept, number dropped)."""
+    latest: dict[str, RunRecord] = {}
+    kept = []
+    for r in records:
+        h = r.tags.get("gpdlm.config_hash")
+        if not h:
+            kept.append(r)
+        elif h not in latest or (r.start_time, r.run_id) > (latest[h].start_time, latest[h].run_id):
+            latest[h] = r
+    kept += list(latest.values())
+    return kept, len(records) - len(kept)
+
+
+# params that never distinguish what was trained
+BOOKKEEPING = ("tracking.", "progress", "sweep.", "device", "threads", "hydra.", "bias.")
+
+
+def varying_params(runs: list[RunRecord], ignore: Iterable[str] = ("seed",)) -> list[str]:
+    """Param keys (bookkeeping and ``ignore`` aside) whose value differs between ``runs`` (as
+    values: "1" and "1.0" are equal); a key missing from some runs counts as a difference."""
+    ignore = set(ignore)
+    keys = set().union(*(r.params for r in runs)) if runs else set()
+    return sorted(k for k in keys if k not in ignore and not k.startswith(BOOKKEEPING)
+                  and len({canon(r.params.get(k)) for r in runs}) > 1)
+
+
+def short_key(param: str) -> str:
+    """The short grouping name of a param key (``model.variant`` -> ``variant``), or the key itself."""
+    for short, (source, name) in ALIASES.items():
+        if source == "param" and name == param:
+            return short
+    return param
 
 
 def choose_metrics(records: list[RunRecord], requested: list[str]) -> list[str]:

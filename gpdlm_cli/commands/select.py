@@ -11,6 +11,12 @@ Ties go to the larger beta (the more regularised model), then the earlier run, t
 Groups of model=svgp also get the row ``svgp (beta=1)``: the plain ELBO, whatever the validation
 set says.
 
+Optuna studies (``gpdlm train -m hydra/sweeper=optuna ...``: a parent run tagged
+``gpdlm.sweeper=optuna`` whose trials are its child runs) are understood: the searched keys
+(``gpdlm.swept``, e.g. ``objective.beta,trainer.lr``) are what selection chooses over, never a
+reason to split or to warn about repeated betas, and the study's ``sweep.objective`` (when not
+``auto``) is the validation metric of its trials.
+
 Outputs (``outputs/select/<timestamp>/`` or ``--out``, and artifacts of an MLflow run named
 ``select``): ``selected.csv/.md`` (one row per group and seed: the chosen beta, its validation
 value and the selected run's test metrics) and ``summary.csv/.md`` (mean ± standard error over
@@ -35,8 +41,6 @@ from . import runs as R
 
 SELECT_KEYS = ["dataset", "model", "variant", "likelihood", "estimator", "train_size", "seed"]
 SUMMARY_KEYS = ["dataset", "method", "variant", "likelihood", "estimator", "train_size"]
-# params that never distinguish what was trained
-BOOKKEEPING = ("tracking.", "progress", "sweep.", "device")
 
 EPILOG = """examples:
   gpdlm select
@@ -76,15 +80,42 @@ def pick(candidates: list[R.RunRecord], metric: str) -> R.RunRecord:
     return min(candidates, key=key)
 
 
-def _varying_params(runs: list[R.RunRecord]) -> list[str]:
-    keys = set().union(*(r.params for r in runs))
-    return sorted(k for k in keys if not k.startswith(BOOKKEEPING) and len({r.params.get(k) for r in runs}) > 1)
+def _varying_params(runs: list[R.RunRecord], tuned=()) -> list[str]:
+    return R.varying_params(runs, ignore=set(tuned))
+
+
+@dataclass
+class Studies:
+    """The Optuna studies the runs come from: parent run id -> (searched keys, objective)."""
+
+    parents: dict
+
+    def of(self, r: R.RunRecord) -> tuple[list[str], str] | None:
+        return self.parents.get(r.tags.get("mlflow.parentRunId"))
+
+    def tuned(self, runs: list[R.RunRecord]) -> set[str]:
+        return {k for r in runs if self.of(r) for k in self.of(r)[0]}
+
+    def objective(self, runs: list[R.RunRecord]) -> str | None:
+        """The study objective shared by all ``runs`` (None if mixed, absent or ``auto``)."""
+        objs = {self.of(r)[1] if self.of(r) else None for r in runs}
+        obj = objs.pop() if len(objs) == 1 else None
+        return None if obj in (None, "", "auto") else obj
+
+
+def find_studies(client, experiment_id: str) -> Studies:
+    """The Optuna sweep parents of the experiment (``gpdlm.sweeper=optuna``)."""
+    found = R.search_all(client, experiment_id, "tags.`gpdlm.sweeper` = 'optuna'")
+    return Studies({r.info.run_id: ([k for k in r.data.tags.get("gpdlm.swept", "").split(",") if k],
+                                    r.data.tags.get("gpdlm.sweep_objective", "auto")) for r in found})
 
 
 def select_records(records: list[R.RunRecord], also_by: list[str] | None = None,
-                   val_metric: str | None = None) -> tuple[list[Selection], list[str]]:
+                   val_metric: str | None = None, studies: Studies | None = None) -> tuple[list[Selection], list[str]]:
     """The selected run of every group (and the beta=1 ELBO row of svgp groups), and notes about
-    groups that could not be selected or that hold repeated betas."""
+    groups that could not be selected or that hold repeated betas (keys an Optuna study searched
+    are what the selection is over, never a note)."""
+    studies = studies or Studies({})
     keys = SELECT_KEYS + list(also_by or [])
     selections: list[Selection] = []
     notes: list[str] = []
@@ -92,7 +123,8 @@ def select_records(records: list[R.RunRecord], also_by: list[str] | None = None,
     for values, runs in R.group_records(records, keys):
         label = ", ".join(f"{k}={R.fmt_value(v)}" for k, v in zip(keys, values))
         model = values[keys.index("model")]
-        wanted = [val_metric] if val_metric else validation_metrics(model)
+        study_metric = studies.objective(runs)
+        wanted = [val_metric] if val_metric else [study_metric] if study_metric else validation_metrics(model)
         metric = next((m for m in wanted if any(_finite(r.metrics.get(m)) for r in runs)), None)
         if metric is None:
             notes.append(f"skipped group [{label}]: no run has a finite {' or '.join(wanted)}")
@@ -103,7 +135,11 @@ def select_records(records: list[R.RunRecord], also_by: list[str] | None = None,
             by_beta.setdefault(r.value("beta"), []).append(r)
         for rs in by_beta.values():
             if len(rs) > 1:
-                for k in _varying_params(rs) or ["(none: repeated runs)"]:
+                tuned = studies.tuned(rs)
+                varying = _varying_params(rs, tuned)
+                if tuned and not varying:
+                    continue  # trials of a study that differ in what it searched
+                for k in varying or ["(none: repeated runs)"]:
                     repeated[k] = repeated.get(k, 0) + 1
         betas = sorted(by_beta, key=R.sort_key)
         best = pick(cands, metric)
@@ -248,18 +284,26 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     client, uri = R.open_store(args.tracking_uri)
     exp = R.get_experiment(client, args.experiment, uri)
-    records = R.load_runs(client, exp, args.filter)
+    notes: list[str] = []  # printed once the input is known to be good (bad input is one line)
+    records = R.load_runs(client, exp, args.filter, notes=notes)
     also = [k for k in R.split_list(args.also_by) if k not in SELECT_KEYS]
     R.check_keys(records, also, "--also-by")
     if args.val_metric and not any(args.val_metric in r.metrics for r in records):
         R.choose_metrics(records, [args.val_metric])  # raises the "no run has metric" error
-    selections, notes = select_records(records, also, args.val_metric)
-    for note in notes:
-        print(f"gpdlm: note: {note}", file=sys.stderr)
+    studies = find_studies(client, exp.experiment_id)
+    from_studies = sum(1 for r in records if studies.of(r))
+    if from_studies:
+        keys = sorted({k for ks, _ in studies.parents.values() for k in ks})
+        notes.append(f"{from_studies} run(s) are trials of {len(studies.parents)} Optuna study(ies); "
+                     f"selecting over the searched keys {', '.join(keys) or '(none)'}")
+    selections, select_notes = select_records(records, also, args.val_metric, studies)
+    notes += select_notes
     if not selections:
         raise R.AnalysisError("no group could be selected: no run has a validation metric")
     selected = [s.record for s in selections]
     metrics = R.choose_metrics(selected, R.split_list(args.metric))
+    for note in notes:
+        print(f"gpdlm: note: {note}", file=sys.stderr)
     outdir = R.output_dir(args.out, "select")
     keys = SELECT_KEYS + also
 

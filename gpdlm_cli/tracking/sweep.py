@@ -4,9 +4,15 @@ The Hydra callback ``SweepCallback`` runs in the launching process. Before any j
 creates the SQLite database, the experiment and the parent run (so parallel jobs never race to
 create them) and writes ``gpdlm_sweep.json`` into the sweep directory; jobs -- in this process, in
 joblib workers or on a cluster -- read it to attach themselves as children. Jobs never raise
-into Hydra: a failed job writes ``failures/<job>.json`` and the sweep goes on; at the end the
-callback ends the parent run (FAILED if any job failed), prints every failure with its reason, and
-the CLI exits non-zero.
+into Hydra: a failed job writes ``outcomes/<job>.json`` and the sweep goes on; at the end the
+callback ends the parent run (FAILED if any job failed, KILLED if one was stopped by a signal),
+prints every failure with its reason, and the CLI exits non-zero.
+
+The context also names the swept keys (command-line sweeps and ``hydra.sweeper.params``: they go
+into the run names) and the sweeper. With ``hydra/sweeper=optuna`` every trial is a child run,
+each job returns its ``sweep.objective`` metric to the sweeper (``job_objective``), and the parent
+run records the study: tags ``gpdlm.sweeper=optuna``, ``gpdlm.swept`` (the searched keys),
+``gpdlm.sweep_objective``, and at the end the best value and parameters.
 """
 
 from __future__ import annotations
@@ -19,11 +25,81 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
+from .liveness import process_tags
+
 SWEEP_FILE = "gpdlm_sweep.json"
 IGNORED_KEYS = ("tracking", "progress", "sweep", "hydra")
 
 # filled in the launching process, read by the CLI to set its exit code
 OUTCOMES: list[dict] = []
+STATUSES = ("finished", "failed", "killed", "skipped")
+
+
+def objective_metric(cfg) -> str:
+    """The metric a sweep job returns to its sweeper: ``sweep.objective``; ``auto`` = the metric
+    ``gpdlm select`` selects by (val_mse for square-loss DLM, val_nll otherwise)."""
+    name = str(cfg.sweep.get("objective", "auto"))
+    if name == "auto":
+        return "val_mse" if cfg.model.name == "sq_dlm" else "val_nll"
+    return name
+
+
+def job_objective(cfg, metrics: dict | None, context: dict) -> float:
+    """The job's objective value for the sweeper (hydra-optuna-sweeper minimises it). A job skipped
+    by ``sweep.skip_finished`` answers with the metric of the FINISHED run it stands for; a value
+    that does not exist is +inf (never the best) -- an error only when ``sweep.objective`` names a
+    metric the run does not have (``auto`` asks nothing of runs without one, e.g. ``gpdlm bias``)."""
+    name = objective_metric(cfg)
+    if metrics is None and context.get("uri"):
+        metrics = _finished_run_metrics(context["uri"], context.get("experiment"), config_hash(cfg))
+    value = (metrics or {}).get(name)
+    if value is None:
+        if metrics is not None and str(cfg.sweep.get("objective", "auto")) != "auto":
+            from ..exceptions import ConfigError
+
+            shown = ", ".join(sorted(k for k in metrics if k.startswith("val_"))) or ", ".join(sorted(metrics))
+            raise ConfigError(f"sweep.objective={name} is not a metric of this run; choose from: {shown}")
+        return float("inf")
+    return float(value)
+
+
+def _finished_run_metrics(uri: str, experiment: str | None, chash: str) -> dict | None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(str(experiment)) if experiment else None
+    if exp is None:
+        return None
+    runs = client.search_runs([exp.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+                              filter_string=f"tags.`gpdlm.config_hash` = '{chash}' and attributes.status = 'FINISHED'")
+    return dict(runs[0].data.metrics) if runs else None
+
+
+def swept_keys(config) -> list[str]:
+    """The keys a multirun varies: command-line sweeps (``a=1,2``, ``range``, ``interval`` ...) and
+    ``hydra.sweeper.params`` (presets, Optuna's search space)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    keys = []
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    except Exception:
+        parsed = []
+    for o in parsed:
+        if o.is_sweep_override() or "interval(" in o.input_line or "tag(" in o.input_line:
+            keys.append(o.key_or_group)
+    params = config.hydra.sweeper.get("params") or {}
+    keys += [str(k) for k, v in params.items() if _is_sweep_value(str(v))]
+    return list(dict.fromkeys(k.lstrip("+~") for k in keys))
+
+
+def _is_sweep_value(v: str) -> bool:
+    return any(t in v for t in (",", "range(", "interval(", "choice(", "glob("))
+
+
+def sweeper_name(config) -> str:
+    target = str(config.hydra.sweeper.get("_target_", ""))
+    return "optuna" if "optuna" in target.lower() else target.rsplit(".", 1)[-1].removesuffix("Sweeper").lower() or "basic"
 
 
 def config_hash(cfg) -> str:
@@ -67,7 +143,8 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        context = {"parent_run_id": None}
+        swept, sweeper = swept_keys(config), sweeper_name(config)
+        context = {"parent_run_id": None, "swept": swept, "sweeper": sweeper}
         if config.tracking.enabled:
             from mlflow.tracking import MlflowClient
 
@@ -77,33 +154,49 @@ class SweepCallback(Callback):
             self.client = MlflowClient(tracking_uri=uri)
             exp_id = ensure_experiment(self.client, config.tracking.experiment, uri)
             overrides = " ".join(config.hydra.overrides.task)
-            run = self.client.create_run(exp_id, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", tags={
+            kind = "study" if sweeper == "optuna" else "sweep"
+            run = self.client.create_run(exp_id, run_name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}", tags={
                 "gpdlm.sweep": "parent", "gpdlm.overrides": overrides, "gpdlm.output_dir": str(sweep_dir.resolve()),
+                "gpdlm.sweeper": sweeper, "gpdlm.swept": ",".join(swept),
+                "gpdlm.sweep_objective": str(config.sweep.get("objective", "auto")), **process_tags(),
             })
             self.parent_run_id = run.info.run_id
-            context = {"parent_run_id": self.parent_run_id, "uri": uri, "experiment": config.tracking.experiment}
+            context.update(parent_run_id=self.parent_run_id, uri=uri, experiment=str(config.tracking.experiment))
             _ACTIVE.append(self)
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(context))
+        warm_data_cache(config)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         outcomes = read_outcomes(config.hydra.sweep.dir)
-        failed = [o for o in outcomes if o["status"] == "failed"]
-        counts = {s: sum(o["status"] == s for o in outcomes) for s in ("finished", "failed", "skipped")}
+        failed = [o for o in outcomes if o["status"] in ("failed", "killed")]
+        counts = {s: sum(o["status"] == s for o in outcomes) for s in STATUSES}
         OUTCOMES.extend(outcomes)
-        self.end("FAILED" if failed else "FINISHED", counts)
+        best = _optuna_best(config.hydra.sweep.dir)
+        status = "FAILED" if counts["failed"] else "KILLED" if counts["killed"] else "FINISHED"
+        self.end(status, counts, best)
+        killed = f", {counts['killed']} killed" if counts["killed"] else ""
         print(f"gpdlm: sweep done: {counts['finished']} finished, {counts['skipped']} skipped, "
-              f"{counts['failed']} failed  ({config.hydra.sweep.dir})", file=sys.stderr)
+              f"{counts['failed']} failed{killed}  ({config.hydra.sweep.dir})", file=sys.stderr)
+        if best:
+            params = " ".join(f"{k}={v}" for k, v in best["best_params"].items())
+            print(f"gpdlm: best trial: {objective_metric(config)} = {best['best_value']:.6g} with {params}",
+                  file=sys.stderr)
         for o in failed:
-            print(f"gpdlm: failed job {o['job']} [{' '.join(o['overrides'])}]: {o['reason']}", file=sys.stderr)
+            print(f"gpdlm: {o['status']} job {o['job']} [{' '.join(o['overrides'])}]: {o['reason']}", file=sys.stderr)
 
-    def end(self, status: str, counts: dict | None = None) -> None:
+    def end(self, status: str, counts: dict | None = None, best: dict | None = None) -> None:
         if self.client is None or self.parent_run_id is None:
             return
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric, Param
 
-        if counts:
-            ts = int(time.time() * 1000)
-            self.client.log_batch(self.parent_run_id, metrics=[Metric(f"jobs_{k}", v, ts, 0) for k, v in counts.items()])
+        ts = int(time.time() * 1000)
+        metrics = [Metric(f"jobs_{k}", v, ts, 0) for k, v in (counts or {}).items()]
+        params = []
+        if best:
+            metrics.append(Metric("best_value", float(best["best_value"]), ts, 0))
+            params = [Param(f"best.{k}", str(v)) for k, v in best["best_params"].items()]
+        if metrics or params:
+            self.client.log_batch(self.parent_run_id, metrics=metrics, params=params)
         self.client.set_terminated(self.parent_run_id, status)
         self.parent_run_id = None
         if self in _ACTIVE:
@@ -111,6 +204,32 @@ class SweepCallback(Callback):
 
 
 _ACTIVE: list[SweepCallback] = []
+
+
+def warm_data_cache(config) -> None:
+    """Parse the sweep's dataset once, here, before the jobs start: parallel workers then all read
+    the parsed-table cache instead of parsing the same file at the same time. Quietly nothing when
+    it cannot load (each job reports its own data errors)."""
+    try:
+        from ..data import load_table
+
+        d = config.dataset
+        load_table(d.name, **{k: v for k, v in d.items() if k not in ("name", "split", "standardize_y")})
+    except Exception:
+        pass
+
+
+def _optuna_best(sweep_dir) -> dict | None:
+    """{'best_value', 'best_params'} from hydra-optuna-sweeper's ``optimization_results.yaml``."""
+    path = Path(sweep_dir) / "optimization_results.yaml"
+    if not path.exists():
+        return None
+    from omegaconf import OmegaConf
+
+    res = OmegaConf.to_container(OmegaConf.load(path))
+    if "best_value" not in res:
+        return None
+    return {"best_value": res["best_value"], "best_params": res.get("best_params") or {}}
 
 
 def abort_active_sweeps(status: str = "KILLED") -> None:

@@ -2,8 +2,9 @@
 
 Runs are driven through ``MlflowClient`` with explicit run ids -- no global "active run" -- so a
 run left over by one job can never leak into the next job of a reused worker. ``Tracker.run`` is a
-context manager that always ends the run: FINISHED, FAILED (with the reason as a tag) or KILLED
-(Ctrl-C).
+context manager that always ends the run: FINISHED, FAILED (with the reason as the tag
+``failure_reason``) or KILLED (Ctrl-C, SIGTERM/SIGHUP, a submitit preemption: the reason in the same
+tag; see ``tracking.signals``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+from .signals import deferred_signals, killed_reason
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 
@@ -63,12 +66,10 @@ class NullTracker:
         self.tags.update(tags or {})
         try:
             yield self
-        except KeyboardInterrupt:
-            self.status = "KILLED"
-            raise
         except BaseException as e:
-            self.status = "FAILED"
-            self.tags["failure_reason"] = f"{type(e).__name__}: {e}"
+            why = killed_reason(e)
+            self.status = "KILLED" if why else "FAILED"
+            self.tags["failure_reason"] = why or f"{type(e).__name__}: {e}"
             raise
         else:
             self.status = "FINISHED"
@@ -86,6 +87,12 @@ class NullTracker:
     def log_artifact(self, path):
         self.artifacts.append(str(path))
 
+    def log_dataset(self, name: str, digest: str, source: str, columns: dict[str, str], num_rows: int,
+                    context: str = "training"):
+        self.datasets = getattr(self, "datasets", []) + [
+            {"name": name, "digest": digest, "source": source, "columns": dict(columns), "num_rows": num_rows,
+             "context": context}]
+
     def has_finished_run(self, tag: str, value: str) -> bool:
         return False
 
@@ -100,6 +107,7 @@ class MlflowTracker(NullTracker):
 
         self.uri = uri
         self.experiment_name = experiment
+        quiet_mlflow()
         mlflow.set_tracking_uri(uri)
         self.client = MlflowClient(tracking_uri=uri)
         self.experiment_id = ensure_experiment(self.client, experiment, uri)
@@ -118,12 +126,12 @@ class MlflowTracker(NullTracker):
             for i in range(0, len(items), 100):
                 self.client.log_batch(self.run_id, params=items[i:i + 100])
             yield self
-        except KeyboardInterrupt:
-            self._end("KILLED", "interrupted (KeyboardInterrupt)")
-            raise
         except BaseException as e:
-            reason = f"{type(e).__name__}: {e}".splitlines()[0][:5000]
-            self._end("FAILED", reason)
+            why = killed_reason(e)
+            if why:
+                self._end("KILLED", why)
+            else:
+                self._end("FAILED", f"{type(e).__name__}: {e}".splitlines()[0][:5000])
             raise
         else:
             self._end("FINISHED")
@@ -131,12 +139,13 @@ class MlflowTracker(NullTracker):
     def _end(self, status: str, reason: str | None = None):
         from mlflow.entities import RunTag
 
-        try:
-            if reason:
-                self.client.log_batch(self.run_id, tags=[RunTag("failure_reason", reason)])
-        finally:
-            self.client.set_terminated(self.run_id, status)
-            self.status = status
+        with deferred_signals():  # a second Ctrl-C or SIGTERM must not leave the run RUNNING
+            try:
+                if reason:
+                    self.client.log_batch(self.run_id, tags=[RunTag("failure_reason", reason)])
+            finally:
+                self.client.set_terminated(self.run_id, status)
+                self.status = status
 
     def log_metrics(self, metrics, step=None):
         from mlflow.entities import Metric
@@ -164,6 +173,20 @@ class MlflowTracker(NullTracker):
     def log_artifact(self, path):
         self.client.log_artifact(self.run_id, str(path))
 
+    def log_dataset(self, name, digest, source, columns, num_rows, context="training"):
+        """The data as an MLflow dataset input (the UI's Dataset column, dataset tracking): name,
+        digest (gpdlm's fingerprint), an MLflow column-spec schema and the row count."""
+        import json
+
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        schema = json.dumps({"mlflow_colspec": [{"type": t, "name": c, "required": True} for c, t in columns.items()]})
+        profile = json.dumps({"num_rows": int(num_rows), "num_elements": int(num_rows) * len(columns)})
+        ds = Dataset(name=name, digest=digest, source_type="gpdlm", source=json.dumps({"uri": source}),
+                     schema=schema, profile=profile)
+        self.client.log_inputs(self.run_id, datasets=[
+            DatasetInput(ds, tags=[InputTag("mlflow.data.context", context)])])
+
     def has_finished_run(self, tag: str, value: str) -> bool:
         """Whether the experiment already has a FINISHED run whose ``tag`` equals ``value``."""
         runs = self.client.search_runs(
@@ -172,25 +195,78 @@ class MlflowTracker(NullTracker):
         return len(runs) > 0
 
 
+def quiet_mlflow() -> None:
+    """No INFO chatter from MLflow's store set-up ("Creating initial MLflow database tables...")
+    on the console: a run's output is its one-line report."""
+    import logging
+
+    for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def _param_str(v) -> str:
     s = "None" if v is None else str(v)
     return s[:6000]
 
 
 def ensure_experiment(client, name: str, uri: str) -> str:
-    """Get or create the experiment (safe if another process creates it at the same time).
+    """Get or create the experiment (safe if another process creates it at the same time), with
+    gpdlm's view of it in the UI (``configure_view``).
 
     Artifacts of a SQLite store go to ``mlartifacts/`` beside the database file."""
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        configure_view(client, exp.experiment_id, exp.tags)
         return exp.experiment_id
     location = None
     if uri.startswith("sqlite:///"):
         location = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
     try:
-        return client.create_experiment(name, artifact_location=location)
+        exp_id = client.create_experiment(name, artifact_location=location)
     except Exception:  # created concurrently
         exp = client.get_experiment_by_name(name)
         if exp is None:
             raise
         return exp.experiment_id
+    configure_view(client, exp_id, {})
+    return exp_id
+
+
+# ----- the MLflow UI's view of a gpdlm experiment ---------------------------------------------------------
+# MLflow 3 opens an experiment in its GenAI view and shows none of a run's params or metrics as
+# columns. Two experiment tags change that: ``mlflow.experimentKind`` marks it as model training,
+# and a shared view state (what the UI's "Share" button stores, opened by the URL parameter
+# ``viewStateShareKey``) lists only gpdlm's training runs, newest first, with the columns users
+# compare by. ``view_url`` is the address that opens it.
+VIEW_KEY = "gpdlm"
+VIEW_PARAMS = ("model.name", "model.variant", "objective.beta", "dataset.name", "dataset.split.train_size",
+               "model.num_inducing", "likelihood.name", "estimator.name", "trainer.lr", "seed")
+VIEW_METRICS = ("test_nll", "test_rmse", "test_error", "test_mre", "val_nll", "iterations", "train_seconds")
+
+
+def view_state() -> dict:
+    cols = ["attributes.`Dataset`"] + [f"params.`{p}`" for p in VIEW_PARAMS] + [f"metrics.`{m}`" for m in VIEW_METRICS]
+    return {"searchFilter": "tags.`gpdlm.command` = 'train'", "orderByKey": "attributes.start_time",
+            "orderByAsc": False, "selectedColumns": cols, "runsHiddenMode": "SHOW_ALL"}
+
+
+def configure_view(client, experiment_id: str, tags: dict) -> None:
+    """Set the two experiment tags of gpdlm's UI view where they are missing or outdated."""
+    import json
+
+    wanted = {"mlflow.experimentKind": "custom_model_development",
+              f"mlflow.sharedViewState.{VIEW_KEY}": json.dumps(view_state())}
+    for k, v in wanted.items():
+        if k == "mlflow.experimentKind" and tags.get(k):
+            continue  # the user's choice wins
+        if tags.get(k) != v:
+            try:
+                client.set_experiment_tag(experiment_id, k, v)
+            except Exception:  # a read-only store or server: the view is a convenience
+                return
+
+
+def view_url(base: str, experiment_id: str) -> str:
+    """The UI address of an experiment's training runs in gpdlm's view."""
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}?viewStateShareKey={VIEW_KEY}"
+            f"&workflowType=machine_learning")

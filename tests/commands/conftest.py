@@ -101,7 +101,7 @@ def ui_server(request, template_db, tmp_path_factory):
     port = _free_port()
     log = open(d / "ui.log", "wb")
     proc = subprocess.Popen(ui.command(["--tracking-uri", uri, "--port", str(port)]), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True, cwd=d)
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=d, env=ui.server_env())
     try:
         yield {"proc": proc, "port": port, "log": d / "ui.log", "started": time.monotonic()}
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 import urllib.error
@@ -40,11 +41,39 @@ def test_host_port_and_uri_options(store_dir):
 
 def test_cli_execs_the_server(store_dir, monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(os, "execv", lambda path, argv: calls.append((path, argv)))
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: calls.append((path, argv, env)))
+    monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
     uri = f"sqlite:///{store_dir / 'mlflow.db'}"
     assert cli.main(["ui", "--tracking-uri", uri, "--port", "5001"]) == 0
-    assert calls == [(sys.executable, ui.build_argv(uri, "127.0.0.1", 5001))]
+    assert [c[:2] for c in calls] == [(sys.executable, ui.build_argv(uri, "127.0.0.1", 5001))]
+    assert calls[0][2]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"  # no GenAI job runner processes
     assert "http://127.0.0.1:5001" in capsys.readouterr().err
+
+
+def test_ui_opens_the_training_runs_of_the_experiment(store_dir, monkeypatch, capsys):
+    """The printed address lands on gpdlm's view: the experiment is marked as model training (not
+    MLflow 3's GenAI view) and a shared view state lists training runs with key columns."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from gpdlm_cli.tracking import ensure_experiment
+
+    uri = f"sqlite:///{store_dir / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp_id = client.create_experiment("older")  # made without gpdlm's tags (an older store)
+    monkeypatch.setattr(os, "execve", lambda *a: None)
+    assert cli.main(["ui", "--tracking-uri", uri, "--experiment", "older"]) == 0
+    assert (f"open http://127.0.0.1:5000/#/experiments/{exp_id}?viewStateShareKey=gpdlm&workflowType=machine_learning"
+            in capsys.readouterr().err)
+    tags = client.get_experiment(exp_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(tags["mlflow.sharedViewState.gpdlm"])
+    assert view["searchFilter"] == "tags.`gpdlm.command` = 'train'"
+    assert {"params.`objective.beta`", "params.`model.variant`", "metrics.`test_nll`", "attributes.`Dataset`"} <= set(
+        view["selectedColumns"])
+    new = ensure_experiment(client, "fresh", uri)  # gpdlm's own experiments get the view at creation
+    assert json.loads(client.get_experiment(new).tags["mlflow.sharedViewState.gpdlm"]) == view
 
 
 @pytest.mark.parametrize("args,message", [
@@ -55,7 +84,7 @@ def test_cli_execs_the_server(store_dir, monkeypatch, capsys):
 ])
 def test_bad_input_is_one_line_exit_2(store_dir, monkeypatch, capsys, args, message):
     monkeypatch.chdir(store_dir)
-    monkeypatch.setattr(os, "execv", lambda *a: pytest.fail("must not start a server on bad input"))
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("must not start a server on bad input"))
     assert cli.main(["ui", *args]) == 2
     assert message in one_line_error(capsys)
 
@@ -81,3 +110,6 @@ def test_the_server_really_starts_and_answers(ui_server):
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             time.sleep(0.5)
     assert status == 200, ui_server["log"].read_text(errors="replace")[-2000:]
+    # the features gpdlm does not use are off: the CLI process and one server worker, no job runners
+    group = subprocess.run(["ps", "-o", "args=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+    assert len(group.strip().splitlines()) <= 2 and "huey" not in group, group

@@ -1,0 +1,161 @@
+"""``gpdlm runs``: the runs of an experiment -- status, name, key metrics -- and the stale ones.
+
+    gpdlm runs [--experiment NAME] [--tracking-uri URI] [--status STATUS ...] [--limit N]
+               [--stale] [--stale-after 30m] [--mark-failed]
+
+A run killed by SIGKILL or the OOM killer (no handler can catch those) stays RUNNING in MLflow
+forever, and ``compare``/``select`` skip it. A RUNNING run is **stale** when
+
+* the process that ran it is gone: every run records ``gpdlm.host``, ``gpdlm.pid`` and the
+  process's start time (``tracking.liveness``), checked when the run was made on this host; or
+* nothing was logged for longer than ``--stale-after`` (default 30m; the latest metric, else the
+  start): the only evidence for runs of other hosts (Slurm nodes).
+
+``--stale`` lists only those, ``--mark-failed`` ends them FAILED with the reason as the tag
+``failure_reason`` ("orphaned: ..."). Runs whose process is alive on this host are never stale.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import dataclass
+
+from . import runs as R
+
+STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED", "SCHEDULED")
+DEFAULT_STALE = "30m"
+METRICS = ("test_nll", "test_rmse", "test_error", "test_mre", "val_nll")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+EPILOG = """examples:
+  gpdlm runs                               # the latest 30 runs of experiment gpdlm
+  gpdlm runs --experiment regression_logloss_smoke --status RUNNING FAILED
+  gpdlm runs --stale                       # RUNNING runs whose process is gone or silent for 30 minutes
+  gpdlm runs --stale --stale-after 2h --mark-failed
+"""
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '2h', '1d' or a plain number of minutes -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(text))
+    if not m or float(m.group(1)) <= 0:
+        raise R.AnalysisError(f"--stale-after must be a positive duration like 90s, 30m, 2h or 1d; got {text!r}")
+    return float(m.group(1)) * UNITS[m.group(2) or "m"]
+
+
+def last_activity_ms(run) -> int:
+    """When the run last logged a metric (ms since the epoch), else its start time."""
+    stamps = [int(m.timestamp) for m in getattr(run.data, "_metric_objs", []) or [] if m.timestamp]
+    return max(stamps + [int(run.info.start_time or 0)])
+
+
+@dataclass
+class Staleness:
+    stale: bool
+    why: str
+
+
+def staleness(run, after_s: float, now_ms: int | None = None) -> Staleness:
+    """Whether a RUNNING run is stale, and why (see the module docstring)."""
+    from ..tracking.liveness import PID_TAG, process_state
+
+    if run.info.status != "RUNNING":
+        return Staleness(False, "")
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    state = process_state(run.data.tags)
+    idle = (now_ms - last_activity_ms(run)) / 1000
+    if state == "gone":
+        return Staleness(True, f"process {run.data.tags.get(PID_TAG)} on this host is gone")
+    if state == "alive":
+        return Staleness(False, "")
+    if idle > after_s:
+        return Staleness(True, f"nothing logged for {_duration(idle)} (> {_duration(after_s)})")
+    return Staleness(False, "")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def mark_failed(client, run, why: str) -> None:
+    from mlflow.entities import RunTag
+
+    client.log_batch(run.info.run_id, tags=[RunTag("failure_reason", f"orphaned: {why} (marked by gpdlm runs)")])
+    client.set_terminated(run.info.run_id, "FAILED")
+
+
+def build_parser():
+    p = R.make_parser("gpdlm runs", "List the runs of an experiment; find and close stale RUNNING runs.")
+    p.epilog = EPILOG
+    R.add_store_options(p)
+    p.add_argument("--status", nargs="+", type=str.upper, metavar="STATUS",
+                   help=f"only runs with these statuses ({', '.join(STATUSES)})")
+    p.add_argument("--limit", type=int, default=30, help="at most this many runs, newest first (default: 30; 0 = all)")
+    p.add_argument("--stale", action="store_true", help="only RUNNING runs that look orphaned (see --stale-after)")
+    p.add_argument("--stale-after", default=DEFAULT_STALE, metavar="DURATION",
+                   help=f"a RUNNING run with no metric for this long is stale (default: {DEFAULT_STALE}; 90s, 2h, 1d)")
+    p.add_argument("--mark-failed", action="store_true", help="with --stale: end the stale runs FAILED, with the reason")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.mark_failed and not args.stale:
+        raise R.AnalysisError("--mark-failed needs --stale (only stale runs are ever marked)")
+    bad = [s for s in args.status or [] if s not in STATUSES]
+    if bad:
+        raise R.AnalysisError(f"unknown --status {bad[0]!r}; choose from: {', '.join(STATUSES)}")
+    if args.limit < 0:
+        raise R.AnalysisError(f"--limit must be >= 0; got {args.limit}")
+    after = parse_duration(args.stale_after)
+    client, uri = R.open_store(args.tracking_uri)
+    exp = R.get_experiment(client, args.experiment, uri)
+    found = R.search_all(client, exp.experiment_id, "attributes.status = 'RUNNING'" if args.stale else "")
+    found = [r for r in found if r.data.tags.get("gpdlm.command") not in ("compare", "select")]
+    if args.status:
+        found = [r for r in found if r.info.status in args.status]
+    found.sort(key=lambda r: (r.info.start_time or 0, r.info.run_id), reverse=True)
+    now = int(time.time() * 1000)
+    marks = {r.info.run_id: staleness(r, after, now) for r in found}
+    if args.stale:
+        found = [r for r in found if marks[r.info.run_id].stale]
+    everything, total = found, len(found)
+    if args.limit:
+        found = found[:args.limit]
+    header = ["run_id", "name", "status", "started", "last logged"] + [m for m in METRICS
+                                                                       if any(m in r.data.metrics for r in found)]
+    rows = []
+    for r in found:
+        st = marks[r.info.run_id]
+        status = r.info.status + (" (stale)" if st.stale else "")
+        kind = " [sweep]" if r.data.tags.get("gpdlm.sweep") == "parent" else ""
+        rows.append([r.info.run_id[:8], (r.info.run_name or "") + kind, status,
+                     time.strftime("%Y-%m-%d %H:%M", time.localtime((r.info.start_time or 0) / 1000)),
+                     _duration((now - last_activity_ms(r)) / 1000) + " ago"]
+                    + [R.fmt_num(r.data.metrics[m]) if m in r.data.metrics else "-" for m in header[5:]])
+    what = "stale RUNNING runs" if args.stale else "runs"
+    shown = f"{len(found)} of {total}" if len(found) < total else f"{total}"
+    R.print_table(f"{exp.name}: {shown} {what} ({uri})", header, rows, numeric_from=5)
+    for r in found:
+        if marks[r.info.run_id].stale:
+            print(f"{r.info.run_id[:8]} {r.info.run_name}: stale: {marks[r.info.run_id].why}")
+    if args.mark_failed:  # every stale run, not only those shown
+        for r in everything:
+            mark_failed(client, r, marks[r.info.run_id].why)
+        print(f"marked {len(everything)} stale run(s) FAILED", file=sys.stderr)
+    elif args.stale and found:
+        print("gpdlm: note: `gpdlm runs --stale --mark-failed` ends them FAILED with this reason", file=sys.stderr)
+    return 0
+
+
+def cli() -> int:
+    return R.run_cli(main)

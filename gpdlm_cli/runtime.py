@@ -1,0 +1,97 @@
+"""The process environment of a run: OpenMP's spin-wait and torch's thread count on a shared machine.
+
+Measured on 2 cores (issue 13; ``python -m benchmarks contention`` re-measures): a small GP step
+takes 1.3-2.0 ms with 2 threads on a quiet machine, but with 3 competing busy processes 15.3 ms
+against 6.2 ms with 1 thread -- OpenMP's threads spin (libgomp: 300,000 spins) waiting for a
+core that another process holds. On this project's loaded machine the default demo took 126
+ms/iteration with 2 threads and 29 ms with 1. Two defaults follow:
+
+* ``threads=auto`` takes the cores that are free when the run starts: the available cores (the
+  CPU affinity mask, which Slurm and taskset set), divided among parallel sweep jobs, minus the
+  cores other processes kept busy during a 0.2 s sample of ``/proc/stat`` -- all cores on a quiet
+  machine (the fastest quiet setting), 1 thread on a busy one (the fastest loaded setting).
+* ``GOMP_SPINCOUNT=20000`` (unless the user set it or ``OMP_WAIT_POLICY``): threads that wait
+  longer sleep instead of spinning, which cuts the damage when load arrives after the start (15.3
+  -> 9.9 ms above) at no measured quiet cost; ``OMP_WAIT_POLICY=PASSIVE`` would cut it further
+  (5.5 ms) but doubles the quiet time. It must be in the environment before torch is imported:
+  the CLI sets it first thing, and sweep workers inherit it.
+
+Standard library only: imported by the CLI before torch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+SPINCOUNT = "20000"
+SAMPLE_S = 0.2
+
+
+def configure_process_env() -> None:
+    """gpdlm's process defaults, where the user set nothing (call before torch is imported):
+    OpenMP's spin count (above), and no MLflow usage telemetry (``MLFLOW_DISABLE_TELEMETRY``; set
+    it to false to allow it): every tracking call of every job would otherwise also record and send
+    an event, a per-job cost (~0.1-0.3 s measured) and network traffic from compute nodes."""
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = SPINCOUNT
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+def available_cores() -> set[int]:
+    """The CPUs this process may run on (its affinity mask; all CPUs where that is unknown)."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
+
+
+def _cpu_times(cpus: set[int], text: str | None = None) -> tuple[float, float] | None:
+    """(busy, total) jiffies summed over ``cpus`` from /proc/stat (or ``text`` in its format);
+    None where there is none."""
+    if text is None:
+        try:
+            with open("/proc/stat") as f:
+                text = f.read()
+        except OSError:
+            return None
+    busy = total = 0.0
+    for ln in text.splitlines():
+        if not ln.strip():
+            continue
+        name, *fields = ln.split()
+        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cpus:
+            continue
+        vals = [float(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+        idle = vals[3] + vals[4]
+        total += sum(vals)
+        busy += sum(vals) - idle
+    return (busy, total) if total else None
+
+
+def busy_cores(cpus: set[int] | None = None, sample_s: float = SAMPLE_S) -> float:
+    """How many of ``cpus`` other processes kept busy during a short sample (this process sleeps
+    meanwhile); 0.0 where /proc/stat is not available."""
+    cpus = available_cores() if cpus is None else cpus
+    a = _cpu_times(cpus)
+    time.sleep(sample_s)
+    b = _cpu_times(cpus)
+    if a is None or b is None or b[1] <= a[1]:
+        return 0.0
+    return len(cpus) * (b[0] - a[0]) / (b[1] - a[1])
+
+
+def auto_threads(parallel_jobs: int = 1, busy: float | None = None, cores: int | None = None) -> int:
+    """``threads=auto``: this job's share of the cores (cores // parallel jobs), at most the cores
+    left free by other processes (rounded), at least 1."""
+    cores = len(available_cores()) if cores is None else cores
+    share = max(1, cores // max(1, parallel_jobs))
+    if share == 1:
+        return 1
+    busy = busy_cores() if busy is None else busy
+    return max(1, min(share, int(cores - busy + 0.5)))
+
+
+def threads_setting(setting, parallel_jobs: int = 1):
+    """The thread count for ``threads=<setting>``: 'auto' resolved by ``auto_threads``; anything
+    else is returned unchanged (build.configure_threads checks it)."""
+    return auto_threads(parallel_jobs) if setting == "auto" else setting

@@ -1,0 +1,125 @@
+"""Termination signals as exceptions, so that every way a run can be stopped ends it cleanly.
+
+Ctrl-C raises ``KeyboardInterrupt``; SIGTERM (Slurm's ``scancel`` and time limit, submitit,
+``timeout``, ``docker stop``) and SIGHUP (a closed terminal or ssh session) would by default kill
+the process on the spot and leave its MLflow run RUNNING forever. ``install_signal_handlers``
+turns them into ``Terminated`` -- a ``KeyboardInterrupt`` subclass, so every ``except
+KeyboardInterrupt`` (the tracker, the sweep, the CLI) treats them like Ctrl-C: the run ends KILLED
+with the signal as its reason and the process exits with 128 + the signal number (143, 129), as a
+shell reports a process killed by that signal.
+
+Under submitit (hydra/launcher=submitit_*) the scheduler announces preemption and the coming time
+limit with a user signal (SIGUSR2 by default, ``SUBMITIT_PREEMPT_SIGNAL``); submitit's handler
+calls the launcher's ``checkpoint`` (hydra-submitit-launcher resubmits the same job), requeues it
+and exits with ``SystemExit(-1)``, or raises ``UncompletedJobError`` when it cannot requeue. That
+protocol is kept exactly -- the handler still runs and its exception still propagates -- and the
+exception is only tagged with a reason (``KILLED_REASON``) so the tracker ends the run KILLED
+("preempted or timed out ... requeued by submitit") instead of FAILED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+# the attribute that marks an exception as "the run was stopped from outside" (KILLED, not FAILED)
+KILLED_REASON = "gpdlm_killed_reason"
+HANDLED = ("SIGTERM", "SIGHUP")
+
+
+class Terminated(KeyboardInterrupt):
+    """The process received a termination signal (SIGTERM, SIGHUP): stop like Ctrl-C."""
+
+    def __init__(self, signum: int):
+        self.signum = int(signum)
+        self.signame = signal.Signals(signum).name
+        super().__init__(f"terminated by {self.signame}")
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal number: what a shell reports for a process killed by the signal."""
+        return 128 + self.signum
+
+    @property
+    def reason(self) -> str:
+        return f"terminated by {self.signame} (signal {self.signum})"
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+def killed_reason(exc: BaseException) -> str | None:
+    """Why a run stopped by ``exc`` was stopped from outside, or None when ``exc`` is a failure.
+
+    Ctrl-C, SIGTERM/SIGHUP (``Terminated``) and a submitit preemption/timeout are KILLED; anything
+    else is FAILED."""
+    if isinstance(exc, Terminated):
+        return exc.reason
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    return getattr(exc, KILLED_REASON, None)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The process exit code after ``exc`` stopped the command: 128 + signal, 130 for Ctrl-C."""
+    return exc.exit_code if isinstance(exc, Terminated) else 130
+
+
+def _submitit_signal(handler) -> bool:
+    """Whether ``handler`` is one of submitit's signal handlers (its job environment installed it)."""
+    owner = getattr(handler, "__self__", None)
+    return type(owner).__module__.startswith("submitit.") if owner is not None else False
+
+
+def _tag_submitit(handler, signame: str):
+    """Wrap submitit's preemption/timeout handler: same behaviour, the exception it ends the job
+    with (SystemExit after requeueing, UncompletedJobError otherwise) carries a KILLED reason."""
+    def wrapped(signum, frame):
+        try:
+            handler(signum, frame)
+        except BaseException as e:
+            if isinstance(e, SystemExit):
+                why = "requeued by submitit (the job restarts from the beginning as a new run)"
+            else:
+                why = f"not requeued: {str(e).strip() or type(e).__name__}"
+            setattr(e, KILLED_REASON, f"preempted or timed out ({signame} from the scheduler); {why}")
+            raise
+    wrapped.gpdlm_wrapped = True
+    return wrapped
+
+
+def install_signal_handlers() -> bool:
+    """Make SIGTERM and SIGHUP raise ``Terminated`` and tag submitit's preemption signal (see the
+    module docstring). Idempotent; only possible in the main thread (False elsewhere, nothing done)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    for name in HANDLED:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, _raise_terminated)
+    for name in ("SIGUSR1", "SIGUSR2"):
+        sig = getattr(signal, name, None)
+        current = signal.getsignal(sig) if sig is not None else None
+        if current is not None and _submitit_signal(current) and not getattr(current, "gpdlm_wrapped", False):
+            signal.signal(sig, _tag_submitit(current, name))
+    return True
+
+
+@contextlib.contextmanager
+def deferred_signals():
+    """Hold back SIGINT, SIGTERM and SIGHUP while the block runs (ending a run, writing its last
+    files); a signal that arrives meanwhile is delivered when the block ends. A no-op outside the
+    main thread or where the platform cannot block signals."""
+    sigs = {getattr(signal, n) for n in ("SIGINT",) + HANDLED if hasattr(signal, n)}
+    can = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if can else None
+    try:
+        yield
+    finally:
+        if can:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+__all__ = ["Terminated", "deferred_signals", "exit_code", "install_signal_handlers", "killed_reason"]

@@ -1,0 +1,214 @@
+"""How runs end and what they leave: SIGTERM/SIGHUP/submitit preemption end a run KILLED with the
+signal as its reason; an interrupted run's partial results; run names; the one-line report."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from gpdlm_cli.commands import run_report as RR
+from gpdlm_cli.tracking import MlflowTracker, NullTracker
+from gpdlm_cli.tracking import signals as S
+
+from ..conftest import compose, fast
+from .conftest import copy_store
+
+
+@pytest.fixture
+def restore_signals():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+def _only_run(uri, experiment):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    return runs[0] if len(runs) == 1 else None
+
+
+def test_sigterm_ends_the_run_killed_with_the_signal_as_reason(template_db, tmp_path):
+    """What Slurm's scancel, `timeout` and `docker stop` send: the run must not stay RUNNING."""
+    uri = copy_store(template_db, tmp_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpdlm_cli.cli", "train", "trainer.max_iters=100000", "trainer.stop_window=0",
+         "model.num_inducing=10", "dataset.split.train_size=100", "progress=false", "threads=1",
+         f"tracking.uri={uri}", "tracking.experiment=term", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while _only_run(uri, "term") is None:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.5)
+    time.sleep(1.0)  # inside the training loop
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err  # 128 + 15, as a shell reports a process killed by SIGTERM
+    assert err.strip().splitlines()[-1] == "gpdlm: terminated by SIGTERM (signal 15)"
+    run = _only_run(uri, "term")
+    assert run.info.status == "KILLED"
+    assert run.data.tags["failure_reason"] == "terminated by SIGTERM (signal 15)"
+    assert run.data.tags["gpdlm.pid"] == str(proc.pid)
+    assert "gpdlm: dlm" not in out  # no success line for a killed run
+    assert (tmp_path / "run" / "gpdlm.log").read_text().splitlines()[-1].endswith(
+        "[gpdlm][ERROR] - run KILLED: terminated by SIGTERM (signal 15)")
+
+
+def test_sighup_becomes_terminated_and_the_tracker_ends_killed(module_uri, restore_signals):
+    assert S.install_signal_handlers()
+    tracker = MlflowTracker(module_uri, "hup")
+    with pytest.raises(S.Terminated) as info:
+        with tracker.run(run_name="hup"):
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)  # the handler raises before this ends
+            pytest.fail("SIGHUP did not interrupt the run")
+    assert info.value.exit_code == 129 and isinstance(info.value, KeyboardInterrupt)
+    run = MlflowClient(module_uri).get_run(tracker.run_id)
+    assert run.info.status == "KILLED"
+    assert run.data.tags["failure_reason"] == "terminated by SIGHUP (signal 1)"
+
+
+def test_ctrl_c_and_failures_keep_their_status():
+    for exc, status, reason in ((KeyboardInterrupt(), "KILLED", "interrupted (Ctrl-C)"),
+                                (ValueError("bad"), "FAILED", "ValueError: bad")):
+        t = NullTracker()
+        with pytest.raises(type(exc)):
+            with t.run():
+                raise exc
+        assert (t.status, t.tags["failure_reason"]) == (status, reason)
+
+
+def test_submitit_preemption_requeues_and_ends_the_run_killed(tmp_path, restore_signals):
+    """submitit's own handler (SIGUSR2: preemption or the coming time limit) still checkpoints and
+    requeues the job and exits with SystemExit(-1); the run ends KILLED, not FAILED."""
+    import submitit
+    from submitit.core.job_environment import SignalHandler
+
+    class Job:
+        def __call__(self):
+            return 1
+
+        def checkpoint(self):  # what hydra-submitit-launcher does: resubmit the same job
+            return submitit.helpers.DelayedSubmission(self)
+
+    class Env:
+        global_rank = 0
+        requeued = None
+
+        def _requeue(self, countdown):
+            Env.requeued = countdown
+
+    class Paths:
+        submitted_pickle = tmp_path / "submitted.pkl"
+
+    delayed = submitit.helpers.DelayedSubmission(Job())
+    delayed.set_timeout(60, 3)
+    handler = SignalHandler(Env(), Paths(), delayed)
+    signal.signal(signal.SIGUSR2, handler.checkpoint_and_try_requeue)
+    assert S.install_signal_handlers()
+    tracker = NullTracker()
+    with pytest.raises(SystemExit) as info:
+        with tracker.run():
+            os.kill(os.getpid(), signal.SIGUSR2)
+            time.sleep(5)
+            pytest.fail("SIGUSR2 did not reach submitit's handler")
+    assert info.value.code == -1 and Env.requeued == 3  # submitit's protocol, unchanged
+    assert Paths.submitted_pickle.exists()  # the checkpointed job it resubmits
+    assert tracker.status == "KILLED"
+    assert tracker.tags["failure_reason"].startswith("preempted or timed out (SIGUSR2 from the scheduler); requeued")
+
+
+def test_partial_results_of_an_interrupted_run(tmp_path):
+    history = {"loss": [1.5, 1.2, 1.1, 1.05, 1.0, 0.98, 0.97],
+               "steps": {"train_loss": [(i + 1, v) for i, v in enumerate([1.5, 1.2, 1.1, 1.05, 1.0, 0.98, 0.97])],
+                         "val_nll": [(3, 1.4), (6, 1.25)], "test_nll": [(3, 1.5), (6, 1.3)]}}
+    iteration, last = RR.last_evaluation(history)
+    assert iteration == 7 and last == {"val_nll": 1.25, "test_nll": 1.3}
+    files = RR.write_partial_results(tmp_path, "KILLED", "terminated by SIGTERM (signal 15)", iteration, last, history,
+                                     title="dlm_joint-concrete-b1-s0")
+    assert [f.name for f in files] == ["metrics.json", "learning_curve.png", "gpdlm.log"]
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert record == {"status": "KILLED", "reason": "terminated by SIGTERM (signal 15)", "iterations": 7,
+                      "evaluated_at": 6, "val_nll": 1.25, "test_nll": 1.3}
+    assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    log = (tmp_path / "gpdlm.log").read_text().splitlines()
+    assert log[-1].endswith("[gpdlm][ERROR] - run KILLED at iteration 7: terminated by SIGTERM (signal 15)")
+    # killed before any evaluation: still a metrics.json, no figure
+    empty = tmp_path / "early"
+    files = RR.write_partial_results(empty, "KILLED", "interrupted (Ctrl-C)", 0, None, {"loss": [], "steps": {}})
+    assert [f.name for f in files] == ["metrics.json", "gpdlm.log"]
+    assert json.loads((empty / "metrics.json").read_text())["evaluated_at"] is None
+
+
+def test_rejected_output_folder_is_removed_unless_it_holds_more(tmp_path):
+    run = tmp_path / "outputs" / "2026-01-01" / "10-00-00"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("a: 1")
+    (run / "gpdlm.log").write_text("")
+    assert RR.discard_rejected_output(run, "bad beta")
+    assert list((tmp_path / "outputs").iterdir()) == []  # the date folder went too
+    kept = tmp_path / "mine"
+    (kept / ".hydra").mkdir(parents=True)
+    (kept / "notes.txt").write_text("x")
+    assert not RR.discard_rejected_output(kept, "bad beta")
+    assert (kept / "notes.txt").exists() and "rejected: bad beta" in (kept / "gpdlm.log").read_text()
+
+
+@pytest.mark.parametrize("overrides,swept,name", [
+    ([], (), "dlm_joint-concrete-b1-s0"),
+    (["model=dlm_fixed", "objective.beta=0.1"], (), "dlm_fixed-concrete-b0.1-s0"),
+    (["model=svgp", "seed=3"], ("model", "seed", "model.num_inducing"), "svgp-concrete-b1-M100-s3"),
+    (["model=fitc", "estimator=bmc", "trainer.lr=0.01"], ("estimator", "trainer.lr", "hydra.launcher.n_jobs"),
+     "fitc-concrete-b1-bmc-lr0.01-s0"),
+])
+def test_run_names_carry_variant_beta_and_swept_values(overrides, swept, name):
+    assert RR.run_name_for(compose(overrides), swept) == name
+
+
+def test_a_real_run_reports_one_line_and_logs_its_dataset(tmp_path, capfd):
+    """A new store too: MLflow's "Creating initial MLflow database tables..." must not appear."""
+    from gpdlm_cli.commands.train import run_train
+    from gpdlm_cli.tracking.liveness import process_state
+
+    module_uri = f"sqlite:///{tmp_path / 'fresh.db'}"
+    cfg = compose(fast([f"tracking.uri={module_uri}", "tracking.experiment=report", "objective.beta=0.5",
+                        "dataset.split.train_size=100", "trainer.max_iters=20", "trainer.eval_every=10"]))
+    metrics = run_train(cfg, tmp_path / "run", overrides=[])
+    captured = capfd.readouterr()
+    out = captured.out.strip().splitlines()
+    assert captured.err == ""  # quiet: the one line is all a successful run prints
+    run = _only_run(module_uri, "report")
+    assert run.info.run_name == "dlm_joint-concrete-b0.5-s0"
+    assert out == [RR.run_line(run.info.run_name, metrics, tmp_path / "run", run.info.run_id, module_uri,
+                               run.info.experiment_id)]
+    line = out[0]
+    assert line.startswith(f"gpdlm: dlm_joint-concrete-b0.5-s0: test_nll {metrics['test_nll']:.4g}, ")
+    assert f"| MLflow run {run.info.run_id}, open with `gpdlm ui --tracking-uri {module_uri}`" in line
+    assert line.endswith(f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}")
+    assert process_state(run.data.tags) == "alive"  # this very process
+    inputs = MlflowClient(module_uri).get_run(run.info.run_id).inputs.dataset_inputs
+    assert len(inputs) == 1
+    ds = inputs[0].dataset
+    assert (ds.name, ds.digest) == ("concrete", run.data.tags["gpdlm.dataset_fingerprint"])
+    cols = json.loads(ds.schema)["mlflow_colspec"]
+    assert [c["name"] for c in cols][-1] == "compressive_strength" and len(cols) == 9
+    assert json.loads(ds.profile)["num_rows"] == 1030
+    assert inputs[0].tags[0].key == "mlflow.data.context" and inputs[0].tags[0].value == "training"
+
+
+def test_learning_curve_labels_give_settings_and_units():
+    info = RR.curve_info(compose(["model=dlm_fixed", "objective.beta=0.1"]), "regression", 16.7, lr=0.1)
+    assert info["subtitle"] == "dlm (fixed) on concrete, gaussian likelihood: beta=0.1, M=100, lr=0.1, full batch"
+    assert info["objective_label"] == "training objective\n(per datum, standardised targets)"
+    assert info["nll_label"] == "NLL (nats per point, target units)"
+    cls = RR.curve_info(compose(["dataset=breast_cancer", "trainer.batch_size=64"]), "classification", 1.0)
+    assert cls["nll_label"] == "NLL (nats per point)" and cls["subtitle"].endswith("batch=64")
