@@ -122,11 +122,19 @@ def test_nan_loss_ends_run_failed_with_iteration(tmp_path, mlflow_uri, monkeypat
     assert not (tmp_path / "metrics.json").exists()
 
 
-def test_ctrl_c_ends_run_killed(tmp_path, mlflow_uri, monkeypatch):
+def test_ctrl_c_ends_run_killed_and_leaves_partial_results(tmp_path, mlflow_uri, monkeypatch):
+    """Interrupted in iteration 37 (evaluations every 30): the run ends KILLED, and its folder holds a
+    partial metrics.json (status, reason, 36 iterations, the evaluation at 30), the learning curve
+    so far and the reason in gpdlm.log; MLflow has the 36 losses and the partial files."""
     from gpdlm_cli.objectives import DLM
 
+    original, calls = DLM.forward, {"n": 0}
+
     def interrupted(self, x, y):
-        raise KeyboardInterrupt
+        calls["n"] += 1
+        if calls["n"] == 37:
+            raise KeyboardInterrupt
+        return original(self, x, y)
 
     monkeypatch.setattr(DLM, "forward", interrupted)
     with pytest.raises(KeyboardInterrupt):
@@ -134,6 +142,15 @@ def test_ctrl_c_ends_run_killed(tmp_path, mlflow_uri, monkeypatch):
     client = MlflowClient(mlflow_uri)
     run = client.search_runs([client.get_experiment_by_name("killed").experiment_id])[0]
     assert run.info.status == "KILLED"
+    partial = json.loads((tmp_path / "metrics.json").read_text())
+    assert partial["status"] == "KILLED" and "interrupted" in partial["reason"]
+    assert partial["iterations"] == 36 and partial["evaluated_at"] == 30
+    logged_val = client.get_metric_history(run.info.run_id, "val_nll")
+    assert [m.step for m in logged_val] == [30] and partial["val_nll"] == pytest.approx(logged_val[0].value)
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == list(range(1, 37))
+    assert (tmp_path / "learning_curve.png").stat().st_size > 0
+    assert "KILLED at iteration 36" in (tmp_path / "gpdlm.log").read_text()
+    assert {"metrics.json", "learning_curve.png"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
 
 
 def test_progress_bar_only_on_a_terminal(monkeypatch):

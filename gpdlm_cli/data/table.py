@@ -47,6 +47,17 @@ class Table:
         return h.hexdigest()[:16]
 
 
+def _raise_stray_cells(where: str, column: pd.Series, name: str, remedy: str | None) -> None:
+    """A mostly numeric column with a few text cells: name the first bad row and value (a typo in
+    the data is likelier than a categorical column), then the remedy."""
+    num = pd.to_numeric(column, errors="coerce")
+    stray = column[num.isna()]
+    if 0 < len(stray) < len(column):
+        hint = f"fix the data, or declare '{name}' categorical if it is one" if remedy else "fix the data"
+        raise DataError(f"{where}: column '{name}' has the non-numeric value {stray.iloc[0]!r} in row "
+                        f"{stray.index[0]} ({len(stray)} such cell{'s' if len(stray) > 1 else ''}); {hint}")
+
+
 def table_from_frame(
     df: pd.DataFrame,
     *,
@@ -100,6 +111,7 @@ def table_from_frame(
         raise DataError(f"{where} is empty after dropping rows with missing values")
     for col in features:
         if col not in categorical and not pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):
+            _raise_stray_cells(where, df[col], col, "categorical")
             raise DataError(
                 f"{where}: column '{col}' is not numeric and not declared categorical "
                 f"(add it to the dataset's categorical list)"
@@ -108,6 +120,7 @@ def table_from_frame(
     X = pd.get_dummies(df[features], columns=cats, drop_first=True, dtype=float) if cats else df[features].astype(float)
     y = pd.to_numeric(df[target], errors="coerce")
     if y.isna().any():
+        _raise_stray_cells(where, df[target], target, None)
         raise DataError(f"{where}: target column '{target}' is not numeric")
     y = y.to_numpy(dtype=np.float64)
     if task in ("regression", "count") and np.ptp(y) == 0:

@@ -138,6 +138,24 @@ def test_non_numeric_undeclared_column_names_file_and_column():
     assert path in msg and "'color'" in msg and "not declared categorical" in msg
 
 
+def test_a_stray_text_cell_is_named_by_row_and_value_before_suggesting_categorical():
+    """One typo ('1,5' in an otherwise numeric column) is a data error, not a categorical column."""
+    df = frame(a=[1.0, 2.0, 3.0, 4.0], y=[1.0, 2.0, 3.0, 4.0])
+    df["a"] = df["a"].astype(object)
+    df.loc[2, "a"] = "1,5"
+    with pytest.raises(DataError) as e:
+        table_from_frame(df, name="m", task="regression", target="y")
+    msg = one_line(e)
+    assert "column 'a' has the non-numeric value '1,5' in row 2 (1 such cell); fix the data, or declare 'a' categorical" in msg
+    df = frame(a=[1.0, 2.0, 3.0, 4.0], y=[1.0, 2.0, 3.0, 4.0])
+    df["y"] = df["y"].astype(object)
+    df.loc[0, "y"] = "n/a"
+    df.loc[3, "y"] = "?"
+    with pytest.raises(DataError) as e:
+        table_from_frame(df, name="m", task="regression", target="y")
+    assert "column 'y' has the non-numeric value 'n/a' in row 0 (2 such cells); fix the data" in one_line(e)
+
+
 def test_empty_table_constant_target_labels_and_counts():
     with pytest.raises(DataError, match="is empty"):
         table_from_frame(frame(a=[], y=[]), name="e", task="regression", target="y")
