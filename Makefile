@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# hydra/launcher=ray for the tests: ray itself plus the launcher without its AWS extras
+	# (hydra-ray-launcher declares ray[default], boto3 and cloudpickle<3, which the local launcher
+	# does not need); `pip install 'gpdlm[ray]'` installs it with those declared dependencies
+	$(BIN)/python -m pip install -q "ray>=2.9,<3"
+	$(BIN)/python -m pip install -q --no-deps "hydra-ray-launcher>=1.2.2"
 	touch $@
 
 install: $(STAMP)
