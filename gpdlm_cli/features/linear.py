@@ -24,7 +24,7 @@ class LinearKernelMap(torch.nn.Module):
     def __init__(self, in_dim: int, outputscale: float = 1.0, learn_outputscale: bool = False):
         super().__init__()
         self.in_dim = self.out_dim = int(in_dim)
-        raw = torch.tensor(inverse_softplus(float(outputscale)))
+        raw = torch.tensor(inverse_softplus(float(outputscale)), dtype=torch.float64)
         if learn_outputscale:
             self.raw_outputscale = torch.nn.Parameter(raw)
         else:
