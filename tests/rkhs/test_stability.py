@@ -5,6 +5,7 @@ d = 64 RFF features."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from gpdlm_cli.objectives import SCGD, BatchNLML
@@ -42,3 +43,21 @@ def test_scgd_stays_at_the_optimum_and_bsgd_drifts():
     model, nlml_star = model_at_optimum(N, D)
     curve = run(model, BatchNLML(model), {"theta": hyperparameters(model)}, [])
     assert curve[-1] - nlml_star > 0.03, [c - nlml_star for c in curve]
+
+
+def test_scgd_refresh_is_the_papers_running_average():
+    """after_step: F~_{t+1} = (1 - b_t) F~_t + b_t ((n/b) Z_S^T Z_S + s2 I) with Z_S the step's batch at
+    the pre-step parameters, b_t = max(b_min, b0 t^-b_decay) (numpy, rtol 1e-12), over 3 steps."""
+    model, _ = model_at_optimum(N, D)
+    scgd = SCGD(model, N, b0=0.8, b_decay=0.5, b_min=0.5)
+    scgd.initialise()
+    x, y = model.x_train, model.y_train
+    F_t = scgd.F_tilde.numpy().copy()
+    s2 = float(model.noise.detach())
+    for t, (lo, hi) in enumerate([(0, 16), (16, 48), (100, 108)], start=1):
+        Z = model.features(x[lo:hi]).detach().numpy()
+        scgd(x[lo:hi], y[lo:hi])
+        scgd.after_step(t, 0)
+        b_t = max(0.5, 0.8 * t ** -0.5)
+        F_t = (1 - b_t) * F_t + b_t * (N / (hi - lo) * Z.T @ Z + s2 * np.eye(D))
+        np.testing.assert_allclose(scgd.F_tilde.numpy(), F_t, rtol=1e-12)
