@@ -81,6 +81,18 @@ def validate(cfg) -> None:
         raise param_error("batching", owner, "'uniform' or 'nearest'", m.batching)
 
 
+#: largest full batch model=bsgd factorises (its b x b Cholesky on b = n rows: 20k rows is 3.2 GB in float64)
+BSGD_MAX_FULL_BATCH = 20000
+
+
+def check_sizes(cfg, n_train: int) -> None:
+    b = cfg.trainer.batch_size
+    if cfg.model.name == "bsgd" and (b is None or b >= n_train) and n_train > BSGD_MAX_FULL_BATCH:
+        raise UnsupportedCombination(
+            f"model=bsgd on the full batch is the exact {n_train} x {n_train} GP; set trainer.batch_size "
+            f"(or use model=scgd, whose full-data algebra is d x d)")
+
+
 def peak_memory_mb(device: torch.device) -> float:
     """Peak memory of this process: allocated tensor memory on CUDA, else the resident-set
     high-water mark (Linux ru_maxrss; includes the interpreter and the data)."""

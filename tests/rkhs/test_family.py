@@ -176,3 +176,14 @@ def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
     metrics, tracker, _ = run(tmp_path, "model=bsgd", "kernel=rff", "kernel.num_features=24", "model.batching=nearest",
                               "trainer.batch_size=16", "trainer.max_iters=20", "trainer.eval_every=10")
     assert math.isfinite(metrics["train_nlml"]) and "train_nlml_exact_kernel" in metrics
+
+
+def test_bsgd_refuses_a_full_batch_it_cannot_factorise(tmp_path, monkeypatch):
+    """model=bsgd with trainer.batch_size=null is the exact n x n GP: refused above the cap (here
+    lowered to 100 rows) before any run, with the remedy."""
+    from gpdlm_cli.methods import rkhs
+
+    monkeypatch.setattr(rkhs, "BSGD_MAX_FULL_BATCH", 100)
+    cfg = compose([*SMALL, "model=bsgd", "kernel=linear", "trainer.max_iters=5"])
+    with pytest.raises(GpdlmError, match=r"model=bsgd on the full batch is the exact 200 x 200 GP; set trainer.batch_size"):
+        run_train(cfg, tmp_path, tracker=NoRunTracker())
