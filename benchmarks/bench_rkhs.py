@@ -6,7 +6,8 @@ Table 1 says O(d^3 + b d^2) per iteration for SCGD and MINIMAX and O(b^3 + b^2 d
 on random Fourier features of dimension d of 8 synthetic inputs (n = 4096); SVGP (whose M = b may
 exceed the rank d of a finite kernel) on a Gaussian kernel of d-dimensional inputs tanh(x W), so all
 four see d-dimensional features while the network cost C stays out. Everything goes through gpdlm's
-own family builders and trainer (Adam; hooks included: SCGD's F~ refresh, MINIMAX's projections). Reported per (method, d, b): the median ms per iteration, the peak memory of
+own family builders and trainer (Adam; hooks included: SCGD's F~ refresh, MINIMAX's projections).
+Reported per (method, d, b): the median ms per iteration, the peak memory of
 an iteration above the memory held between iterations (CPU: the process's peak RSS, reset through
 /proc/self/clear_refs; CUDA: max_memory_allocated), the growth of time with b (time / time at the
 smallest b), BSGD / SCGD and SVGP / SCGD time ratios, and the crossover b from which BSGD is slower
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None):
         for model in args.methods:
             for b in args.b:
                 t0 = time.perf_counter()
-                res[(model, d, b)] = measure(model, d, b, synthetic(args.n, device, d) if model == "svgp" else data, args.steps)
+                inputs = synthetic(args.n, device, d) if model == "svgp" else data
+                res[(model, d, b)] = measure(model, d, b, inputs, args.steps)
                 ms, mb = res[(model, d, b)]
                 base = res[(model, d, args.b[0])][0]
                 print(f"{model:<8} {d:>5} {b:>5} {ms:9.2f} {mb:8.1f} {ms / base:8.2f}   ({time.perf_counter() - t0:.0f} s)",

@@ -37,7 +37,8 @@ class RandomFourierMap(torch.nn.Module):
         phase = torch.rand(m, generator=generator) * 2 * math.pi if form == "cos" else torch.zeros(0)
         self.register_buffer("phase", phase)
         n_ell = self.in_dim if ard else 1
-        self.raw_lengthscale = torch.nn.Parameter(torch.full((n_ell,), inverse_softplus(float(lengthscale)), dtype=torch.float64))
+        raw_ell = torch.full((n_ell,), inverse_softplus(float(lengthscale)), dtype=torch.float64)
+        self.raw_lengthscale = torch.nn.Parameter(raw_ell)
         self.raw_outputscale = torch.nn.Parameter(torch.tensor(inverse_softplus(float(outputscale)), dtype=torch.float64))
 
     @property

@@ -162,7 +162,8 @@ def build(cfg, data, task: str) -> Method:
         if m.name == "scgd":
             out["ftilde_gap"] = objective.tracking_gap()
         if m.name == "minimax":
-            out.update(penalty_gap=objective.penalty_gap(), mu=objective.mu, minimax_projections=float(objective.projections))
+            out.update(penalty_gap=objective.penalty_gap(), mu=objective.mu,
+                       minimax_projections=float(objective.projections))
         return out
 
     tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})", "gpdlm.features": cfg.features.name}

@@ -148,7 +148,8 @@ def test_batch_nlml_equals_dense_and_exact_kernel_nlml_equals_gaussian_kernel():
         Z = model.features(x)
         s2 = model.noise
         idx = torch.arange(10, 42)
-        assert float(batch_nlml(Z[idx], y[idx], s2)) == pytest.approx(dense_nlml(Z[idx].numpy(), y[idx].numpy(), float(s2)), rel=1e-10)
+        ref = dense_nlml(Z[idx].numpy(), y[idx].numpy(), float(s2))
+        assert float(batch_nlml(Z[idx], y[idx], s2)) == pytest.approx(ref, rel=1e-10)
         ell, s = float(model.kernel_map.lengthscale), float(model.kernel_map.outputscale)
     xn = x.numpy()
     sq = ((xn[:, None, :] - xn[None, :, :]) ** 2).sum(-1)
@@ -187,7 +188,7 @@ def test_linear_map_and_mlp_follow_their_definitions_and_leave_the_global_rng_al
     assert torch.equal(torch.get_rng_state(), state)
     for la, lb in zip(a.layers, b.layers):
         assert torch.equal(la.weight, lb.weight) and torch.equal(la.bias, lb.bias)
-    W1, c1, W2, c2 = (t.detach().numpy() for t in (a.layers[0].weight, a.layers[0].bias, a.layers[1].weight, a.layers[1].bias))
+    (W1, c1), (W2, c2) = ((layer.weight.detach().numpy(), layer.bias.detach().numpy()) for layer in a.layers)
     assert np.abs(W1).max() <= 1 / np.sqrt(7) and np.abs(W2).max() <= 1 / np.sqrt(16) and W1.std() > 0.1
     ref = np.maximum(np.maximum(z.numpy() @ W1.T + c1, 0) @ W2.T + c2, 0)
     np.testing.assert_allclose(a(z).detach().numpy(), ref, rtol=1e-12)

@@ -46,8 +46,9 @@ def test_scgd_step_with_the_exact_F_is_unbiased_and_bsgd_is_not():
     """SCGD with F~ = F(theta*) held fixed: its batch step is the mean of per-point steps (checked to
     rtol 1e-9 on 10 real batch calls), those average to the full gradient of l/n, which is 0 at
     (theta*, w*) (|mean| < 1e-6 x the per-point scale), and R = 4000 batch-16 steps lie within
-    3.5 SE of 0 in all 3 + d components (measured max 2.3 SE). BSGD's batch NLML gradient (R = 300) is > 5 SE from 0 in
-    some component (measured here: 65 SE in the magnitude; at d = 100, R = 4000: 458 SE, rkhs-spec C2)."""
+    3.5 SE of 0 in all 3 + d components (measured max 2.3 SE). BSGD's batch NLML gradient
+    (R = 300) is > 5 SE from 0 in some component (measured here: 65 SE in the magnitude; at
+    d = 100, R = 4000: 458 SE, rkhs-spec C2)."""
     model, _ = model_at_optimum(N, D)
     x, y = model.x_train, model.y_train
     scgd = SCGD(model, N)
@@ -95,10 +96,10 @@ def test_minimax_min_and_max_step_estimators_are_unbiased_at_fixed_zeta_and_B():
     ||B|| = 0.5, mu = 10), R = 400 batch-16 calls: the min-step gradient (wrt theta, w and M, with
     A = C sym(M) C^T) over the trainer's batch and the max-step gradient (wrt B) over the
     objective's own independent batch have means within 3.5 SE of the full-data gradient of
-    Psi / (2n) (measured max 2.2 SE over the 73 statistics) (the same objective on the full batch): theta and w per component, M and B along 3
-    random symmetric directions each. The dual batch comes from the objective's seeded generator:
-    the same seed gives the same B-gradient, another seed another one, the min-step gradient is the
-    same for both."""
+    Psi / (2n) (the same objective on the full batch): theta and w per component, M and B along 3
+    random symmetric directions each (measured max 2.2 SE over the 73 statistics). The dual batch
+    comes from the objective's seeded generator: the same seed gives the same B-gradient, another
+    seed another one, the min-step gradient is the same for both."""
     model, _ = model_at_optimum(N, D)
     x, y = model.x_train, model.y_train
     mm = Minimax(model, N, mu=10.0, seed=3)
