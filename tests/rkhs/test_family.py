@@ -31,7 +31,7 @@ class NoRunTracker(NullTracker):
 
 
 BAD = [
-    (["model=scgd"], "model=scgd needs a finite feature map, kernel=linear or kernel=rff (kernel=rbf has none)"),
+    (["model=scgd", "kernel=rbf"], "model=scgd needs a finite feature map, kernel=linear or kernel=rff (kernel=rbf has none)"),
     (["model=minimax", "kernel.name=matern52"], "model=minimax needs a finite feature map"),
     (["model=bsgd", "kernel=rff", "likelihood=probit"],
      "model=bsgd maximises the Gaussian marginal likelihood: use likelihood=gaussian"),
@@ -81,6 +81,14 @@ def test_bad_input_is_one_line_before_any_run(tmp_path, overrides, message):
         run_train(cfg, tmp_path, tracker=NoRunTracker())
     assert message in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_rkhs_models_default_to_the_linear_kernel():
+    """model=scgd|minimax|bsgd alone choose kernel=linear (a finite map); an explicit kernel wins."""
+    for model in ("scgd", "minimax", "bsgd"):
+        assert compose([f"model={model}"]).kernel.name == "linear"
+        assert compose([f"model={model}", "kernel=rff"]).kernel.name == "rff"
+    assert compose(["model=svgp"]).kernel.name == "rbf"
 
 
 # recorded on main at 8ba5895 (before feature maps existed) with the overrides below
