@@ -77,6 +77,8 @@ def validate(cfg) -> None:
             raise param_error("mu_max", owner, f"a float >= mu={m.mu}", m.mu_max)
         if not isinstance(m.precondition, bool):
             raise param_error("precondition", owner, "true or false", m.precondition)
+        if m.w_max is not None and not _number_in(m.w_max, 0, math.inf, lo_open=True):
+            raise param_error("w_max", owner, "a float in (0, inf] or null", m.w_max)
     elif m.batching not in ("uniform", "nearest"):
         raise param_error("batching", owner, "'uniform' or 'nearest'", m.batching)
 
@@ -128,7 +130,8 @@ def build(cfg, data, task: str) -> Method:
         stage = Stage("scgd", objective, groups, prepare=objective.initialise, hooks=[objective])
     elif m.name == "minimax":
         objective = Minimax(model, n, mu=m.mu, mu_growth=m.mu_growth, mu_every_epochs=m.mu_every_epochs,
-                            mu_max=m.mu_max, precondition=m.precondition, seed=int(cfg.seed) + 15485863)
+                            mu_max=m.mu_max, precondition=m.precondition, seed=int(cfg.seed) + 15485863,
+                            w_max=m.w_max)
         groups.update(weights=[objective.w], constraint=[objective.M], dual=[objective.B])
         stage = Stage("minimax", objective, groups, prepare=objective.initialise, hooks=[objective])
     else:

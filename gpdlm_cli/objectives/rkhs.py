@@ -201,7 +201,8 @@ class Minimax(Objective):
       for grad Psi at fixed (zeta, B) and independent of each other;
     * ``after_step``: the projections -- A onto {A >= s2 I} (symmetrise, eigenvalue clamp at s2;
       skipped on CPU when a Cholesky of A - s2 I shows A feasible), B onto the unit Frobenius ball
-      (kept symmetric; B_0 = 0).
+      (kept symmetric; B_0 = 0), and w onto the box |w_j| <= ``w_max`` if given (the paper's
+      zeta <= zeta_max; its s2 >= s2_min is the likelihood's noise floor, a softplus constraint).
 
     A is parameterised as A = C sym(M) C^T with C = chol(F(theta_0)) fixed (``precondition``), so
     M starts at I and per-coordinate optimisers see O(1) entries although A's eigenvalues span
@@ -212,7 +213,7 @@ class Minimax(Objective):
     name = "minimax"
 
     def __init__(self, model, num_data: int, mu: float = 1.0, mu_growth: float = 1.0, mu_every_epochs: int = 1,
-                 mu_max: float = math.inf, precondition: bool = True, seed: int = 0):
+                 mu_max: float = math.inf, precondition: bool = True, seed: int = 0, w_max: float | None = None):
         super().__init__()
         d = model.num_features
         device = model.x_train.device
@@ -222,6 +223,7 @@ class Minimax(Objective):
         self.mu0 = self.mu = float(mu)
         self.mu_growth, self.mu_every_epochs, self.mu_max = float(mu_growth), int(mu_every_epochs), float(mu_max)
         self.precondition = bool(precondition)
+        self.w_max = None if w_max is None else float(w_max)
         self.w = torch.nn.Parameter(torch.zeros(d, **f64))
         self.M = torch.nn.Parameter(torch.eye(d, **f64))
         self.B = torch.nn.Parameter(torch.zeros(d, d, **f64))
@@ -283,7 +285,8 @@ class Minimax(Objective):
 
     @torch.no_grad()
     def project(self) -> None:
-        """A onto {A >= s2 I} (eigenvalue clamp, in A's coordinates), B onto ||B||_F <= 1, both symmetric."""
+        """A onto {A >= s2 I} (eigenvalue clamp, in A's coordinates), B onto ||B||_F <= 1, both
+        symmetric; w onto |w_j| <= w_max."""
         s2 = self.model.noise
         d = self.M.shape[0]
         eye = torch.eye(d, dtype=self.M.dtype, device=self.M.device)
@@ -302,6 +305,8 @@ class Minimax(Objective):
             self.projections += 1
         self.B.copy_(0.5 * (self.B + self.B.T))
         self.B.div_(torch.linalg.norm(self.B).clamp_min(1.0))
+        if self.w_max is not None:
+            self.w.clamp_(-self.w_max, self.w_max)
 
     def epoch_start(self, epoch: int) -> None:
         """The outer penalty schedule mu_k <- min(mu_max, mu_growth mu_k) every mu_every_epochs."""

@@ -67,6 +67,8 @@ BAD = [
      "the 'mu_growth' parameter of model=minimax must be a finite float >= 1"),
     (["model=minimax", "kernel=linear", "model.mu=10", "model.mu_max=5"],
      "the 'mu_max' parameter of model=minimax must be a float >= mu=10"),
+    (["model=minimax", "kernel=linear", "model.w_max=0"],
+     "the 'w_max' parameter of model=minimax must be a float in (0, inf] or null; got 0"),
     (["model=bsgd", "kernel=linear", "model.batching=knn"],
      "the 'batching' parameter of model=bsgd must be 'uniform' or 'nearest'"),
     (["model=svgp", "kernel=linear", "model.num_inducing=20"],

@@ -72,7 +72,8 @@ def test_minimax_gradients_and_projections_follow_the_closed_forms():
     the trainer's B-gradient is the *negative* ascent direction -(1/2n) mu (A - F) / ||A|| (the
     max step is descent on a sign-flipped surrogate), and the M-gradient is C^T G C with
     G = (1/2n) [A^-1 + mu (B / ||A|| - <B, A - F> A / ||A||^3)], both rtol 1e-9 against numpy.
-    project() maps A to V max(lambda, s2) V^T (eigenvalue clamp) and B to sym(B) / max(1, ||B||)."""
+    project() maps A to V max(lambda, s2) V^T (eigenvalue clamp), B to sym(B) / max(1, ||B||) and
+    w into the box [-w_max, w_max]."""
     model, _ = model_at_optimum(N, D)
     mm = Minimax(model, N, mu=7.0)
     mm.initialise()
@@ -108,3 +109,8 @@ def test_minimax_gradients_and_projections_follow_the_closed_forms():
     Bsym = 0.5 * (Bbig + Bbig.T)
     np.testing.assert_allclose(mm.B.detach().numpy(), Bsym / max(1.0, norm(Bsym)), rtol=1e-12)
     assert mm.projections == 1
+    mm.w_max = 0.05
+    w = mm.w.detach().numpy().copy()
+    mm.project()
+    np.testing.assert_array_equal(mm.w.detach().numpy(), np.clip(w, -0.05, 0.05))
+    assert np.abs(w).max() > 0.05
