@@ -63,18 +63,23 @@ def supports(estimator, likelihood, quantity: str) -> bool:
 STATIONARY_KERNELS = ("rbf", "matern12", "matern32", "matern52")
 
 
-def build_kernel(kcfg, num_dims: int):
-    """ScaleKernel(base) for a stationary base kernel (``kernel.name``), ARD if ``kernel.ard``."""
+def build_kernel(kcfg, num_dims: int, seed: int = 0):
+    """ScaleKernel(base) for a stationary base kernel (``kernel.name``), ARD if ``kernel.ard``; a
+    finite kernel (``linear``, ``rff``) as its feature map in a gpytorch kernel (``feature_maps``)."""
     import gpytorch
 
-    ard = num_dims if kcfg.ard else None
+    from .feature_maps import FINITE_KERNELS, build_finite_kernel
+
     name = kcfg.name
+    if name in FINITE_KERNELS:
+        return build_finite_kernel(kcfg, num_dims, seed)
+    ard = num_dims if kcfg.ard else None
     if name == "rbf":
         base = gpytorch.kernels.RBFKernel(ard_num_dims=ard)
     elif name in ("matern12", "matern32", "matern52"):
         base = gpytorch.kernels.MaternKernel(nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name], ard_num_dims=ard)
     else:
-        raise param_error("name", "kernel", f"one of {', '.join(STATIONARY_KERNELS)}", name)
+        raise param_error("name", "kernel", f"one of {', '.join(STATIONARY_KERNELS + FINITE_KERNELS)}", name)
     for key in ("lengthscale", "outputscale"):
         if not is_number(kcfg[key]) or kcfg[key] <= 0:
             raise param_error(key, f"kernel={name}", "a float in (0, inf)", kcfg[key])

@@ -21,7 +21,8 @@ only the objective differs. The fixed variant is the paper's two-stage protocol 
   SVGP value, which makes beta meaningful again.
 
 Parameter groups (``trainer.lr_scale.<group>``): ``variational`` (m~, the Cholesky factor of S),
-``inducing`` (Z), ``kernel`` (kernel and mean-function hyperparameters), ``likelihood``.
+``inducing`` (Z), ``kernel`` (kernel and mean-function hyperparameters), ``likelihood``, and
+``features`` (the network of ``features=nn``: the GP then sees g(x), inducing points in feature space).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 
 from ..exceptions import UnsupportedCombination, param_error
 from . import components as C
+from . import feature_maps as FM
 from .base import Method, Stage
 
 MODELS = ("svgp", "dlm", "sq_dlm")
@@ -44,6 +46,7 @@ def validate(cfg) -> None:
     """Checks of the model keys that need no data."""
     m = cfg.model
     C.check_inducing(m)
+    FM.check_features(cfg.features)
     if m.variant not in ("joint", "fixed"):
         raise param_error("variant", f"model={m.name}", "'joint' or 'fixed'", m.variant)
     if m.name == "svgp" and m.variant == "fixed":
@@ -83,6 +86,7 @@ def build(cfg, data, task: str) -> Method:
     from .. import objectives as O
     from ..estimators import AutoEstimator
     from ..models import SparseVariationalGP
+    from ..models.feature_input import FeatureInputGP
 
     m = cfg.model
     x, y = data.x_train, data.y_train
@@ -91,16 +95,24 @@ def build(cfg, data, task: str) -> Method:
     check_sizes(cfg, n)
     likelihood = C.build_likelihood(cfg.likelihood)
     likelihood.validate_targets(y)
-    kernel = C.build_kernel(cfg.kernel, D)
+    features = FM.build_input_map(cfg.features, D, cfg.seed).to(device, dtype) if FM.uses_features(cfg) else None
+    with torch.no_grad():  # the GP's inputs: g(x), so the inducing points start in feature space
+        x_in = x if features is None else features(x)
+    kernel = C.build_kernel(cfg.kernel, x_in.shape[1], cfg.seed)
+    if m.num_inducing > getattr(kernel, "num_features", m.num_inducing):
+        raise UnsupportedCombination(f"kernel={cfg.kernel.name} has rank d={kernel.num_features}: model.num_inducing must be <= d")
     mean = C.build_mean(m.mean, task)
     beta = float(cfg.objective.beta)
     estimator = C.build_estimator(cfg.estimator)
 
-    Z = C.initial_inducing_points(x, m.num_inducing, m.inducing_init, cfg.seed)
+    Z = C.initial_inducing_points(x_in, m.num_inducing, m.inducing_init, cfg.seed)
     model = SparseVariationalGP(Z, kernel, mean, learn_inducing=m.learn_inducing, jitter=m.jitter)
     model = model.to(device=device, dtype=dtype)
     likelihood = likelihood.to(device=device, dtype=dtype)
     groups = parameter_groups(model, likelihood)
+    if features is not None:  # SVGP on g(x): the network is its own group, trained jointly
+        model = FeatureInputGP(model, features)
+        groups["features"] = list(features.parameters())
     quantity = _QUANTITY[m.name]
     if quantity:
         estimator.check(likelihood, quantity)

@@ -1,0 +1,174 @@
+"""The RKHS family: unbiased stochastic marginal-likelihood training on a finite-dimensional RKHS
+(Shoham & Avron; shared/notes/rkhs-spec.md) -- ``scgd``, ``minimax`` and the biased baseline ``bsgd``.
+
+The kernel is k(x, x') = phi(x)^T phi(x') with phi = kernel map (``kernel=linear|rff``) of the
+input map (``features=none|nn``), d = phi's dimension. The model is the exact GP on phi as
+Bayesian linear regression (``models.BayesianLinearGP``); the three methods differ only in the
+stochastic objective (``objectives.rkhs``). Prediction and the monitor ``train_nlml`` use the
+closed form at the current parameters (w* = F^-1 Z^T y, one streamed O(n d^2) pass per
+evaluation, never per step).
+
+Parameter groups (``trainer.lr_scale.<group>``): ``features`` (the network), ``kernel`` (RFF
+lengthscale and magnitude; linear outputscale if learned), ``likelihood`` (the noise), and
+``weights`` (the auxiliary w: scgd, minimax), ``constraint`` (A) and ``dual`` (B: minimax).
+
+Metrics: the monitor ``train_nlml`` (full-data per-point NLML of the finite kernel, with
+(1/2) log 2 pi and + log s_y for standardised targets: comparable to the paper's Tables 2-3;
+``trainer.keep_best=train_nlml`` selects the iterate by it), ``ftilde_gap`` (scgd:
+||F~ - F|| / ||F||), ``penalty_gap`` and ``mu`` (minimax: ||A - F|| / ||F||), and at the end
+``train_nlml_exact_kernel`` (kernel=rff, n_train <= ``model.exact_nlml_max_n``: the NLML of the
+Gaussian kernel the features approximate), the learned hyperparameters, Cholesky jitter counts and
+``peak_memory_mb``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..exceptions import UnsupportedCombination, param_error
+from . import components as C
+from . import feature_maps as FM
+from .base import Method, Stage
+
+MODELS = ("scgd", "minimax", "bsgd")
+
+
+def _number_in(value, lo, hi, *, lo_open=False, hi_open=False) -> bool:
+    if not C.is_number(value):
+        return False
+    above = value > lo if lo_open else value >= lo
+    below = value < hi if hi_open else value <= hi
+    return above and below
+
+
+def validate(cfg) -> None:
+    """The family's keys and combinations (no data needed)."""
+    m = cfg.model
+    C.gaussian_only(cfg, f"model={m.name} maximises the Gaussian marginal likelihood: use likelihood=gaussian")
+    FM.check_features(cfg.features)
+    kname = cfg.kernel.name
+    if kname not in FM.FINITE_KERNELS:
+        raise UnsupportedCombination(
+            f"model={m.name} needs a finite feature map, kernel=linear or kernel=rff (kernel={kname} has none); "
+            f"e.g. features=nn kernel=rff kernel.num_features=1000")
+    FM.check_finite_kernel(cfg.kernel)
+    owner = f"model={m.name}"
+    if not C.is_int(m.block_rows) or m.block_rows < 1:
+        raise param_error("block_rows", owner, "an integer >= 1", m.block_rows)
+    if not C.is_int(m.exact_nlml_max_n) or m.exact_nlml_max_n < 0:
+        raise param_error("exact_nlml_max_n", owner, "an integer >= 0", m.exact_nlml_max_n)
+    if m.name == "scgd":
+        if not _number_in(m.b0, 0, 1, lo_open=True):
+            raise param_error("b0", owner, "a float in (0, 1]", m.b0)
+        if not _number_in(m.b_decay, 0, math.inf, hi_open=True):
+            raise param_error("b_decay", owner, "a finite float >= 0", m.b_decay)
+        if not _number_in(m.b_min, 0, m.b0):
+            raise param_error("b_min", owner, f"a float in [0, b0={m.b0}]", m.b_min)
+    elif m.name == "minimax":
+        if not _number_in(m.mu, 0, math.inf, lo_open=True, hi_open=True):
+            raise param_error("mu", owner, "a finite float in (0, inf)", m.mu)
+        if not _number_in(m.mu_growth, 1, math.inf, hi_open=True):
+            raise param_error("mu_growth", owner, "a finite float >= 1", m.mu_growth)
+        if not C.is_int(m.mu_every_epochs) or m.mu_every_epochs < 1:
+            raise param_error("mu_every_epochs", owner, "an integer >= 1", m.mu_every_epochs)
+        if not _number_in(m.mu_max, m.mu, math.inf):
+            raise param_error("mu_max", owner, f"a float >= mu={m.mu}", m.mu_max)
+        if not isinstance(m.precondition, bool):
+            raise param_error("precondition", owner, "true or false", m.precondition)
+        if m.w_max is not None and not _number_in(m.w_max, 0, math.inf, lo_open=True):
+            raise param_error("w_max", owner, "a float in (0, inf] or null", m.w_max)
+    elif m.batching not in ("uniform", "nearest"):
+        raise param_error("batching", owner, "'uniform' or 'nearest'", m.batching)
+
+
+#: largest full batch model=bsgd factorises (its b x b Cholesky on b = n rows: 20k rows is 3.2 GB in float64)
+BSGD_MAX_FULL_BATCH = 20000
+
+
+def check_sizes(cfg, n_train: int) -> None:
+    b = cfg.trainer.batch_size
+    if cfg.model.name == "bsgd" and (b is None or b >= n_train) and n_train > BSGD_MAX_FULL_BATCH:
+        raise UnsupportedCombination(
+            f"model=bsgd on the full batch is the exact {n_train} x {n_train} GP; set trainer.batch_size "
+            f"(or use model=scgd, whose full-data algebra is d x d)")
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory of this process: allocated tensor memory on CUDA, else the resident-set
+    high-water mark (Linux ru_maxrss; includes the interpreter and the data)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def build(cfg, data, task: str) -> Method:
+    from ..metrics import predictive_metrics
+    from ..models.bayesian_linear import BayesianLinearGP
+    from ..objectives import SCGD, BatchNLML, Minimax, NearestNeighbourBatches
+
+    m = cfg.model
+    x, y = data.x_train, data.y_train
+    n, D = x.shape
+    device, dtype = x.device, x.dtype
+    likelihood = C.build_likelihood(cfg.likelihood)
+    likelihood.validate_targets(y)
+    input_map = FM.build_input_map(cfg.features, D, cfg.seed).to(device=device, dtype=dtype)
+    kernel_map = FM.build_kernel_map(cfg.kernel, input_map.out_dim, cfg.seed).to(device=device, dtype=dtype)
+    likelihood = likelihood.to(device=device, dtype=dtype)
+    model = BayesianLinearGP(input_map, kernel_map, likelihood, x, y, block_rows=m.block_rows)
+    d = model.num_features
+    groups = {"features": list(input_map.parameters()), "kernel": list(kernel_map.parameters()),
+              "likelihood": list(likelihood.parameters())}
+
+    if m.name == "scgd":
+        objective = SCGD(model, n, b0=m.b0, b_decay=m.b_decay, b_min=m.b_min)
+        groups["weights"] = [objective.w]
+        stage = Stage("scgd", objective, groups, prepare=objective.initialise, hooks=[objective])
+    elif m.name == "minimax":
+        objective = Minimax(model, n, mu=m.mu, mu_growth=m.mu_growth, mu_every_epochs=m.mu_every_epochs,
+                            mu_max=m.mu_max, precondition=m.precondition, seed=int(cfg.seed) + 15485863,
+                            w_max=m.w_max)
+        groups.update(weights=[objective.w], constraint=[objective.M], dual=[objective.B])
+        stage = Stage("minimax", objective, groups, prepare=objective.initialise, hooks=[objective])
+    else:
+        nearest = NearestNeighbourBatches(x) if m.batching == "nearest" else None
+        objective = BatchNLML(model, nearest)
+        stage = Stage("bsgd", objective, groups, wants_index=nearest is not None)
+
+    # train_nlml is in the target's units (+ log s_y). The runner hands s_y to `evaluate`, which it
+    # calls before the monitors at every evaluation; the monitors read it from here.
+    scale = {"log_y_std": 0.0}
+
+    def evaluate(xe, ye, prefix="test_", y_std=1.0):
+        scale["log_y_std"] = math.log(y_std)
+        return predictive_metrics(model, likelihood, xe, ye, y_std=y_std, prefix=prefix)
+
+    monitors = {"train_nlml": lambda: model.nlml() + scale["log_y_std"]}
+    if m.name == "scgd":
+        monitors["ftilde_gap"] = objective.tracking_gap
+    elif m.name == "minimax":
+        monitors["penalty_gap"] = objective.penalty_gap
+        monitors["mu"] = lambda: objective.mu
+
+    def diagnostics() -> dict:
+        out = {"feature_dim": float(d), "noise": float(model.noise.detach()), "train_nlml_norm": model.nlml(),
+               **model.chol_log.summary(), "peak_memory_mb": peak_memory_mb(device)}
+        if hasattr(kernel_map, "lengthscale"):
+            out["lengthscale"] = float(kernel_map.lengthscale.detach().mean())
+        out["outputscale"] = float(kernel_map.outputscale.detach())
+        if cfg.kernel.name == "rff" and 0 < n <= m.exact_nlml_max_n:
+            out["train_nlml_exact_kernel"] = model.exact_kernel_nlml() + scale["log_y_std"]
+        if m.name == "scgd":
+            out["ftilde_gap"] = objective.tracking_gap()
+        if m.name == "minimax":
+            out.update(penalty_gap=objective.penalty_gap(), mu=objective.mu,
+                       minimax_projections=float(objective.projections))
+        return out
+
+    tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})", "gpdlm.features": cfg.features.name}
+    return Method(m.name, model, likelihood, [stage], monitors=monitors, evaluate=evaluate,
+                  diagnostics=diagnostics, tags=tags)

@@ -1,0 +1,54 @@
+"""A sparse variational GP on transformed inputs: f(x) = h(g(x)), h ~ GP (deep kernel learning;
+Shoham & Avron's SVGP column: SVGP with the same network as the RKHS methods, M = batch size)."""
+
+from __future__ import annotations
+
+import torch
+
+
+class FeatureInputGP(torch.nn.Module):
+    """``gp`` (a ``SparseVariationalGP`` whose inducing inputs live in feature space) applied to
+    ``features(x)``; the network is trained jointly with it (its own parameter group).
+
+    Exposes what the sparse variational objectives and metrics use -- ``marginals``,
+    ``kl_divergence``, ``whitened_mean``, ``interpolation``, ``q_u``, ``mean_module``,
+    ``reset_variational``, ``variational_parameters`` -- with the input map applied first;
+    ``hyperparameters`` include the network's weights (the fixed variant freezes them too)."""
+
+    def __init__(self, gp: torch.nn.Module, features: torch.nn.Module):
+        super().__init__()
+        self.gp = gp
+        self.features = features
+
+    def marginals(self, x: torch.Tensor):
+        return self.gp.marginals(self.features(x))
+
+    def kl_divergence(self) -> torch.Tensor:
+        return self.gp.kl_divergence()
+
+    def whitened_mean(self) -> torch.Tensor:
+        return self.gp.whitened_mean()
+
+    def interpolation(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gp.interpolation(self.features(x))
+
+    @property
+    def q_u(self):
+        return self.gp.q_u
+
+    @property
+    def mean_module(self):
+        return self.gp.mean_module
+
+    @property
+    def inducing_points(self) -> torch.Tensor:
+        return self.gp.inducing_points
+
+    def reset_variational(self, covariance_scale: float = 1.0) -> None:
+        self.gp.reset_variational(covariance_scale)
+
+    def variational_parameters(self):
+        return self.gp.variational_parameters()
+
+    def hyperparameters(self):
+        return self.gp.hyperparameters() + list(self.features.parameters())

@@ -1,0 +1,332 @@
+"""Stochastic marginal-likelihood objectives on a finite-dimensional RKHS (Shoham & Avron).
+
+Symbols (paper Sec. 2.2-3): n data, d features, phi_i = phi(x_i), Z (n x d), s2 the noise,
+w in R^d an auxiliary weight vector, F = Z^T Z + s2 I_d = sum_i F_i with
+F_i = phi_i phi_i^T + (s2 / n) I, and
+
+    g_i = (1/s2)(phi_i^T w - y_i)^2 + (1/n)||w||^2 + ((n - d)/n) log s2,
+    l(theta) = sum_i g_i + log|F| = (1/s2)||Z w - y||^2 + ||w||^2 + log|F| + (n - d) log s2,
+
+whose minimum over w is -2 log N(y | 0, Z Z^T + s2 I) - n log 2 pi (Thm B.1 and the
+determinant lemma). The paper's typos are corrected here (see shared/notes/rkhs-spec.md, 1.2-1.5).
+
+Every objective below returns a value on the *per-point NLML scale*, (1/2)(estimate of l/n) +
+(1/2) log 2 pi, and a gradient that is (1/2n) times the paper's (n/|S|)-scaled step direction, so
+learning rates carry across n, batch sizes and methods (AdaDelta and Adam hardly see the factor).
+
+* ``BatchNLML`` -- BSGD (Chen et al., 2020; paper Sec. 4.2): the exact b x b NLML of the batch,
+  biased for any b < n. Optional nearest-neighbour batches (Chen et al.'s remedy).
+* ``SCGD`` -- Sec. 3.2: the step uses a running estimate F~_t held constant (stop-gradient),
+  then F~_{t+1} = (1 - b_t) F~_t + b_t (n/|S|) sum_S F_i(theta_t) (the step's batch, pre-step
+  parameters: the paper's order). b_t = max(b_min, b0 t^-b_decay).
+* ``Minimax`` -- Sec. 3.1: the saddle point of Psi(zeta, B) = g + log|A| + mu <B, A - F> / ||A||
+  with independent minibatches for the min step (zeta = (theta, w, A)) and the max step (B), the
+  ascent in B expressed as descent on a sign-flipped surrogate so the shared trainer runs both.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..exceptions import NumericalError
+from ..models.bayesian_linear import LOG_2PI, cholesky_dxd, nlml_from_statistics
+from .base import Objective
+
+
+# ----- closed forms (also the anchors of the tests) -------------------------------------------------
+def feature_nlml(Z: torch.Tensor, y: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+    """Per-point -log N(y | 0, Z Z^T + s2 I_n) by the d x d form (differentiable; O(n d^2 + d^3))."""
+    nlml, _, _ = nlml_from_statistics(Z.T @ Z, Z.T @ y, y @ y, Z.shape[0], s2)
+    return nlml
+
+
+def dxd_objective(Z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+    """The paper's l(theta) (Sec. 2.2) = (1/s2)||Z w - y||^2 + ||w||^2 + log|F| + (n - d) log s2."""
+    n, d = Z.shape
+    F = Z.T @ Z + s2 * torch.eye(d, dtype=Z.dtype, device=Z.device)
+    L = torch.linalg.cholesky(F)
+    return (Z @ w - y).square().sum() / s2 + w.square().sum() + 2 * torch.log(L.diagonal()).sum() + (n - d) * torch.log(s2)
+
+
+def batch_nlml(Z_S: torch.Tensor, y_S: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+    """Per-point -log N(y_S | 0, Z_S Z_S^T + s2 I_b) by the b x b Cholesky (O(b^3 + b^2 d)).
+    Batched over leading dimensions; a failed factorisation gives NaN (s2 > 0 keeps it PD)."""
+    b = Z_S.shape[-2]
+    K = Z_S @ Z_S.transpose(-1, -2) + s2 * torch.eye(b, dtype=Z_S.dtype, device=Z_S.device)
+    L, _ = torch.linalg.cholesky_ex(K)
+    a = torch.linalg.solve_triangular(L, y_S.unsqueeze(-1), upper=False).squeeze(-1)
+    return 0.5 * (a.square().sum(-1) + 2 * torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)) / b + 0.5 * LOG_2PI
+
+
+def step_weight(t: int, b0: float, decay: float, floor: float) -> float:
+    """SCGD's averaging weight b_t = max(floor, b0 t^-decay), t = 1, 2, ... (paper: b0 = 0.9,
+    decay = 0; Wang et al.'s rate needs decay 1/2)."""
+    return max(floor, b0 * t ** (-decay))
+
+
+# ----- BSGD -----------------------------------------------------------------------------------------
+class NearestNeighbourBatches:
+    """Chen et al.'s minibatches: the batch is a random centre and its b - 1 nearest neighbours in
+    input space (scikit-learn's tree, queried on the host: one host transfer per step)."""
+
+    def __init__(self, x: torch.Tensor):
+        from sklearn.neighbors import NearestNeighbors
+
+        self.x_host = x.detach().cpu().numpy()
+        self.tree = NearestNeighbors().fit(self.x_host)
+        self.device = x.device
+
+    def __call__(self, centre: int, b: int) -> torch.Tensor:
+        _, idx = self.tree.kneighbors(self.x_host[centre:centre + 1], n_neighbors=b)
+        return torch.as_tensor(idx[0], device=self.device)
+
+
+class BatchNLML(Objective):
+    """BSGD: minimise the exact per-point NLML of each minibatch,
+
+        (1/2b) [ y_S^T (Z_S Z_S^T + s2 I_b)^-1 y_S + log|Z_S Z_S^T + s2 I_b| ] + (1/2) log 2 pi,
+
+    as Chen et al.'s and the authors' code do (not the paper's "sum of F_i" form, which differs in
+    the scale of ||w||^2, (n - d) log s2 and s2 I). Its expectation over batches is not the full
+    NLML, so its fixed point depends on b. With ``nearest`` (a ``NearestNeighbourBatches``) the
+    trainer's batch is replaced by the first index's nearest neighbours (``wants_index``)."""
+
+    name = "bsgd"
+
+    def __init__(self, model, nearest: NearestNeighbourBatches | None = None):
+        super().__init__()
+        self.model = model
+        self.nearest = nearest
+
+    def forward(self, x, y, index=None):
+        if self.nearest is not None and index is not None:
+            index = self.nearest(int(index[0]), x.shape[0])
+            x, y = self.model.x_train[index], self.model.y_train[index]
+        phi = self.model.features(x)
+        value = batch_nlml(phi, y.to(torch.float64), self.model.noise)
+        if x.device.type == "cpu" and not bool(torch.isfinite(value)):
+            raise NumericalError(f"the {x.shape[0]} x {x.shape[0]} batch covariance of model=bsgd is not positive "
+                                 f"definite; raise the noise floor or lower the learning rate")
+        return value
+
+
+# ----- SCGD -----------------------------------------------------------------------------------------
+class SCGD(Objective):
+    """Stochastic compositional gradient descent on l = g + log|F| (paper Sec. 3.2, Wang et al. 2017).
+
+    Step t (value on the per-point NLML scale, gradient = (1/2n) x the paper's step direction):
+
+        (1/|S|) sum_{i in S} [ g_i(theta) + <F~_t^-1, F_i(theta)> ] / 2,   F~_t constant,
+
+    i.e. d/dphi_i = 2 F~^-1 phi_i / |S| and d/ds2 = tr(F~^-1) / n through F_i; then ``after_step``
+    refreshes F~_{t+1} = (1 - b_t) F~_t + b_t ((n/|S|) Z_S^T Z_S + s2 I) with the batch's
+    features at the pre-step parameters. F~_0 = F(theta_0) from one full pass and w_0 = the ridge
+    solve F(theta_0)^-1 Z^T y (``initialise``). F~ and w are float64; F~ stays SPD (a convex
+    combination of SPD matrices, b_t in (0, 1]). The reported value is (1/2)[(1/|S|) sum g_i +
+    log|F~_t|/n + log 2 pi], an estimate of the per-point l/n at the current w.
+
+    The direction is conditionally unbiased for grad g + <F~_t^-1, grad F>; with F~ = F exactly it
+    is unbiased for grad l. A constant b_t (the paper's 0.9) keeps F~ noisy and biases the fixed
+    point; a decaying b_t (default t^-1/2) does not (docs/rkhs.md).
+    """
+
+    name = "scgd"
+
+    def __init__(self, model, num_data: int, b0: float = 1.0, b_decay: float = 0.5, b_min: float = 0.0):
+        super().__init__()
+        d = model.num_features
+        device = model.x_train.device
+        self.model = model
+        self.num_data = int(num_data)
+        self.b0, self.b_decay, self.b_min = float(b0), float(b_decay), float(b_min)
+        self.w = torch.nn.Parameter(torch.zeros(d, dtype=torch.float64, device=device))
+        self.register_buffer("F_tilde", torch.eye(d, dtype=torch.float64, device=device))
+        self._F_batch = None
+        self.last_weight = float("nan")
+
+    @torch.no_grad()
+    def initialise(self) -> None:
+        """F~_0 = F(theta_0) and w_0 = F(theta_0)^-1 Z^T y (one full pass)."""
+        post = self.model.posterior()
+        self.F_tilde.copy_(post.F)
+        self.w.copy_(post.w)
+
+    def forward(self, x, y):
+        phi = self.model.features(x)
+        y = y.to(torch.float64)
+        s2 = self.model.noise
+        n, (b, d) = self.num_data, phi.shape
+        L = cholesky_dxd(self.F_tilde, self.model.chol_log, what="F~ (SCGD)")
+        F_inv = torch.cholesky_inverse(L)
+        g = ((phi @ self.w - y).square().sum() / s2) / b + self.w.square().sum() / n + (n - d) / n * torch.log(s2)
+        inner = ((phi @ F_inv) * phi).sum() / b + s2 * F_inv.diagonal().sum() / n
+        with torch.no_grad():
+            eye = torch.eye(d, dtype=phi.dtype, device=phi.device)
+            self._F_batch = (n / b) * (phi.T @ phi) + s2 * eye
+        logdet = 2 * torch.log(L.diagonal()).sum()
+        return 0.5 * (g + logdet.detach() / n + LOG_2PI) + 0.5 * (inner - inner.detach())
+
+    @torch.no_grad()
+    def after_step(self, iteration: int, epoch: int) -> None:
+        """F~_{t+1} = (1 - b_t) F~_t + b_t (n/|S|) sum_S F_i(theta_t)."""
+        if self._F_batch is None:
+            return
+        self.last_weight = step_weight(iteration, self.b0, self.b_decay, self.b_min)
+        self.F_tilde.lerp_(self._F_batch, self.last_weight)
+        self._F_batch = None
+
+    @torch.no_grad()
+    def tracking_gap(self) -> float:
+        """||F~ - F|| / ||F|| (Frobenius) against the full-data F at the current parameters."""
+        F = self.model.full_F()
+        return float(torch.linalg.norm(self.F_tilde - F) / torch.linalg.norm(F))
+
+
+# ----- MINIMAX --------------------------------------------------------------------------------------
+class Minimax(Objective):
+    """The penalised saddle point of paper Sec. 3.1, with zeta = (theta, w, A):
+
+        Psi(zeta, B) = g(theta) + log|A| + mu <B, A - F(theta)> / ||A||,   ||B||_F <= 1,  A >= s2 I,
+
+    = sum_i psi_i with psi_i = g_i + (1/n) log|A| + mu <B, A/n - F_i> / ||A||. One trainer step:
+
+    * min step on the trainer's batch S: (n/|S|) sum_S psi_i(zeta, B_t) / n with B detached,
+      i.e. (1/|S|) sum_S g_i + [log|A| + mu (<B,A> - (n/|S|) sum_S phi_i^T B phi_i - s2 tr B)/||A||]/n;
+    * max step on an independent batch S-bar (uniform with replacement, drawn from this objective's
+      own seeded generator): the same penalty at zeta_t detached, with its B-gradient reversed, so
+      that descent is the ascent B + b mu (A - (n/|S|) sum_Sbar F_i) / ||A|| (times 1/2n). The B step
+      uses zeta_t (simultaneous), where the paper uses zeta_{t+1}; both estimators are unbiased
+      for grad Psi at fixed (zeta, B) and independent of each other;
+    * ``after_step``: the projections -- A onto {A >= s2 I} (symmetrise, eigenvalue clamp at s2;
+      skipped on CPU when a Cholesky of A - s2 I shows A feasible), B onto the unit Frobenius ball
+      (kept symmetric; B_0 = 0), and w onto the box |w_j| <= ``w_max`` if given (the paper's
+      zeta <= zeta_max; its s2 >= s2_min is the likelihood's noise floor, a softplus constraint).
+
+    A is parameterised as A = C sym(M) C^T with C = chol(F(theta_0)) fixed (``precondition``), so
+    M starts at I and per-coordinate optimisers see O(1) entries although A's eigenvalues span
+    orders of magnitude. The penalty is exact only for mu >= ||F|| ||F^-1|| (>= d); mu can grow by
+    ``mu_growth`` every ``mu_every_epochs`` epochs up to ``mu_max`` (``epoch_start``).
+    """
+
+    name = "minimax"
+
+    def __init__(self, model, num_data: int, mu: float = 1.0, mu_growth: float = 1.0, mu_every_epochs: int = 1,
+                 mu_max: float = math.inf, precondition: bool = True, seed: int = 0, w_max: float | None = None):
+        super().__init__()
+        d = model.num_features
+        device = model.x_train.device
+        f64 = dict(dtype=torch.float64, device=device)
+        self.model = model
+        self.num_data = int(num_data)
+        self.mu0 = self.mu = float(mu)
+        self.mu_growth, self.mu_every_epochs, self.mu_max = float(mu_growth), int(mu_every_epochs), float(mu_max)
+        self.precondition = bool(precondition)
+        self.w_max = None if w_max is None else float(w_max)
+        self.w = torch.nn.Parameter(torch.zeros(d, **f64))
+        self.M = torch.nn.Parameter(torch.eye(d, **f64))
+        self.B = torch.nn.Parameter(torch.zeros(d, d, **f64))
+        self.register_buffer("C", torch.eye(d, **f64))
+        self.generator = torch.Generator(device=device).manual_seed(int(seed))
+        self.projections = 0
+
+    def A(self) -> torch.Tensor:
+        """A = C sym(M) C^T."""
+        return self.C @ (0.5 * (self.M + self.M.T)) @ self.C.T
+
+    @torch.no_grad()
+    def initialise(self) -> None:
+        """w_0 = ridge solve, A_0 = F(theta_0) (M_0 = I with preconditioning), B_0 = 0, mu = mu0."""
+        post = self.model.posterior()
+        self.w.copy_(post.w)
+        if self.precondition:
+            self.C.copy_(post.L)
+            self.M.copy_(torch.eye(self.M.shape[0], dtype=self.M.dtype, device=self.M.device))
+        else:
+            self.M.copy_(post.F)
+        self.B.zero_()
+        self.mu = self.mu0
+
+    def penalty(self, A, B, phi, s2, n: int):
+        """mu <B, A - (n/b) sum_S F_i> / ||A|| for the rows phi of a batch S."""
+        b = phi.shape[0]
+        F_term = (n / b) * ((phi @ B) * phi).sum() + s2 * B.diagonal().sum()
+        return self.mu * ((B * A).sum() - F_term) / torch.linalg.norm(A)
+
+    def sample_dual_batch(self, b: int) -> torch.Tensor:
+        """S-bar: b indices uniform with replacement, from this objective's generator."""
+        n = self.num_data
+        return torch.randint(n, (b,), generator=self.generator, device=self.generator.device).to(self.model.x_train.device)
+
+    def forward(self, x, y):
+        model, n = self.model, self.num_data
+        phi = model.features(x)
+        y = y.to(torch.float64)
+        s2 = model.noise
+        b, d = phi.shape
+        A = self.A()
+        LA = cholesky_dxd(A, model.chol_log, what="A (MINIMAX)")
+        logdet_A = 2 * torch.log(LA.diagonal()).sum()
+        g = ((phi @ self.w - y).square().sum() / s2) / b + self.w.square().sum() / n + (n - d) / n * torch.log(s2)
+        psi = g + (logdet_A + self.penalty(A, self.B.detach(), phi, s2, n)) / n
+        # the max step: an independent batch, zeta held fixed, the B-gradient reversed
+        if b >= n:
+            phi_bar = phi.detach()
+        else:
+            with torch.no_grad():
+                phi_bar = model.features(model.x_train[self.sample_dual_batch(b)])
+        dual = self.penalty(A.detach(), self.B, phi_bar, s2.detach(), n) / n
+        return 0.5 * (psi + LOG_2PI) - 0.5 * (dual - dual.detach())
+
+    @torch.no_grad()
+    def after_step(self, iteration: int, epoch: int) -> None:
+        self.project()
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """A onto {A >= s2 I} (eigenvalue clamp, in A's coordinates), B onto ||B||_F <= 1, both
+        symmetric; w onto |w_j| <= w_max."""
+        s2 = self.model.noise
+        d = self.M.shape[0]
+        eye = torch.eye(d, dtype=self.M.dtype, device=self.M.device)
+        self.M.copy_(0.5 * (self.M + self.M.T))
+        A = self.A()
+        A = 0.5 * (A + A.T)
+        feasible = False
+        if A.device.type == "cpu":  # a cheap test first; on accelerators always project (no host sync)
+            feasible = int(torch.linalg.cholesky_ex(A - (1 - 1e-9) * s2 * eye)[1]) == 0
+        if not feasible:
+            lam, V = torch.linalg.eigh(A)
+            A = (V * lam.clamp_min(s2)) @ V.T
+            Cinv_A = torch.linalg.solve_triangular(self.C, A, upper=False)
+            M = torch.linalg.solve_triangular(self.C, Cinv_A.T, upper=False)
+            self.M.copy_(0.5 * (M + M.T))
+            self.projections += 1
+        self.B.copy_(0.5 * (self.B + self.B.T))
+        self.B.div_(torch.linalg.norm(self.B).clamp_min(1.0))
+        if self.w_max is not None:
+            self.w.clamp_(-self.w_max, self.w_max)
+
+    def epoch_start(self, epoch: int) -> None:
+        """The outer penalty schedule mu_k <- min(mu_max, mu_growth mu_k) every mu_every_epochs."""
+        if epoch > 0 and self.mu_growth != 1.0 and epoch % self.mu_every_epochs == 0:
+            self.mu = min(self.mu_max, self.mu * self.mu_growth)
+
+    @torch.no_grad()
+    def penalty_gap(self) -> float:
+        """||A - F|| / ||F|| (Frobenius) against the full-data F at the current parameters."""
+        F = self.model.full_F()
+        return float(torch.linalg.norm(self.A() - F) / torch.linalg.norm(F))
+
+
+__all__ = [
+    "BatchNLML",
+    "Minimax",
+    "NearestNeighbourBatches",
+    "SCGD",
+    "batch_nlml",
+    "dxd_objective",
+    "feature_nlml",
+    "step_weight",
+]
