@@ -17,6 +17,7 @@ MODELS = ("sgpr", "fitc")
 def validate(cfg) -> None:
     C.check_inducing(cfg.model)
     C.gaussian_only(cfg)
+    C.no_feature_map(cfg, kernels=None)
     if cfg.trainer.batch_size is not None:
         raise UnsupportedCombination(f"model={cfg.model.name} trains full batch; set trainer.batch_size=null")
 

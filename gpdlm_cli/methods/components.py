@@ -139,6 +139,21 @@ def gaussian_only(cfg, what: str = "") -> None:
         )
 
 
+def no_feature_map(cfg, kernels: tuple[str, ...] | None = STATIONARY_KERNELS) -> None:
+    """Refuse ``features=`` other than none (and, with ``kernels``, a kernel outside them) for a
+    model that takes its inputs as they are."""
+    from ..exceptions import UnsupportedCombination
+
+    features = cfg.get("features")
+    if features is not None and features.get("name", "none") != "none":
+        raise UnsupportedCombination(
+            f"model={cfg.model.name} takes no input feature map (features={features.name}); feature maps apply to "
+            f"model=svgp, dlm, sq_dlm, scgd, minimax, bsgd")
+    if kernels is not None and cfg.kernel.name not in kernels:
+        raise UnsupportedCombination(
+            f"model={cfg.model.name} needs a stationary kernel (kernel={', '.join(kernels)}); got kernel={cfg.kernel.name}")
+
+
 __all__ = [
     "build_estimator",
     "build_kernel",
@@ -150,5 +165,6 @@ __all__ = [
     "initial_inducing_points",
     "is_int",
     "is_number",
+    "no_feature_map",
     "supports",
 ]

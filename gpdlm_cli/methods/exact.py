@@ -18,6 +18,7 @@ def validate(cfg) -> None:
     if not C.is_int(m.max_train) or m.max_train < 1:
         raise param_error("max_train", "model=exact", "an integer >= 1", m.max_train)
     C.gaussian_only(cfg)
+    C.no_feature_map(cfg, kernels=None)
     if cfg.trainer.batch_size is not None:
         raise UnsupportedCombination("model=exact trains full batch; set trainer.batch_size=null")
 

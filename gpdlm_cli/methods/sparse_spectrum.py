@@ -75,6 +75,10 @@ def validate(cfg) -> None:
     m = cfg.model
     C.gaussian_only(cfg, f"model={m.name} is a regression model: it needs likelihood=gaussian and a regression "
                          f"dataset, got likelihood={cfg.likelihood.name}")
+    C.no_feature_map(cfg, kernels=None)
+    if cfg.kernel.name != "rbf":  # the frequencies sample the Gaussian (RBF) kernel's spectral density
+        raise UnsupportedCombination(f"model={m.name} approximates the rbf kernel (its frequencies sample the "
+                                     f"Gaussian spectral density); got kernel={cfg.kernel.name}")
     _int_at_least(m, "num_frequencies")
     for key in ("prior_lengthscale", "signal_init"):
         _positive(m, key)
