@@ -187,7 +187,7 @@ def test_keep_best_val_nll_on_an_exact_gp_ends_on_the_best_logged_iterate(tmp_pa
     (["model=sgpr", "features=nn"], "model=sgpr takes no input feature map (features=nn)"),
     (["model=exact", "features=nn"], "model=exact takes no input feature map"),
     (["model=svbssgp", "features=nn"], "model=svbssgp takes no input feature map"),
-    (["model=ssgp", "kernel=matern52"], "model=ssgp approximates the rbf kernel"),
+    (["model=ssgp", "kernel.name=matern52"], "model=ssgp approximates the rbf kernel"),
 ])
 def test_families_refuse_options_they_would_ignore(overrides, message):
     with pytest.raises(GpdlmError, match=message.replace("(", r"\(").replace(")", r"\)")):
