@@ -184,3 +184,27 @@ def test_fixed_variant_freezes_the_svgp_hyperparameters_and_resets_q(learns_z):
         assert torch.equal(start[k], end[k]), k
     assert torch.equal(start["Z"], end["Z"]) != learns_z
     assert not torch.equal(start["m"], end["m"])
+
+
+def test_collapsed_elbo_and_joint_sq_dlm_on_network_features():
+    """features=nn: the collapsed ELBO sees g(x) through the model (prior mean and variance of the
+    features, e.g. the linear kernel's x-dependent diagonal), and joint sq_dlm trains the network."""
+    common = ["features=nn", "features.widths=[8]", "model.num_inducing=8", "dataset.split.train_size=150",
+              "trainer.max_iters=15", "trainer.eval_every=0"]
+    for extra in (["model=svgp", "kernel=linear"], ["model=sq_dlm"]):
+        cfg = compose(fast(common + extra))
+        _, splits, data = build.load_data(cfg)
+        method = build.build_method(cfg, data, splits.task)
+        net = method.model.features
+        w0 = [p.detach().clone() for p in net.parameters()]
+        settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+        fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
+        assert all(math.isfinite(v) for v in fit.losses)
+        assert "features" in method.group_names and all(not torch.equal(a, b) for a, b in zip(w0, net.parameters()))
+        if extra[0] == "model=svgp":
+            assert method.tags["gpdlm.elbo_form"] == "collapsed"
+            with torch.no_grad():  # the objective's K_ii is the linear kernel's on g(x), not on x
+                kff = method.model.prior_variance(data.x_train)
+                z = net(data.x_train)
+                k = method.model.covar_module(z, diag=True)
+            assert torch.allclose(kff, k) and float(kff.std()) > 0

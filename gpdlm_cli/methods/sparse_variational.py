@@ -181,27 +181,38 @@ def build(cfg, data, task: str) -> Method:
 
         stage = Stage("sq_dlm", prepare=prepare, solve=solve)
     else:
-        scale = [model.covar_module.raw_outputscale]
+        scale = [_outputscale_parameter(model.covar_module)] if fix_scale else []
         kernel_params = [p for p in groups["kernel"] if not (fix_scale and any(p is q for q in scale))]
 
         def prepare():
             if fix_scale:
-                model.covar_module.raw_outputscale.requires_grad_(False)
+                scale[0].requires_grad_(False)
             completion.activate()
 
         obj = O.SquareLossDLM(model, likelihood, estimator, n, beta)
-        stage_groups = {"variational": [model.q_u.variational_mean], "inducing": groups["inducing"], "kernel": kernel_params}
+        stage_groups = {"variational": [model.q_u.variational_mean], "inducing": groups["inducing"], "kernel": kernel_params,
+                        **({"features": groups["features"]} if "features" in groups else {})}
         stage = Stage("sq_dlm", obj, stage_groups, prepare=prepare)
         if beta_is_swept(cfg) and not fix_scale:
             print("gpdlm: warning: joint sq_dlm has no finite optimum in the outputscale, so beta only changes the "
                   "optimisation path; sweep beta with model.fix_outputscale=true or model.variant=fixed", file=sys.stderr)
 
     def diagnostics():
-        return {"outputscale": float(model.covar_module.outputscale.detach()), **completion.diagnostics()}
+        scale = getattr(model.covar_module, "outputscale", None)
+        return {**({"outputscale": float(scale.detach())} if scale is not None else {}), **completion.diagnostics()}
 
     method = Method("sq_dlm", model, likelihood, pre + [stage], estimator, finalize=completion.finalize,
                     evaluate=completion.evaluate, diagnostics=diagnostics, tags=tags)
     return method
+
+
+def _outputscale_parameter(kernel):
+    """The raw outputscale of a ScaleKernel (``model.fix_outputscale`` holds it)."""
+    raw = getattr(kernel, "raw_outputscale", None)
+    if raw is None:
+        raise UnsupportedCombination(f"model.fix_outputscale=true needs a kernel with an outputscale (kernel=rbf or "
+                                     f"a Matern); {type(kernel).__name__} has none")
+    return raw
 
 
 def beta_is_swept(cfg) -> bool:

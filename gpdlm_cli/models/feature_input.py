@@ -50,5 +50,15 @@ class FeatureInputGP(torch.nn.Module):
     def variational_parameters(self):
         return self.gp.variational_parameters()
 
+    def prior_mean(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gp.prior_mean(self.features(x))
+
+    def prior_variance(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gp.prior_variance(self.features(x))
+
+    @property
+    def covar_module(self):
+        return self.gp.covar_module
+
     def hyperparameters(self):
         return self.gp.hyperparameters() + list(self.features.parameters())

@@ -38,6 +38,14 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
         q_f = self(x)
         return q_f.mean, q_f.variance
 
+    def prior_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """m(x), the GP's prior mean at each row of x."""
+        return self.mean_module(x)
+
+    def prior_variance(self, x: torch.Tensor) -> torch.Tensor:
+        """K_ii, the prior variance at each row of x (the kernel's diagonal)."""
+        return self.covar_module(x, diag=True)
+
     def kl_divergence(self) -> torch.Tensor:
         return self.variational_strategy.kl_divergence()
 

@@ -60,8 +60,8 @@ class CollapsedELBO(Objective):
         n = y.shape[0]
         noise = self.likelihood.noise
         A = model.interpolation(x).T  # L^{-1} K_uf  (M x N)
-        r = y - model.mean_module(x)
-        kff = model.covar_module(x, diag=True)
+        r = y - model.prior_mean(x)
+        kff = model.prior_variance(x)
         k = (kff - (A**2).sum(0)).clamp_min(0)
         m, L_S, S, L_B = optimal_whitened_q(A, r, noise, beta)
         resid = r - A.T @ m

@@ -35,7 +35,7 @@ def optimal_whitened_mean(model, x, y, beta: float) -> torch.Tensor:
     """
     with torch.no_grad():
         B = model.interpolation(x)
-        r = y - model.mean_module(x)
+        r = y - model.prior_mean(x)
         A = B.T @ B + beta * torch.eye(B.shape[1], dtype=B.dtype, device=B.device)
         return torch.linalg.solve(A, B.T @ r)
 

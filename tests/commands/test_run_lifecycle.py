@@ -4,6 +4,7 @@ signal as its reason; an interrupted run's partial results; run names; the one-l
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -59,8 +60,10 @@ def test_sigterm_ends_the_run_killed_with_the_signal_as_reason(template_db, tmp_
     assert run.data.tags["failure_reason"] == "terminated by SIGTERM (signal 15)"
     assert run.data.tags["gpdlm.pid"] == str(proc.pid)
     assert "gpdlm: dlm" not in out  # no success line for a killed run
-    assert (tmp_path / "run" / "gpdlm.log").read_text().splitlines()[-1].endswith(
-        "[gpdlm][ERROR] - run KILLED: terminated by SIGTERM (signal 15)")
+    last = (tmp_path / "run" / "gpdlm.log").read_text().splitlines()[-1]
+    assert re.search(r"\[gpdlm\]\[ERROR\] - run KILLED at iteration \d+: terminated by SIGTERM \(signal 15\)$", last), last
+    partial = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert partial["status"] == "KILLED" and partial["reason"] == "terminated by SIGTERM (signal 15)"
 
 
 def test_sighup_becomes_terminated_and_the_tracker_ends_killed(module_uri, restore_signals):
