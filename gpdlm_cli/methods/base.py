@@ -27,7 +27,10 @@ class Stage:
       batch (a sampling estimator); the trainer then uses the stopping rule for noisy losses and
       refuses L-BFGS. Minibatch training is stochastic whatever this says.
     * ``hooks``: objects with optional ``after_step(iteration, epoch)`` / ``epoch_start(epoch)``
-      methods, called by the trainer (e.g. SCGD's running-average refresh, Algorithm 2's kernel refresh).
+      methods, called by the trainer (e.g. SCGD's running-average refresh, Algorithm 2's kernel refresh),
+      and ``bind_optimizer(optimizer)``, called once with the stage's optimiser (a hook may change its
+      groups' ``lr`` and ``base_lr``, e.g. halve lr_W when a refresh finds the NLML went up), and
+      ``stage_end(result)``, called with the stage's ``TrainResult`` (e.g. time per epoch).
     * ``overrides``: trainer settings for this stage only (e.g. ``{"batch_size": None}``).
     * ``lr_scale``: the family's default learning-rate multipliers per group (``trainer.lr_scale``
       overrides them group by group).

@@ -138,6 +138,9 @@ def train(
     rule = make_rule(settings.stop_rule, stochastic=stochastic or bs is not None, window=settings.stop.window,
                      tol=settings.stop.tol, steps_per_epoch=steps_per_epoch)
     hooks = list(hooks)
+    for h in hooks:  # hooks that adapt the step size (e.g. Algorithm 2 halving lr_W) see the optimiser
+        if hasattr(h, "bind_optimizer"):
+            h.bind_optimizer(opt)
     epoch_hooks = [h for h in hooks if hasattr(h, "epoch_start")]
     step_hooks = [h for h in hooks if hasattr(h, "after_step")]
     snapshot = _Snapshot(modules, [p for g in opt_groups for p in g["params"]]) if settings.keep_best else None
@@ -259,7 +262,7 @@ def train(
         consider(evaluate(), it)  # the final iterate competes too
         if best["iteration"] is not None and best["iteration"] != step_offset + it:
             snapshot.restore()
-    return TrainResult(
+    result = TrainResult(
         losses=losses[:it].tolist(),
         iterations=it,
         converged=converged,
@@ -270,6 +273,10 @@ def train(
         best_iteration=best["iteration"],
         best_value=best["value"],
     )
+    for h in hooks:  # e.g. a family's time per epoch (evaluation excluded)
+        if hasattr(h, "stage_end"):
+            h.stage_end(result)
+    return result
 
 
 def _raise_first_nonfinite(losses: torch.Tensor, step_offset: int) -> None:
