@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from ..features.recurrent import FeatureMap
+from .linalg import safe_cholesky
 
 _BIG = 10**9
 
@@ -38,7 +39,8 @@ _BIG = 10**9
 class EmbeddingGP(gpytorch.models.ExactGP):
     """One output's GP on embeddings h (N, E): zero mean, ScaleKernel(base) or
     ScaleKernel(GridInterpolationKernel(base)). Used for predictions (gpytorch's prediction
-    strategies, O(1) means for KISS); the NLML is computed directly from ``covar_module``."""
+    strategies, O(1) means for KISS; kept in eval mode between ``DeepKernelGP.condition`` calls so
+    their caches survive); the NLML is computed directly from ``covar_module``, in any mode."""
 
     def __init__(self, base_kernel, likelihood, *, embed_dim: int, inference: str, grid_size: int):
         super().__init__(None, None, likelihood)
@@ -85,6 +87,7 @@ class DeepKernelGP(nn.Module):
         self.likelihoods.to(gp_dtype)
         self.gp_dtype = gp_dtype
         self._train_h = None  # the embedding the prediction caches were built on
+        self._exact = []  # exact inference: (Cholesky factor, alpha) per output
 
     # ----- parameters --------------------------------------------------------------------------------
     def groups(self) -> dict[str, list]:
@@ -138,8 +141,14 @@ class DeepKernelGP(nn.Module):
         self.fit_grid(h)
         y = y_train.to(self.gp_dtype)
         y = y[:, None] if y.ndim == 1 else y
-        for k, gp in enumerate(self.gps):
+        self._exact = []
+        for k, (gp, lik) in enumerate(zip(self.gps, self.likelihoods)):
             gp.set_train_data(h, y[:, k].contiguous(), strict=False)
+            gp.eval()  # stays in eval mode: ExactGP.train() would drop the caches built by the next prediction
+            if self.inference == "exact":  # dense: L L^T = K + s^2 I, alpha = (K + s^2 I)^-1 y
+                K = gp.covar_module(h).to_dense()
+                L = safe_cholesky(K + lik.noise * torch.eye(h.shape[0], dtype=h.dtype, device=h.device), what="K + s^2 I")
+                self._exact.append((L, torch.cholesky_solve(y[:, k:k + 1], L)))
         self._train_h = h
 
     def _clamp(self, h: torch.Tensor) -> torch.Tensor:
@@ -157,15 +166,18 @@ class DeepKernelGP(nn.Module):
             raise RuntimeError("call condition(x_train, y_train) before predicting")
         h = self._clamp(self.embed(x))
         mus, vs = [], []
+        if self.inference == "exact":  # mu = K_*n alpha, var = k_** - |L^-1 K_n*|^2
+            for gp, (L, alpha) in zip(self.gps, self._exact):
+                Ks = gp.covar_module(h, self._train_h).to_dense()
+                v = torch.linalg.solve_triangular(L, Ks.T, upper=False)
+                mus.append((Ks @ alpha)[:, 0])
+                vs.append((gp.covar_module(h, diag=True) - v.pow(2).sum(0)).clamp_min(1e-12))
+            return torch.stack(mus, 1), torch.stack(vs, 1)
         for gp in self.gps:
-            gp.eval()
-            try:
-                with self.settings(self._train_h.shape[0]), gpytorch.settings.fast_pred_var(self.inference == "kiss"):
-                    f = gp(h)
-                    mus.append(f.mean)
-                    vs.append(f.variance.clamp_min(1e-12))
-            finally:
-                gp.train()
+            with self.settings(self._train_h.shape[0]), gpytorch.settings.fast_pred_var(self.inference == "kiss"):
+                f = gp(h)
+                mus.append(f.mean)
+                vs.append(f.variance.clamp_min(1e-12))
         return torch.stack(mus, 1), torch.stack(vs, 1)
 
     def marginals(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -134,3 +134,20 @@ def test_window_layout_reads_rows_in_chronological_order():
     # step j pairs u_{t-2+j} with y_{t-3+j}: columns (2, 5), (1, 4), (0, 3)
     np.testing.assert_array_equal(seq.numpy(), [[2, 5], [1, 4], [0, 3]])
     assert layout.feedback == [[(3, 1), (4, 2), (5, 3)]]
+
+
+def test_exact_predictions_are_the_gp_posterior_on_the_embedding():
+    """mu_* = k_*^T (K + s^2 I)^-1 y, var_* = k_** - k_*^T (K + s^2 I)^-1 k_* on h = phi_W(x), in numpy."""
+    model, X, y = setup(torch.float64)
+    model.condition(X[:100], y[:100])
+    mu, var = model.marginals_all(X[100:])
+    cov = model.gps[0].covar_module
+    sf2, ell = float(cov.outputscale), cov.base_kernel.lengthscale.detach().numpy().reshape(-1)
+    s2 = float(model.likelihoods[0].noise)
+    with torch.no_grad():
+        H = (model.network(X).numpy() / ell)
+    k = lambda a, b: sf2 * np.exp(-0.5 * ((a[:, None] - b[None]) ** 2).sum(-1))  # noqa: E731
+    K = k(H[:100], H[:100]) + s2 * np.eye(100)
+    Ks = k(H[100:], H[:100])
+    np.testing.assert_allclose(mu[:, 0].numpy(), Ks @ np.linalg.solve(K, y[:100].numpy()), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(var[:, 0].numpy(), sf2 - np.einsum("ij,ji->i", Ks, np.linalg.solve(K, Ks.T)), rtol=1e-7, atol=1e-10)
