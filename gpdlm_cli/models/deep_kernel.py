@@ -128,8 +128,13 @@ class DeepKernelGP(nn.Module):
         total = h.new_zeros(())
         with self.settings(h.shape[0]):
             for k, (gp, lik) in enumerate(zip(self.gps, self.likelihoods)):
-                prior = gpytorch.distributions.MultivariateNormal(h.new_zeros(h.shape[0]), gp.covar_module(h))
-                total = total - lik.gp(prior).log_prob(y[:, k])
+                was = gp.covar_module.training
+                gp.covar_module.train()  # in eval mode gpytorch's GridKernel reuses a cached K_UU (and its graph)
+                try:
+                    prior = gpytorch.distributions.MultivariateNormal(h.new_zeros(h.shape[0]), gp.covar_module(h))
+                    total = total - lik.gp(prior).log_prob(y[:, k])
+                finally:
+                    gp.covar_module.train(was)
         return total
 
     # ----- predictions --------------------------------------------------------------------------------

@@ -85,3 +85,30 @@ def test_kiss_predictions_match_the_exact_gp():
     Ks = SF2 * np.exp(-0.5 * (hs - h.T) ** 2 / ELL**2)
     mu_exact = Ks @ np.linalg.solve(K, y)
     np.testing.assert_allclose(mu, mu_exact, atol=5e-3)
+
+
+def test_kiss_nlml_after_predictions_sees_new_hyperparameters():
+    """Predictions leave the GP in eval mode, where gpytorch's GridKernel caches K_UU with its graph;
+    the NLML must not reuse it (stale hyperparameters, a second backward through a freed graph)."""
+    h, y = data(1)
+    model = kiss_model(1, 64)
+    ht, yt = torch.as_tensor(h[:300]), torch.as_tensor(y[:300])
+    model.fit_grid(ht)
+    gp = model.gps[0]
+    gp.set_train_data(ht, yt, strict=False)
+    gp.eval()
+    with torch.no_grad():
+        gp(ht[:5])  # a prediction: fills the caches
+    values = []
+    for sf2 in (SF2, 2 * SF2):
+        model.gps[0].covar_module.outputscale = sf2
+        with gpytorch.settings.max_cholesky_size(10**6):
+            value = model.nlml(ht, yt)
+            value.backward()
+        values.append(float(value))
+    d2 = (h[:300] - h[:300].T) ** 2
+    for v, sf2 in zip(values, (SF2, 2 * SF2)):
+        K = sf2 * np.exp(-0.5 * d2 / ELL**2) + S2 * np.eye(300)
+        c = scipy.linalg.cho_factor(K, lower=True)
+        ref = 0.5 * y[:300] @ scipy.linalg.cho_solve(c, y[:300]) + np.log(np.diag(c[0])).sum() + 150 * math.log(2 * math.pi)
+        assert abs(v - ref) / 300 < 1e-3
