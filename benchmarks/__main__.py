@@ -1,4 +1,4 @@
-"""Run every benchmark: `python -m benchmarks [name ...]` (names: training, optimizers, estimators, data, sweep)."""
+"""Run every benchmark: `python -m benchmarks [name ...]` (names: training, optimizers, estimators, data, sweep, gplstm)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib
 import sys
 from pathlib import Path
 
-ALL = ["training", "optimizers", "estimators", "data", "sweep"]
+ALL = ["training", "optimizers", "estimators", "data", "sweep", "gplstm"]
 
 
 def main(argv: list[str]) -> int:

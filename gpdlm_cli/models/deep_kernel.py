@@ -24,8 +24,6 @@ it by N (``gpdlm_cli.objectives.recurrent``).
 
 from __future__ import annotations
 
-import contextlib
-
 import gpytorch
 import torch
 from torch import nn
@@ -74,11 +72,13 @@ class DeepKernelGP(nn.Module):
     outputscales), ``likelihood`` (noises)."""
 
     def __init__(self, network: FeatureMap, base_kernels: list, likelihoods: list, *, inference: str = "exact",
-                 grid_size: int = 100, grid_margin: float = 0.1, gp_dtype: torch.dtype = torch.float64):
+                 grid_size: int = 100, grid_margin: float = 0.1, gp_dtype: torch.dtype = torch.float64,
+                 kiss_dense_below: int = 0):
         super().__init__()
         self.network = network
         self.likelihoods = nn.ModuleList(likelihoods)
         self.inference, self.grid_size, self.grid_margin = inference, grid_size, grid_margin
+        self.kiss_dense_below = kiss_dense_below
         E = network.head.out_features
         self.gps = nn.ModuleList(
             EmbeddingGP(k, lik.gp, embed_dim=E, inference=inference, grid_size=grid_size)
@@ -115,10 +115,12 @@ class DeepKernelGP(nn.Module):
             gik.grid_bounds = tuple((float("nan"), float("nan")) for _ in grid)  # not used: the grid is fixed
 
     def settings(self, n: int):
-        """gpytorch settings for n points: dense Cholesky for exact inference at any n."""
+        """gpytorch settings: dense Cholesky for exact inference at any n; KISS always through CG and
+        stochastic Lanczos on the structured operator (gpytorch would densify W K_UU W^T below 800
+        points, O(n m^E) memory and time for m^E grid points), unless ``kiss_dense_below`` > n."""
         if self.inference == "exact":
             return gpytorch.settings.max_cholesky_size(_BIG)
-        return contextlib.nullcontext()
+        return gpytorch.settings.max_cholesky_size(self.kiss_dense_below)
 
     # ----- the marginal likelihood --------------------------------------------------------------------
     def nlml(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
