@@ -9,7 +9,8 @@ A GP model is k(phi_W(x_bar), phi_W(x_bar')) on windows x_bar of a sequence data
 * ``delayed``: Algorithm 2 (Sec. 4.1), semi-stochastic with delayed kernel updates, in its unbiased
   cotangent form (``objectives.recurrent.CotangentSurrogate``). Every tau = ``kernel_refresh_every``
   minibatch steps (null: one epoch) a refresh embeds all training windows (no dropout), checks
-  that the NLML did not rise during the stale steps (else lr_W is halved), runs ``theta_steps``
+  that the NLML did not rise during the stale steps (else lr_W is halved; ``trainer.refresh_check``),
+  runs ``theta_steps``
   full-data steps on the kernel hyperparameters and noise, and recomputes the cotangents; the W
   steps in between use lr_W = lr / tau (``trainer.lr_over_tau``, Theorem 2's scaling);
 * ``alternating``: Algorithm 1, i.e. Algorithm 2 with tau = 1.
@@ -114,6 +115,9 @@ def validate(cfg) -> None:
         raise UnsupportedCombination(
             f"trainer.algorithm=alternating (Algorithm 1) refreshes the kernel after every minibatch; "
             f"trainer.kernel_refresh_every={tau} is trainer.algorithm=delayed (Algorithm 2)")
+    for key in ("lr_over_tau", "refresh_check"):
+        if not isinstance(t.get(key, True), bool):
+            raise param_error(key, "trainer", "true or false", t.get(key))
     for key, default in (("theta_steps", 10), ("final_theta_steps", 100)):
         v = t.get(key, default)
         if not C.is_int(v) or v < 0:
@@ -461,7 +465,7 @@ def build(cfg, data, task: str) -> Method:
         surrogate = CotangentSurrogate(model, n, dropout=stochastic_net, generator=masks)
         refresh = KernelRefresh(model, surrogate, x, y, tau=tau, theta_steps=int(t.get("theta_steps", 10)),
                                 theta_lr={k: base_lr * scales[k] for k in ("kernel", "likelihood")},
-                                probe_seed=cfg.seed if kiss else None)
+                                check=bool(t.get("refresh_check", True)), probe_seed=cfg.seed if kiss else None)
         lr_scale = {"network": 1.0 / tau} if t.get("lr_over_tau", True) else {}
         stages.append(Stage(algorithm, surrogate, {"network": groups["network"]}, prepare=refresh.refresh,
                             stochastic=True, hooks=[timer, refresh], lr_scale=lr_scale, overrides=lr, wants_index=True))
