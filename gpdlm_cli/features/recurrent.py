@@ -133,6 +133,8 @@ class FeatureMap(nn.Module):
         else:
             n_ch = layout.index.shape[1]
             self.body = nn.ModuleList(_RecurrentLayer(kind, n_ch if i == 0 else units, units) for i in range(layers))
+            # the gather index follows the module to its device (no host-to-device copy per call)
+            self.register_buffer("seq_index", layout.index.clone(), persistent=False)
         self.head = nn.Linear(units, out_dim)
 
     @property
@@ -150,7 +152,7 @@ class FeatureMap(nn.Module):
                 if p > 0:
                     h = h * _mask(h.shape, p, h, generator)
             return h
-        seq = self.layout.sequences(x)
+        seq = x[:, self.seq_index]  # (N, T, C), chronological
         N = seq.shape[0]
         for layer in self.body:
             if p > 0:  # one input mask per sequence, shared over time
