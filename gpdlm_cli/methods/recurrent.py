@@ -24,8 +24,8 @@ Free simulation (``dataset.mode=free_simulation``): trained on teacher-forced au
 windows; evaluated by rolling forward over the whole (time-ordered) split from the L true past
 targets of its first window, feeding back the predictive mean (Sec. 5.2.2's second definition;
 no uncertainty propagation). Metrics: one-step ``rmse``/``nll``; ``sim_rmse`` and ``sim_nll`` over
-that full trajectory; ``sim_rmse_h<k>``, the RMSE of k-step-ahead free-simulation predictions over
-every start in the split; ``train_nlml`` (per window,
+that full trajectory; ``sim_rmse_h<k>``, the RMSE over the first k steps of free simulation, pooled
+over every start in the split; ``train_nlml`` (per window,
 standardised targets), ``epoch_seconds``, ``embedding_drift`` (RMS change of h_i between
 refreshes) and ``test_ms_per_point``.
 
@@ -323,16 +323,20 @@ def rollouts(predict, x: torch.Tensor, feedback: list[list[tuple[int, int]]], st
 def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ahead=None) -> dict[str, float]:
     """Free-simulation metrics, in target units: ``sim_rmse`` and ``sim_nll`` over the whole trajectory
     started at the first window (the paper's free simulation; the NLL from the GP's own one-step
-    variances, no propagated uncertainty); ``sim_rmse_h<k>``, the RMSE of k-step-ahead predictions over
-    every start with a k-th step inside the split (``ahead``: :func:`rollouts`), so h1 is the one-step
-    RMSE (averaging over starts makes the horizon curve a property of the model, not of one start)."""
+    variances, no propagated uncertainty); ``sim_rmse_h<k>``, the RMSE over the first k simulated
+    steps, pooled over every start whose k steps lie inside the split (``ahead``: :func:`rollouts`).
+    h1 is the one-step RMSE; pooling over starts makes the curve a property of the model rather
+    than of where one trajectory happens to start."""
     out = {k.replace(prefix, prefix + "sim_", 1): v for k, v in scored(mu, var, y, likelihoods, y_std, prefix).items()
            if k.endswith(("rmse", "nll"))}
     y2 = y[:, None] if y.ndim == 1 else y
+    n = y2.shape[0]
     stds = torch.as_tensor(np.atleast_1d(np.asarray(y_std, dtype=float)), dtype=y2.dtype, device=y2.device)
     for h in horizons:
-        if ahead is not None and h <= ahead.shape[1] and h <= y2.shape[0]:
-            err = (ahead[: y2.shape[0] - h + 1, h - 1] - y2[h - 1:]) * stds
+        if ahead is not None and h <= ahead.shape[1] and h <= n:
+            starts = torch.arange(n - h + 1, device=y2.device)
+            truth = y2[starts[:, None] + torch.arange(h, device=y2.device)[None, :]]  # (starts, h, d)
+            err = (ahead[: n - h + 1, :h] - truth) * stds
             out[f"{prefix}sim_rmse_h{h}"] = float(err.pow(2).mean().sqrt())
     return out
 
