@@ -58,13 +58,19 @@ def fit(overrides, stages=None):
 
 @pytest.mark.parametrize("model", recurrent.MODELS)
 def test_every_model_trains_and_predicts(model):
-    extra = ["trainer.algorithm=delayed"] if model == "gp_gru" else []
+    extra = {"gp_gru": ["trainer.algorithm=delayed", "trainer.batch_size=16"],
+             "gp_rnn": ["trainer.algorithm=alternating", "trainer.batch_size=16"],
+             "gp_narx": ["model.gp.inference=kiss", "model.gp.grid_size=16"]}.get(model, [])
     extra += ["model.network.rec_dropout=0.1", "model.network.dropout=0.1"] if model in ("rnn", "gp_rnn") else []
     method, m = fit([f"model={model}", *extra])
     for key in ("val_rmse", "test_rmse", "test_nll", "test_sim_rmse", "test_sim_rmse_h5", "test_sim_nll"):
         assert math.isfinite(m[key]), (model, key, m)
     assert m["test_sim_rmse_h1"] == pytest.approx(m["test_rmse"], rel=1e-6)  # one step ahead = one-step prediction
     assert ("train_nlml" in m) == model.startswith("gp_")
+    if model in ("gp_gru", "gp_rnn"):  # a refresh before the first step, then after every epoch / every step
+        refresh = next(s for s in method.stages if s.name in ("delayed", "alternating")).hooks[1]
+        steps = 2 * (refresh.n // 16)
+        assert steps > 2 and refresh.refreshes == 1 + (steps if model == "gp_rnn" else 2)
 
 
 def test_pretraining_trains_the_network_body_for_the_gp():
