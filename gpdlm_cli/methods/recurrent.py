@@ -404,6 +404,7 @@ def build(cfg, data, task: str) -> Method:
     else:
         likelihoods = [GaussianLikelihood(noise_init=float(cfg.likelihood.noise_init)) for _ in range(d)]
         model = NetworkRegressor(network, likelihoods).to(device)
+        model.likelihoods.to(torch.float64)  # the predictive noise, like every GP quantity, in float64
     groups = model.groups()
 
     def condition():
