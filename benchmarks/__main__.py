@@ -1,5 +1,5 @@
 """Run every benchmark: `python -m benchmarks [name ...]` (names: training, optimizers, estimators, data, sweep,
-contention, optuna, sparse_spectrum, rkhs)."""
+contention, optuna, sparse_spectrum, rkhs, gplstm)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib
 import sys
 from pathlib import Path
 
-ALL = ["training", "optimizers", "estimators", "data", "sweep", "contention", "optuna", "sparse_spectrum", "rkhs"]
+ALL = ["training", "optimizers", "estimators", "data", "sweep", "contention", "optuna", "sparse_spectrum", "rkhs", "gplstm"]
 
 
 def main(argv: list[str]) -> int:

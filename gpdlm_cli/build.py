@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .exceptions import ConfigError, UnsupportedCombination, param_error
-from .methods import MODELS, Method, Stage, family_of
+from .methods import FAMILIES, MODELS, Method, Stage, family_of
 from .methods.components import (
     build_estimator,
     build_kernel,
@@ -158,6 +158,8 @@ class Tensors:
     y_val: torch.Tensor
     x_test: torch.Tensor
     y_test: torch.Tensor
+    feature_names: list | None = None  # column names (sequence windows: 'channel[t-k]')
+    target_names: list | None = None  # the target's name(s); y is (n, d) for d > 1 outputs
 
 
 def load_data(cfg):
@@ -191,7 +193,8 @@ def load_data(cfg):
     def t(a):
         return torch.as_tensor(a, dtype=dtype, device=device)
 
-    tensors = Tensors(t(splits.X_train), t(splits.y_train), t(splits.X_val), t(splits.y_val), t(splits.X_test), t(splits.y_test))
+    tensors = Tensors(t(splits.X_train), t(splits.y_train), t(splits.X_val), t(splits.y_val), t(splits.X_test), t(splits.y_test),
+                      feature_names=list(splits.feature_names), target_names=str(table.target_name).split(","))
     return table, splits, tensors
 
 
@@ -213,7 +216,13 @@ def check_sizes(cfg, n_train: int) -> None:
 
 def build_method(cfg, tensors: Tensors, task: str) -> Method:
     """The model, likelihood and training stages of ``cfg.model.name``, built by its family."""
-    return family_of(cfg.model.name).build(cfg, tensors, task)
+    family = family_of(cfg.model.name)
+    if tensors.y_train.ndim > 1 and not getattr(family, "MULTI_OUTPUT", False):
+        multi = [m for f in FAMILIES if getattr(f, "MULTI_OUTPUT", False) for m in f.MODELS]
+        raise UnsupportedCombination(
+            f"dataset={cfg.dataset.name} has {tensors.y_train.shape[1]} outputs but model={cfg.model.name} predicts one; "
+            f"use one of {', '.join(multi) or '(none)'} or choose a single output of the dataset")
+    return family.build(cfg, tensors, task)
 
 
 def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None, n_val: int | None = None):

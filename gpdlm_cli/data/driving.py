@@ -37,6 +37,10 @@ Tasks (GP-LSTM paper, Sec. 5 and App. D):
   gyro, compass, steering and the other 13 lane points at the previous steps.
 * ``lead``: the lead vehicle's distance ``lead_x`` (or ``lead_y`` with ``output``) from GPS
   velocity, gyro, compass, steering and the other coordinate at the previous steps.
+* ``output=all`` (lanes, lead): every output at once, as the paper models them (all 14 lane
+  points; both lead coordinates): a multi-output table, y of shape (n, d), whose autoregressive
+  windows hold the past values of every output. Recurrent models fit independent GPs (or linear
+  outputs) sharing one network.
 
 A window holds ``lag`` steps (default 128 = 1.28 s, as in the paper) of which every ``lag_step``-th
 is kept, and every ``stride``-th window is a row.
@@ -210,11 +214,14 @@ def load_driving(info, task: str = "speed", output: str | None = None, train_min
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
             raise DataError(f"dataset '{info.name}': option {nm} must be > 0; got {v!r}")
     inputs, target, outputs = TASKS[task]
-    if output is not None:
+    if output == "all":
+        target = list(outputs or [target])
+    elif output is not None:
         if output not in (outputs or [target]):
-            raise DataError(f"dataset '{info.name}': task={task} has outputs {outputs or [target]}; got output={output!r}")
+            raise DataError(f"dataset '{info.name}': task={task} has outputs {outputs or [target]} (or 'all'); "
+                            f"got output={output!r}")
         target = output
-    past = [c for c in outputs if c != target]
+    past = [c for c in outputs if c not in ([target] if isinstance(target, str) else target)]
     mode = mode or ("autoregression" if task in ("lanes", "lead") else "regression")
     train = simulate_trip(60.0 * train_minutes, seed=2 * seed)
     test = simulate_trip(60.0 * test_minutes, seed=2 * seed + 1)

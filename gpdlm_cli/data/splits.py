@@ -87,6 +87,11 @@ def make_splits(
     notes: list[str] = []
     rng = np.random.default_rng(seed)
     if table.test_mask is not None:
+        if table.task == "sequence":  # time order: chronological validation block, per-channel scaling
+            from .chrono import chronological_splits
+
+            return chronological_splits(table, val_fraction=val_fraction, train_size=train_size, test_size=test_size,
+                                        standardize_x=standardize_x, standardize_y=standardize_y)
         fixed = np.asarray(table.test_mask, dtype=bool)
         pool_test = rng.permutation(np.flatnonzero(fixed))
         pool = rng.permutation(np.flatnonzero(~fixed))

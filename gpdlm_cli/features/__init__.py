@@ -1,5 +1,7 @@
 """Feature maps shared by model families (DESIGN.md: ``features/``).
 
+Recurrent maps (LSTM/GRU/RNN/NARX over a window, the GP-LSTM family) live in ``recurrent.py``.
+
 Two kinds of maps compose into the finite feature map phi of an RKHS kernel
 k(x, x') = phi(x)^T phi(x') (Shoham & Avron, Sec. 2.2 and 5):
 

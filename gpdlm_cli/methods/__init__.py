@@ -17,7 +17,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..exceptions import param_error
-from . import collapsed, exact, rkhs, sparse_spectrum, sparse_variational
+from . import collapsed, exact, recurrent, rkhs, sparse_spectrum, sparse_variational
 from .base import Method, Stage
 
 #: every family, in the order ``gpdlm train --help`` and error messages list their models
@@ -27,6 +27,7 @@ FAMILIES: tuple[ModuleType, ...] = (
     exact,
     sparse_spectrum,
     rkhs,
+    recurrent,
 )
 
 REGISTRY: dict[str, ModuleType] = {name: family for family in FAMILIES for name in family.MODELS}

@@ -26,9 +26,12 @@ class Stage:
     * ``stochastic``: the objective's value or gradient is a random estimate even on the full
       batch (a sampling estimator); the trainer then uses the stopping rule for noisy losses and
       refuses L-BFGS. Minibatch training is stochastic whatever this says.
-    * ``hooks``: objects with optional ``epoch_start(epoch)``, ``after_step(iteration, epoch)``,
-      ``before_evaluate()`` and ``stage_end()`` methods, called by the trainer (e.g. SCGD's
-      running-average refresh, Algorithm 2's kernel refresh, the collapsed ELBO's q(u) update).
+    * ``hooks``: objects with optional methods the trainer calls: ``bind_optimizer(optimizer)`` once
+      with the stage's optimiser (a hook may change its groups' ``lr`` and ``base_lr``, e.g. halve
+      lr_W when a refresh finds the NLML went up), ``epoch_start(epoch)``, ``after_step(iteration,
+      epoch)`` (SCGD's running-average refresh, Algorithm 2's kernel refresh), ``before_evaluate()``
+      and ``training_end()`` (before evaluations and before the stage's final one: the collapsed
+      ELBO's q(u) update), and ``stage_end(result)`` with the stage's ``TrainResult`` (e.g. time per epoch).
     * ``overrides``: trainer settings for this stage only (e.g. ``{"batch_size": None}``).
     * ``lr_scale``: the family's default learning-rate multipliers per group (``trainer.lr_scale``
       overrides them group by group).

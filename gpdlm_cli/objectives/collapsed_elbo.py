@@ -92,7 +92,7 @@ class RefreshOptimalQ:
     def before_evaluate(self) -> None:
         self.objective.refresh(self.x, self.y)
 
-    def stage_end(self) -> None:
+    def training_end(self) -> None:
         self.objective.refresh(self.x, self.y)
 
 

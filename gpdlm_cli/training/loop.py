@@ -143,10 +143,13 @@ def train(
     rule = make_rule(settings.stop_rule, stochastic=stochastic or bs is not None or blocks is not None, window=settings.stop.window,
                      tol=settings.stop.tol, steps_per_epoch=steps_per_epoch)
     hooks = list(hooks)
+    for h in hooks:  # hooks that adapt the step size (e.g. Algorithm 2 halving lr_W) see the optimiser
+        if hasattr(h, "bind_optimizer"):
+            h.bind_optimizer(opt)
     epoch_hooks = [h for h in hooks if hasattr(h, "epoch_start")]
     step_hooks = [h for h in hooks if hasattr(h, "after_step")]
     eval_hooks = [h for h in hooks if hasattr(h, "before_evaluate")]
-    end_hooks = [h for h in hooks if hasattr(h, "stage_end")]
+    end_hooks = [h for h in hooks if hasattr(h, "training_end")]
     snapshot = _Snapshot(modules, [p for g in opt_groups for p in g["params"]]) if settings.keep_best else None
     best = {"value": None, "iteration": None}
     maximise = settings.keep_best_mode == "max"
@@ -268,14 +271,14 @@ def train(
         if bar is not None:
             bar.close()
     for h in end_hooks:
-        h.stage_end()
+        h.training_end()
     flush(it)
     seconds = time.perf_counter() - t_start - eval_seconds  # training only, evaluation excluded
     if snapshot is not None and evaluate is not None:
         consider(evaluate(), it)  # the final iterate competes too
         if best["iteration"] is not None and best["iteration"] != step_offset + it:
             snapshot.restore()
-    return TrainResult(
+    result = TrainResult(
         losses=losses[:it].tolist(),
         iterations=it,
         converged=converged,
@@ -286,6 +289,10 @@ def train(
         best_iteration=best["iteration"],
         best_value=best["value"],
     )
+    for h in hooks:  # e.g. a family's time per epoch (evaluation excluded)
+        if hasattr(h, "stage_end"):
+            h.stage_end(result)
+    return result
 
 
 def _raise_first_nonfinite(losses: torch.Tensor, step_offset: int) -> None:

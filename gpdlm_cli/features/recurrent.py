@@ -1,0 +1,171 @@
+"""Recurrent feature maps phi_W over windows of a time series (GP-LSTM paper, Sec. 2-4, App. E).
+
+A window x_bar = [x^{t-L+1}, ..., x^t] arrives as one flattened row of a sequence table (see
+``gpdlm_cli.data.sequences``: blocks of channels, each tap ``col[t-k]``). :class:`WindowLayout`
+gathers the row back into a chronological sequence (N, T, C); :class:`FeatureMap` maps it to
+h = phi_W(x_bar) in R^E:
+
+* ``lstm`` (Eq. 3 without peepholes, as the authors' Keras code), ``gru``, ``rnn`` (Eq. 2, tanh):
+  the last hidden state of the top layer, then dropout and a linear projection to E;
+* ``narx``: an MLP (ReLU) on the flattened window, then a linear projection to E.
+
+Dropout follows App. E / Gal and Ghahramani (2016): ``dropout`` on the inputs of every recurrent
+layer and ``rec_dropout`` on the recurrent state, each with *one mask per sequence* shared by all
+time steps, plus ``dropout`` on the last hidden state (NARX: after every hidden layer). Masks come
+from an explicit ``torch.Generator``; with ``train=False`` (predictions, kernel refreshes) there is
+no dropout. The network may run in float32 while the GP algebra runs in float64: ``FeatureMap``
+casts its input to its own dtype and returns its own dtype.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+CELLS = ("lstm", "gru", "rnn")
+KINDS = CELLS + ("narx",)
+_TAP = re.compile(r"^(?P<channel>.+)\[t-(?P<k>\d+)\]$")
+
+
+@dataclass
+class WindowLayout:
+    """Where each (time step, channel) of a window sits in the flattened row.
+
+    ``index[j, c]`` is the column of channel ``channels[c]`` at chronological step j (0 = oldest);
+    ``feedback[o]`` lists (column, k) of the past values y_o[t-k] of output o (autoregressive
+    windows only): the columns free simulation overwrites with the model's own predictions."""
+
+    index: torch.Tensor  # (T, C) long
+    channels: list[str]
+    feedback: list[list[tuple[int, int]]]
+
+    @property
+    def steps(self) -> int:
+        return int(self.index.shape[0])
+
+    @classmethod
+    def from_names(cls, names: list[str], targets: list[str] = ()) -> "WindowLayout":
+        """Parse ``col[t-k]`` names. Inputs have taps k = 0, s, 2s, ...; past values (targets and
+        other past channels) k = 1, 1 + s, ...: step j pairs the j-th oldest tap of each channel,
+        i.e. u_{t-L+1+j} with y_{t-L+j} (gpdlm's window convention, current input included)."""
+        taps: dict[str, list[tuple[int, int]]] = {}
+        for col, name in enumerate(names):
+            m = _TAP.match(str(name))
+            if m is None:
+                raise ValueError(f"column {name!r} is not a window tap 'channel[t-k]'")
+            taps.setdefault(m["channel"], []).append((int(m["k"]), col))
+        lengths = {len(v) for v in taps.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"window channels have different numbers of taps: {sorted(lengths)}")
+        channels = list(taps)
+        index = torch.tensor([[col for _, col in sorted(taps[c], reverse=True)] for c in channels]).T.contiguous()
+        feedback = [[(col, k) for k, col in sorted(taps.get(t, []))] for t in targets]
+        return cls(index, channels, feedback)
+
+    def sequences(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, D) flattened windows -> (N, T, C) in chronological order."""
+        return x[:, self.index.to(x.device)]
+
+
+def _mask(shape, p: float, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Inverted-dropout mask: Bernoulli(1 - p) / (1 - p)."""
+    keep = torch.empty(shape, dtype=like.dtype, device=like.device).bernoulli_(1.0 - p, generator=generator)
+    return keep / (1.0 - p)
+
+
+class _RecurrentLayer(nn.Module):
+    """One torch LSTM/GRU/RNN layer (its weights), run by torch when there is no recurrent
+    dropout, else by an explicit loop with one recurrent mask per sequence (same weights)."""
+
+    def __init__(self, kind: str, n_in: int, units: int):
+        super().__init__()
+        self.kind = kind
+        cls = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[kind]
+        self.cell = cls(n_in, units, batch_first=True)
+
+    def forward(self, seq: torch.Tensor, rec_mask: torch.Tensor | None) -> torch.Tensor:
+        if rec_mask is None:
+            return self.cell(seq)[0]
+        c = self.cell
+        w_ih, w_hh, b_ih, b_hh = c.weight_ih_l0, c.weight_hh_l0, c.bias_ih_l0, c.bias_hh_l0
+        xw = seq @ w_ih.T + b_ih  # (N, T, G)
+        N, T, _ = seq.shape
+        h = seq.new_zeros(N, c.hidden_size)
+        cell_state = torch.zeros_like(h)
+        out = []
+        for t in range(T):
+            gh = (h * rec_mask) @ w_hh.T + b_hh
+            if self.kind == "lstm":  # torch gate order i, f, g, o
+                i, f, g, o = (xw[:, t] + gh).chunk(4, 1)
+                cell_state = torch.sigmoid(f) * cell_state + torch.sigmoid(i) * torch.tanh(g)
+                h = torch.sigmoid(o) * torch.tanh(cell_state)
+            elif self.kind == "gru":  # r, z, n
+                xr, xz, xn = xw[:, t].chunk(3, 1)
+                hr, hz, hn = gh.chunk(3, 1)
+                r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+                h = (1 - z) * torch.tanh(xn + r * hn) + z * h
+            else:
+                h = torch.tanh(xw[:, t] + gh)
+            out.append(h)
+        return torch.stack(out, 1)
+
+
+class FeatureMap(nn.Module):
+    """phi_W: (N, D) flattened windows -> (N, out_dim).
+
+    ``body`` computes the last hidden state (recurrent) or the last hidden layer (NARX); ``head``
+    is the linear projection to ``out_dim`` (the GP's embedding, or a baseline's outputs). A
+    pre-trained baseline's body is the GP model's body (``init=pretrained``)."""
+
+    def __init__(self, kind: str, layout: WindowLayout | None, n_inputs: int, *, units: int, layers: int,
+                 out_dim: int, dropout: float = 0.0, rec_dropout: float = 0.0):
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}")
+        self.kind, self.layout = kind, layout
+        self.dropout, self.rec_dropout = float(dropout), float(rec_dropout)
+        if kind == "narx":
+            sizes = [n_inputs] + [units] * layers
+            self.body = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        else:
+            n_ch = layout.index.shape[1]
+            self.body = nn.ModuleList(_RecurrentLayer(kind, n_ch if i == 0 else units, units) for i in range(layers))
+            # the gather index follows the module to its device (no host-to-device copy per call)
+            self.register_buffer("seq_index", layout.index.clone(), persistent=False)
+        self.head = nn.Linear(units, out_dim)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.head.weight.dtype
+
+    def hidden(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The body's output (before the projection), with dropout only if ``train``."""
+        x = x.to(self.dtype)
+        p, pr = (self.dropout, self.rec_dropout) if train else (0.0, 0.0)
+        if self.kind == "narx":
+            h = x
+            for layer in self.body:
+                h = torch.relu(layer(h))
+                if p > 0:
+                    h = h * _mask(h.shape, p, h, generator)
+            return h
+        seq = x[:, self.seq_index]  # (N, T, C), chronological
+        N = seq.shape[0]
+        for layer in self.body:
+            if p > 0:  # one input mask per sequence, shared over time
+                seq = seq * _mask((N, 1, seq.shape[2]), p, seq, generator)
+            rec = _mask((N, layer.cell.hidden_size), pr, seq, generator) if pr > 0 else None
+            seq = layer(seq, rec)
+        h = seq[:, -1]
+        if p > 0:
+            h = h * _mask(h.shape, p, h, generator)
+        return h
+
+    def forward(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self.head(self.hidden(x, train=train, generator=generator))
+
+
+__all__ = ["CELLS", "KINDS", "FeatureMap", "WindowLayout"]

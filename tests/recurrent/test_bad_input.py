@@ -1,0 +1,51 @@
+"""Bad input for the recurrent family: one line, a GpdlmError (non-zero exit), and no run."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.exceptions import GpdlmError
+from gpdlm_cli.tracking import NullTracker
+
+from ..conftest import compose
+
+
+class NoRunTracker(NullTracker):
+    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
+        raise AssertionError("an MLflow run was started for bad input")
+
+
+BASE = ["model=gp_lstm", "trainer.max_iters=2", "progress=false", "tracking.enabled=false"]
+ACTUATOR = ["dataset=sysid_actuator", "dataset.n=200"]
+BAD = [
+    (["dataset.mode=teleport"],
+     "the 'mode' parameter of dataset=sysid_actuator must be one of regression, autoregression, free_simulation; got 'teleport'"),
+    (["dataset=concrete"], "model=gp_lstm maps windows of a time series: it needs a sequence dataset"),
+    (["model=lstm", "dataset=concrete"], "model=lstm maps windows of a time series"),
+    (["dataset.lag=0"], "the 'lag' parameter of dataset=sysid_actuator must be an integer >= 1; got 0"),
+    (["model.gp.inference=kiss", "model.network.embed_dim=4"],
+     "model.gp.inference=kiss interpolates on a grid of grid_size^embed_dim points: it needs model.network.embed_dim <= 3"),
+    (["trainer.algorithm=delayed", "trainer.kernel_refresh_every=0"],
+     "the 'kernel_refresh_every' parameter of trainer must be an integer >= 1 or null (one epoch); got 0"),
+    (["model.network.dropout=1.0"], "the 'dropout' parameter of model=gp_lstm (network) must be a float in [0, 1); got 1.0"),
+    (["model=lstm", "model.network.rec_dropout=-0.1"],
+     "the 'rec_dropout' parameter of model=lstm (network) must be a float in [0, 1); got -0.1"),
+    (["trainer.algorithm=sgd"], "the 'algorithm' parameter of trainer must be one of full, alternating, delayed"),
+    (["trainer.algorithm=alternating", "trainer.kernel_refresh_every=4"], "trainer.algorithm=alternating (Algorithm 1)"),
+    (["model.gp.max_exact=50"], "model=gp_lstm with model.gp.inference=exact refuses n_train="),
+    (["model=exact", "dataset=driving", "dataset.task=lead", "dataset.output=all", "dataset.train_minutes=0.2",
+      "dataset.test_minutes=0.2", "dataset.lag=16", "dataset.lag_step=8", "dataset.stride=50"],
+     "dataset=driving has 2 outputs but model=exact predicts one; use one of gp_lstm"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_input_fails_in_one_line_before_any_run(tmp_path, overrides, message):
+    ds = [] if any(o.startswith("dataset=") for o in overrides) else ACTUATOR
+    cfg = compose(BASE + ds + overrides)
+    with pytest.raises(GpdlmError) as e:
+        run_train(cfg, tmp_path, tracker=NoRunTracker())
+    line = str(e.value)
+    assert "\n" not in line and message in line, line
+    assert not (tmp_path / "metrics.json").exists()

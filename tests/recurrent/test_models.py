@@ -1,0 +1,94 @@
+"""The recurrent feature maps and every model of the family through the builder and the trainer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gpdlm_cli import build
+from gpdlm_cli.commands.train import evaluator
+from gpdlm_cli.features.recurrent import FeatureMap, WindowLayout, _RecurrentLayer
+from gpdlm_cli.methods import recurrent
+from gpdlm_cli.training import run_stages
+
+from ..conftest import compose
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn"])
+def test_the_explicit_loop_is_torchs_cell(kind):
+    """The loop that applies recurrent dropout computes torch's LSTM/GRU/RNN exactly (mask = 1)."""
+    torch.manual_seed(0)
+    layer = _RecurrentLayer(kind, 3, 5).double()
+    seq = torch.randn(4, 7, 3, dtype=torch.float64)
+    fused = layer(seq, None)
+    loop = layer(seq, torch.ones(4, 5, dtype=torch.float64))
+    torch.testing.assert_close(loop, fused, rtol=0, atol=1e-12)
+
+
+def test_dropout_masks_are_per_sequence_seeded_and_off_for_predictions():
+    layout = WindowLayout.from_names([f"u[t-{k}]" for k in range(6)])
+    torch.manual_seed(0)
+    net = FeatureMap("lstm", layout, 6, units=8, layers=2, out_dim=2, dropout=0.3, rec_dropout=0.3).double()
+    x = torch.randn(5, 6, dtype=torch.float64)
+    a = net(x, train=True, generator=torch.Generator().manual_seed(1))
+    b = net(x, train=True, generator=torch.Generator().manual_seed(1))
+    c = net(x, train=True, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(a, b)  # the generator fixes the masks
+    assert not torch.allclose(a, c)
+    plain = FeatureMap("lstm", layout, 6, units=8, layers=2, out_dim=2).double()
+    plain.load_state_dict(net.state_dict())
+    torch.testing.assert_close(net(x), plain(x), rtol=0, atol=0)  # no dropout when predicting
+
+
+def fit(overrides, stages=None):
+    cfg = compose(["dataset=sysid_actuator", "dataset.n=160", "dataset.mode=free_simulation", "dataset.lag=5",
+                   "model.network.units=4", "trainer.max_iters=null", "trainer.max_epochs=2", "trainer.batch_size=32",
+                   "trainer.eval_every=0", "trainer.theta_steps=2", "trainer.final_theta_steps=3", "model.horizons=[1,5]",
+                   "progress=false", "tracking.enabled=false", *overrides])
+    build.validate_config(cfg)
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    chosen = method.stages if stages is None else [s for s in method.stages if s.name in stages]
+    run_stages(chosen, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
+    return method, evaluator(method, data, splits.y_std)()
+
+
+@pytest.mark.parametrize("model", recurrent.MODELS)
+def test_every_model_trains_and_predicts(model):
+    extra = {"gp_gru": ["trainer.algorithm=delayed", "trainer.batch_size=16"],
+             "gp_rnn": ["trainer.algorithm=alternating", "trainer.batch_size=16"],
+             "gp_narx": ["model.gp.inference=kiss", "model.gp.grid_size=16"]}.get(model, [])
+    extra += ["model.network.rec_dropout=0.1", "model.network.dropout=0.1"] if model in ("rnn", "gp_rnn") else []
+    method, m = fit([f"model={model}", *extra])
+    for key in ("val_rmse", "test_rmse", "test_nll", "test_sim_rmse", "test_sim_rmse_h5", "test_sim_nll"):
+        assert math.isfinite(m[key]), (model, key, m)
+    assert m["test_sim_rmse_h1"] == pytest.approx(m["test_rmse"], rel=1e-6)  # one step ahead = one-step prediction
+    assert ("train_nlml" in m) == model.startswith("gp_")
+    if model in ("gp_gru", "gp_rnn"):  # a refresh before the first step, then after every epoch / every step
+        refresh = next(s for s in method.stages if s.name in ("delayed", "alternating")).hooks[1]
+        steps = 2 * (refresh.n // 16)
+        assert steps > 2 and refresh.refreshes == 1 + (steps if model == "gp_rnn" else 2)
+
+
+def test_pretraining_trains_the_network_body_for_the_gp():
+    """init=pretrained: an MSE stage trains the body (and its own head) before the GP stages; the GP
+    keeps that body and its fresh projection."""
+    cfg = ["model=gp_lstm", "model.init=pretrained", "model.pretrain_epochs=3"]
+    method, _ = fit(cfg, stages=())
+    assert [s.name for s in method.stages] == ["pretrain", "full", "theta"]
+    body0 = [p.detach().clone() for p in method.model.network.body.parameters()]
+    head0 = method.model.network.head.weight.detach().clone()
+    pre = method.stages[0]
+    _, splits, data = build.load_data(compose(["dataset=sysid_actuator", "dataset.n=160", "dataset.mode=free_simulation",
+                                               "dataset.lag=5"]))
+    with torch.no_grad():
+        before = float(pre.objective(data.x_train, data.y_train))
+    method, _ = fit(cfg, stages=("pretrain",))
+    with torch.no_grad():
+        after = float(method.stages[0].objective(data.x_train, data.y_train))
+    assert after < before
+    assert any(not torch.equal(a, b) for a, b in zip(body0, method.model.network.body.parameters()))
+    torch.testing.assert_close(method.model.network.head.weight, head0)  # the GP's projection is untouched

@@ -1,0 +1,61 @@
+"""Sequence data for the recurrent family: generators calibrated to the GP-LSTM paper's Table 1,
+chronological splits, per-channel standardisation shared across lags, multi-output driving targets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpdlm_cli.data import load_table, make_splits
+from gpdlm_cli.data.sequences import actuator_like, drives_like, table1_statistics
+
+
+@pytest.mark.parametrize("gen,lag,corr,snr", [(actuator_like, 32, 0.0938, 12.47), (drives_like, 16, 0.7994, 25.72)])
+def test_sysid_generators_have_the_statistics_of_table_1(gen, lag, corr, snr):
+    """Table 1's definitions: mean |corr(u, y)| (over seeds 0-9: the generators' calibration) and
+    the kernel-ridge SNR (mean over seeds 0-2; single seeds scatter by +-40%)."""
+    corrs = [abs(np.corrcoef(gen(seed=s).to_numpy().T)[0, 1]) for s in range(10)]
+    assert np.mean(corrs) == pytest.approx(corr, abs=0.005)
+    snrs = [table1_statistics(*gen(seed=s).to_numpy().T, lag)["snr"] for s in range(3)]
+    assert np.mean(snrs) == pytest.approx(snr, rel=0.15)
+
+
+def test_table1_snr_is_the_kernel_ridge_signal_to_residual_ratio():
+    """A noise-free smooth function of the inputs has a large SNR; adding noise of a known variance
+    to it gives SNR ~ var(signal) / var(noise)."""
+    rng = np.random.default_rng(0)
+    u = rng.standard_normal(600)
+    s = np.convolve(u, np.ones(3) / 3)[:600]  # causal: s_t = (u_t + u_{t-1} + u_{t-2}) / 3, inside a lag-3 window
+    clean = table1_statistics(u, s, 3)["snr"]
+    noisy = table1_statistics(u, s + rng.standard_normal(600) * s.std() / np.sqrt(4.0), 3)["snr"]
+    assert clean > 100 and noisy == pytest.approx(4.0, rel=0.25)
+
+
+def test_chronological_split_and_per_channel_scaling():
+    t = load_table("sysid_actuator", mode="autoregression", lag=10)
+    s = make_splits(t, seed=0, val_fraction=0.25, test_fraction=0.0)
+    tr, va, te = s.indices["train"], s.indices["val"], s.indices["test"]
+    pool = np.flatnonzero(~t.test_mask)
+    assert va.size == round(0.25 * pool.size) and tr.size + va.size == pool.size
+    np.testing.assert_array_equal(np.concatenate([tr, va]), pool)  # validation = the last 25%, in time order
+    np.testing.assert_array_equal(te, np.flatnonzero(t.test_mask))  # test rows in time order
+    assert make_splits(t, seed=5, val_fraction=0.25).indices["val"].tolist() == va.tolist()  # no shuffling
+    names = s.feature_names
+    valve = [j for j, n in enumerate(names) if n.startswith("valve[")]
+    assert len(set(s.x_mean[valve])) == 1 and len(set(s.x_std[valve])) == 1  # one scale for all taps
+    raw = t.X[tr][:, valve]
+    assert s.x_mean[valve[0]] == pytest.approx(raw.mean()) and s.x_std[valve[0]] == pytest.approx(raw.std())
+    # past targets share the target's scale: window i+1's y[t-1] is window i's standardised target
+    j = names.index("pressure[t-1]")
+    np.testing.assert_allclose(s.X_train[1:, j], s.y_train[:-1], atol=1e-12)
+    np.testing.assert_allclose(s.X_test[1:, j], s.y_test[:-1], atol=1e-12)
+
+
+def test_driving_all_outputs_is_one_multi_output_table():
+    t = load_table("driving", task="lead", output="all", train_minutes=0.5, test_minutes=0.3, lag=16, lag_step=4,
+                   stride=50)
+    assert t.y.shape == (t.n, 2) and t.target_name == "lead_x,lead_y"
+    assert {n.split("[")[0] for n in t.feature_names} >= {"lead_x", "lead_y", "steering"}
+    s = make_splits(t, seed=0, val_fraction=0.25)
+    assert s.y_train.shape[1] == 2 and np.allclose(s.y_train.mean(0), 0) and np.allclose(s.y_train.std(0), 1)
+    assert len(s.y_std) == 2
