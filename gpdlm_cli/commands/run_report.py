@@ -98,7 +98,9 @@ def curve_info(cfg, task: str, y_std: float, lr: float | None = None) -> dict:
     variant = cfg.model.get("variant") if cfg.model.name in VARIANT_MODELS else None
     model = f"{cfg.model.name} ({variant})" if variant else str(cfg.model.name)
     subtitle = f"{model} on {cfg.dataset.name}, {cfg.likelihood.name} likelihood: " + ", ".join(bits)
-    standardised = task in ("regression", "sequence") and y_std != 1.0
+    import numpy as np
+
+    standardised = task in ("regression", "sequence") and bool(np.any(np.asarray(y_std) != 1.0))  # one per output
     objective = "training objective\n(per datum" + (", standardised targets)" if standardised else ")")
     nll = "NLL (nats per point" + (", target units)" if standardised else ")")
     return {"subtitle": subtitle, "objective_label": objective, "nll_label": nll}

@@ -65,7 +65,7 @@ def kind_of(name: str) -> str:
 
 # ----- checks ------------------------------------------------------------------------------------------
 def validate(cfg) -> None:
-    m, t, d = cfg.model, cfg.trainer, cfg.dataset
+    m, t = cfg.model, cfg.trainer
     name = m.name
     C.gaussian_only(cfg, f"model={name} is a regression model on sequences: use likelihood=gaussian")
     _check_dataset(cfg)
