@@ -22,7 +22,7 @@ from .exceptions import ConfigError
 HELP_FLAGS = {"-h", "--help", "--hydra-help", "-i", "--info", "-sc", "--shell-completion"}
 VALUE_FLAGS = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package",
                "-c", "--cfg", "--experimental-rerun"}
-MAX_LISTED = 20
+MAX_LISTED = 30  # model (22 options) is listed; dataset (47) points to `gpdlm datasets list`
 
 
 def override_args(argv: list[str]) -> list[str] | None:
