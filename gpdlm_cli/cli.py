@@ -23,7 +23,8 @@ HYDRA_SUBCOMMANDS = ("train", "bias", "sweep")
 
 USAGE = """usage: gpdlm <subcommand> [args]
 
-gpdlm: train and compare scalable Gaussian-process objectives (DLM, SVGP, SGPR, FITC, ...)
+gpdlm: train and compare scalable Gaussian-process models (DLM and sparse GPs, RKHS SCGD/MINIMAX,
+GP-LSTM, sparse-spectrum GPs)
 
 subcommands:
 {rows}
