@@ -112,8 +112,8 @@ def validate_trainer(t) -> None:
             raise param_error("rm_t0", "trainer (schedule=robbins_monro)", "a finite float > 0", t.rm_t0)
     keep = t.get("keep_best")
     if keep is not None and (not isinstance(keep, str) or not keep):
-        raise param_error("keep_best", "trainer", "a metric name (e.g. val_nll) or null", keep)
-    if keep is not None and not (t.eval_every or eve):
+        raise param_error("keep_best", "trainer", "'auto', a metric name (e.g. val_nll) or null", keep)
+    if keep not in (None, "auto") and not (t.eval_every or eve):
         raise UnsupportedCombination("trainer.keep_best needs evaluations: set trainer.eval_every or trainer.eval_every_epochs")
     if t.get("keep_best_mode", "auto") not in ("auto", "min", "max"):
         raise param_error("keep_best_mode", "trainer", "'auto', 'min' or 'max'", t.keep_best_mode)
@@ -244,6 +244,8 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
                         step_factor=float(t.get("step_factor", 0.5)), t0=float(t.get("rm_t0", 100.0)),
                         kappa=float(t.get("rm_kappa", 0.6)))
     keep = t.get("keep_best")
+    if keep == "auto":
+        keep = default_keep_best(cfg, method, task, n_val)
     mode = t.get("keep_best_mode", "auto")
     lr_scale = {str(k): float(v) for k, v in (t.get("lr_scale") or {}).items()}
     if method is not None:
@@ -268,6 +270,18 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
         keep_best_mode="min" if mode == "auto" else mode,
         stop_rule=t.get("stop_rule", "auto"),
     )
+
+
+def default_keep_best(cfg, method: Method | None, task: str, n_val: int | None) -> str | None:
+    """``trainer.keep_best=auto``: the family's ``default_keep_best`` where this run computes it at
+    evaluation points (evaluations on; a val_ metric needs a validation set), else None (the last iterate)."""
+    want = method.default_keep_best if method is not None else None
+    t = cfg.trainer
+    if want is None or not (t.eval_every or t.get("eval_every_epochs")):
+        return None
+    if want.startswith("val_") and not n_val:
+        return None
+    return want
 
 
 def _check_method_settings(cfg, method: Method, task: str, lr_scale: dict, keep, optimizer: str, n_val) -> None:

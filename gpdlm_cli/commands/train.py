@@ -111,7 +111,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                     tracker.log_artifact(f)
             raise
         history["loss"] = fit.losses
-        tracker.set_tags({"gpdlm.stop_rule": ",".join(fit.stop_rules) or "none"})
+        tracker.set_tags({"gpdlm.stop_rule": ",".join(fit.stop_rules) or "none",
+                          "gpdlm.keep_best": settings.keep_best or "none"})
         if method.finalize:
             method.finalize(data.x_train, data.y_train)
 

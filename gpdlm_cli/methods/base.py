@@ -78,6 +78,9 @@ class Method:
     * ``monitors``: family metrics computed at every evaluation point and at the end, by name
       (e.g. the full-data NLML of the RKHS family); ``trainer.keep_best`` may name them;
       ``higher_is_better`` lists the ones to maximise;
+    * ``default_keep_best``: the metric ``trainer.keep_best=auto`` (the default) selects the iterate
+      by, where the family's paper selects one (validation RMSE for the recurrent models, the
+      full-data NLML for the RKHS family); None = end on the last iterate;
     * ``evaluate(x, y, prefix, y_std) -> dict``: the family's own predictive metrics, for families
       that predict in their own way (gamma family, free simulation); None = the standard
       ``metrics.predictive_metrics`` of ``model``/``likelihood``; ``evaluation_metrics`` names what
@@ -94,6 +97,7 @@ class Method:
     finalize: Callable[[torch.Tensor, torch.Tensor], None] | None = None
     monitors: dict[str, Callable[[], float]] = field(default_factory=dict)
     higher_is_better: frozenset = frozenset()
+    default_keep_best: str | None = None
     evaluate: Callable[..., dict] | None = None
     evaluation_metrics: tuple[str, ...] | None = None
     diagnostics: Callable[[], dict] | None = None

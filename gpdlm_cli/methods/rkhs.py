@@ -171,4 +171,4 @@ def build(cfg, data, task: str) -> Method:
 
     tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})", "gpdlm.features": cfg.features.name}
     return Method(m.name, model, likelihood, [stage], monitors=monitors, evaluate=evaluate,
-                  diagnostics=diagnostics, tags=tags)
+                  diagnostics=diagnostics, tags=tags, default_keep_best="train_nlml")

@@ -180,7 +180,8 @@ def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
 
     cfg = compose([*SMALL, "model=minimax", "features=nn", "features.widths=[8,8]", "kernel=rff", "kernel.num_features=24",
                    "trainer.batch_size=16", "trainer.max_iters=null", "trainer.max_epochs=3", "trainer.eval_every=0",
-                   "trainer.eval_every_epochs=1", "model.mu=2", "model.mu_growth=2", "trainer.lr=0.01"])
+                   "trainer.eval_every_epochs=1", "model.mu=2", "model.mu_growth=2", "trainer.lr=0.01",
+                   "trainer.keep_best=null"])
     _, splits, data = build.load_data(cfg)
     method = build.build_method(cfg, data, splits.task)
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
