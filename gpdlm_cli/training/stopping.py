@@ -10,8 +10,11 @@
   ``iterations`` and ``train_seconds`` stop being comparable between estimators. Instead the rule
   looks at block means -- each an unbiased, low-noise estimate of the mean objective over its block
   of B iterations (B = one epoch of minibatches, at least ``window``) -- and stops when the last
-  block improved on the one before by no more than ``tol`` plus ``z`` standard errors of that
-  difference: the objective no longer decreases by more than its own noise can hide.
+  block improved on the block half the run earlier by no more than ``tol`` per block of distance
+  plus ``z`` standard errors of that difference: the second half of the run bought no decrease that
+  its own noise could not hide. Comparing with the block just before (lookback of one block) stops
+  far too early: a slow decrease hides in the noise of adjacent blocks (SVGP on NN features, batch
+  16, on concrete stopped at 250 iterations with val RMSE 12.8; it reaches 6.2 by 4000).
 * ``none`` -- never stop early (budgets only).
 
 ``trainer.stop_rule=auto`` picks ``window`` for deterministic and ``block_mean`` for stochastic
@@ -46,25 +49,28 @@ class ConvergenceRule:
 
 @dataclass
 class BlockMeanRule:
-    """Stop when mean(previous block) - mean(last block) <= tol + z * SE of that difference.
+    """Stop when mean(block a) - mean(last block) <= tol * gap / B + z * SE of that difference.
 
-    The SE is sqrt(s_a^2 / B + s_b^2 / B) from the within-block sample variances. Needs two full
-    blocks of B losses."""
+    After n losses, block a ends ``gap = max(B, floor(lookback * n))`` iterations before the last
+    one (lookback 0.5: half the run earlier). The SE is sqrt(s_a^2 / B + s_b^2 / B) from the
+    within-block sample variances. Needs n >= gap + B (at least two full blocks)."""
 
     block: int = 50
     tol: float = 1e-4
     z: float = 2.0
+    lookback: float = 0.5
     name = "block_mean"
 
     def converged(self, losses: torch.Tensor) -> bool:
-        B = self.block
-        if B <= 1 or losses.numel() < 2 * B:
+        B, n = self.block, losses.numel()
+        gap = max(B, int(self.lookback * n))
+        if B <= 1 or n < gap + B:
             return False
-        a, b = losses[-2 * B:-B].double(), losses[-B:].double()
+        a, b = losses[n - gap - B:n - gap].double(), losses[-B:].double()
         stats = torch.stack([a.mean(), b.mean(), a.var(), b.var()]).tolist()  # one host sync
         decrease = stats[0] - stats[1]
         se = math.sqrt((stats[2] + stats[3]) / B)
-        return decrease <= self.tol + self.z * se
+        return decrease <= self.tol * gap / B + self.z * se
 
 
 @dataclass

@@ -202,6 +202,24 @@ def test_block_mean_rule_sees_through_noise_that_defeats_the_window_rule():
     assert not block.converged(plateau[:99])  # needs two full blocks
 
 
+def test_block_mean_rule_waits_for_a_slow_decrease_that_adjacent_blocks_hide():
+    """A training-like curve 1 + 0.5 exp(-t / 800) + N(0, 0.05^2): late on, the decrease between
+    adjacent blocks of 50 (0.03 at t = 0, 0.01 at t = 800) sinks below two standard errors (0.02)
+    while 0.1-0.3 of the loss is still to come. Comparing with the block one step back (lookback 0)
+    stops there; comparing with the block half the run back stops once less than 0.01 remains."""
+    t = torch.arange(8000, dtype=torch.float64)
+    excess = 0.5 * torch.exp(-t / 800)
+    losses = 1.0 + excess + torch.tensor(np.random.default_rng(3).normal(0, 0.05, 8000))
+
+    def first_stop(rule):
+        return next((n for n in range(100, 8001, 10) if rule.converged(losses[:n])), None)
+
+    adjacent = first_stop(BlockMeanRule(block=50, tol=1e-4, lookback=0.0))
+    half = first_stop(BlockMeanRule(block=50, tol=1e-4))
+    assert adjacent is not None and excess[adjacent - 1] > 0.1, adjacent
+    assert half is not None and excess[half - 1] < 0.01, half
+
+
 def test_auto_rule_depends_on_whether_the_objective_is_stochastic():
     assert make_rule("auto", stochastic=False, window=50, tol=1e-4).name == "window"
     rule = make_rule("auto", stochastic=True, window=20, tol=1e-4, steps_per_epoch=33)
