@@ -34,8 +34,7 @@ def build(cfg, data, task: str) -> Method:
     x, y = data.x_train, data.y_train
     n, D = x.shape
     check_sizes(cfg, n)
-    likelihood = C.build_likelihood(cfg.likelihood)
-    likelihood.validate_targets(y)
+    likelihood = C.build_likelihood(cfg.likelihood, y)
     kernel = C.build_kernel(cfg.kernel, D)
     mean = C.build_mean(m.mean, task)
     Z = C.initial_inducing_points(x, m.num_inducing, m.inducing_init, cfg.seed)

@@ -22,7 +22,8 @@ def is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def build_likelihood(lcfg):
+def build_likelihood(lcfg, targets=None):
+    """The likelihood ``lcfg`` names; with ``targets``, also checked to suit them (DataError if not)."""
     from ..likelihoods import LIKELIHOODS
 
     cls = LIKELIHOODS.get(lcfg.name)
@@ -31,7 +32,10 @@ def build_likelihood(lcfg):
     kwargs = {k: v for k, v in lcfg.items() if k != "name"}
     if "noise_init" in kwargs and (not is_number(kwargs["noise_init"]) or kwargs["noise_init"] <= 0):
         raise param_error("noise_init", "likelihood=gaussian", "a float in (0, inf)", kwargs["noise_init"])
-    return cls(**kwargs)
+    likelihood = cls(**kwargs)
+    if targets is not None:
+        likelihood.validate_targets(targets)
+    return likelihood
 
 
 def estimator_registry() -> dict:

@@ -39,8 +39,7 @@ def build(cfg, data, task: str) -> Method:
     x, y = data.x_train, data.y_train
     n, D = x.shape
     check_sizes(cfg, n)
-    likelihood = C.build_likelihood(cfg.likelihood)
-    likelihood.validate_targets(y)
+    likelihood = C.build_likelihood(cfg.likelihood, y)
     kernel = C.build_kernel(cfg.kernel, D)
     mean = C.build_mean(cfg.model.mean, task)
     model = ExactGP(x, y, kernel, mean, likelihood).to(device=x.device, dtype=x.dtype)

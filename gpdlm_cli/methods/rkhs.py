@@ -114,8 +114,7 @@ def build(cfg, data, task: str) -> Method:
     x, y = data.x_train, data.y_train
     n, D = x.shape
     device, dtype = x.device, x.dtype
-    likelihood = C.build_likelihood(cfg.likelihood)
-    likelihood.validate_targets(y)
+    likelihood = C.build_likelihood(cfg.likelihood, y)
     input_map = FM.build_input_map(cfg.features, D, cfg.seed).to(device=device, dtype=dtype)
     kernel_map = FM.build_kernel_map(cfg.kernel, input_map.out_dim, cfg.seed).to(device=device, dtype=dtype)
     likelihood = likelihood.to(device=device, dtype=dtype)

@@ -128,8 +128,7 @@ def check_sizes(cfg, n_train: int) -> None:
 
 
 def _likelihood(cfg, y, device, dtype):
-    likelihood = C.build_likelihood(cfg.likelihood)
-    likelihood.validate_targets(y)
+    likelihood = C.build_likelihood(cfg.likelihood, y)
     likelihood = likelihood.to(device=device, dtype=dtype)
     for p in likelihood.parameters():
         p.requires_grad_(bool(cfg.model.learn_noise))

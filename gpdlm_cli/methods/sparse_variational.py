@@ -93,8 +93,7 @@ def build(cfg, data, task: str) -> Method:
     n, D = x.shape
     device, dtype = x.device, x.dtype
     check_sizes(cfg, n)
-    likelihood = C.build_likelihood(cfg.likelihood)
-    likelihood.validate_targets(y)
+    likelihood = C.build_likelihood(cfg.likelihood, y)
     features = FM.build_input_map(cfg.features, D, cfg.seed).to(device, dtype) if FM.uses_features(cfg) else None
     with torch.no_grad():  # the GP's inputs: g(x), so the inducing points start in feature space
         x_in = x if features is None else features(x)
