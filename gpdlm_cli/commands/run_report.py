@@ -86,13 +86,15 @@ def dataset_input(table, fingerprint: str) -> dict:
 
 
 # ----- the learning curve's labels ---------------------------------------------------------------------
-def curve_info(cfg, task: str, y_std: float, lr: float | None = None) -> dict:
-    """Subtitle (the key settings) and the units of both axes of ``learning_curve.png``."""
+def curve_info(cfg, task: str, y_std: float, lr=None) -> dict:
+    """Subtitle (the key settings) and the units of both axes of ``learning_curve.png``. ``lr``: one
+    learning rate, or the distinct ones of the run's stages in order."""
     bits = [f"beta={_fmt(float(cfg.objective.beta))}"]
     if cfg.model.get("num_inducing") is not None and cfg.model.name != "exact":
         bits.append(f"M={cfg.model.num_inducing}")
     if lr is not None:
-        bits.append(f"lr={_fmt(float(lr))}")
+        lrs = lr if isinstance(lr, (list, tuple)) else [lr]
+        bits.append("lr=" + "/".join(_fmt(float(v)) for v in lrs))
     bs = cfg.trainer.get("batch_size")
     bits.append(f"batch={bs}" if bs else "full batch")
     variant = cfg.model.get("variant") if cfg.model.name in VARIANT_MODELS else None

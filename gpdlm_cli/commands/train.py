@@ -97,7 +97,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                 history["steps"].setdefault(k, []).extend(pts)
             tracker.log_steps(series)
 
-        info = curve_info(cfg, splits.task, splits.y_std, lr=settings.lr)
+        stage_lrs = list(dict.fromkeys(s.overrides.get("lr", settings.lr) for s in method.stages))  # families' own lrs
+        info = curve_info(cfg, splits.task, splits.y_std, lr=stage_lrs)
         try:
             fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=generator,
                              evaluate=evaluate, log_steps=log_steps, modules=method.modules)

@@ -215,3 +215,19 @@ def test_learning_curve_labels_give_settings_and_units():
     assert info["nll_label"] == "NLL (nats per point, target units)"
     cls = RR.curve_info(compose(["dataset=breast_cancer", "trainer.batch_size=64"]), "classification", 1.0)
     assert cls["nll_label"] == "NLL (nats per point)" and cls["subtitle"].endswith("batch=64")
+    seq = RR.curve_info(compose(["model=svgp"]), "regression", 1.0, lr=[0.01, 0.1])  # stages with their own lr
+    assert "lr=0.01/0.1," in seq["subtitle"]
+
+
+def test_the_learning_curve_shows_the_lr_the_family_trains_with(tmp_path, monkeypatch):
+    """gp_lstm trains its network with Adam(0.01) (App. E) when trainer.lr is null, not the trainer's
+    full-batch default 0.1: the subtitle says so."""
+    from gpdlm_cli.commands import train as T
+    from gpdlm_cli.tracking import NullTracker
+
+    seen = {}
+    monkeypatch.setattr(T, "curve_info", lambda *a, **k: seen.update(RR.curve_info(*a, **k)) or dict(seen))
+    T.run_train(compose(["model=gp_lstm", "dataset=sysid_actuator", "dataset.n=128", "model.network.units=4",
+                         "trainer.max_iters=2", "trainer.final_theta_steps=1", "trainer.eval_every=0", "progress=false",
+                         "tracking.enabled=false"]), tmp_path, tracker=NullTracker())
+    assert "lr=0.01, " in seen["subtitle"], seen["subtitle"]
