@@ -14,7 +14,7 @@ from gpdlm_cli.tracking import MlflowTracker
 
 from ..conftest import compose
 
-PRESETS = ("gplstm_sysid", "gplstm_driving", "gplstm_convergence", "gplstm_scaling")
+PRESETS = ("gplstm_sysid", "gplstm_driving", "gplstm_convergence", "gplstm_delay", "gplstm_scaling")
 ONE_STEP = {"test_rmse", "test_nll", "val_rmse", "train_seconds", "epoch_seconds", "test_ms_per_point"}
 GP = {"train_nlml", "noise", "outputscale"}
 EXPECTED = {  # metrics beyond ONE_STEP, by preset and model
@@ -23,6 +23,7 @@ EXPECTED = {  # metrics beyond ONE_STEP, by preset and model
                                       "embedding_drift_mean", "refreshes", "lr_halvings"}},
     "gplstm_driving": {"lstm": set(), "gp_lstm": GP | {"embedding_drift_mean", "refreshes"}},
     "gplstm_convergence": {"gp_lstm": GP},
+    "gplstm_delay": {"gp_lstm": GP | {"refreshes", "embedding_drift_mean", "lr_halvings"}},
     "gplstm_scaling": {"gp_lstm": GP | {"refreshes"}},
 }
 
@@ -48,6 +49,13 @@ def test_presets_set_the_papers_protocol():
     assert compose(["+experiment=gplstm_driving", "dataset.task=speed"]).dataset.output is None
     assert len(sweep_jobs("gplstm_sysid")) == 2 * 3 * 8 * 5 and len(sweep_jobs("gplstm_convergence")) == 2 * 5 * 5
     assert len(sweep_jobs("gplstm_scaling")) == 4 * 3
+    assert compose(["+experiment=gplstm_convergence"]).trainer.keep_best is None  # curves: the last epoch
+    # Figure 4 (right): Algorithm 2 alone, batch (tau) x lr x 5 seeds, the paper's fixed lr_W, no lr halving
+    dl = compose(["+experiment=gplstm_delay"])
+    assert (dl.trainer.algorithm, dl.trainer.lr_over_tau, dl.trainer.refresh_check, dl.model.network.units) == (
+        "delayed", False, False, 16)
+    jobs = sweep_jobs("gplstm_delay")
+    assert len(jobs) == 4 * 3 * 5 and all("trainer.algorithm=delayed" in j for j in jobs)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
