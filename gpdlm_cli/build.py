@@ -125,14 +125,15 @@ def _check_threads(setting) -> None:
 
 
 def configure_threads(setting, parallel_jobs: int = 1) -> int:
-    """Set torch's CPU threads: an int, or 'auto' = cores // parallel jobs (at least 1).
+    """Set torch's CPU threads: an int, or 'auto' (``runtime.auto_threads``: this job's share of the
+    cores, cores // parallel jobs, at most the cores other processes leave free, at least 1).
 
     Oversubscribed cores are catastrophic for OpenMP (spinning threads: 10x slower seen on 2 cores
     with two 2-thread jobs), so parallel sweep jobs share the cores instead of each taking all."""
-    import os
+    from .runtime import threads_setting
 
     _check_threads(setting)
-    n = max(1, (os.cpu_count() or 1) // max(1, parallel_jobs)) if setting == "auto" else setting
+    n = threads_setting(setting, parallel_jobs)
     torch.set_num_threads(n)
     return n
 

@@ -172,10 +172,15 @@ def test_threads_auto_shares_the_cores_among_parallel_jobs(monkeypatch):
     from gpdlm_cli.exceptions import ConfigError
 
     before = torch.get_num_threads()
-    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    busy = {"cores": 0.0}
+    monkeypatch.setattr("gpdlm_cli.runtime.available_cores", lambda: [0, 1, 2, 3])
+    monkeypatch.setattr("gpdlm_cli.runtime.busy_cores", lambda: busy["cores"])
     try:
         assert configure_threads("auto", parallel_jobs=2) == 2 == torch.get_num_threads()
         assert configure_threads("auto", parallel_jobs=8) == 1
+        assert configure_threads("auto") == 4
+        busy["cores"] = 3.0  # the same rule as `gpdlm train`: only the cores others leave free
+        assert configure_threads("auto") == 1
         assert configure_threads(3) == 3
         with pytest.raises(ConfigError, match="'threads' parameter of gpdlm must be 'auto' or an integer >= 1; got 0"):
             configure_threads(0)
