@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,6 +26,9 @@ from .methods.components import (
     is_int,
     is_number,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _is_number = is_number  # kept for callers of the old private name
 
@@ -161,6 +165,7 @@ class Tensors:
     y_test: torch.Tensor
     feature_names: list | None = None  # column names (sequence windows: 'channel[t-k]')
     target_names: list | None = None  # the target's name(s); y is (n, d) for d > 1 outputs
+    y_std: float | np.ndarray = 1.0  # y was divided by it (one per output; 1 when not standardised)
 
 
 def load_data(cfg):
@@ -195,7 +200,8 @@ def load_data(cfg):
         return torch.as_tensor(a, dtype=dtype, device=device)
 
     tensors = Tensors(t(splits.X_train), t(splits.y_train), t(splits.X_val), t(splits.y_val), t(splits.X_test), t(splits.y_test),
-                      feature_names=list(splits.feature_names), target_names=str(table.target_name).split(","))
+                      feature_names=list(splits.feature_names), target_names=str(table.target_name).split(","),
+                      y_std=splits.y_std)
     return table, splits, tensors
 
 

@@ -106,7 +106,6 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 def build(cfg, data, task: str) -> Method:
-    from ..metrics import predictive_metrics
     from ..models.bayesian_linear import BayesianLinearGP
     from ..objectives import SCGD, BatchNLML, Minimax, NearestNeighbourBatches
 
@@ -138,15 +137,9 @@ def build(cfg, data, task: str) -> Method:
         objective = BatchNLML(model, nearest)
         stage = Stage("bsgd", objective, groups, wants_index=nearest is not None)
 
-    # train_nlml is in the target's units (+ log s_y). The runner hands s_y to `evaluate`, which it
-    # calls before the monitors at every evaluation; the monitors read it from here.
-    scale = {"log_y_std": 0.0}
-
-    def evaluate(xe, ye, prefix="test_", y_std=1.0):
-        scale["log_y_std"] = math.log(y_std)
-        return predictive_metrics(model, likelihood, xe, ye, y_std=y_std, prefix=prefix)
-
-    monitors = {"train_nlml": lambda: model.nlml() + scale["log_y_std"]}
+    # train_nlml is in the target's units: + log s_y (y was divided by s_y).
+    log_y_std = math.log(float(data.y_std))
+    monitors = {"train_nlml": lambda: model.nlml() + log_y_std}
     if m.name == "scgd":
         monitors["ftilde_gap"] = objective.tracking_gap
     elif m.name == "minimax":
@@ -160,7 +153,7 @@ def build(cfg, data, task: str) -> Method:
             out["lengthscale"] = float(kernel_map.lengthscale.detach().mean())
         out["outputscale"] = float(kernel_map.outputscale.detach())
         if cfg.kernel.name == "rff" and 0 < n <= m.exact_nlml_max_n:
-            out["train_nlml_exact_kernel"] = model.exact_kernel_nlml() + scale["log_y_std"]
+            out["train_nlml_exact_kernel"] = model.exact_kernel_nlml() + log_y_std
         if m.name == "scgd":
             out["ftilde_gap"] = objective.tracking_gap()
         if m.name == "minimax":
@@ -169,5 +162,4 @@ def build(cfg, data, task: str) -> Method:
         return out
 
     tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})", "gpdlm.features": cfg.features.name}
-    return Method(m.name, model, likelihood, [stage], monitors=monitors, evaluate=evaluate,
-                  diagnostics=diagnostics, tags=tags, default_keep_best="train_nlml")
+    return Method(m.name, model, likelihood, [stage], monitors=monitors, diagnostics=diagnostics, tags=tags, default_keep_best="train_nlml")

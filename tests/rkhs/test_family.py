@@ -149,6 +149,16 @@ def test_svgp_and_dlm_on_network_features(tmp_path):
         assert math.isfinite(m["test_nll"]) and math.isfinite(m["test_rmse"])
 
 
+def test_train_nlml_monitor_is_in_target_units_before_any_evaluation():
+    """The monitor adds log s_y from the data itself, whatever else ran first: keep_best by
+    train_nlml must not see its first point without the log s_y shift (2.8 nats on concrete)."""
+    cfg = compose([*SMALL, "model=scgd", "features=none", "kernel=rff", "kernel.num_features=16"])
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    assert splits.y_std > 10
+    assert method.monitors["train_nlml"]() == pytest.approx(method.model.nlml() + math.log(splits.y_std), rel=1e-12)
+
+
 def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(tmp_path):
     """`model=scgd features=nn kernel=linear trainer.batch_size=32 trainer.keep_best=train_nlml`
     (a 16-16 network, 6 epochs, evaluated every epoch): train_nlml = train_nlml_norm + log s_y with
