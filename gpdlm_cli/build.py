@@ -252,7 +252,7 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
                         kappa=float(t.get("rm_kappa", 0.6)))
     keep = t.get("keep_best")
     if keep == "auto":
-        keep = default_keep_best(cfg, method, task, n_val)
+        keep = default_keep_best(cfg, method, n_val)
     mode = t.get("keep_best_mode", "auto")
     lr_scale = {str(k): float(v) for k, v in (t.get("lr_scale") or {}).items()}
     if method is not None:
@@ -279,7 +279,7 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
     )
 
 
-def default_keep_best(cfg, method: Method | None, task: str, n_val: int | None) -> str | None:
+def default_keep_best(cfg, method: Method | None, n_val: int | None) -> str | None:
     """``trainer.keep_best=auto``: the family's ``default_keep_best`` where this run computes it at
     evaluation points (evaluations on; a val_ metric needs a validation set), else None (the last iterate)."""
     want = method.default_keep_best if method is not None else None
