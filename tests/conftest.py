@@ -58,3 +58,15 @@ def mlflow_uri(tmp_path_factory):
     """One SQLite store per test session (creating the schema costs seconds; do it once)."""
     path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
     return f"sqlite:///{path}"
+
+
+def ar1_series(T: int, seed: int = 0):
+    """A toy input/output sequence: u_t ~ N(0, 1), y_t = 0.5 y_{t-1} + u_t (y_0 = 0)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=T)
+    y = np.zeros(T)
+    for t in range(1, T):
+        y[t] = 0.5 * y[t - 1] + u[t]
+    return u, y

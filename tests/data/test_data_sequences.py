@@ -9,14 +9,7 @@ from gpdlm_cli.data import load_table, make_splits, make_windows, simulate_free
 from gpdlm_cli.data.sequences import window_names
 from gpdlm_cli.exceptions import DataError
 
-
-def toy_series(T=60, seed=0):
-    rng = np.random.default_rng(seed)
-    u = rng.normal(size=T)
-    y = np.zeros(T)
-    for t in range(1, T):
-        y[t] = 0.5 * y[t - 1] + u[t]  # y_t = 0.5 y_{t-1} + u_t
-    return u, y
+from tests.conftest import ar1_series
 
 
 def test_window_layout_regression_and_autoregression():
@@ -35,7 +28,7 @@ def test_window_layout_regression_and_autoregression():
 
 
 def test_free_simulation_with_the_true_model_reproduces_the_series():
-    u, y = toy_series()
+    u, y = ar1_series(60)
     lag = 2
     X, Y, _ = make_windows(u, y, lag, "free_simulation")
     names = window_names(["u"], "y", lag, "free_simulation")
@@ -50,7 +43,7 @@ def test_free_simulation_with_the_true_model_reproduces_the_series():
 
 
 def test_free_simulation_feeds_back_its_own_errors():
-    u, y = toy_series(T=200)
+    u, y = ar1_series(200)
     lag = 1
     X, Y, _ = make_windows(u, y, lag, "autoregression")
     biased = lambda rows: 0.5 * rows[:, 1] + rows[:, 0] + 0.1  # noqa: E731  (a constant one-step bias)
@@ -61,7 +54,7 @@ def test_free_simulation_feeds_back_its_own_errors():
 
 
 def test_window_errors():
-    u, y = toy_series(T=20)
+    u, y = ar1_series(20)
     with pytest.raises(DataError, match="window mode"):
         make_windows(u, y, 3, "teleport")
     with pytest.raises(DataError, match="too short"):

@@ -11,14 +11,7 @@ from gpdlm_cli.data.sequences import make_windows, window_names
 from gpdlm_cli.features.recurrent import WindowLayout
 from gpdlm_cli.methods.recurrent import rollouts, simulate
 
-
-def series(T=80, seed=0):
-    rng = np.random.default_rng(seed)
-    u = rng.normal(size=T)
-    y = np.zeros(T)
-    for t in range(1, T):
-        y[t] = 0.5 * y[t - 1] + u[t]  # y_t = 0.5 y_{t-1} + u_t
-    return u, y
+from ..conftest import ar1_series
 
 
 def one_step(bias):
@@ -32,7 +25,7 @@ def one_step(bias):
 def test_rollouts_accumulate_a_one_step_bias_geometrically():
     """A one-step bias b of y_t = 0.5 y_{t-1} + u_t grows to b (1 + 0.5 + ... + 0.5^(k-1)) at the
     k-th simulated step, from any start; ``sim_rmse_h<k>`` pools the first k steps of every start."""
-    u, y = series()
+    u, y = ar1_series(80)
     X, Y, _ = make_windows(u, y, 2, "free_simulation")
     layout = WindowLayout.from_names(window_names(["u"], "y", 2, "free_simulation"), ["y"])
     x = torch.as_tensor(X)
@@ -51,7 +44,7 @@ def test_horizon_rmse_pools_the_first_k_steps_of_every_start():
     from gpdlm_cli.likelihoods import GaussianLikelihood
     from gpdlm_cli.methods.recurrent import simulation_metrics
 
-    u, y = series()
+    u, y = ar1_series(80)
     X, Y, _ = make_windows(u, y, 2, "free_simulation")
     layout = WindowLayout.from_names(window_names(["u"], "y", 2, "free_simulation"), ["y"])
     x, yt = torch.as_tensor(X), torch.as_tensor(Y)
