@@ -27,7 +27,7 @@ import re
 import numpy as np
 
 from ..exceptions import DataError
-from .splits import DataSplits
+from .splits import DataSplits, first_train_rows
 from .table import Table
 
 _TAP = re.compile(r"^(?P<channel>.+)\[t-\d+\]$")
@@ -59,11 +59,8 @@ def chronological_splits(table: Table, *, val_fraction: float, train_size=None, 
     if train_idx.size < 2:
         raise DataError(f"dataset '{table.name}' ({table.n} rows) leaves {train_idx.size} training rows after "
                         f"the chronological validation block ({n_val} rows)")
-    if train_size is not None:
-        if train_size < 2 or train_size > train_idx.size:
-            raise DataError(f"dataset.split.train_size={train_size} but dataset '{table.name}' has only "
-                            f"{train_idx.size} training windows before its validation block ({n_val})")
-        train_idx = train_idx[: int(train_size)]
+    train_idx = first_train_rows(train_idx, train_size, table.name,
+                                 f"training windows before its validation block ({n_val})")
 
     X, y = table.X, table.y
     names = target_names(table)

@@ -119,13 +119,8 @@ def make_splits(
         test_idx, val_idx, train_idx = perm[:n_test], perm[n_test:n_test + n_val], perm[n_test + n_val:]
     if n_rest < 2:
         raise DataError(f"dataset '{table.name}' ({n} rows) leaves {n_rest} training rows after the test/validation split")
-    if train_size is not None:
-        if train_size < 2 or train_size > n_rest:
-            raise DataError(
-                f"dataset.split.train_size={train_size} but dataset '{table.name}' has only {n_rest} rows "
-                f"left for training after test ({n_test}) and validation ({n_val})"
-            )
-        train_idx = train_idx[:train_size]
+    train_idx = first_train_rows(train_idx, train_size, table.name,
+                                 f"rows left for training after test ({n_test}) and validation ({n_val})")
     return _finish(table, train_idx, val_idx, test_idx, notes, standardize_x=standardize_x, standardize_y=standardize_y)
 
 
@@ -168,6 +163,17 @@ def check_split(name: str, split: dict, options: dict | None = None) -> None:
         raise no_masks_error(name, mask)
 
 
+def first_train_rows(train_idx: np.ndarray, train_size, dataset: str, what: str) -> np.ndarray:
+    """``train_idx[:train_size]`` (all of it for None); a DataError naming the ``what`` there are too
+    few of when ``train_size`` is < 2 or above ``train_idx.size``."""
+    if train_size is None:
+        return train_idx
+    if train_size < 2 or train_size > train_idx.size:
+        raise DataError(f"dataset.split.train_size={train_size} but dataset '{dataset}' has only "
+                        f"{train_idx.size} {what}")
+    return train_idx[: int(train_size)]
+
+
 def _mask_rows(table: Table, k: int, mask_val_fraction: float, train_size, test_size, seed):
     masks = table.test_masks
     if masks is None:
@@ -189,11 +195,7 @@ def _mask_rows(table: Table, k: int, mask_val_fraction: float, train_size, test_
     if train_idx.size < 2:
         raise DataError(f"dataset '{table.name}' ({table.n} rows) leaves {train_idx.size} training rows outside "
                         f"test mask {k} and {val_idx.size} validation rows")
-    if train_size is not None:
-        if train_size < 2 or train_size > train_idx.size:
-            raise DataError(f"dataset.split.train_size={train_size} but dataset '{table.name}' has only "
-                            f"{train_idx.size} training rows outside test mask {k}")
-        train_idx = train_idx[:train_size]
+    train_idx = first_train_rows(train_idx, train_size, table.name, f"training rows outside test mask {k}")
     notes = [f"published test mask {k} of {masks.shape[1]}: {test_idx.size} test rows, {train_idx.size} training, "
              f"{val_idx.size} validation"]
     return train_idx, val_idx, test_idx, notes
