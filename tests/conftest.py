@@ -29,10 +29,29 @@ def _private_data_cache(tmp_path_factory):
         os.environ["GPDLM_DATA"] = old
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device", default=None, choices=("cpu", "cuda", "auto"),
+        help="gpdlm's default device for every run the tests start (composed configs and `gpdlm` "
+             "subprocesses, through GPDLM_DEVICE): `pytest --device=cuda` trains the suite on CUDA")
+
+
 def pytest_configure(config):
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    device = config.getoption("--device")
+    if device is not None:
+        os.environ["GPDLM_DEVICE"] = device  # conf/config.yaml: device: ${oc.env:GPDLM_DEVICE,auto}
+
+
+@pytest.fixture(scope="session")
+def device():
+    """The torch device the suite trains on (``--device``; CPU by default, as in CI)."""
+    import torch
+
+    name = os.environ.get("GPDLM_DEVICE", "cpu")
+    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
 
 
 def compose(overrides=()):

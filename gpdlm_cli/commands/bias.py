@@ -184,7 +184,7 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
     model, likelihood, estimator = method.model, method.likelihood, method.estimator
     svgp_stage, dlm_stage = method.stages
     device = data.x_train.device
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    generator = torch.Generator().manual_seed(cfg.seed)  # batch orders on the CPU, as in `gpdlm train`
     estimator.seed(cfg.seed, device)
 
     b = cfg.bias

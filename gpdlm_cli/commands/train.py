@@ -73,7 +73,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     method = build.build_method(cfg, data, splits.task)
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
     device = data.x_train.device
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    generator = torch.Generator().manual_seed(cfg.seed)  # batch orders drawn on the CPU: the same on every device
     if method.estimator is not None:
         method.estimator.seed(cfg.seed, device)
 

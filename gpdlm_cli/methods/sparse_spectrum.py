@@ -266,8 +266,8 @@ def _build_svbssgp(cfg, data) -> Method:
         "epochs": lambda: counter.steps / steps_per_epoch,
     }
     if m.elbo_samples > 0:
-        z_elbo = torch.Generator(device=device).manual_seed(seed + 3)
-        z_elbo = torch.randn(m.elbo_samples, objective.z_dim, generator=z_elbo, dtype=dtype, device=device)
+        z_elbo = torch.randn(m.elbo_samples, objective.z_dim, generator=torch.Generator().manual_seed(seed + 3),
+                             dtype=dtype).to(device)  # drawn on the CPU: the same numbers on every device
         monitors["elbo_per_datum"] = lambda: objective.elbo_per_datum(x, y, z_elbo)
 
     base = PREDICTIVE_METRICS["regression"]
@@ -280,8 +280,8 @@ def _build_svbssgp(cfg, data) -> Method:
             return {}
         t0 = time.perf_counter()
         with torch.no_grad():
-            z = torch.randn(m.predict_samples, q.D, generator=torch.Generator(device=device).manual_seed(seed + 2),
-                            dtype=dtype, device=device)
+            z = torch.randn(m.predict_samples, q.D, generator=torch.Generator().manual_seed(seed + 2),
+                            dtype=dtype).to(device)  # the CPU's stream: the same predictive on every device
             theta, s = q.split(q.sample(z))
             mu, var = predict_gamma_family(cells, x, y, xq, theta, s, likelihood.noise, q.signal_variance, gammas)
         out = {}

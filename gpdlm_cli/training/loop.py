@@ -203,7 +203,7 @@ def train(
                     xb, yb, idx = x, y, None
                 else:
                     if pos + bs > n:
-                        perm, pos = torch.randperm(n, generator=generator, device=generator.device).to(x.device), 0
+                        perm, pos = torch.randperm(n, generator=generator, device=generator.device).to(x.device, non_blocking=True), 0
                     idx = perm[pos:pos + bs]
                     pos += bs
                     xb, yb = x[idx], y[idx]
