@@ -42,6 +42,10 @@ def validate_config(cfg) -> None:
     family = family_of(cfg.model.name)
     family.validate(cfg)
     validate_trainer(cfg.trainer)
+    s = cfg.get("sweep") or {}
+    for key in ("share_stages", "warm_start"):
+        if not isinstance(s.get(key, False), bool):
+            raise param_error(key, "sweep", "true or false", s.get(key))
     _check_threads(cfg.get("threads", "auto"))
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise param_error("device", "gpdlm", "'auto', 'cpu' or 'cuda'", cfg.device)
@@ -52,7 +56,7 @@ def validate_config(cfg) -> None:
 
 
 def validate_trainer(t) -> None:
-    """The ``trainer.*`` keys (see conf/trainer/default.yaml and the README's trainer table)."""
+    """The ``trainer.*`` keys (see conf/trainer/paper.yaml and the README's trainer table)."""
     from .training import OPTIMIZERS, SCHEDULES, STOP_RULES
 
     if t.lr is not None and (not is_number(t.lr) or t.lr <= 0):
@@ -114,6 +118,17 @@ def validate_trainer(t) -> None:
             raise param_error("rm_kappa", "trainer (schedule=robbins_monro)", "a float in (0.5, 1]", t.rm_kappa)
         if not is_number(t.rm_t0) or t.rm_t0 <= 0 or math.isinf(t.rm_t0):
             raise param_error("rm_t0", "trainer (schedule=robbins_monro)", "a finite float > 0", t.rm_t0)
+    if t.get("protocol", "paper") not in ("paper", "fast"):
+        raise param_error("protocol", "trainer", "'paper' or 'fast' (or choose trainer=paper|fast)", t.protocol)
+    fw = t.get("fast_window", 10)
+    if not is_int(fw) or fw < 2:
+        raise param_error("fast_window", "trainer (protocol=fast)", "an integer >= 2", fw)
+    fm = t.get("fast_max_iters", 1000)
+    if not is_int(fm) or fm < 1:
+        raise param_error("fast_max_iters", "trainer (protocol=fast)", "an integer >= 1", fm)
+    ft = t.get("fast_tol", 1e-4)
+    if not is_number(ft) or not 0 <= ft < math.inf:
+        raise param_error("fast_tol", "trainer (protocol=fast)", "a finite float >= 0", ft)
     keep = t.get("keep_best")
     if keep is not None and (not isinstance(keep, str) or not keep):
         raise param_error("keep_best", "trainer", "'auto', a metric name (e.g. val_nll) or null", keep)
@@ -276,6 +291,10 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
         keep_best=keep,
         keep_best_mode="min" if mode == "auto" else mode,
         stop_rule=t.get("stop_rule", "auto"),
+        protocol=t.get("protocol", "paper"),
+        fast_window=int(t.get("fast_window", 10)),
+        fast_tol=float(t.get("fast_tol", 1e-4)),
+        fast_max_iters=int(t.get("fast_max_iters", 1000)),
     )
 
 

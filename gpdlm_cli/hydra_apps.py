@@ -15,7 +15,7 @@ import traceback
 import hydra
 from omegaconf import DictConfig
 
-from .exceptions import GpdlmError
+from .exceptions import ConfigError, GpdlmError
 from .runtime import threads_setting
 
 EXIT_USER_ERROR = 2
@@ -87,6 +87,9 @@ def run_job(cfg: DictConfig, runner, run_name=None):
 
         OmegaConf.update(cfg, "tracking.run_name", run_name(cfg, context.get("swept", [])), merge=False)
     try:
+        if cfg.get("sweep", {}).get("warm_start", False) and "BasicLauncher" not in str(hc.launcher.get("_target_", "")):
+            raise ConfigError("sweep.warm_start=true passes each beta's end state to the next job in the same process: "
+                              "use the default launcher (drop hydra/launcher=...) or set sweep.warm_start=false")
         build.configure_threads(threads_setting(cfg.get("threads", "auto"), parallel_jobs(hc)))
         metrics = runner(cfg, hc.runtime.output_dir, overrides=overrides,
                          parent_run_id=context.get("parent_run_id"), skip_finished=cfg.sweep.skip_finished)

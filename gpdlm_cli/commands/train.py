@@ -99,9 +99,12 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
 
         stage_lrs = list(dict.fromkeys(s.overrides.get("lr", settings.lr) for s in method.stages))  # families' own lrs
         info = curve_info(cfg, splits.task, splits.y_std, lr=stage_lrs)
+        cache, warm = reuse_for(cfg)
+        est_gen = method.estimator.random.generator(device) if hasattr(method.estimator, "random") else None
         try:
             fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=generator,
-                             evaluate=evaluate, log_steps=log_steps, modules=method.modules)
+                             evaluate=evaluate, log_steps=log_steps, modules=method.modules,
+                             cache=cache, warm=warm, generators=[est_gen])
         except BaseException as e:  # a run stopped from outside leaves a self-explaining folder
             why = killed_reason(e)
             if why:
@@ -112,7 +115,12 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                     tracker.log_artifact(f)
             raise
         history["loss"] = fit.losses
+        if fit.reused:
+            tracker.set_tags({"gpdlm.reused_stage": ",".join(fit.reused)})
+        if fit.warm_started_from is not None:
+            tracker.set_tags({"gpdlm.warm_start_from": f"beta={fit.warm_started_from:g}"})
         tracker.set_tags({"gpdlm.stop_rule": ",".join(fit.stop_rules) or "none",
+                          "gpdlm.protocol": settings.protocol, "gpdlm.optimizers": ",".join(fit.optimizers) or "none",
                           "gpdlm.keep_best": settings.keep_best or "none"})
         if method.finalize:
             method.finalize(data.x_train, data.y_train)
@@ -122,6 +130,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
             "train_seconds": fit.train_seconds,
             "iter_ms": fit.iter_ms,
             "iterations": fit.iterations,
+            # the training objective (per datum) at the first step and at the last step of the last stage
+            **({"first_loss": fit.losses[0], "final_loss": fit.losses[-1]} if fit.losses else {}),
             "converged": int(fit.converged),
             "n_train": splits.n_train,
         })
@@ -144,6 +154,36 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                 tracker.log_artifact(output_dir / f)
     report_run(run_name, metrics, output_dir, tracker)
     return metrics
+
+
+def reuse_key(cfg) -> str:
+    """What determines every stage whose result does not depend on beta: the resolved config without
+    ``objective.beta`` (and the bookkeeping keys ``config_hash`` drops), and the code that trains it."""
+    import hashlib
+
+    from omegaconf import OmegaConf
+
+    from .. import __version__
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    c.get("objective", {}).pop("beta", None)
+    for k in ("tracking", "progress", "sweep", "hydra"):
+        c.pop(k, None)
+    blob = json.dumps({"config": c, "gpdlm": __version__, "commit": git_commit()}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def reuse_for(cfg):
+    """(StageCache or None, WarmStart or None) from ``sweep.share_stages`` and ``sweep.warm_start``."""
+    from ..training.reuse import StageCache, WarmStart
+
+    s = cfg.sweep
+    share, warm = bool(s.get("share_stages", True)), bool(s.get("warm_start", False))
+    if not (share or warm):
+        return None, None
+    key = reuse_key(cfg)
+    cache = StageCache(Path(str(s.get("cache_dir", "outputs/.cache"))) / "stages", key) if share else None
+    return cache, (WarmStart(key, float(cfg.objective.beta)) if warm else None)
 
 
 def evaluator(method, data, y_std: float):

@@ -37,6 +37,12 @@ class Stage:
       overrides them group by group).
     * ``wants_index``: call ``objective(x_batch, y_batch, index)`` with the batch's row indices
       (``None`` on the full batch).
+    * ``lbfgs_ok``: the fast protocol (``trainer=fast``) may train this stage with L-BFGS when it is
+      deterministic and full batch (the family vouches that its objective is a smooth deterministic
+      function of the groups' parameters: closed-form or quadrature DLM, the ELBOs, SGPR/FITC, exact,
+      SSGP); stages that leave it False keep the configured first-order optimiser.
+    * ``shareable``: the stage's result does not depend on ``objective.beta`` (the fixed variants'
+      SVGP stage): a sweep trains it once per everything else and reuses it (``training.reuse``).
     * ``blocks``: a fixed partition of the training rows (1-D index tensors on the data's device)
       to use instead of shuffled minibatches: each epoch visits every block once, in a random order,
       so a step's block is uniform over the blocks (e.g. the sparse-spectrum paper's k-means
@@ -54,6 +60,8 @@ class Stage:
     lr_scale: dict[str, float] = field(default_factory=dict)
     wants_index: bool = False
     blocks: list | None = None
+    lbfgs_ok: bool = False
+    shareable: bool = False
 
     @property
     def params(self) -> list:

@@ -44,4 +44,4 @@ def build(cfg, data, task: str) -> Method:
     lik_params = list(likelihood.parameters())
     taken = {id(p) for p in lik_params} | {id(model.Z)}
     groups = {"inducing": [model.Z], "kernel": [p for p in model.parameters() if id(p) not in taken], "likelihood": lik_params}
-    return Method(m.name, model, likelihood, [Stage(m.name, O.CollapsedBound(model, n), groups)])
+    return Method(m.name, model, likelihood, [Stage(m.name, O.CollapsedBound(model, n), groups, lbfgs_ok=True)])

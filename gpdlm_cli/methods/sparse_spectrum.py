@@ -155,7 +155,7 @@ def _build_ssgp(cfg, data) -> Method:
                  learn_signal=m.learn_signal, generator=gen).to(device=x.device, dtype=x.dtype)
     model.set_train_data(x, y)
     groups = {"frequencies": [model.w], "kernel": [model.raw_signal], "likelihood": list(likelihood.parameters())}
-    stage = Stage("ssgp", O.SSGPMarginalLikelihood(model, n), groups)
+    stage = Stage("ssgp", O.SSGPMarginalLikelihood(model, n), groups, lbfgs_ok=True)
     evaluate = None
     if m.predict == "local":
         cells = LocalCells(x, m.partitions, int(cfg.seed))
@@ -194,7 +194,7 @@ def _build_vssgp(cfg, data) -> Method:
     groups = {"variational": model.variational_parameters(), "kernel": [model.raw_signal, model.raw_lengthscale],
               "likelihood": list(likelihood.parameters())}
     objective = O.ELBO(model, likelihood, estimator, n, float(cfg.objective.beta))
-    stage = Stage("vssgp", objective, groups, stochastic=bool(estimator.stochastic))
+    stage = Stage("vssgp", objective, groups, stochastic=bool(estimator.stochastic), lbfgs_ok=True)
 
     def diagnostics():
         return {"noise_variance": float(likelihood.noise.detach()), "signal_variance": float(model.signal_variance.detach())}

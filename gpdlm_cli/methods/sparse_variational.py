@@ -27,6 +27,7 @@ Parameter groups (``trainer.lr_scale.<group>``): ``variational`` (m~, the Choles
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -126,6 +127,7 @@ def build(cfg, data, task: str) -> Method:
     elbo = m.get("elbo", "auto")
     collapsed = elbo == "collapsed" or (elbo == "auto" and likelihood.name == "gaussian" and full_batch
                                         and base_est.name in ("auto", "exact"))
+    smooth = features is None  # trainer=fast: L-BFGS on GP parameters only, never on a network
     tags = {"gpdlm.elbo_form": "collapsed" if collapsed else "uncollapsed", "gpdlm.baseline_estimator": base_est.name}
 
     def svgp_stage(stage_beta: float) -> Stage:
@@ -134,8 +136,9 @@ def build(cfg, data, task: str) -> Method:
 
             obj = O.CollapsedELBO(model, likelihood, n, stage_beta)
             return Stage("svgp", obj, {k: v for k, v in groups.items() if k != "variational"},
-                         hooks=[RefreshOptimalQ(obj, x, y)])
-        return Stage("svgp", O.ELBO(model, likelihood, base_est, n, stage_beta), groups, stochastic=bool(base_est.stochastic))
+                         hooks=[RefreshOptimalQ(obj, x, y)], lbfgs_ok=smooth)
+        return Stage("svgp", O.ELBO(model, likelihood, base_est, n, stage_beta), groups, stochastic=bool(base_est.stochastic),
+                     lbfgs_ok=smooth)
 
     if m.name == "svgp":
         return Method("svgp", model, likelihood, [svgp_stage(beta)], estimator, tags=tags)
@@ -152,7 +155,7 @@ def build(cfg, data, task: str) -> Method:
             model.variational_strategy.inducing_points.requires_grad_(True)
         model.reset_variational()
 
-    pre = [svgp_stage(1.0)] if fixed else []
+    pre = [dataclasses.replace(svgp_stage(1.0), shareable=True)] if fixed else []
     if not fixed:
         tags.pop("gpdlm.elbo_form")  # no ELBO is optimised
     fixed_groups = {"variational": groups["variational"], **({"inducing": groups["inducing"]} if learn_z else {})}
@@ -160,14 +163,14 @@ def build(cfg, data, task: str) -> Method:
     if m.name == "dlm":
         obj = O.DLM(model, likelihood, estimator, n, beta)
         stage = Stage("dlm", obj, fixed_groups if fixed else groups, prepare=freeze_and_reset if fixed else None,
-                      stochastic=stochastic)
+                      stochastic=stochastic, lbfgs_ok=smooth)
         return Method("dlm", model, likelihood, pre + [stage], estimator, tags=tags)
 
     # ----- square-loss DLM ------------------------------------------------------------------------
     completion = _SquareLossCompletion(model, likelihood, data, m.get("predictive", "auto"))
     fix_scale = bool(m.get("fix_outputscale", False))
     if fix_scale:
-        pre = [svgp_stage(1.0)]
+        pre = [dataclasses.replace(svgp_stage(1.0), shareable=True)]
         tags["gpdlm.elbo_form"] = "collapsed" if collapsed else "uncollapsed"
 
     if fixed:
@@ -191,7 +194,7 @@ def build(cfg, data, task: str) -> Method:
         obj = O.SquareLossDLM(model, likelihood, estimator, n, beta)
         stage_groups = {"variational": [model.q_u.variational_mean], "inducing": groups["inducing"], "kernel": kernel_params,
                         **({"features": groups["features"]} if "features" in groups else {})}
-        stage = Stage("sq_dlm", obj, stage_groups, prepare=prepare)
+        stage = Stage("sq_dlm", obj, stage_groups, prepare=prepare, lbfgs_ok=smooth)
         if beta_is_swept(cfg) and not fix_scale:
             print("gpdlm: warning: joint sq_dlm has no finite optimum in the outputscale, so beta only changes the "
                   "optimisation path; sweep beta with model.fix_outputscale=true or model.variant=fixed", file=sys.stderr)

@@ -48,6 +48,10 @@ class TrainerSettings:
     keep_best: str | None = None  # metric name; restore the best iterate before returning
     keep_best_mode: str = "min"  # min | max
     stop_rule: str = "auto"  # auto | window | block_mean | none
+    protocol: str = "paper"  # paper | fast (training.stages.stage_settings: L-BFGS on deterministic stages)
+    fast_window: int = 10  # fast: L-BFGS stops when max - min of the loss over this many iterations
+    fast_tol: float = 1e-4  # ... is <= this (per datum)
+    fast_max_iters: int = 1000  # fast: L-BFGS iteration cap (max_iters is an Adam budget)
 
 
 @dataclass
@@ -59,6 +63,7 @@ class TrainResult:
     iter_ms: float
     epochs: float = 0.0
     stop_rule: str = "window"
+    optimizer: str = "adam"
     best_iteration: int | None = None  # global step of the restored iterate (keep_best)
     best_value: float | None = None
 
@@ -286,6 +291,7 @@ def train(
         iter_ms=statistics.median(chunk_ms) if chunk_ms else (1000 * seconds / max(it, 1)),
         epochs=it / steps_per_epoch,
         stop_rule=rule.name,
+        optimizer=settings.optimizer,
         best_iteration=best["iteration"],
         best_value=best["value"],
     )

@@ -15,6 +15,8 @@ from typing import Callable, Iterable
 import torch
 
 from .loop import TrainerSettings, train
+from .optim import Schedule
+from .stopping import ConvergenceRule
 
 
 @dataclass
@@ -26,16 +28,40 @@ class FitResult:
     epochs: float = 0.0
     best_iteration: int | None = None
     stop_rules: list[str] = field(default_factory=list)
+    optimizers: list[str] = field(default_factory=list)  # per iterative stage
+    reused: list[str] = field(default_factory=list)  # stages restored from the stage cache ("name:key")
+    warm_started_from: float | None = None  # the beta whose end state this run started from
     losses: list[float] = field(default_factory=list)
 
 
-def stage_settings(settings: TrainerSettings, stage) -> TrainerSettings:
-    """The run's settings with the stage's overrides and its default lr_scale (config wins)."""
+def stage_settings(settings: TrainerSettings, stage, n: int | None = None) -> TrainerSettings:
+    """The run's settings with the stage's overrides and its default lr_scale (config wins).
+
+    With ``settings.protocol == "fast"``, a stage the family marks ``lbfgs_ok`` that is deterministic
+    (no sampling estimator, no fixed blocks) and sees the full batch of its ``n`` rows is trained by
+    L-BFGS (strong-Wolfe line search, step 1) until the loss moves by at most ``fast_tol`` per datum
+    over ``fast_window`` iterations, or for ``fast_max_iters`` iterations: the same objective as the paper's first-order protocol, minimised
+    to a tighter tolerance in far fewer iterations (README "Fast protocol"). Every other stage keeps
+    the paper's optimiser, schedule and stopping rule."""
     changes = dict(stage.overrides)
     defaults = getattr(stage, "lr_scale", None)
     if defaults:
         changes["lr_scale"] = {**defaults, **changes.get("lr_scale", settings.lr_scale)}
-    return dataclasses.replace(settings, **changes) if changes else settings
+    s = dataclasses.replace(settings, **changes) if changes else settings
+    if s.protocol == "fast" and uses_lbfgs(stage, s, n):
+        s = dataclasses.replace(
+            s, optimizer="lbfgs", lr=1.0, lr_scale={}, schedule=Schedule(),
+            max_iters=min(s.max_iters, s.fast_max_iters) if s.max_iters is not None else s.fast_max_iters,
+            optimizer_options={"lbfgs_history": s.optimizer_options.get("lbfgs_history", 100)},
+            stop=ConvergenceRule(window=s.fast_window, tol=s.fast_tol), stop_rule="window")
+    return s
+
+
+def uses_lbfgs(stage, settings: TrainerSettings, n: int | None) -> bool:
+    """Whether the fast protocol trains ``stage`` with L-BFGS (see ``stage_settings``)."""
+    full_batch = settings.batch_size is None or (n is not None and settings.batch_size >= n)
+    return (bool(getattr(stage, "lbfgs_ok", False)) and not stage.stochastic and stage.solve is None
+            and getattr(stage, "blocks", None) is None and full_batch)
 
 
 def run_stages(
@@ -48,17 +74,34 @@ def run_stages(
     evaluate: Callable[[], dict[str, float]] | None = None,
     log_steps: Callable | None = None,
     modules: Iterable[torch.nn.Module] = (),
+    cache=None,
+    warm=None,
+    generators: Iterable[torch.Generator | None] = (),
 ) -> FitResult:
+    """Run the stages in order. ``cache`` (``reuse.StageCache``): restore a ``shareable`` stage's end
+    state instead of training it when a job with the same key has trained it (and store it after
+    training otherwise), with the random ``generators`` (batch order, estimator) it leaves behind;
+    ``warm`` (``reuse.WarmStart``): start each iterative stage where it ended on the previous beta."""
     out = FitResult()
     iter_ms = []
     modules = list(modules)
+    generators = [generator, *generators]
     for stage in stages:
         if stage.prepare:
             stage.prepare()
         if stage.solve:
             stage.solve(x, y)
             continue
-        s = stage_settings(settings, stage)
+        shared = cache is not None and getattr(stage, "shareable", False)
+        cached = cache.load(stage.name, modules, generators) if shared else None
+        if cached is not None:  # the stage's end state and learning curve; no time spent
+            out.reused.append(cache.reused[-1])
+            out.iterations += len(cached)
+            out.losses.extend(cached)
+            continue
+        if warm is not None:
+            warm.restore(stage.name, modules)
+        s = stage_settings(settings, stage, x.shape[0])
         result = train(
             stage.objective, stage.groups or stage.params, x, y, s, generator=generator,
             evaluate=evaluate if (s.eval_every or s.eval_every_epochs) else None, log_steps=log_steps,
@@ -71,11 +114,18 @@ def run_stages(
         iter_ms.append(result.iter_ms)
         out.converged = out.converged and result.converged
         out.stop_rules.append(result.stop_rule)
+        out.optimizers.append(f"{stage.name}:{result.optimizer}")
         out.losses.extend(result.losses)
         if result.best_iteration is not None:
             out.best_iteration = result.best_iteration
+        if shared:
+            cache.save(stage.name, modules, generators, result.losses)
+        if warm is not None:
+            warm.save(stage.name, modules)
+    if warm is not None:
+        out.warm_started_from = warm.started_from
     out.iter_ms = float(sorted(iter_ms)[len(iter_ms) // 2]) if iter_ms else 0.0
     return out
 
 
-__all__ = ["FitResult", "run_stages", "stage_settings"]
+__all__ = ["FitResult", "run_stages", "stage_settings", "uses_lbfgs"]
