@@ -56,7 +56,8 @@ def test_gaussian_metrics(y_std):
     assert out["test_mse"] == pytest.approx(mse_norm * y_std**2, rel=1e-12)
     assert out["test_rmse"] == pytest.approx(math.sqrt(mse_norm) * y_std, rel=1e-12)
     assert out["test_rmse_norm"] == pytest.approx(math.sqrt(mse_norm), rel=1e-12)
-    assert set(out) == {"test_nll", "test_nll_norm", "test_mse", "test_rmse", "test_rmse_norm"}
+    assert set(out) == {"test_nll", "test_nll_norm", "test_mse", "test_rmse", "test_rmse_norm", "test_msll", "test_crps",
+                        "test_coverage_50", "test_coverage_90", "test_coverage_95", "test_coverage_error"}
 
 
 def test_probit_metrics():
@@ -66,7 +67,7 @@ def test_probit_metrics():
     nll = -np.mean(scipy.stats.norm.logcdf((2 * y - 1) * mu / np.sqrt(1 + var)))
     assert out["nll"] == pytest.approx(nll, rel=1e-12)
     assert out["error"] == pytest.approx(0.5)
-    assert set(out) == {"nll", "error"}
+    assert set(out) == {"nll", "error", "brier", "ece"}
 
 
 def test_logit_metrics():
@@ -91,7 +92,8 @@ def test_poisson_exp_metrics():
     assert out["test_nll"] == pytest.approx(nll, rel=1e-9)
     # y = 0 is divided by 1, not 0
     assert np.isfinite(out["test_mre"])
-    assert set(out) == {"test_nll", "test_mre", "test_rmse"}
+    assert set(out) == {"test_nll", "test_mre", "test_rmse", "test_coverage_50", "test_coverage_90", "test_coverage_95",
+                        "test_coverage_error"}
 
 
 def test_poisson_softplus_metrics():
