@@ -17,6 +17,8 @@ SUBCOMMANDS = {
     "runs": ("gpdlm_cli.commands.run_list:cli", "list an experiment's runs with status and metrics; find and close stale ones"),
     "ui": ("gpdlm_cli.commands.ui:cli", "open the MLflow UI on the tracking store (127.0.0.1 by default)"),
     "bias": ("gpdlm_cli.hydra_apps:bias_main", "the DLM paper's gradient-bias statistics of an estimator"),
+    "predict": ("gpdlm_cli.commands.evaluate:predict_cli", "apply a run's saved model to the rows of a CSV"),
+    "eval": ("gpdlm_cli.commands.evaluate:eval_cli", "recompute metrics from saved models; back-fill them into their runs"),
 }
 
 HYDRA_SUBCOMMANDS = ("train", "bias", "sweep")

@@ -149,7 +149,10 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         curve = output_dir / "learning_curve.png"
         _plot_learning_curve(history, curve, title=run_name, info=info)
         tracker.log_metrics(metrics, step=fit.iterations)
-        for f in ("config.yaml", "metrics.json", "learning_curve.png"):
+        from ..run.saved_model import MODEL_FILE, save_model
+
+        save_model(output_dir / MODEL_FILE, cfg, method, splits, data.target_names or [])
+        for f in ("config.yaml", "metrics.json", "learning_curve.png", MODEL_FILE):
             if (output_dir / f).exists():
                 tracker.log_artifact(output_dir / f)
     report_run(run_name, metrics, output_dir, tracker)

@@ -1,0 +1,253 @@
+"""``gpdlm eval`` and ``gpdlm predict``: saved models at work without retraining (issue 22).
+
+    gpdlm eval (--experiment NAME | RUN ...) [--metric M ...] [--split val|test|all] [--tracking-uri URI]
+    gpdlm predict RUN --input FILE.csv --output FILE.csv [--level 0.9] [--tracking-uri URI]
+
+RUN is an MLflow run id, a run name, or a run's output folder. ``eval`` rebuilds every run from its
+``model.pt`` (``run.saved_model``), recomputes its validation/test metrics -- the training-time
+ones come out bit for bit on CPU, new ones (e.g. calibration metrics added later) are back-filled
+-- and logs them into the same MLflow run and its ``metrics.json``. ``predict`` applies a run's
+model to new rows: a CSV with the training table's feature columns (by name; extra or missing
+columns, text or non-finite cells are refused), standardised with the run's own statistics; it
+writes the predictive mean, variance and central interval in the target's units (regression),
+P(y = 1) (classification), or the mean count and its central interval (counts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from . import runs as R
+
+EPILOG_EVAL = """examples:
+  gpdlm eval --experiment regression_logloss_pol              # every FINISHED run of the experiment
+  gpdlm eval 3f2a... 9c1b... --metric test_crps test_coverage_90 # two runs, two metrics
+"""
+EPILOG_PREDICT = """examples:
+  gpdlm predict outputs/2026-11-25/10-00-00 --input new_rows.csv --output predictions.csv
+  gpdlm predict dlm_joint-concrete-b1-s0 --input new_rows.csv --output out.csv --level 0.95
+"""
+
+
+# ----- finding runs ------------------------------------------------------------------------------
+def run_folder(ref: str, uri: str | None) -> tuple[Path, str | None]:
+    """(output folder, MLflow run id or None) of a run given by folder, id or name."""
+    p = Path(ref)
+    if p.is_dir():
+        return p, None
+    client, uri = R.open_store(uri)
+    from mlflow.exceptions import MlflowException
+
+    run = None
+    try:
+        run = client.get_run(ref)
+    except MlflowException:
+        for exp in client.search_experiments():
+            found = client.search_runs([exp.experiment_id], filter_string=f"attributes.run_name = '{ref}'",
+                                       order_by=["attributes.start_time DESC"], max_results=1)
+            if found:
+                run = found[0]
+                break
+    if run is None:
+        raise R.AnalysisError(f"no run '{ref}': not a folder, nor a run id or run name in {uri}")
+    folder = run.data.tags.get("gpdlm.output_dir")
+    if not folder or not Path(folder).is_dir():
+        raise R.AnalysisError(f"run {run.info.run_id} has no output folder on this machine ({folder or 'no gpdlm.output_dir tag'})")
+    return Path(folder), run.info.run_id
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+# ----- gpdlm eval --------------------------------------------------------------------------------
+def evaluate_folder(folder: Path, split: str = "all", metrics: list[str] | None = None) -> dict[str, float]:
+    """The run's predictive metrics recomputed from its saved model."""
+    from ..run.saved_model import load_run
+    from .train import evaluator
+
+    run = load_run(folder)
+    values = evaluator(run.method, run.data, run.splits.y_std)()
+    prefixes = {"val": ("val_",), "test": ("test_",), "all": ("val_", "test_")}[split]
+    values = {k: v for k, v in values.items() if k.startswith(prefixes)}
+    if metrics:
+        unknown = [m for m in metrics if m not in values]
+        if unknown:
+            raise R.AnalysisError(f"--metric {unknown[0]} is not a metric of this run's model; it has: "
+                                  f"{', '.join(sorted(values))}")
+        values = {k: values[k] for k in metrics}
+    return values
+
+
+def eval_main(argv: list[str]) -> int:
+    p = R.make_parser("gpdlm eval", "recompute metrics from saved models and back-fill them into their runs")
+    p.epilog = EPILOG_EVAL
+    p.add_argument("runs", nargs="*", help="run ids, run names or output folders (default: --experiment's runs)")
+    p.add_argument("--experiment", default=None, help="every FINISHED training run of this MLflow experiment")
+    p.add_argument("--metric", nargs="+", default=None, help="only these metrics (default: every val_/test_ metric)")
+    p.add_argument("--split", choices=("val", "test", "all"), default="all")
+    p.add_argument("--tracking-uri", default=None, metavar="URI")
+    a = p.parse_args(argv)
+    metrics = R.split_list(a.metric)
+    if bool(a.runs) == bool(a.experiment):
+        raise R.AnalysisError("gpdlm eval: give run ids/names/folders or --experiment NAME (one of the two)")
+    targets: list[tuple[Path, str | None]] = []
+    if a.experiment:
+        client, uri = R.open_store(a.tracking_uri)
+        exp = R.get_experiment(client, a.experiment, uri)
+        for run in R.search_all(client, exp.experiment_id):
+            if R.is_training_run(run):
+                targets.append((Path(run.data.tags.get("gpdlm.output_dir", "")), run.info.run_id))
+        if not targets:
+            raise R.AnalysisError(f"experiment '{a.experiment}' has no FINISHED training run")
+    else:
+        targets = [run_folder(ref, a.tracking_uri) for ref in a.runs]
+    results = [(folder, rid, evaluate_folder(folder, a.split, metrics)) for folder, rid in targets]  # all before writing
+    client = R.open_store(a.tracking_uri)[0] if any(rid for _, rid, _ in results) else None
+    changed = 0
+    for folder, rid, values in results:
+        old = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
+        differs = {k: (old[k], v) for k, v in values.items() if k in old and not _same(old[k], v)}
+        added = sorted(k for k in values if k not in old)
+        _write_json_atomic(folder / "metrics.json", {**old, **values})
+        if client is not None and rid:
+            from mlflow.entities import Metric
+
+            import time
+
+            now = int(time.time() * 1000)
+            client.log_batch(rid, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()])
+        changed += bool(added or differs)
+        note = f"{len(values) - len(added) - len(differs)} reproduced"
+        if added:
+            note += f", added {', '.join(added)}"
+        if differs:
+            note += ", CHANGED " + ", ".join(f"{k} {o:.6g} -> {n:.6g}" for k, (o, n) in differs.items())
+        print(f"gpdlm eval: {rid or folder}: {note}")
+    return 0
+
+
+def _same(a, b) -> bool:
+    try:
+        return float(a) == float(b) or (math.isnan(float(a)) and math.isnan(float(b)))
+    except (TypeError, ValueError):
+        return a == b
+
+
+# ----- gpdlm predict -----------------------------------------------------------------------------
+def read_inputs(path: Path, feature_names: list[str]):
+    """The CSV's feature columns in training order as a float array; one-line errors for bad files."""
+    import numpy as np
+    import pandas as pd
+
+    if not path.is_file():
+        raise R.AnalysisError(f"--input {path} does not exist")
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:
+        raise R.AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
+    missing = [c for c in feature_names if c not in df.columns]
+    extra = [c for c in df.columns if c not in feature_names]
+    if missing or extra:
+        raise R.AnalysisError(f"--input {path}: the model takes the {len(feature_names)} columns "
+                              f"{', '.join(feature_names)}; " + (f"missing {', '.join(missing)}" if missing else "")
+                              + ("; " if missing and extra else "") + (f"unexpected {', '.join(map(str, extra))}" if extra else ""))
+    if len(df) == 0:
+        raise R.AnalysisError(f"--input {path} has no rows")
+    for c in feature_names:
+        values = pd.to_numeric(df[c], errors="coerce")
+        bad = values.isna() | ~np.isfinite(values.fillna(0).to_numpy(dtype=float))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise R.AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
+    return df[feature_names].to_numpy(dtype=float)
+
+
+def predict_main(argv: list[str]) -> int:
+    import numpy as np
+    import torch
+
+    from ..metrics import predictive_marginals
+    from ..run.saved_model import load_run
+
+    p = R.make_parser("gpdlm predict", "apply a run's saved model to new rows")
+    p.epilog = EPILOG_PREDICT
+    p.add_argument("run", help="run id, run name or output folder")
+    p.add_argument("--input", required=True, help="CSV with the training table's feature columns")
+    p.add_argument("--output", required=True, help="CSV to write")
+    p.add_argument("--level", type=float, default=0.9, help="central interval probability (default 0.9)")
+    p.add_argument("--tracking-uri", default=None, metavar="URI")
+    a = p.parse_args(argv)
+    if not 0 < a.level < 1:
+        raise R.AnalysisError(f"--level must be in (0, 1); got {a.level}")
+    folder, _ = run_folder(a.run, a.tracking_uri)
+    run = load_run(folder)
+    meta, method = run.meta, run.method
+    if str(run.table.task) == "sequence" or method.evaluate is not None:
+        raise R.AnalysisError(f"model={run.cfg.model.name} predicts in its own way (sequences, the gamma family, "
+                              f"sq_dlm's completion); gpdlm predict takes the other tabular models for now "
+                              f"(gpdlm eval recomputes its metrics)")
+    X = read_inputs(Path(a.input), meta["feature_names"])
+    x_mean, x_std = np.asarray(meta["x_mean"]), np.asarray(meta["x_std"])
+    x = torch.as_tensor((X - x_mean) / x_std, dtype=run.data.x_train.dtype, device=run.data.x_train.device)
+    lik = method.likelihood
+    mu, var = predictive_marginals(method.model, x)
+    out = {}
+    z = float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + a.level / 2)))
+    task = run.splits.task
+    if task == "regression":
+        y_mean, y_std = float(meta["y_mean"][0]), float(meta["y_std"][0])
+        pvar = var + lik.noise
+        m, s = mu * y_std + y_mean, pvar.sqrt() * y_std
+        out = {"mean": m, "variance": s**2, "lower": m - z * s, "upper": m + z * s}
+    elif task == "classification":
+        from ..estimators import QuadratureEstimator
+
+        prob = lik.predictive_mean_closed(mu, var)
+        if prob is None:
+            prob = QuadratureEstimator(64).expectation(lik.mean, mu, var)
+        out = {"p1": prob, "label": (prob > 0.5).to(prob.dtype)}
+    else:
+        from ..estimators import QuadratureEstimator
+
+        quad = QuadratureEstimator(64)
+        mean = quad.expectation(lik.mean, mu, var)
+        lo_q, hi_q = (1 - a.level) / 2, 1 - (1 - a.level) / 2
+        lo, hi = _count_quantile(quad, lik, mu, var, lo_q), _count_quantile(quad, lik, mu, var, hi_q)
+        out = {"mean": mean, "lower": lo, "upper": hi}
+    import pandas as pd
+
+    frame = pd.DataFrame({k: v.detach().cpu().numpy() for k, v in out.items()})
+    frame.to_csv(a.output, index=False)
+    print(f"gpdlm predict: {len(frame)} rows -> {a.output} ({', '.join(frame.columns)}; model={run.cfg.model.name})")
+    return 0
+
+
+def _count_quantile(quad, lik, mu, var, q: float, k_max: int = 100000):
+    """The smallest k with E_q[P(Y <= k | f)] >= q, per row (bisection on k)."""
+    import torch
+
+    def cdf(k):
+        return quad.expectation(lambda f: torch.special.gammaincc(k.unsqueeze(-1) + 1, lik.mean(f)), mu, var)
+
+    lo = torch.full_like(mu, -1.0)
+    hi = torch.full_like(mu, float(k_max))
+    for _ in range(int(math.log2(k_max)) + 2):
+        mid = torch.floor((lo + hi) / 2)
+        ok = (mid >= 0) & (cdf(mid.clamp_min(0)) >= q)
+        hi = torch.where(ok, mid, hi)
+        lo = torch.where(ok, lo, mid)
+    return hi
+
+
+def eval_cli() -> int:
+    return R.run_cli(eval_main)
+
+
+def predict_cli() -> int:
+    return R.run_cli(predict_main)

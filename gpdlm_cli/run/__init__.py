@@ -1,0 +1,1 @@
+"""The run: what a training run leaves behind and how it comes back (saved models)."""
