@@ -67,6 +67,7 @@ def save_model(path: str | os.PathLike, cfg, method, splits, target_names) -> Pa
         "x_mean": floats(splits.x_mean), "x_std": floats(splits.x_std),
         "y_mean": floats(splits.y_mean), "y_std": floats(splits.y_std),
         "needs_training_data": str(cfg.model.name) in NEEDS_TRAINING_DATA,
+        "threads": torch.get_num_threads(),  # CPU sums depend on it: eval uses the same count to reproduce bit for bit
         "versions": _versions(),
     }
     blob = {"format": FORMAT, "meta": json.dumps(meta), "state": _module_state(method.modules)}
@@ -121,6 +122,8 @@ def load_run(run_dir: str | os.PathLike, *, device: str | None = None) -> Loaded
         cfg.device = device
     build.validate_config(cfg)
     torch.manual_seed(cfg.seed)
+    if meta.get("threads"):
+        torch.set_num_threads(int(meta["threads"]))
     table, splits, data = build.load_data(cfg)
     if splits.fingerprint != meta["fingerprint"]:
         raise ModelFileError(f"the data of dataset={cfg.dataset.name} changed since the run was trained (fingerprint "
