@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_process_env()  # before torch is imported (runtime.py: speed on a shared machine)
     install_signal_handlers()  # SIGTERM/SIGHUP end the command like Ctrl-C: runs end KILLED
+    if name in ("train", "sweep") and "--dry-run" in rest:
+        return _dry_run(name, [a for a in rest if a != "--dry-run"])
     if name in HYDRA_SUBCOMMANDS:  # unknown config options: one line, not Hydra's page
         from .config_check import check_overrides
 
@@ -85,6 +87,41 @@ def main(argv: list[str] | None = None) -> int:
     if _sweep_failed():
         return 1
     return int(result or 0) if isinstance(result, int) else 0
+
+
+def _dry_run(name: str, rest: list[str]) -> int:
+    """``gpdlm train -m ... --dry-run`` / ``gpdlm sweep beta ... --dry-run``: the sweep's plan and its
+    estimated wall time (``run.plan``), without running it."""
+    from .exceptions import GpdlmError
+    from .hydra_apps import report_error
+
+    try:
+        if name == "sweep":
+            from .commands.sweep import sweep_overrides
+
+            if not rest:
+                raise GpdlmError("gpdlm sweep --dry-run needs a sweep kind: gpdlm sweep beta ... --dry-run")
+            rest = sweep_overrides(rest[0], rest[1:])
+        elif not any(a in ("-m", "--multirun") for a in rest):
+            raise GpdlmError("--dry-run describes a multirun: add -m (gpdlm train -m ... --dry-run)")
+        from .config_check import check_overrides
+
+        message = check_overrides([a for a in rest if a not in ("-m", "--multirun")])
+        if message:
+            raise GpdlmError(message)
+        from .run.plan import plan
+
+        p = plan([a for a in rest if a not in ("-m", "--multirun")], estimate=True)
+    except GpdlmError as e:
+        report_error(e)
+        return 2
+    print(p.summary())
+    for shape, stages in p.per_shape.items():
+        model, dataset, n, batch, m = shape
+        parts = ", ".join(f"{s}: {cap} it x {ms:.1f} ms" + (" (L-BFGS)" if lb else "") + (" shared" if sh else "")
+                          for s, sh, cap, ms, lb in stages)
+        print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}): {parts}")
+    return 0
 
 
 def _sweep_failed() -> bool:

@@ -75,6 +75,18 @@ def _finished_run_metrics(uri: str, experiment: str | None, chash: str) -> dict 
     return dict(runs[0].data.metrics) if runs else None
 
 
+def _announce(config) -> None:
+    """One line at the start of a multirun: jobs, protocol, what is shared (``run.plan``)."""
+    if sweeper_name(config) != "basic":
+        return
+    try:
+        from ..run.plan import plan
+
+        print(plan(list(config.hydra.overrides.task)).summary(), file=sys.stderr)
+    except Exception:  # the plan is a courtesy; Hydra itself reports bad sweeps
+        pass
+
+
 def swept_keys(config) -> list[str]:
     """The keys a multirun varies: command-line sweeps (``a=1,2``, ``range``, ``interval`` ...) and
     ``hydra.sweeper.params`` (presets, Optuna's search space)."""
@@ -164,9 +176,10 @@ class SweepCallback(Callback):
             context.update(parent_run_id=self.parent_run_id, uri=uri, experiment=str(config.tracking.experiment))
             _ACTIVE.append(self)
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(context))
+        _announce(config)
         warm_data_cache(config)
 
-    def on_multirun_end(self, config, **kwargs) -> None:
+    def on_multirun_end(self, config, **kwargs) -> None:  # noqa: D401
         outcomes = read_outcomes(config.hydra.sweep.dir)
         failed = [o for o in outcomes if o["status"] in ("failed", "killed")]
         counts = {s: sum(o["status"] == s for o in outcomes) for s in STATUSES}

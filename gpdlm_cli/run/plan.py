@@ -1,0 +1,127 @@
+"""What a multirun will do, before it does it (issue 21, item 6): the jobs, the protocol, what is
+shared, and -- for ``--dry-run`` -- the estimated wall time on this machine.
+
+The job list is Hydra's basic sweeper's: the cartesian product of the preset's
+``hydra.sweeper.params`` and the command line's sweep overrides. The estimate times a few
+iterations of one job of every *shape* (model x training size x batch size) in this process and
+multiplies by each job's iteration budget: the paper protocol's ``max_iters`` per stage (Adam rarely
+meets the window rule earlier, README), the fast protocol's ``fast_max_iters`` for its L-BFGS stages
+(an upper bound: they usually stop earlier). Jobs whose SVGP stage is shared count it once per key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SweepPlan:
+    jobs: list[list[str]]
+    protocol: str
+    share_stages: bool
+    warm_start: bool
+    launcher: str
+    parallel: int
+    per_shape: dict = field(default_factory=dict)  # shape -> (seconds per job, iterations, ms/iteration)
+    estimate_s: float | None = None
+
+    def summary(self) -> str:
+        shared = "shared beta-free stages" if self.share_stages else "no shared stages"
+        warm = ", warm-started beta paths" if self.warm_start else ""
+        line = (f"gpdlm: sweep of {len(self.jobs)} jobs, trainer.protocol={self.protocol}, {shared}{warm}, "
+                f"launcher {self.launcher}" + (f" x{self.parallel}" if self.parallel > 1 else "") + ", not batched")
+        if self.estimate_s is not None:
+            line += f"; estimated wall time on this machine: {_duration(self.estimate_s)} (an upper bound)"
+        return line
+
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def job_overrides(overrides: list[str]) -> tuple[list[list[str]], object]:
+    """(the override list of every job, the composed config of the first job with Hydra's keys)."""
+    from hydra import compose, initialize_config_module
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    cmd = parser.parse_overrides([o for o in overrides if o != "-m"])
+    first = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_discrete_sweep() else o.input_line
+             for o in cmd]
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=first, return_hydra_config=True)
+    params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.get("params") or {}).items()]
+    jobs = BasicSweeper.split_arguments(parser.parse_overrides(params) + cmd, None)[0]
+    return jobs, cfg
+
+
+def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int = 5) -> SweepPlan:
+    jobs, cfg = job_overrides(overrides)
+    launcher = str(cfg.hydra.launcher.get("_target_", "basic")).rsplit(".", 1)[-1].replace("Launcher", "").lower()
+    n_jobs = cfg.hydra.launcher.get("n_jobs") or 1
+    p = SweepPlan(jobs, str(cfg.trainer.get("protocol", "paper")), bool(cfg.sweep.get("share_stages", True)),
+                  bool(cfg.sweep.get("warm_start", False)), launcher or "basic", int(n_jobs) if n_jobs > 0 else 1)
+    if estimate:
+        p.estimate_s = _estimate(p, sample_iterations)
+    return p
+
+
+def _estimate(p: SweepPlan, k: int) -> float:
+    from hydra import compose, initialize_config_module
+
+    from .. import build
+    from ..training import run_stages, stage_settings
+    from ..training.stages import uses_lbfgs
+
+    total, shared_seen = 0.0, set()
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        for job in p.jobs:
+            cfg = compose(config_name="config", overrides=list(job))
+            shape = (f"{cfg.model.name}" + (f"_{cfg.model.variant}" if cfg.model.get("variant") else ""), cfg.dataset.name, cfg.dataset.split.get("train_size"), cfg.trainer.batch_size,
+                     cfg.model.get("num_inducing"))
+            if shape not in p.per_shape:
+                build.validate_config(cfg)
+                _, splits, data = build.load_data(cfg)
+                method = build.build_method(cfg, data, splits.task)
+                settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method,
+                                                  n_val=data.x_val.shape[0])
+                stages = []
+                for stage in method.stages:
+                    if stage.solve is not None:
+                        continue
+                    s = stage_settings(settings, stage, splits.n_train)
+                    cap = s.max_iters or (s.max_epochs or 1) * max(1, splits.n_train // (s.batch_size or splits.n_train))
+                    quick = dataclasses.replace(settings, max_iters=2, max_epochs=None, eval_every=0,
+                                                eval_every_epochs=None, keep_best=None, stop_rule="none", progress=False)
+                    run_stages([stage], data.x_train, data.y_train, quick, generator=_gen())  # warm-up: caches, first calls
+                    t0 = time.perf_counter()
+                    run_stages([stage], data.x_train, data.y_train, dataclasses.replace(quick, max_iters=k),
+                               generator=_gen())
+                    ms = 1000 * (time.perf_counter() - t0) / k
+                    stages.append((stage.name, bool(getattr(stage, "shareable", False)), cap, ms,
+                                   uses_lbfgs(stage, settings, splits.n_train) and s.protocol == "fast"))
+                p.per_shape[shape] = stages
+            for name, shareable, cap, ms, _ in p.per_shape[shape]:
+                key = (shape, name, cfg.seed, cfg.dataset.split.get("train_size"))
+                if shareable and p.share_stages:
+                    if key in shared_seen:
+                        continue
+                    shared_seen.add(key)
+                total += cap * ms / 1000
+    return total / max(1, p.parallel)
+
+
+def _gen():
+    import torch
+
+    return torch.Generator().manual_seed(0)
+
+
+__all__ = ["SweepPlan", "job_overrides", "plan"]

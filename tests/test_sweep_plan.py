@@ -1,0 +1,44 @@
+"""The sweep plan (issue 21, item 6): `--dry-run` lists the jobs Hydra would launch and estimates
+their wall time without running them; every multirun announces its plan in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpdlm_cli import cli
+from gpdlm_cli.run.plan import job_overrides, plan
+
+
+def test_the_job_list_is_the_product_of_preset_params_and_command_line_sweeps():
+    jobs, _ = job_overrides(["+experiment=regression_logloss_pol_smoke", "seed=0,1"])
+    assert len(jobs) == 3 * 2  # the smoke preset's 3 models x two seeds
+    assert all(any(o.startswith("seed=") for o in j) for j in jobs)
+    assert {o for j in jobs for o in j if o.startswith("model=")} == {"model=dlm", "model=sq_dlm_fixed", "model=fitc"}
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["train", "-m", "model=dlm,svgp", "dataset.split.train_size=100", "model.num_inducing=10",
+                     "trainer.max_iters=50", "trainer=fast", "threads=1", "--dry-run"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert out[0].startswith("gpdlm: sweep of 2 jobs, trainer.protocol=fast, shared beta-free stages")
+    assert "estimated wall time" in out[0]
+    assert any("dlm_joint on concrete (train_size 100" in ln and "(L-BFGS)" in ln for ln in out[1:])
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_estimate_counts_a_shared_stage_once_per_key():
+    p = plan(["model=dlm_fixed", "objective.beta=0.5,1,2", "dataset.split.train_size=100", "model.num_inducing=10",
+              "trainer.max_iters=40", "threads=1"], estimate=True, sample_iterations=3)
+    (stages,) = p.per_shape.values()
+    by_name = {name: (cap, ms) for name, _, cap, ms, _ in stages}
+    expected = (by_name["svgp"][0] * by_name["svgp"][1] + 3 * by_name["dlm"][0] * by_name["dlm"][1]) / 1000
+    assert p.estimate_s == pytest.approx(expected)
+    p_off = plan(["model=dlm_fixed", "objective.beta=0.5,1,2", "sweep.share_stages=false"])
+    assert not p_off.share_stages and len(p_off.jobs) == 3
+
+
+def test_dry_run_needs_a_multirun(capsys):
+    assert cli.main(["train", "model=dlm", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip().startswith("gpdlm: error: --dry-run describes a multirun")
