@@ -67,6 +67,18 @@ def model_at_optimum(n: int, d: int):
     return model, nlml
 
 
+def non_optimal_model(n: int, d: int) -> BayesianLinearGP:
+    """The RFF model of ``model_at_optimum`` at a fixed non-optimal point: raw lengthscale 0.7, raw
+    magnitude 1.3, noise 0.05 (the full NLML gradient is far from 0 there)."""
+    x, y = concrete(n)
+    model = rff_model(x, y, d)
+    with torch.no_grad():
+        model.kernel_map.raw_lengthscale.fill_(0.7)
+        model.kernel_map.raw_outputscale.fill_(1.3)
+        model.likelihood.gp.noise = 0.05
+    return model
+
+
 def set_state(params, state) -> None:
     with torch.no_grad():
         for p, s in zip(params, state):
