@@ -22,6 +22,8 @@ learning rates carry across n, batch sizes and methods (AdaDelta and Adam hardly
 * ``Minimax`` -- Sec. 3.1: the saddle point of Psi(zeta, B) = g + log|A| + mu <B, A - F> / ||A||
   with independent minibatches for the min step (zeta = (theta, w, A)) and the max step (B), the
   ascent in B expressed as descent on a sign-flipped surrogate so the shared trainer runs both.
+  Its saddle is the NLML's only when the penalty is exact: ``exact_penalty_bound`` gives a mu that
+  is provably enough, ``local_penalty_threshold`` the one that is necessary.
 """
 
 from __future__ import annotations
@@ -67,6 +69,47 @@ def step_weight(t: int, b0: float, decay: float, floor: float) -> float:
     of F(theta_0) and the t batch estimates; with t^-decay, b_1 = b0 = 1 would discard F~_0 after
     one step (at d = 64, b = 16 the log-det gradient of step 2 was 77x too large)."""
     return max(floor, b0 * (t + 1) ** (-decay))
+
+
+def local_penalty_threshold(F: torch.Tensor) -> float:
+    """||F|| ||F^-1|| (Frobenius): the smallest mu for which A = F is a *local* minimiser of
+    log|A| + mu ||A - F|| / ||A|| (one-sided slope along D: <F^-1, D> + mu ||D|| / ||F||, most
+    negative at D = -F^-1 / ||F^-1||). Necessary for an exact penalty when lambda_min(F) > s2 (then
+    that direction is feasible); not sufficient: log|A| is concave, and clamping F's lowest
+    eigenvalues to s2 can beat A = F at this mu (docs/rkhs.md)."""
+    F = F.detach()
+    L = torch.linalg.cholesky(F)
+    return float(torch.linalg.norm(F) * torch.linalg.norm(torch.cholesky_inverse(L)))
+
+
+def exact_penalty_bound(F: torch.Tensor, s2) -> float:
+    """A penalty weight that makes MINIMAX exact: for mu >= ||F|| ||c|| + L,
+
+        log|A| + mu ||A - F|| / ||A|| >= log|F|   for every symmetric A >= s2 I,
+
+    so min over A (and max over ||B|| <= 1) of Psi is g + log|F| = l(theta), and the saddle's theta
+    is the NLML's stationary point. Here lambda_j are F's eigenvalues, c_j = log(lambda_j / s2) /
+    (lambda_j - s2) (-> 1/s2 as lambda_j -> s2) and L = sum_j log(lambda_j / s2) = log|F| - d log s2.
+
+    Proof. log|A| and ||A|| depend only on A's eigenvalues a, and ||A - F|| >= ||a - lambda|| with both
+    sorted (Hoffman-Wielandt), so it suffices to take a_j >= s2 against lambda_j. Write a = lambda - delta
+    + u with delta, u >= 0 the decreases and increases. Concavity of log on [s2, lambda_j] gives
+    log(a_j / lambda_j) >= -c_j delta_j, so log|A| - log|F| >= -||c|| ||delta|| and also >= -L. With
+    tau = L / (||F|| ||c||): if ||u|| <= tau ||F||, then ||A|| <= (1 + tau) ||F|| and the penalty is
+    >= mu ||delta|| / ((1 + tau) ||F||) >= ||c|| ||delta||; otherwise ||A - F|| / ||A|| >= ||u|| /
+    (||F|| + ||u||) > tau / (1 + tau) and the penalty is > L. In both cases, mu >= (1 + tau) ||F|| ||c||
+    = ||F|| ||c|| + L. []
+
+    The bound is >= ``local_penalty_threshold`` (c_j >= 1/lambda_j), typically by a factor of a few
+    (x log x / (x - 1) per eigenvalue, x = lambda_j / s2). O(d^3) (one eigvalsh)."""
+    F = F.detach()
+    s2 = float(s2)
+    lam = torch.linalg.eigvalsh(F)
+    excess = (lam - s2).clamp_min(0) / s2  # x - 1 >= 0
+    log_ratio = torch.log1p(excess)
+    small = excess < 1e-8
+    c = torch.where(small, 1 - excess / 2, log_ratio / torch.where(small, torch.ones_like(excess), excess)) / s2
+    return float(torch.linalg.norm(F) * torch.linalg.norm(c) + log_ratio.sum())
 
 
 # ----- BSGD -----------------------------------------------------------------------------------------
@@ -212,22 +255,31 @@ class Minimax(Objective):
 
     A is parameterised as A = C sym(M) C^T with C = chol(F(theta_0)) fixed (``precondition``), so
     M starts at I and per-coordinate optimisers see O(1) entries although A's eigenvalues span
-    orders of magnitude. The penalty is exact only for mu >= ||F|| ||F^-1|| (>= d); mu can grow by
-    ``mu_growth`` every ``mu_every_epochs`` epochs up to ``mu_max`` (``epoch_start``).
+    orders of magnitude.
+
+    The penalty is exact (min_A max_B Psi = l(theta)) only for a large enough mu: mu >= ||F|| ||F^-1||
+    (>= d; ``local_penalty_threshold``) is necessary and only locally sufficient; mu >=
+    ``exact_penalty_bound(F, s2)`` is sufficient. With ``exact=True`` (gpdlm's default) mu is raised
+    to that bound of the current F at ``initialise`` and whenever the schedule below runs; with
+    ``exact=False`` mu = ``mu`` grows only by ``mu_growth`` every ``mu_every_epochs`` epochs up to
+    ``mu_max`` (``epoch_start``; the paper's mu = 1 fixed is inexact: its saddle is not the NLML's).
+    ``mu_max`` caps both.
     """
 
     name = "minimax"
 
     def __init__(self, model, num_data: int, mu: float = 1.0, mu_growth: float = 1.0, mu_every_epochs: int = 1,
-                 mu_max: float = math.inf, precondition: bool = True, seed: int = 0, w_max: float | None = None):
+                 mu_max: float = math.inf, precondition: bool = True, seed: int = 0, w_max: float | None = None,
+                 exact: bool = False):
         super().__init__()
         d = model.num_features
         device = model.x_train.device
         f64 = dict(dtype=torch.float64, device=device)
         self.model = model
         self.num_data = int(num_data)
-        self.mu0 = self.mu = float(mu)
+        self.mu0 = self.mu = self.mu_schedule = float(mu)
         self.mu_growth, self.mu_every_epochs, self.mu_max = float(mu_growth), int(mu_every_epochs), float(mu_max)
+        self.exact = bool(exact)
         self.precondition = bool(precondition)
         self.w_max = None if w_max is None else float(w_max)
         self.w = torch.nn.Parameter(torch.zeros(d, **f64))
@@ -243,7 +295,8 @@ class Minimax(Objective):
 
     @torch.no_grad()
     def initialise(self) -> None:
-        """w_0 = ridge solve, A_0 = F(theta_0) (M_0 = I with preconditioning), B_0 = 0, mu = mu0."""
+        """w_0 = ridge solve, A_0 = F(theta_0) (M_0 = I with preconditioning), B_0 = 0, mu = mu0
+        (with ``exact``: raised to ``exact_penalty_bound`` of F(theta_0), at most mu_max)."""
         post = self.model.posterior()
         self.w.copy_(post.w)
         if self.precondition:
@@ -252,7 +305,9 @@ class Minimax(Objective):
         else:
             self.M.copy_(post.F)
         self.B.zero_()
-        self.mu = self.mu0
+        self.mu = self.mu_schedule = self.mu0
+        if self.exact:
+            self.mu = min(self.mu_max, max(self.mu, self.exact_bound()))
 
     def penalty(self, A, B, phi, s2, n: int):
         """mu <B, A - (n/b) sum_S F_i> / ||A|| for the rows phi of a batch S."""
@@ -315,9 +370,23 @@ class Minimax(Objective):
             self.w.clamp_(-self.w_max, self.w_max)
 
     def epoch_start(self, epoch: int) -> None:
-        """The outer penalty schedule mu_k <- min(mu_max, mu_growth mu_k) every mu_every_epochs."""
-        if epoch > 0 and self.mu_growth != 1.0 and epoch % self.mu_every_epochs == 0:
-            self.mu = min(self.mu_max, self.mu * self.mu_growth)
+        """The outer penalty schedule, every mu_every_epochs epochs: mu_k = min(mu_max, mu_growth^k mu0),
+        and with ``exact`` mu_k = min(mu_max, max(mu_growth^k mu0, exact_penalty_bound(F(theta)))) (one
+        full-data pass, shared with an evaluation at the same parameters; one eigvalsh): the bound of
+        the current F, so mu follows it down as well as up."""
+        if epoch > 0 and epoch % self.mu_every_epochs == 0:
+            self.mu_schedule = min(self.mu_max, self.mu_schedule * self.mu_growth)
+            self.mu = min(self.mu_max, max(self.mu_schedule, self.exact_bound())) if self.exact else self.mu_schedule
+
+    @torch.no_grad()
+    def exact_bound(self) -> float:
+        """``exact_penalty_bound`` of the full-data F at the current parameters."""
+        return exact_penalty_bound(self.model.full_F(), self.model.noise)
+
+    @torch.no_grad()
+    def local_threshold(self) -> float:
+        """``local_penalty_threshold`` of the full-data F at the current parameters."""
+        return local_penalty_threshold(self.model.full_F())
 
     @torch.no_grad()
     def penalty_gap(self) -> float:
@@ -333,6 +402,8 @@ __all__ = [
     "SCGD",
     "batch_nlml",
     "dxd_objective",
+    "exact_penalty_bound",
     "feature_nlml",
+    "local_penalty_threshold",
     "step_weight",
 ]

@@ -67,6 +67,8 @@ BAD = [
      "the 'mu_growth' parameter of model=minimax must be a finite float >= 1"),
     (["model=minimax", "kernel=linear", "model.mu=10", "model.mu_max=5"],
      "the 'mu_max' parameter of model=minimax must be a float >= mu=10"),
+    (["model=minimax", "kernel=linear", "model.exact_penalty=1"],
+     "the 'exact_penalty' parameter of model=minimax must be true or false; got 1"),
     (["model=minimax", "kernel=linear", "model.w_max=0"],
      "the 'w_max' parameter of model=minimax must be a float in (0, inf] or null; got 0"),
     (["model=bsgd", "kernel=linear", "model.batching=knn"],
@@ -182,16 +184,17 @@ def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(
 
 
 def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
-    """`model=minimax features=nn kernel=rff` logs penalty_gap and mu (here mu doubles every epoch
-    from 2: 2, 4, 8 over 3 epochs), and train_nlml_exact_kernel (n_train <= model.exact_nlml_max_n);
+    """`model=minimax features=nn kernel=rff` logs penalty_gap and mu (here, with
+    model.exact_penalty=false, mu doubles every epoch from 2: 2, 4, 8 over 3 epochs), and
+    train_nlml_exact_kernel (n_train <= model.exact_nlml_max_n);
     A stays >= s2 I (smallest eigenvalue of the final A >= s2 (1 - 1e-8)) and B in the unit ball.
     `model=bsgd model.batching=nearest` trains on nearest-neighbour batches."""
     from gpdlm_cli.training import run_stages
 
     cfg = compose([*SMALL, "model=minimax", "features=nn", "features.widths=[8,8]", "kernel=rff", "kernel.num_features=24",
                    "trainer.batch_size=16", "trainer.max_iters=null", "trainer.max_epochs=3", "trainer.eval_every=0",
-                   "trainer.eval_every_epochs=1", "model.mu=2", "model.mu_growth=2", "trainer.lr=0.01",
-                   "trainer.keep_best=null"])
+                   "trainer.eval_every_epochs=1", "model.mu=2", "model.mu_growth=2", "model.exact_penalty=false",
+                   "trainer.lr=0.01", "trainer.keep_best=null"])
     _, splits, data = build.load_data(cfg)
     method = build.build_method(cfg, data, splits.task)
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
@@ -215,6 +218,62 @@ def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
     metrics, tracker, _ = run(tmp_path, "model=bsgd", "kernel=rff", "kernel.num_features=24", "model.batching=nearest",
                               "trainer.batch_size=16", "trainer.max_iters=20", "trainer.eval_every=10")
     assert math.isfinite(metrics["train_nlml"]) and "train_nlml_exact_kernel" in metrics
+
+
+def test_minimax_default_is_an_exact_penalty_and_the_papers_mu_is_labelled_and_warns(tmp_path, capsys):
+    """`model=minimax` with its defaults (features=nn 8-8, kernel=rff d = 24, batch 16, 3 epochs): mu starts
+    at exact_penalty_bound(F(theta_0)) and at every epoch start is the bound of the current F (numpy's
+    ||F|| ||c|| + L, rel 1e-10), so at least ||F|| ||F^-1||; the tag gpdlm.rkhs_setting says "exact
+    penalty" and no warning is printed. `model.exact_penalty=false` (the paper's mu = 1): mu stays 1,
+    the tag says "inexact penalty (the paper)", the final metrics have penalty_exact = 0 and mu_exact_bound
+    > mu_local_threshold > 1, and the run prints one warning line with penalty_gap."""
+    from gpdlm_cli.training import run_stages
+
+    common = ["model=minimax", "features=nn", "features.widths=[8,8]", "kernel=rff", "kernel.num_features=24",
+              "trainer.batch_size=16", "trainer.max_iters=null", "trainer.max_epochs=3", "trainer.eval_every=0",
+              "trainer.eval_every_epochs=1", "trainer.lr=0.01", "trainer.keep_best=null"]
+    cfg = compose([*SMALL, *common])
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    objective = method.stages[0].objective
+    model = method.model
+
+    def numpy_bound():
+        F = model.full_F().numpy()
+        s2 = float(model.noise.detach())
+        lam = np.linalg.eigvalsh(F)
+        c = np.log1p((lam - s2) / s2) / (lam - s2)
+        return np.linalg.norm(F) * np.linalg.norm(c) + np.sum(np.log(lam / s2)), np.linalg.norm(F) * np.linalg.norm(np.linalg.inv(F))
+
+    seen = []
+
+    def evaluate():  # after epoch k, at the parameters the next epoch starts from
+        seen.append((objective.mu, *numpy_bound()))
+        return {}
+
+    objective.initialise()
+    start = numpy_bound()
+    assert objective.mu == pytest.approx(start[0], rel=1e-10) and objective.mu > start[1]
+    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0),
+               evaluate=evaluate)
+    assert len(seen) == 2
+    assert seen[0][0] == pytest.approx(start[0], rel=1e-10)  # epoch 0 ran at the start's bound
+    assert objective.mu == pytest.approx(seen[-1][1], rel=1e-10)  # epoch 2 at the bound after epoch 1
+    assert method.tags["gpdlm.rkhs_setting"].startswith("minimax exact penalty")
+
+    capsys.readouterr()
+    metrics, tracker, _ = run(tmp_path / "exact", *common)
+    assert "warning" not in capsys.readouterr().err
+    assert {"mu_exact_bound", "mu_local_threshold", "penalty_exact"} <= set(metrics)
+    metrics, tracker, _ = run(tmp_path / "paper", *common, "model.exact_penalty=false")
+    err = capsys.readouterr().err
+    assert metrics["mu"] == 1.0 and metrics["penalty_exact"] == 0.0
+    assert metrics["mu_exact_bound"] > metrics["mu_local_threshold"] > 1
+    assert tracker.tags["gpdlm.rkhs_setting"] == "minimax inexact penalty (the paper): mu = 1"
+    warning = [line for line in err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and "model=minimax ended with mu = 1, below ||F|| ||F^-1||" in warning[0]
+    assert f"penalty_gap = {metrics['penalty_gap']:.3g}" in warning[0]
 
 
 def test_bsgd_refuses_a_full_batch_it_cannot_factorise(tmp_path, monkeypatch):

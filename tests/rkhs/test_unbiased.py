@@ -16,7 +16,7 @@ import torch
 
 from gpdlm_cli.objectives import SCGD, BatchNLML, Minimax
 
-from ._setup import hyperparameters, model_at_optimum, non_optimal_model
+from ._setup import hyperparameters, l_gradient_numpy, model_at_optimum, non_optimal_model
 
 N, D, B = 500, 64, 16
 
@@ -53,26 +53,6 @@ def non_optimal_scgd():
     return model, scgd
 
 
-def full_gradient_numpy(model, w):
-    """grad of l / (2n) in (theta, w), l = (1/s2)||Z w - y||^2 + ||w||^2 + log|F| + (n - d) log s2, from
-    numpy's closed forms dl/dZ = (2/s2)(Z w - y) w^T + 2 Z F^-1, dl/ds2 = -||Z w - y||^2/s2^2 + tr F^-1 +
-    (n - d)/s2, dl/dw = (2/s2) Z^T (Z w - y) + 2 w, chained to the raw parameters by one vector-Jacobian
-    product of the feature map (the noise's raw parameter through ds2/draw)."""
-    x, y = model.x_train, model.y_train
-    theta = hyperparameters(model)
-    Zt = model.features(x)
-    s2t = model.noise
-    Z, yn, wn, s2 = Zt.detach().numpy(), y.numpy(), w.detach().numpy(), float(s2t.detach())
-    n, d = Z.shape
-    Finv = np.linalg.inv(Z.T @ Z + s2 * np.eye(d))
-    r = Z @ wn - yn
-    dZ = (2 / s2) * np.outer(r, wn) + 2 * Z @ Finv
-    ds2 = -(r @ r) / s2**2 + np.trace(Finv) + (n - d) / s2
-    dw = (2 / s2) * Z.T @ r + 2 * wn
-    g = torch.autograd.grad([Zt, s2t], theta, grad_outputs=[torch.as_tensor(dZ), torch.tensor(ds2, dtype=torch.float64)])
-    return np.concatenate([np.array([float(v) for v in g]), dw]) / (2 * n)
-
-
 def test_scgd_step_with_the_exact_F_is_unbiased_at_a_non_optimal_point_and_bsgd_is_not():
     """SCGD with F~ = F(theta) held fixed, at a non-optimal (theta, w) where the full gradient is far
     from 0: the mean of the 500 per-point steps (batch calls of one row) equals the gradient of l/(2n)
@@ -84,7 +64,7 @@ def test_scgd_step_with_the_exact_F_is_unbiased_at_a_non_optimal_point_and_bsgd_
     model, scgd = non_optimal_scgd()
     x, y = model.x_train, model.y_train
     params = hyperparameters(model) + [scgd.w]
-    ref = full_gradient_numpy(model, scgd.w)
+    ref = l_gradient_numpy(model, scgd.w)
     assert np.abs(ref[:3]).min() > 1e-2  # far from a stationary point
     per_point = torch.stack([call_grad(scgd, params, x[i:i + 1], y[i:i + 1]) for i in range(N)]).numpy()
     scale = np.abs(ref).max()
