@@ -131,8 +131,9 @@ class PenaltyCheck:
         import sys
 
         threshold = self.objective.local_threshold()
-        if self.objective.mu < threshold:
-            print(f"gpdlm: warning: model=minimax ended with mu = {self.objective.mu:g}, below ||F|| ||F^-1|| = "
+        mu = float(self.objective.mu)
+        if mu < threshold:
+            print(f"gpdlm: warning: model=minimax ended with mu = {mu:g}, below ||F|| ||F^-1|| = "
                   f"{threshold:.4g} at the final parameters (penalty_gap = {self.objective.penalty_gap():.3g}): an "
                   f"inexact penalty, whose saddle is not the marginal likelihood's (model.exact_penalty=true raises "
                   f"mu to a sufficient bound; docs/rkhs.md)", file=sys.stderr)
@@ -187,7 +188,7 @@ def build(cfg, data, task: str) -> Method:
         monitors["ftilde_gap"] = objective.tracking_gap
     elif m.name == "minimax":
         monitors["penalty_gap"] = objective.penalty_gap
-        monitors["mu"] = lambda: objective.mu
+        monitors["mu"] = lambda: float(objective.mu)
 
     def diagnostics() -> dict:
         out = {"feature_dim": float(d), "noise": float(model.noise.detach()), "train_nlml_norm": model.nlml(),
@@ -200,9 +201,9 @@ def build(cfg, data, task: str) -> Method:
         if m.name == "scgd":
             out["ftilde_gap"] = objective.tracking_gap()
         if m.name == "minimax":
-            bound = objective.exact_bound()
-            out.update(penalty_gap=objective.penalty_gap(), mu=objective.mu, mu_exact_bound=bound,
-                       mu_local_threshold=objective.local_threshold(), penalty_exact=float(objective.mu >= bound),
+            bound, mu = objective.exact_bound(), float(objective.mu)
+            out.update(penalty_gap=objective.penalty_gap(), mu=mu, mu_exact_bound=bound,
+                       mu_local_threshold=objective.local_threshold(), penalty_exact=float(mu >= bound),
                        minimax_projections=float(objective.projections))
         return out
 

@@ -33,7 +33,7 @@ import math
 import torch
 
 from ..exceptions import NumericalError
-from ..models.bayesian_linear import LOG_2PI, cholesky_dxd, nlml_from_statistics
+from ..models.bayesian_linear import LOG_2PI, cholesky_dxd, feature_statistics, nlml_from_statistics
 from .base import Objective
 
 
@@ -102,14 +102,19 @@ def exact_penalty_bound(F: torch.Tensor, s2) -> float:
 
     The bound is >= ``local_penalty_threshold`` (c_j >= 1/lambda_j), typically by a factor of a few
     (x log x / (x - 1) per eigenvalue, x = lambda_j / s2). O(d^3) (one eigvalsh)."""
+    return float(_exact_penalty_bound(F, s2))
+
+
+def _exact_penalty_bound(F: torch.Tensor, s2) -> torch.Tensor:
+    """``exact_penalty_bound`` as a 0-dim tensor on F's device (no host read)."""
     F = F.detach()
-    s2 = float(s2)
+    s2 = torch.as_tensor(s2, dtype=F.dtype, device=F.device).detach()
     lam = torch.linalg.eigvalsh(F)
     excess = (lam - s2).clamp_min(0) / s2  # x - 1 >= 0
     log_ratio = torch.log1p(excess)
     small = excess < 1e-8
     c = torch.where(small, 1 - excess / 2, log_ratio / torch.where(small, torch.ones_like(excess), excess)) / s2
-    return float(torch.linalg.norm(F) * torch.linalg.norm(c) + log_ratio.sum())
+    return torch.linalg.norm(F) * torch.linalg.norm(c) + log_ratio.sum()
 
 
 # ----- BSGD -----------------------------------------------------------------------------------------
@@ -307,7 +312,7 @@ class Minimax(Objective):
         self.B.zero_()
         self.mu = self.mu_schedule = self.mu0
         if self.exact:
-            self.mu = min(self.mu_max, max(self.mu, self.exact_bound()))
+            self.mu = float(self.exact_mu(self.mu0))
 
     def penalty(self, A, B, phi, s2, n: int):
         """mu <B, A - (n/b) sum_S F_i> / ||A|| for the rows phi of a batch S."""
@@ -376,7 +381,21 @@ class Minimax(Objective):
         the current F, so mu follows it down as well as up."""
         if epoch > 0 and epoch % self.mu_every_epochs == 0:
             self.mu_schedule = min(self.mu_max, self.mu_schedule * self.mu_growth)
-            self.mu = min(self.mu_max, max(self.mu_schedule, self.exact_bound())) if self.exact else self.mu_schedule
+            self.mu = self.exact_mu(self.mu_schedule) if self.exact else self.mu_schedule
+
+    @torch.no_grad()
+    def exact_mu(self, floor: float):
+        """min(mu_max, max(floor, exact_penalty_bound(F(theta)))): a float on CPU (F from the model's
+        cached posterior), a device tensor on accelerators (F from a fresh streamed pass: the posterior
+        reads its NLML to the host), so the update needs no host sync there."""
+        model = self.model
+        if model.x_train.device.type == "cpu":
+            F = model.full_F()
+        else:
+            ztz, _, _ = feature_statistics(model.features, model.x_train, model.y_train, model.block_rows)
+            F = ztz + model.noise.detach() * torch.eye(ztz.shape[0], dtype=ztz.dtype, device=ztz.device)
+        mu = _exact_penalty_bound(F, model.noise).clamp(min=floor, max=self.mu_max)
+        return float(mu) if mu.device.type == "cpu" else mu
 
     @torch.no_grad()
     def exact_bound(self) -> float:
