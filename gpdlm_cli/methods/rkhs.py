@@ -159,7 +159,11 @@ def build(cfg, data, task: str) -> Method:
     device, dtype = x.device, x.dtype
     likelihood = C.build_likelihood(cfg.likelihood, y)
     input_map = FM.build_input_map(cfg.features, D, cfg.seed).to(device=device, dtype=dtype)
-    kernel_map = FM.build_kernel_map(cfg.kernel, input_map.out_dim, cfg.seed).to(device=device, dtype=dtype)
+    inputs = None
+    if FM.uses_features(cfg):  # kernel.normaliser=data: the network's outputs on the training inputs
+        with torch.no_grad():
+            inputs = torch.cat([input_map(x[i:i + m.block_rows]) for i in range(0, n, m.block_rows)])
+    kernel_map = FM.build_kernel_map(cfg.kernel, input_map.out_dim, cfg.seed, inputs).to(device=device, dtype=dtype)
     likelihood = likelihood.to(device=device, dtype=dtype)
     model = BayesianLinearGP(input_map, kernel_map, likelihood, x, y, block_rows=m.block_rows)
     d = model.num_features

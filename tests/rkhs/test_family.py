@@ -43,6 +43,8 @@ BAD = [
      "the 'activation' parameter of features=nn must be one of relu, tanh"),
     (["model=scgd", "features.name=lstm", "kernel=linear"],
      "the 'name' parameter of features must be one of none, nn; got 'lstm'"),
+    (["model=scgd", "kernel=linear", "kernel.normaliser=mean"],
+     "the 'normaliser' parameter of kernel=linear must be one of data, width; got 'mean'"),
     (["model=scgd", "kernel=rff", "kernel.num_features=0"],
      "the 'num_features' parameter of kernel=rff must be an even integer >= 2"),
     (["model=scgd", "kernel=rff", "kernel.num_features=7"],
@@ -85,6 +87,51 @@ def test_bad_input_is_one_line_before_any_run(tmp_path, overrides, message):
         run_train(cfg, tmp_path, tracker=NoRunTracker())
     assert message in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_the_linear_kernel_starts_at_the_targets_scale_and_learns_it(tmp_path):
+    """`model=scgd features=nn` with the default 128-128 network and kernel=linear on concrete (90/10, no
+    validation): the mean of k(x, x) = ||phi(x)||^2 over the training inputs is kernel.outputscale = 1 at
+    the start (rel 1e-12 against numpy's mean ||g(x)||^2 of the network's outputs; var(y) = 1.0), where
+    the width normaliser gave 0.033 (kernel.normaliser=width, kept: s ||g||^2 / 128); the outputscale is
+    a parameter of the `kernel` group and moves in 2 epochs of training. SVGP on the same features and
+    kernel starts at the same mean k(x, x). features=none keeps m = d_z (= mean ||x||^2 on standardised
+    inputs)."""
+    from gpdlm_cli.training import run_stages
+
+    data_keys = ["dataset.split.val_fraction=0", "dataset.split.test_fraction=0.1"]
+    cfg = compose(["model=scgd", "features=nn", *data_keys, "trainer.batch_size=32", "trainer.max_iters=null",
+                   "trainer.max_epochs=2", "trainer.eval_every=0", "trainer.lr=0.1", "trainer.keep_best=null",
+                   "progress=false", "threads=1"])
+    assert (cfg.kernel.name, list(cfg.features.widths)) == ("linear", [128, 128])
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    model = method.model
+    with torch.no_grad():
+        z = model.input_map(data.x_train).numpy()
+        k_diag = model.features(data.x_train).square().sum(1).numpy()
+    assert k_diag.mean() == pytest.approx(1.0, rel=1e-12)
+    assert float(data.y_train.var()) == pytest.approx(1.0, rel=2e-3)
+    assert float(model.kernel_map.normaliser) == pytest.approx(np.mean(np.sum(z**2, 1)), rel=1e-12)
+    assert np.mean(np.sum(z**2, 1)) / 128 == pytest.approx(0.033, abs=1e-3)  # what the width normaliser gives
+    s = model.kernel_map.raw_outputscale
+    assert any(p is s for p in method.stages[0].groups["kernel"])
+    s0 = float(model.kernel_map.outputscale.detach())
+    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
+    assert abs(float(model.kernel_map.outputscale.detach()) - s0) > 1e-3
+
+    width = build.build_method(compose(["model=scgd", "features=nn", *data_keys, "kernel.normaliser=width"]), data, splits.task)
+    with torch.no_grad():
+        assert float(width.model.features(data.x_train).square().sum(1).mean()) == pytest.approx(0.033, abs=1e-3)
+    svgp = build.build_method(compose(["model=svgp", "features=nn", "kernel=linear", *data_keys, "trainer.batch_size=16",
+                                       "model.num_inducing=16"]), data, splits.task)
+    with torch.no_grad():
+        g = svgp.model.features(data.x_train)
+        kxx = svgp.model.gp.covar_module(g, diag=True)
+    assert float(kxx.mean()) == pytest.approx(1.0, rel=1e-12)
+    none = build.build_method(compose(["model=scgd", "features=none", *data_keys]), data, splits.task)
+    assert float(none.model.kernel_map.normaliser) == data.x_train.shape[1]
 
 
 def test_rkhs_models_default_to_the_linear_kernel():
