@@ -208,25 +208,34 @@ def test_train_nlml_monitor_is_in_target_units_before_any_evaluation():
     assert method.monitors["train_nlml"]() == pytest.approx(method.model.nlml() + math.log(splits.y_std), rel=1e-12)
 
 
-def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(tmp_path):
+@pytest.mark.parametrize("lr,restored", [(0.01, False), (1.0, True)])
+def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(tmp_path, lr, restored):
     """`model=scgd features=nn kernel=linear trainer.batch_size=32 trainer.keep_best=train_nlml`
-    (a 16-16 network, 6 epochs, evaluated every epoch): train_nlml = train_nlml_norm + log s_y with
-    s_y the training targets' standard deviation; the final train_nlml is the minimum of the logged
-    per-epoch curve (the restored iterate) and best_iteration is its step; the parameter groups are
-    features, kernel, likelihood, weights; iter_ms and peak_memory_mb are logged; ftilde_gap is a
-    step metric."""
+    (a 16-16 network, 6 epochs of 6 steps, evaluated every epoch): train_nlml = train_nlml_norm + log s_y
+    with s_y the training targets' standard deviation, and the final train_nlml is the minimum of the
+    per-epoch curve. Both cases of keep_best are asserted, neither can pass by skipping: at lr 0.01 the
+    curve falls to the end, the final iterate (step 36, not an in-loop evaluation) is best_iteration and
+    beats every logged point; at lr 1.0 it rises after epoch 1, best_iteration is that in-loop step and
+    the restored parameters give exactly its logged value. The parameter groups are features, kernel,
+    likelihood, weights; iter_ms and peak_memory_mb are logged; ftilde_gap is a step metric (< 1 at lr
+    0.01)."""
     metrics, tracker, cfg = run(tmp_path, "model=scgd", "features=nn", "features.widths=[16,16]", "kernel=linear",
                                 "trainer.batch_size=32", "trainer.max_iters=null", "trainer.max_epochs=6",
                                 "trainer.eval_every=0", "trainer.eval_every_epochs=1", "trainer.keep_best=train_nlml",
-                                "trainer.stop_rule=none", "trainer.lr=0.01")
+                                "trainer.stop_rule=none", f"trainer.lr={lr}")
     _, splits, _ = build.load_data(cfg)
     assert metrics["train_nlml"] == pytest.approx(metrics["train_nlml_norm"] + math.log(splits.y_std), rel=1e-12)
     curve = dict(tracker.steps["train_nlml"])  # the in-loop evaluations (epochs 1-5)
-    assert len(curve) == 5 and metrics["train_nlml"] <= min(curve.values()) + 1e-12
-    if metrics["best_iteration"] in curve:
+    last = metrics["iterations"]
+    assert len(curve) == 5 and last == 6 * (splits.n_train // 32) and last not in curve
+    assert metrics["train_nlml"] <= min(curve.values()) + 1e-12
+    if restored:
+        assert metrics["best_iteration"] in curve and metrics["best_iteration"] < last
         assert metrics["train_nlml"] == pytest.approx(curve[metrics["best_iteration"]], rel=1e-12)
+    else:
+        assert metrics["best_iteration"] == last and metrics["train_nlml"] < min(curve.values())
     assert metrics["feature_dim"] == 16 and metrics["iter_ms"] > 0 and metrics["peak_memory_mb"] > 0
-    assert "ftilde_gap" in tracker.steps and 0 <= metrics["ftilde_gap"] < 1
+    assert "ftilde_gap" in tracker.steps and 0 <= metrics["ftilde_gap"] < (1 if lr < 0.1 else math.inf)
     assert tracker.tags["gpdlm.train_nlml_kernel"] == "linear (d=16)"
 
 
