@@ -4,6 +4,7 @@ as a user runs it), its runs in MLflow with the family's metrics; the full prese
 from __future__ import annotations
 
 import csv
+import inspect
 import math
 import os
 import subprocess
@@ -37,6 +38,10 @@ def test_full_preset_composes_the_papers_grid():
     assert (scgd.trainer.optimizer, scgd.trainer.max_epochs, scgd.trainer.keep_best) == ("adadelta", 100, "train_nlml")
     assert (scgd.kernel.num_features, scgd.features.widths, scgd.dataset.split.val_fraction) == (1000, [128, 128], 0.0)
     assert (scgd.model.b0, scgd.model.b_decay, scgd.model.b_min) == (1.0, 0.5, 0.0)
+    from gpdlm_cli.objectives import SCGD  # the class defaults that tests/rkhs/test_unbiased.py checks are these
+
+    defaults = inspect.signature(SCGD).parameters
+    assert tuple(defaults[k].default for k in ("b0", "b_decay", "b_min")) == (1.0, 0.5, 0.0)
     paper = compose(["+experiment=rkhs_batch_study", "model=scgd_paper", "kernel=rff", "trainer.batch_size=16"])
     assert (paper.model.name, paper.model.b0, paper.model.b_decay, paper.model.b_min) == ("scgd", 0.9, 0.0, 0.0)
     assert paper.trainer.keep_best == "train_nlml"
