@@ -8,7 +8,7 @@ k(x, x') = phi(x)^T phi(x') (Shoham & Avron, Sec. 2.2 and 5):
 * *input maps* g(x), chosen by ``features=`` -- ``none`` (``Identity``) or ``nn`` (``MLP``, the
   paper's two fully connected layers of 128 units with ReLU);
 * *finite kernel maps* on top of g, chosen by ``kernel=`` -- ``linear`` (``LinearKernelMap``,
-  phi(z) = sqrt(s / d_z) z, the paper's exact case) or ``rff`` (``RandomFourierMap``, random
+  phi(z) = sqrt(s / m) z, the paper's exact case) or ``rff`` (``RandomFourierMap``, random
   Fourier features of the Gaussian kernel with learned lengthscale and magnitude).
 
 The RKHS family (scgd, minimax, bsgd) needs phi explicitly; the sparse variational family uses an
@@ -48,10 +48,12 @@ def make_input_map(name: str, in_dim: int, *, widths=(128, 128), activation: str
 
 def make_kernel_map(name: str, in_dim: int, *, num_features: int = 1000, lengthscale: float = 1.0,
                     outputscale: float = 1.0, ard: bool = False, form: str = "sincos",
-                    learn_outputscale: bool = False, generator: torch.Generator | None = None) -> torch.nn.Module:
+                    learn_outputscale: bool = False, normaliser: float | None = None,
+                    generator: torch.Generator | None = None) -> torch.nn.Module:
     """``linear`` -> LinearKernelMap; ``rff`` -> RandomFourierMap (see their docstrings)."""
     if name == "linear":
-        return LinearKernelMap(in_dim, outputscale=outputscale, learn_outputscale=learn_outputscale)
+        return LinearKernelMap(in_dim, outputscale=outputscale, learn_outputscale=learn_outputscale,
+                               normaliser=normaliser)
     if name == "rff":
         return RandomFourierMap(in_dim, num_features, lengthscale=lengthscale, outputscale=outputscale,
                                 ard=ard, form=form, generator=generator)

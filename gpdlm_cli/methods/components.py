@@ -67,16 +67,17 @@ def supports(estimator, likelihood, quantity: str) -> bool:
 STATIONARY_KERNELS = ("rbf", "matern12", "matern32", "matern52")
 
 
-def build_kernel(kcfg, num_dims: int, seed: int = 0):
+def build_kernel(kcfg, num_dims: int, seed: int = 0, inputs=None):
     """ScaleKernel(base) for a stationary base kernel (``kernel.name``), ARD if ``kernel.ard``; a
-    finite kernel (``linear``, ``rff``) as its feature map in a gpytorch kernel (``feature_maps``)."""
+    finite kernel (``linear``, ``rff``) as its feature map in a gpytorch kernel (``feature_maps``;
+    ``inputs``: an input map's outputs on the training data, for ``kernel.normaliser=data``)."""
     import gpytorch
 
     from .feature_maps import FINITE_KERNELS, build_finite_kernel
 
     name = kcfg.name
     if name in FINITE_KERNELS:
-        return build_finite_kernel(kcfg, num_dims, seed)
+        return build_finite_kernel(kcfg, num_dims, seed, inputs)
     ard = num_dims if kcfg.ard else None
     if name == "rbf":
         base = gpytorch.kernels.RBFKernel(ard_num_dims=ard)

@@ -17,10 +17,11 @@ import math
 
 import torch
 
-from ..exceptions import param_error
+from ..exceptions import UnsupportedCombination, param_error
 from .components import is_int, is_number
 
 FINITE_KERNELS = ("linear", "rff")
+LINEAR_NORMALISERS = ("data", "width")
 _NN_STREAM, _RFF_STREAM = 7919, 104729  # offsets of the generators' seeds from the run's seed
 
 
@@ -64,6 +65,8 @@ def check_finite_kernel(kcfg) -> None:
         v = kcfg[key]
         if not is_number(v) or v <= 0 or math.isinf(v):
             raise param_error(key, f"kernel={name}", "a finite float in (0, inf)", v)
+    if name == "linear" and kcfg.get("normaliser", "width") not in LINEAR_NORMALISERS:
+        raise param_error("normaliser", "kernel=linear", f"one of {', '.join(LINEAR_NORMALISERS)}", kcfg.normaliser)
     if name == "rff":
         if kcfg.form not in RFF_FORMS:
             raise param_error("form", "kernel=rff", f"one of {', '.join(RFF_FORMS)}", kcfg.form)
@@ -74,8 +77,24 @@ def check_finite_kernel(kcfg) -> None:
             raise param_error("num_features", "kernel=rff", "an integer >= 1", d)
 
 
-def build_kernel_map(kcfg, num_dims: int, seed: int) -> torch.nn.Module:
-    """The finite feature map of ``kernel=linear|rff`` on inputs of ``num_dims`` dimensions."""
+def linear_normaliser(kcfg, inputs: torch.Tensor | None) -> float | None:
+    """m of ``kernel=linear`` (k = s <z, z'> / m): ``width`` -> None (m = d_z); ``data`` -> the mean of
+    ||z_i||^2 over ``inputs`` (the input map's outputs on the training inputs at initialisation), so
+    that mean k(x, x) starts at s. Without ``inputs`` (the input map is the identity: families that
+    take no ``features=``, or ``features=none``) ``data`` is the width too: on standardised inputs
+    mean ||x_i||^2 = D over the training rows."""
+    if kcfg.get("normaliser", "width") != "data" or inputs is None:
+        return None
+    m = float(inputs.detach().to(torch.float64).square().sum(-1).mean())
+    if not (m > 0 and math.isfinite(m)):
+        raise UnsupportedCombination(f"kernel.normaliser=data needs a non-zero finite mean ||g(x)||^2 over the training "
+                                     f"inputs; the input map gives {m:g} (a dead ReLU network?): use kernel.normaliser=width")
+    return m
+
+
+def build_kernel_map(kcfg, num_dims: int, seed: int, inputs: torch.Tensor | None = None) -> torch.nn.Module:
+    """The finite feature map of ``kernel=linear|rff`` on inputs of ``num_dims`` dimensions; ``inputs``:
+    the input map's outputs on the training inputs (``kernel.normaliser=data``; None for the identity)."""
     from ..features import make_kernel_map
 
     check_finite_kernel(kcfg)
@@ -83,15 +102,16 @@ def build_kernel_map(kcfg, num_dims: int, seed: int) -> torch.nn.Module:
     return make_kernel_map(kcfg.name, num_dims, num_features=kcfg.get("num_features", 0),
                            lengthscale=kcfg.get("lengthscale", 1.0), outputscale=kcfg.outputscale,
                            ard=bool(kcfg.get("ard", False)), form=kcfg.get("form", "sincos"),
-                           learn_outputscale=bool(kcfg.get("learn_outputscale", False)), generator=gen)
+                           learn_outputscale=bool(kcfg.get("learn_outputscale", False)),
+                           normaliser=linear_normaliser(kcfg, inputs) if kcfg.name == "linear" else None, generator=gen)
 
 
-def build_finite_kernel(kcfg, num_dims: int, seed: int):
+def build_finite_kernel(kcfg, num_dims: int, seed: int, inputs: torch.Tensor | None = None):
     """``kernel=linear|rff`` as a gpytorch kernel phi(x)^T phi(x') (for gpytorch-based families)."""
     from ..features import FiniteFeatureKernel
 
-    return FiniteFeatureKernel(build_kernel_map(kcfg, num_dims, seed))
+    return FiniteFeatureKernel(build_kernel_map(kcfg, num_dims, seed, inputs))
 
 
-__all__ = ["FINITE_KERNELS", "build_finite_kernel", "build_input_map", "build_kernel_map", "check_features",
-           "check_finite_kernel", "uses_features"]
+__all__ = ["FINITE_KERNELS", "LINEAR_NORMALISERS", "build_finite_kernel", "build_input_map", "build_kernel_map",
+           "check_features", "check_finite_kernel", "linear_normaliser", "uses_features"]

@@ -17,8 +17,14 @@ Metrics: the monitor ``train_nlml`` (full-data per-point NLML of the finite kern
 ``trainer.keep_best=train_nlml`` selects the iterate by it), ``ftilde_gap`` (scgd:
 ||F~ - F|| / ||F||), ``penalty_gap`` and ``mu`` (minimax: ||A - F|| / ||F||), and at the end
 ``train_nlml_exact_kernel`` (kernel=rff, n_train <= ``model.exact_nlml_max_n``: the NLML of the
-Gaussian kernel the features approximate), the learned hyperparameters, Cholesky jitter counts and
+Gaussian kernel the features approximate), ``mu_exact_bound``, ``mu_local_threshold`` and
+``penalty_exact`` (minimax, at the final parameters: the sufficient bound, the necessary threshold
+||F|| ||F^-1||, and 1 if mu >= the bound), the learned hyperparameters, Cholesky jitter counts and
 ``peak_memory_mb``.
+
+The run tag ``gpdlm.rkhs_setting`` names the variant from its settings: SCGD's b_t schedule (biased
+when constant, e.g. the paper's 0.9) and MINIMAX's penalty (exact, or the paper's inexact mu = 1). A
+MINIMAX run that ends with mu below ||F|| ||F^-1|| prints a warning with ``penalty_gap``.
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ def validate(cfg) -> None:
             raise param_error("mu_max", owner, f"a float >= mu={m.mu}", m.mu_max)
         if not isinstance(m.precondition, bool):
             raise param_error("precondition", owner, "true or false", m.precondition)
+        if not isinstance(m.exact_penalty, bool):
+            raise param_error("exact_penalty", owner, "true or false", m.exact_penalty)
         if m.w_max is not None and not _number_in(m.w_max, 0, math.inf, lo_open=True):
             raise param_error("w_max", owner, "a float in (0, inf] or null", m.w_max)
     elif m.batching not in ("uniform", "nearest"):
@@ -93,6 +101,42 @@ def check_sizes(cfg, n_train: int) -> None:
         raise UnsupportedCombination(
             f"model=bsgd on the full batch is the exact {n_train} x {n_train} GP; set trainer.batch_size "
             f"(or use model=scgd, whose full-data algebra is d x d)")
+
+
+def setting_label(m) -> str:
+    """What the run's settings make of the method (the tag ``gpdlm.rkhs_setting``)."""
+    if m.name == "scgd":
+        if m.b_decay == 0 or m.b_min > 0:
+            paper = " (the paper)" if m.b_decay == 0 and m.b0 == 0.9 and m.b_min == 0 else ""
+            return f"scgd biased{paper}: b_t -> {m.b_min if m.b_decay > 0 else m.b0:g} constant"
+        return f"scgd unbiased in the limit: b_t = {m.b0:g} (t+1)^-{m.b_decay:g}"
+    if m.name == "minimax":
+        if m.exact_penalty:
+            return "minimax exact penalty: mu >= ||F|| ||c|| + L at every mu update"
+        paper = " (the paper)" if m.mu == 1 and m.mu_growth == 1 else ""
+        grow = f" x {m.mu_growth:g} every {m.mu_every_epochs} epochs up to {m.mu_max:g}" if m.mu_growth != 1 else ""
+        return f"minimax inexact penalty{paper}: mu = {m.mu:g}{grow}"
+    return f"bsgd biased for b < n: the exact b x b NLML of each {m.batching} batch"
+
+
+class PenaltyCheck:
+    """A stage hook: at the end of a MINIMAX stage (after keep_best's restore), warn when mu is below
+    ||F|| ||F^-1|| of the final parameters, the threshold an exact penalty needs (when lambda_min(F) >
+    s2): the run then trained a penalised objective whose saddle is not the NLML's."""
+
+    def __init__(self, objective):
+        self.objective = objective
+
+    def stage_end(self, result) -> None:
+        import sys
+
+        threshold = self.objective.local_threshold()
+        mu = float(self.objective.mu)
+        if mu < threshold:
+            print(f"gpdlm: warning: model=minimax ended with mu = {mu:g}, below ||F|| ||F^-1|| = "
+                  f"{threshold:.4g} at the final parameters (penalty_gap = {self.objective.penalty_gap():.3g}): an "
+                  f"inexact penalty, whose saddle is not the marginal likelihood's (model.exact_penalty=true raises "
+                  f"mu to a sufficient bound; docs/rkhs.md)", file=sys.stderr)
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -115,7 +159,11 @@ def build(cfg, data, task: str) -> Method:
     device, dtype = x.device, x.dtype
     likelihood = C.build_likelihood(cfg.likelihood, y)
     input_map = FM.build_input_map(cfg.features, D, cfg.seed).to(device=device, dtype=dtype)
-    kernel_map = FM.build_kernel_map(cfg.kernel, input_map.out_dim, cfg.seed).to(device=device, dtype=dtype)
+    inputs = None
+    if FM.uses_features(cfg):  # kernel.normaliser=data: the network's outputs on the training inputs
+        with torch.no_grad():
+            inputs = torch.cat([input_map(x[i:i + m.block_rows]) for i in range(0, n, m.block_rows)])
+    kernel_map = FM.build_kernel_map(cfg.kernel, input_map.out_dim, cfg.seed, inputs).to(device=device, dtype=dtype)
     likelihood = likelihood.to(device=device, dtype=dtype)
     model = BayesianLinearGP(input_map, kernel_map, likelihood, x, y, block_rows=m.block_rows)
     d = model.num_features
@@ -129,9 +177,9 @@ def build(cfg, data, task: str) -> Method:
     elif m.name == "minimax":
         objective = Minimax(model, n, mu=m.mu, mu_growth=m.mu_growth, mu_every_epochs=m.mu_every_epochs,
                             mu_max=m.mu_max, precondition=m.precondition, seed=int(cfg.seed) + 15485863,
-                            w_max=m.w_max)
+                            w_max=m.w_max, exact=m.exact_penalty)
         groups.update(weights=[objective.w], constraint=[objective.M], dual=[objective.B])
-        stage = Stage("minimax", objective, groups, prepare=objective.initialise, hooks=[objective])
+        stage = Stage("minimax", objective, groups, prepare=objective.initialise, hooks=[objective, PenaltyCheck(objective)])
     else:
         nearest = NearestNeighbourBatches(x) if m.batching == "nearest" else None
         objective = BatchNLML(model, nearest)
@@ -144,7 +192,7 @@ def build(cfg, data, task: str) -> Method:
         monitors["ftilde_gap"] = objective.tracking_gap
     elif m.name == "minimax":
         monitors["penalty_gap"] = objective.penalty_gap
-        monitors["mu"] = lambda: objective.mu
+        monitors["mu"] = lambda: float(objective.mu)
 
     def diagnostics() -> dict:
         out = {"feature_dim": float(d), "noise": float(model.noise.detach()), "train_nlml_norm": model.nlml(),
@@ -157,9 +205,12 @@ def build(cfg, data, task: str) -> Method:
         if m.name == "scgd":
             out["ftilde_gap"] = objective.tracking_gap()
         if m.name == "minimax":
-            out.update(penalty_gap=objective.penalty_gap(), mu=objective.mu,
+            bound, mu = objective.exact_bound(), float(objective.mu)
+            out.update(penalty_gap=objective.penalty_gap(), mu=mu, mu_exact_bound=bound,
+                       mu_local_threshold=objective.local_threshold(), penalty_exact=float(mu >= bound),
                        minimax_projections=float(objective.projections))
         return out
 
-    tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})", "gpdlm.features": cfg.features.name}
+    tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})", "gpdlm.features": cfg.features.name,
+            "gpdlm.rkhs_setting": setting_label(m)}
     return Method(m.name, model, likelihood, [stage], monitors=monitors, diagnostics=diagnostics, tags=tags, default_keep_best="train_nlml")

@@ -98,7 +98,7 @@ def build(cfg, data, task: str) -> Method:
     features = FM.build_input_map(cfg.features, D, cfg.seed).to(device, dtype) if FM.uses_features(cfg) else None
     with torch.no_grad():  # the GP's inputs: g(x), so the inducing points start in feature space
         x_in = x if features is None else features(x)
-    kernel = C.build_kernel(cfg.kernel, x_in.shape[1], cfg.seed)
+    kernel = C.build_kernel(cfg.kernel, x_in.shape[1], cfg.seed, inputs=None if features is None else x_in)
     if m.num_inducing > getattr(kernel, "num_features", m.num_inducing):
         raise UnsupportedCombination(f"kernel={cfg.kernel.name} has rank d={kernel.num_features}: model.num_inducing must be <= d")
     mean = C.build_mean(m.mean, task)

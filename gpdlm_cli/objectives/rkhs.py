@@ -18,10 +18,12 @@ learning rates carry across n, batch sizes and methods (AdaDelta and Adam hardly
   biased for any b < n. Optional nearest-neighbour batches (Chen et al.'s remedy).
 * ``SCGD`` -- Sec. 3.2: the step uses a running estimate F~_t held constant (stop-gradient),
   then F~_{t+1} = (1 - b_t) F~_t + b_t (n/|S|) sum_S F_i(theta_t) (the step's batch, pre-step
-  parameters: the paper's order). b_t = max(b_min, b0 t^-b_decay).
+  parameters: the paper's order). b_t = max(b_min, b0 (t + 1)^-b_decay).
 * ``Minimax`` -- Sec. 3.1: the saddle point of Psi(zeta, B) = g + log|A| + mu <B, A - F> / ||A||
   with independent minibatches for the min step (zeta = (theta, w, A)) and the max step (B), the
   ascent in B expressed as descent on a sign-flipped surrogate so the shared trainer runs both.
+  Its saddle is the NLML's only when the penalty is exact: ``exact_penalty_bound`` gives a mu that
+  is provably enough, ``local_penalty_threshold`` the one that is necessary.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import math
 import torch
 
 from ..exceptions import NumericalError
-from ..models.bayesian_linear import LOG_2PI, cholesky_dxd, nlml_from_statistics
+from ..models.bayesian_linear import LOG_2PI, cholesky_dxd, feature_statistics, nlml_from_statistics
 from .base import Objective
 
 
@@ -61,9 +63,58 @@ def batch_nlml(Z_S: torch.Tensor, y_S: torch.Tensor, s2: torch.Tensor) -> torch.
 
 
 def step_weight(t: int, b0: float, decay: float, floor: float) -> float:
-    """SCGD's averaging weight b_t = max(floor, b0 t^-decay), t = 1, 2, ... (paper: b0 = 0.9,
-    decay = 0; Wang et al.'s rate needs decay 1/2)."""
-    return max(floor, b0 * t ** (-decay))
+    """SCGD's averaging weight b_t = max(floor, b0 (t + 1)^-decay) after step t = 1, 2, ... (paper:
+    b0 = 0.9, decay = 0; Wang et al.'s rate needs decay 1/2). The shift t + 1 counts F~_0 =
+    F(theta_0) as the first term of the average: with b0 = 1 and decay = 1, F~_t is the plain mean
+    of F(theta_0) and the t batch estimates; with t^-decay, b_1 = b0 = 1 would discard F~_0 after
+    one step (at d = 64, b = 16 the log-det gradient of step 2 was 77x too large)."""
+    return max(floor, b0 * (t + 1) ** (-decay))
+
+
+def local_penalty_threshold(F: torch.Tensor) -> float:
+    """||F|| ||F^-1|| (Frobenius): the smallest mu for which A = F is a *local* minimiser of
+    log|A| + mu ||A - F|| / ||A|| (one-sided slope along D: <F^-1, D> + mu ||D|| / ||F||, most
+    negative at D = -F^-1 / ||F^-1||). Necessary for an exact penalty when lambda_min(F) > s2 (then
+    that direction is feasible); not sufficient: log|A| is concave, and clamping F's lowest
+    eigenvalues to s2 can beat A = F at this mu (docs/rkhs.md)."""
+    F = F.detach()
+    L = torch.linalg.cholesky(F)
+    return float(torch.linalg.norm(F) * torch.linalg.norm(torch.cholesky_inverse(L)))
+
+
+def exact_penalty_bound(F: torch.Tensor, s2) -> float:
+    """A penalty weight that makes MINIMAX exact: for mu >= ||F|| ||c|| + L,
+
+        log|A| + mu ||A - F|| / ||A|| >= log|F|   for every symmetric A >= s2 I,
+
+    so min over A (and max over ||B|| <= 1) of Psi is g + log|F| = l(theta), and the saddle's theta
+    is the NLML's stationary point. Here lambda_j are F's eigenvalues, c_j = log(lambda_j / s2) /
+    (lambda_j - s2) (-> 1/s2 as lambda_j -> s2) and L = sum_j log(lambda_j / s2) = log|F| - d log s2.
+
+    Proof. log|A| and ||A|| depend only on A's eigenvalues a, and ||A - F|| >= ||a - lambda|| with both
+    sorted (Hoffman-Wielandt), so it suffices to take a_j >= s2 against lambda_j. Write a = lambda - delta
+    + u with delta, u >= 0 the decreases and increases. Concavity of log on [s2, lambda_j] gives
+    log(a_j / lambda_j) >= -c_j delta_j, so log|A| - log|F| >= -||c|| ||delta|| and also >= -L. With
+    tau = L / (||F|| ||c||): if ||u|| <= tau ||F||, then ||A|| <= (1 + tau) ||F|| and the penalty is
+    >= mu ||delta|| / ((1 + tau) ||F||) >= ||c|| ||delta||; otherwise ||A - F|| / ||A|| >= ||u|| /
+    (||F|| + ||u||) > tau / (1 + tau) and the penalty is > L. In both cases, mu >= (1 + tau) ||F|| ||c||
+    = ||F|| ||c|| + L. []
+
+    The bound is >= ``local_penalty_threshold`` (c_j >= 1/lambda_j), typically by a factor of a few
+    (x log x / (x - 1) per eigenvalue, x = lambda_j / s2). O(d^3) (one eigvalsh)."""
+    return float(_exact_penalty_bound(F, s2))
+
+
+def _exact_penalty_bound(F: torch.Tensor, s2) -> torch.Tensor:
+    """``exact_penalty_bound`` as a 0-dim tensor on F's device (no host read)."""
+    F = F.detach()
+    s2 = torch.as_tensor(s2, dtype=F.dtype, device=F.device).detach()
+    lam = torch.linalg.eigvalsh(F)
+    excess = (lam - s2).clamp_min(0) / s2  # x - 1 >= 0
+    log_ratio = torch.log1p(excess)
+    small = excess < 1e-8
+    c = torch.where(small, 1 - excess / 2, log_ratio / torch.where(small, torch.ones_like(excess), excess)) / s2
+    return torch.linalg.norm(F) * torch.linalg.norm(c) + log_ratio.sum()
 
 
 # ----- BSGD -----------------------------------------------------------------------------------------
@@ -129,7 +180,10 @@ class SCGD(Objective):
 
     The direction is conditionally unbiased for grad g + <F~_t^-1, grad F>; with F~ = F exactly it
     is unbiased for grad l. A constant b_t (the paper's 0.9) keeps F~ noisy and biases the fixed
-    point; a decaying b_t (default t^-1/2) does not (docs/rkhs.md).
+    point; a decaying b_t (default (t + 1)^-1/2) does not (docs/rkhs.md). Wang et al.'s convergence
+    theorem (their Thm 8, quoted in Sec. 3.2) also needs theta's step a_t to decay faster than b_t
+    (a_t / b_t -> 0: a_t = t^-3/4 with b_t = t^-1/2, i.e. ``trainer.schedule=robbins_monro
+    trainer.rm_kappa=0.75``); a constant learning rate is outside it.
     """
 
     name = "scgd"
@@ -206,22 +260,31 @@ class Minimax(Objective):
 
     A is parameterised as A = C sym(M) C^T with C = chol(F(theta_0)) fixed (``precondition``), so
     M starts at I and per-coordinate optimisers see O(1) entries although A's eigenvalues span
-    orders of magnitude. The penalty is exact only for mu >= ||F|| ||F^-1|| (>= d); mu can grow by
-    ``mu_growth`` every ``mu_every_epochs`` epochs up to ``mu_max`` (``epoch_start``).
+    orders of magnitude.
+
+    The penalty is exact (min_A max_B Psi = l(theta)) only for a large enough mu: mu >= ||F|| ||F^-1||
+    (>= d; ``local_penalty_threshold``) is necessary and only locally sufficient; mu >=
+    ``exact_penalty_bound(F, s2)`` is sufficient. With ``exact=True`` (gpdlm's default) mu is raised
+    to that bound of the current F at ``initialise`` and whenever the schedule below runs; with
+    ``exact=False`` mu = ``mu`` grows only by ``mu_growth`` every ``mu_every_epochs`` epochs up to
+    ``mu_max`` (``epoch_start``; the paper's mu = 1 fixed is inexact: its saddle is not the NLML's).
+    ``mu_max`` caps both.
     """
 
     name = "minimax"
 
     def __init__(self, model, num_data: int, mu: float = 1.0, mu_growth: float = 1.0, mu_every_epochs: int = 1,
-                 mu_max: float = math.inf, precondition: bool = True, seed: int = 0, w_max: float | None = None):
+                 mu_max: float = math.inf, precondition: bool = True, seed: int = 0, w_max: float | None = None,
+                 exact: bool = False):
         super().__init__()
         d = model.num_features
         device = model.x_train.device
         f64 = dict(dtype=torch.float64, device=device)
         self.model = model
         self.num_data = int(num_data)
-        self.mu0 = self.mu = float(mu)
+        self.mu0 = self.mu = self.mu_schedule = float(mu)
         self.mu_growth, self.mu_every_epochs, self.mu_max = float(mu_growth), int(mu_every_epochs), float(mu_max)
+        self.exact = bool(exact)
         self.precondition = bool(precondition)
         self.w_max = None if w_max is None else float(w_max)
         self.w = torch.nn.Parameter(torch.zeros(d, **f64))
@@ -237,7 +300,8 @@ class Minimax(Objective):
 
     @torch.no_grad()
     def initialise(self) -> None:
-        """w_0 = ridge solve, A_0 = F(theta_0) (M_0 = I with preconditioning), B_0 = 0, mu = mu0."""
+        """w_0 = ridge solve, A_0 = F(theta_0) (M_0 = I with preconditioning), B_0 = 0, mu = mu0
+        (with ``exact``: raised to ``exact_penalty_bound`` of F(theta_0), at most mu_max)."""
         post = self.model.posterior()
         self.w.copy_(post.w)
         if self.precondition:
@@ -246,7 +310,9 @@ class Minimax(Objective):
         else:
             self.M.copy_(post.F)
         self.B.zero_()
-        self.mu = self.mu0
+        self.mu = self.mu_schedule = self.mu0
+        if self.exact:
+            self.mu = float(self.exact_mu(self.mu0))
 
     def penalty(self, A, B, phi, s2, n: int):
         """mu <B, A - (n/b) sum_S F_i> / ||A|| for the rows phi of a batch S."""
@@ -309,9 +375,37 @@ class Minimax(Objective):
             self.w.clamp_(-self.w_max, self.w_max)
 
     def epoch_start(self, epoch: int) -> None:
-        """The outer penalty schedule mu_k <- min(mu_max, mu_growth mu_k) every mu_every_epochs."""
-        if epoch > 0 and self.mu_growth != 1.0 and epoch % self.mu_every_epochs == 0:
-            self.mu = min(self.mu_max, self.mu * self.mu_growth)
+        """The outer penalty schedule, every mu_every_epochs epochs: mu_k = min(mu_max, mu_growth^k mu0),
+        and with ``exact`` mu_k = min(mu_max, max(mu_growth^k mu0, exact_penalty_bound(F(theta)))) (one
+        full-data pass, shared with an evaluation at the same parameters; one eigvalsh): the bound of
+        the current F, so mu follows it down as well as up."""
+        if epoch > 0 and epoch % self.mu_every_epochs == 0:
+            self.mu_schedule = min(self.mu_max, self.mu_schedule * self.mu_growth)
+            self.mu = self.exact_mu(self.mu_schedule) if self.exact else self.mu_schedule
+
+    @torch.no_grad()
+    def exact_mu(self, floor: float):
+        """min(mu_max, max(floor, exact_penalty_bound(F(theta)))): a float on CPU (F from the model's
+        cached posterior), a device tensor on accelerators (F from a fresh streamed pass: the posterior
+        reads its NLML to the host), so the update needs no host sync there."""
+        model = self.model
+        if model.x_train.device.type == "cpu":
+            F = model.full_F()
+        else:
+            ztz, _, _ = feature_statistics(model.features, model.x_train, model.y_train, model.block_rows)
+            F = ztz + model.noise.detach() * torch.eye(ztz.shape[0], dtype=ztz.dtype, device=ztz.device)
+        mu = _exact_penalty_bound(F, model.noise).clamp(min=floor, max=self.mu_max)
+        return float(mu) if mu.device.type == "cpu" else mu
+
+    @torch.no_grad()
+    def exact_bound(self) -> float:
+        """``exact_penalty_bound`` of the full-data F at the current parameters."""
+        return exact_penalty_bound(self.model.full_F(), self.model.noise)
+
+    @torch.no_grad()
+    def local_threshold(self) -> float:
+        """``local_penalty_threshold`` of the full-data F at the current parameters."""
+        return local_penalty_threshold(self.model.full_F())
 
     @torch.no_grad()
     def penalty_gap(self) -> float:
@@ -327,6 +421,8 @@ __all__ = [
     "SCGD",
     "batch_nlml",
     "dxd_objective",
+    "exact_penalty_bound",
     "feature_nlml",
+    "local_penalty_threshold",
     "step_weight",
 ]

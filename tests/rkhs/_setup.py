@@ -67,6 +67,39 @@ def model_at_optimum(n: int, d: int):
     return model, nlml
 
 
+def non_optimal_model(n: int, d: int) -> BayesianLinearGP:
+    """The RFF model of ``model_at_optimum`` at a fixed non-optimal point: raw lengthscale 0.7, raw
+    magnitude 1.3, noise 0.05 (the full NLML gradient is far from 0 there)."""
+    x, y = concrete(n)
+    model = rff_model(x, y, d)
+    with torch.no_grad():
+        model.kernel_map.raw_lengthscale.fill_(0.7)
+        model.kernel_map.raw_outputscale.fill_(1.3)
+        model.likelihood.gp.noise = 0.05
+    return model
+
+
+def l_gradient_numpy(model, w) -> np.ndarray:
+    """grad of l / (2n) in ((raw lengthscale, raw magnitude, raw noise), w), with
+    l = (1/s2)||Z w - y||^2 + ||w||^2 + log|F| + (n - d) log s2, from numpy's closed forms
+    dl/dZ = (2/s2)(Z w - y) w^T + 2 Z F^-1, dl/ds2 = -||Z w - y||^2/s2^2 + tr F^-1 + (n - d)/s2 and
+    dl/dw = (2/s2) Z^T (Z w - y) + 2 w, chained to the raw parameters by one vector-Jacobian product of
+    the feature map and the noise's softplus. At w = w* its theta part is the gradient of the NLML."""
+    x, y = model.x_train, model.y_train
+    Zt = model.features(x)
+    s2t = model.noise
+    Z, yn, wn, s2 = Zt.detach().numpy(), y.numpy(), np.asarray(w.detach()), float(s2t.detach())
+    n, d = Z.shape
+    Finv = np.linalg.inv(Z.T @ Z + s2 * np.eye(d))
+    r = Z @ wn - yn
+    dZ = (2 / s2) * np.outer(r, wn) + 2 * Z @ Finv
+    ds2 = -(r @ r) / s2**2 + np.trace(Finv) + (n - d) / s2
+    dw = (2 / s2) * Z.T @ r + 2 * wn
+    g = torch.autograd.grad([Zt, s2t], hyperparameters(model),
+                            grad_outputs=[torch.as_tensor(dZ), torch.tensor(ds2, dtype=torch.float64)])
+    return np.concatenate([np.array([float(v) for v in g]), dw]) / (2 * n)
+
+
 def set_state(params, state) -> None:
     with torch.no_grad():
         for p, s in zip(params, state):

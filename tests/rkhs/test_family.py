@@ -43,6 +43,8 @@ BAD = [
      "the 'activation' parameter of features=nn must be one of relu, tanh"),
     (["model=scgd", "features.name=lstm", "kernel=linear"],
      "the 'name' parameter of features must be one of none, nn; got 'lstm'"),
+    (["model=scgd", "kernel=linear", "kernel.normaliser=mean"],
+     "the 'normaliser' parameter of kernel=linear must be one of data, width; got 'mean'"),
     (["model=scgd", "kernel=rff", "kernel.num_features=0"],
      "the 'num_features' parameter of kernel=rff must be an even integer >= 2"),
     (["model=scgd", "kernel=rff", "kernel.num_features=7"],
@@ -67,6 +69,8 @@ BAD = [
      "the 'mu_growth' parameter of model=minimax must be a finite float >= 1"),
     (["model=minimax", "kernel=linear", "model.mu=10", "model.mu_max=5"],
      "the 'mu_max' parameter of model=minimax must be a float >= mu=10"),
+    (["model=minimax", "kernel=linear", "model.exact_penalty=1"],
+     "the 'exact_penalty' parameter of model=minimax must be true or false; got 1"),
     (["model=minimax", "kernel=linear", "model.w_max=0"],
      "the 'w_max' parameter of model=minimax must be a float in (0, inf] or null; got 0"),
     (["model=bsgd", "kernel=linear", "model.batching=knn"],
@@ -83,6 +87,51 @@ def test_bad_input_is_one_line_before_any_run(tmp_path, overrides, message):
         run_train(cfg, tmp_path, tracker=NoRunTracker())
     assert message in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_the_linear_kernel_starts_at_the_targets_scale_and_learns_it(tmp_path):
+    """`model=scgd features=nn` with the default 128-128 network and kernel=linear on concrete (90/10, no
+    validation): the mean of k(x, x) = ||phi(x)||^2 over the training inputs is kernel.outputscale = 1 at
+    the start (rel 1e-12 against numpy's mean ||g(x)||^2 of the network's outputs; var(y) = 1.0), where
+    the width normaliser gave 0.033 (kernel.normaliser=width, kept: s ||g||^2 / 128); the outputscale is
+    a parameter of the `kernel` group and moves in 2 epochs of training. SVGP on the same features and
+    kernel starts at the same mean k(x, x). features=none keeps m = d_z (= mean ||x||^2 on standardised
+    inputs)."""
+    from gpdlm_cli.training import run_stages
+
+    data_keys = ["dataset.split.val_fraction=0", "dataset.split.test_fraction=0.1"]
+    cfg = compose(["model=scgd", "features=nn", *data_keys, "trainer.batch_size=32", "trainer.max_iters=null",
+                   "trainer.max_epochs=2", "trainer.eval_every=0", "trainer.lr=0.1", "trainer.keep_best=null",
+                   "progress=false", "threads=1"])
+    assert (cfg.kernel.name, list(cfg.features.widths)) == ("linear", [128, 128])
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    model = method.model
+    with torch.no_grad():
+        z = model.input_map(data.x_train).numpy()
+        k_diag = model.features(data.x_train).square().sum(1).numpy()
+    assert k_diag.mean() == pytest.approx(1.0, rel=1e-12)
+    assert float(data.y_train.var()) == pytest.approx(1.0, rel=2e-3)
+    assert float(model.kernel_map.normaliser) == pytest.approx(np.mean(np.sum(z**2, 1)), rel=1e-12)
+    assert np.mean(np.sum(z**2, 1)) / 128 == pytest.approx(0.033, abs=1e-3)  # what the width normaliser gives
+    s = model.kernel_map.raw_outputscale
+    assert any(p is s for p in method.stages[0].groups["kernel"])
+    s0 = float(model.kernel_map.outputscale.detach())
+    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
+    assert abs(float(model.kernel_map.outputscale.detach()) - s0) > 1e-3
+
+    width = build.build_method(compose(["model=scgd", "features=nn", *data_keys, "kernel.normaliser=width"]), data, splits.task)
+    with torch.no_grad():
+        assert float(width.model.features(data.x_train).square().sum(1).mean()) == pytest.approx(0.033, abs=1e-3)
+    svgp = build.build_method(compose(["model=svgp", "features=nn", "kernel=linear", *data_keys, "trainer.batch_size=16",
+                                       "model.num_inducing=16"]), data, splits.task)
+    with torch.no_grad():
+        g = svgp.model.features(data.x_train)
+        kxx = svgp.model.gp.covar_module(g, diag=True)
+    assert float(kxx.mean()) == pytest.approx(1.0, rel=1e-12)
+    none = build.build_method(compose(["model=scgd", "features=none", *data_keys]), data, splits.task)
+    assert float(none.model.kernel_map.normaliser) == data.x_train.shape[1]
 
 
 def test_rkhs_models_default_to_the_linear_kernel():
@@ -159,39 +208,49 @@ def test_train_nlml_monitor_is_in_target_units_before_any_evaluation():
     assert method.monitors["train_nlml"]() == pytest.approx(method.model.nlml() + math.log(splits.y_std), rel=1e-12)
 
 
-def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(tmp_path):
+@pytest.mark.parametrize("lr,restored", [(0.01, False), (1.0, True)])
+def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(tmp_path, lr, restored):
     """`model=scgd features=nn kernel=linear trainer.batch_size=32 trainer.keep_best=train_nlml`
-    (a 16-16 network, 6 epochs, evaluated every epoch): train_nlml = train_nlml_norm + log s_y with
-    s_y the training targets' standard deviation; the final train_nlml is the minimum of the logged
-    per-epoch curve (the restored iterate) and best_iteration is its step; the parameter groups are
-    features, kernel, likelihood, weights; iter_ms and peak_memory_mb are logged; ftilde_gap is a
-    step metric."""
+    (a 16-16 network, 6 epochs of 6 steps, evaluated every epoch): train_nlml = train_nlml_norm + log s_y
+    with s_y the training targets' standard deviation, and the final train_nlml is the minimum of the
+    per-epoch curve. Both cases of keep_best are asserted, neither can pass by skipping: at lr 0.01 the
+    curve falls to the end, the final iterate (step 36, not an in-loop evaluation) is best_iteration and
+    beats every logged point; at lr 1.0 it rises after epoch 1, best_iteration is that in-loop step and
+    the restored parameters give exactly its logged value. The parameter groups are features, kernel,
+    likelihood, weights; iter_ms and peak_memory_mb are logged; ftilde_gap is a step metric (< 1 at lr
+    0.01)."""
     metrics, tracker, cfg = run(tmp_path, "model=scgd", "features=nn", "features.widths=[16,16]", "kernel=linear",
                                 "trainer.batch_size=32", "trainer.max_iters=null", "trainer.max_epochs=6",
                                 "trainer.eval_every=0", "trainer.eval_every_epochs=1", "trainer.keep_best=train_nlml",
-                                "trainer.stop_rule=none", "trainer.lr=0.01")
+                                "trainer.stop_rule=none", f"trainer.lr={lr}")
     _, splits, _ = build.load_data(cfg)
     assert metrics["train_nlml"] == pytest.approx(metrics["train_nlml_norm"] + math.log(splits.y_std), rel=1e-12)
     curve = dict(tracker.steps["train_nlml"])  # the in-loop evaluations (epochs 1-5)
-    assert len(curve) == 5 and metrics["train_nlml"] <= min(curve.values()) + 1e-12
-    if metrics["best_iteration"] in curve:
+    last = metrics["iterations"]
+    assert len(curve) == 5 and last == 6 * (splits.n_train // 32) and last not in curve
+    assert metrics["train_nlml"] <= min(curve.values()) + 1e-12
+    if restored:
+        assert metrics["best_iteration"] in curve and metrics["best_iteration"] < last
         assert metrics["train_nlml"] == pytest.approx(curve[metrics["best_iteration"]], rel=1e-12)
+    else:
+        assert metrics["best_iteration"] == last and metrics["train_nlml"] < min(curve.values())
     assert metrics["feature_dim"] == 16 and metrics["iter_ms"] > 0 and metrics["peak_memory_mb"] > 0
-    assert "ftilde_gap" in tracker.steps and 0 <= metrics["ftilde_gap"] < 1
+    assert "ftilde_gap" in tracker.steps and 0 <= metrics["ftilde_gap"] < (1 if lr < 0.1 else math.inf)
     assert tracker.tags["gpdlm.train_nlml_kernel"] == "linear (d=16)"
 
 
 def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
-    """`model=minimax features=nn kernel=rff` logs penalty_gap and mu (here mu doubles every epoch
-    from 2: 2, 4, 8 over 3 epochs), and train_nlml_exact_kernel (n_train <= model.exact_nlml_max_n);
+    """`model=minimax features=nn kernel=rff` logs penalty_gap and mu (here, with
+    model.exact_penalty=false, mu doubles every epoch from 2: 2, 4, 8 over 3 epochs), and
+    train_nlml_exact_kernel (n_train <= model.exact_nlml_max_n);
     A stays >= s2 I (smallest eigenvalue of the final A >= s2 (1 - 1e-8)) and B in the unit ball.
     `model=bsgd model.batching=nearest` trains on nearest-neighbour batches."""
     from gpdlm_cli.training import run_stages
 
     cfg = compose([*SMALL, "model=minimax", "features=nn", "features.widths=[8,8]", "kernel=rff", "kernel.num_features=24",
                    "trainer.batch_size=16", "trainer.max_iters=null", "trainer.max_epochs=3", "trainer.eval_every=0",
-                   "trainer.eval_every_epochs=1", "model.mu=2", "model.mu_growth=2", "trainer.lr=0.01",
-                   "trainer.keep_best=null"])
+                   "trainer.eval_every_epochs=1", "model.mu=2", "model.mu_growth=2", "model.exact_penalty=false",
+                   "trainer.lr=0.01", "trainer.keep_best=null"])
     _, splits, data = build.load_data(cfg)
     method = build.build_method(cfg, data, splits.task)
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
@@ -215,6 +274,62 @@ def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
     metrics, tracker, _ = run(tmp_path, "model=bsgd", "kernel=rff", "kernel.num_features=24", "model.batching=nearest",
                               "trainer.batch_size=16", "trainer.max_iters=20", "trainer.eval_every=10")
     assert math.isfinite(metrics["train_nlml"]) and "train_nlml_exact_kernel" in metrics
+
+
+def test_minimax_default_is_an_exact_penalty_and_the_papers_mu_is_labelled_and_warns(tmp_path, capsys):
+    """`model=minimax` with its defaults (features=nn 8-8, kernel=rff d = 24, batch 16, 3 epochs): mu starts
+    at exact_penalty_bound(F(theta_0)) and at every epoch start is the bound of the current F (numpy's
+    ||F|| ||c|| + L, rel 1e-10), so at least ||F|| ||F^-1||; the tag gpdlm.rkhs_setting says "exact
+    penalty" and no warning is printed. `model.exact_penalty=false` (the paper's mu = 1): mu stays 1,
+    the tag says "inexact penalty (the paper)", the final metrics have penalty_exact = 0 and mu_exact_bound
+    > mu_local_threshold > 1, and the run prints one warning line with penalty_gap."""
+    from gpdlm_cli.training import run_stages
+
+    common = ["model=minimax", "features=nn", "features.widths=[8,8]", "kernel=rff", "kernel.num_features=24",
+              "trainer.batch_size=16", "trainer.max_iters=null", "trainer.max_epochs=3", "trainer.eval_every=0",
+              "trainer.eval_every_epochs=1", "trainer.lr=0.01", "trainer.keep_best=null"]
+    cfg = compose([*SMALL, *common])
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    objective = method.stages[0].objective
+    model = method.model
+
+    def numpy_bound():
+        F = model.full_F().numpy()
+        s2 = float(model.noise.detach())
+        lam = np.linalg.eigvalsh(F)
+        c = np.log1p((lam - s2) / s2) / (lam - s2)
+        return np.linalg.norm(F) * np.linalg.norm(c) + np.sum(np.log(lam / s2)), np.linalg.norm(F) * np.linalg.norm(np.linalg.inv(F))
+
+    seen = []
+
+    def evaluate():  # after epoch k, at the parameters the next epoch starts from
+        seen.append((objective.mu, *numpy_bound()))
+        return {}
+
+    objective.initialise()
+    start = numpy_bound()
+    assert objective.mu == pytest.approx(start[0], rel=1e-10) and objective.mu > start[1]
+    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0),
+               evaluate=evaluate)
+    assert len(seen) == 2
+    assert seen[0][0] == pytest.approx(start[0], rel=1e-10)  # epoch 0 ran at the start's bound
+    assert objective.mu == pytest.approx(seen[-1][1], rel=1e-10)  # epoch 2 at the bound after epoch 1
+    assert method.tags["gpdlm.rkhs_setting"].startswith("minimax exact penalty")
+
+    capsys.readouterr()
+    metrics, tracker, _ = run(tmp_path / "exact", *common)
+    assert "warning" not in capsys.readouterr().err
+    assert {"mu_exact_bound", "mu_local_threshold", "penalty_exact"} <= set(metrics)
+    metrics, tracker, _ = run(tmp_path / "paper", *common, "model.exact_penalty=false")
+    err = capsys.readouterr().err
+    assert metrics["mu"] == 1.0 and metrics["penalty_exact"] == 0.0
+    assert metrics["mu_exact_bound"] > metrics["mu_local_threshold"] > 1
+    assert tracker.tags["gpdlm.rkhs_setting"] == "minimax inexact penalty (the paper): mu = 1"
+    warning = [line for line in err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and "model=minimax ended with mu = 1, below ||F|| ||F^-1||" in warning[0]
+    assert f"penalty_gap = {metrics['penalty_gap']:.3g}" in warning[0]
 
 
 def test_bsgd_refuses_a_full_batch_it_cannot_factorise(tmp_path, monkeypatch):

@@ -177,11 +177,13 @@ def test_rff_approximates_the_gaussian_kernel(form):
 
 
 def test_linear_map_and_mlp_follow_their_definitions_and_leave_the_global_rng_alone():
-    """Linear kernel: phi(z) = sqrt(s / d_z) z. MLP: relu after every layer, U(-1/sqrt(fan_in), .)
+    """Linear kernel: phi(z) = sqrt(s / m) z with m = d_z or a given normaliser. MLP: relu after every layer, U(-1/sqrt(fan_in), .)
     weights from the given generator (same seed, same network), the global RNG untouched."""
     z = torch.randn(5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     lin = LinearKernelMap(7, outputscale=3.0).double()
     np.testing.assert_allclose((lin(z) @ lin(z).T).numpy(), 3.0 * (z @ z.T).numpy() / 7, rtol=1e-12)
+    lin = LinearKernelMap(7, outputscale=3.0, normaliser=2.5).double()
+    np.testing.assert_allclose((lin(z) @ lin(z).T).numpy(), 3.0 * (z @ z.T).numpy() / 2.5, rtol=1e-12)
     state = torch.get_rng_state()
     a = MLP(7, (16, 4), generator=torch.Generator().manual_seed(3)).double()
     b = MLP(7, (16, 4), generator=torch.Generator().manual_seed(3)).double()
