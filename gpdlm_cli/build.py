@@ -154,6 +154,12 @@ def configure_threads(setting, parallel_jobs: int = 1) -> int:
     _check_threads(setting)
     n = threads_setting(setting, parallel_jobs)
     torch.set_num_threads(n)
+    try:  # numpy/scipy BLAS and scikit-learn's OpenMP (k-means) get the same cap inside a sweep job
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=n)
+    except Exception:
+        pass
     return n
 
 

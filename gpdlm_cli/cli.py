@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpdlm {__version__}")
         return 0
     name, rest = argv[0], argv[1:]
+    if name in ("-sc", "--shell-completion"):
+        return _shell_completion(rest)
     if name not in SUBCOMMANDS:
         print(f"gpdlm: error: unknown subcommand '{name}'; choose from: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
@@ -87,6 +89,39 @@ def main(argv: list[str] | None = None) -> int:
     if _sweep_failed():
         return 1
     return int(result or 0) if isinstance(result, int) else 0
+
+
+def _shell_completion(rest: list[str]) -> int:
+    """Hydra's shell completion through the dispatcher. ``gpdlm -sc install=bash`` prints Hydra's
+    script for the program ``gpdlm``; the shell then calls ``gpdlm -sc query=bash`` with COMP_LINE
+    = "gpdlm train model=d...": the subcommand word is completed here, and the rest of the line is
+    handed to that subcommand's Hydra app without it."""
+    import os
+
+    line = os.environ.get("COMP_LINE", "")
+    words = line.split()
+    query = any(a.startswith("query=") for a in rest)
+    if query and (len(words) < 2 or (len(words) == 2 and not line.endswith(" "))):
+        typed = words[1] if len(words) == 2 else ""
+        print(" ".join(n for n in SUBCOMMANDS if n.startswith(typed)))
+        return 0
+    sub = words[1] if query and len(words) > 1 else "train"
+    if sub not in ("train", "bias"):
+        return 0  # no Hydra options to complete for the other subcommands
+    if query:
+        os.environ["COMP_LINE"] = line.replace(f" {sub}", "", 1)
+    from .runtime import configure_process_env
+
+    configure_process_env()
+    module, func = SUBCOMMANDS[sub][0].split(":")
+    import importlib
+
+    sys.argv = ["gpdlm", "-sc", *rest]
+    try:
+        getattr(importlib.import_module(module), func)()
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
+    return 0
 
 
 def _dry_run(name: str, rest: list[str]) -> int:

@@ -8,7 +8,7 @@ ms/iteration with 2 threads and 29 ms with 1. Two defaults follow:
 
 * ``threads=auto`` takes the cores that are free when the run starts: the available cores (the
   CPU affinity mask, which Slurm and taskset set), divided among parallel sweep jobs, minus the
-  cores other processes kept busy during a 0.2 s sample of ``/proc/stat`` -- all cores on a quiet
+  cores other processes kept busy during a 0.2 s sample of the CPU times (psutil) -- all cores on a quiet
   machine (the fastest quiet setting), 1 thread on a busy one (the fastest loaded setting).
 * ``GOMP_SPINCOUNT=20000`` (unless the user set it or ``OMP_WAIT_POLICY``): threads that wait
   longer sleep instead of spinning, which cuts the damage when load arrives after the start (15.3
@@ -16,7 +16,8 @@ ms/iteration with 2 threads and 29 ms with 1. Two defaults follow:
   (5.5 ms) but doubles the quiet time. It must be in the environment before torch is imported:
   the CLI sets it first thing, and sweep workers inherit it.
 
-Standard library only: imported by the CLI before torch.
+Standard library at import (psutil and threadpoolctl are imported inside the functions that use
+them): imported by the CLI before torch.
 """
 
 from __future__ import annotations
@@ -46,14 +47,22 @@ def available_cores() -> set[int]:
 
 
 def _cpu_times(cpus: set[int], text: str | None = None) -> tuple[float, float] | None:
-    """(busy, total) jiffies summed over ``cpus`` from /proc/stat (or ``text`` in its format);
-    None where there is none."""
+    """(busy, total) CPU seconds summed over ``cpus``: from psutil (any OS), or from ``text`` in
+    /proc/stat's format (tests); None where there is none."""
     if text is None:
         try:
-            with open("/proc/stat") as f:
-                text = f.read()
-        except OSError:
+            import psutil
+
+            per_cpu = psutil.cpu_times(percpu=True)
+        except Exception:
             return None
+        busy = total = 0.0
+        for i, t in enumerate(per_cpu):
+            if i in cpus:
+                idle = t.idle + getattr(t, "iowait", 0.0)
+                total += sum(t)
+                busy += sum(t) - idle
+        return (busy, total) if total else None
     busy = total = 0.0
     for ln in text.splitlines():
         if not ln.strip():
@@ -70,7 +79,7 @@ def _cpu_times(cpus: set[int], text: str | None = None) -> tuple[float, float] |
 
 def busy_cores(cpus: set[int] | None = None, sample_s: float = SAMPLE_S) -> float:
     """How many of ``cpus`` other processes kept busy during a short sample (this process sleeps
-    meanwhile); 0.0 where /proc/stat is not available."""
+    meanwhile); 0.0 where the CPU times are not available."""
     cpus = available_cores() if cpus is None else cpus
     a = _cpu_times(cpus)
     time.sleep(sample_s)

@@ -99,3 +99,20 @@ def test_valid_overrides_pass_the_check():
                             "+experiment=beta_curve_smoke", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                             "+new.key=1", "dataset.split.train_size=100"]) is None
     assert check_overrides(["--help"]) is None
+
+
+def test_shell_completion_goes_through_the_dispatcher(monkeypatch, capsys):
+    """`gpdlm -sc install=bash` prints Hydra's script for `gpdlm`; the shell's `gpdlm -sc query=bash`
+    completes subcommands, then each subcommand's config options."""
+    from gpdlm_cli import cli as dispatcher
+
+    assert dispatcher.main(["-sc", "install=bash"]) == 0
+    script = capsys.readouterr().out
+    assert "complete" in script and script.rstrip().endswith("gpdlm")
+    monkeypatch.setenv("COMP_LINE", "gpdlm tr")
+    dispatcher.main(["-sc", "query=bash"])
+    assert capsys.readouterr().out.split() == ["train"]
+    monkeypatch.setenv("COMP_LINE", "gpdlm train model=s")
+    dispatcher.main(["-sc", "query=bash"])
+    options = capsys.readouterr().out.split()
+    assert {"model=svgp", "model=sgpr", "model=scgd"} <= set(options) and "model=dlm" not in options

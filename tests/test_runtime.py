@@ -75,3 +75,33 @@ _SEEN: dict = {}
 def _probe():
     _SEEN["GOMP_SPINCOUNT"] = os.environ.get("GOMP_SPINCOUNT")
     return 0
+
+
+def test_threads_also_cap_the_blas_and_openmp_pools():
+    """threads=N caps numpy/scipy's BLAS and scikit-learn's OpenMP pools too (threadpoolctl)."""
+    import numpy  # noqa: F401  (loads the BLAS whose pool is capped)
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from gpdlm_cli.build import configure_threads
+
+    with threadpool_limits(limits=None):
+        configure_threads(1)
+        pools = threadpool_info()
+        assert pools and all(p["num_threads"] == 1 for p in pools), pools
+
+
+def test_runs_record_system_metrics(tmp_path):
+    """tracking.system_metrics: MLflow's monitor samples CPU and memory into the run (system/*)."""
+    from mlflow.tracking import MlflowClient
+
+    from gpdlm_cli.tracking import MlflowTracker
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    tracker = MlflowTracker(uri, "sys", system_metrics=0.2)
+    import time
+
+    with tracker.run(run_name="probe"):
+        time.sleep(0.8)
+    run = MlflowClient(uri).get_run(tracker.run_id)
+    assert "system/cpu_utilization_percentage" in run.data.metrics
+    assert 0 < run.data.metrics["system/system_memory_usage_megabytes"]

@@ -53,7 +53,9 @@ def run_tags(command: str, *, overrides, output_dir: Path, device, fingerprint: 
 def make_tracker(tcfg, base_dir=None):
     if not tcfg.enabled:
         return NullTracker()
-    return MlflowTracker(resolve_tracking_uri(tcfg.uri, base_dir), str(tcfg.experiment))  # `experiment=2024` parses as int
+    every = tcfg.get("system_metrics", 10.0)
+    return MlflowTracker(resolve_tracking_uri(tcfg.uri, base_dir), str(tcfg.experiment),  # `experiment=2024` parses as int
+                         system_metrics=float(every) if every else None)
 
 
 def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = None, tracker=None,

@@ -1,7 +1,7 @@
 """Which process a run belongs to, and whether that process still exists.
 
 Every run records ``gpdlm.host``, ``gpdlm.pid`` and ``gpdlm.process_start`` (the process's start
-time in clock ticks since boot, from ``/proc/<pid>/stat``; empty where there is no /proc). A run
+time in seconds since the epoch, from psutil: Linux, macOS and Windows alike). A run
 still RUNNING whose process is gone -- killed by SIGKILL or the OOM killer, which no handler can
 catch -- is an orphan: ``gpdlm runs --stale`` finds it. The start time guards against a PID that
 the system has since given to another process.
@@ -16,15 +16,13 @@ HOST_TAG, PID_TAG, START_TAG = "gpdlm.host", "gpdlm.pid", "gpdlm.process_start"
 
 
 def process_start(pid: int) -> str:
-    """The start time of process ``pid`` in clock ticks after boot ('' when unknown)."""
+    """The start time of process ``pid``, seconds since the epoch to 0.01 s ('' when unknown)."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except (psutil.Error, OSError):
         return ""
-    # the command name (field 2) may contain spaces and parentheses: split after its last ')'
-    fields = stat[stat.rfind(")") + 2:].split()
-    return fields[19] if len(fields) > 19 else ""  # field 22 of proc(5), counted from field 3
 
 
 def process_tags() -> dict[str, str]:
@@ -39,13 +37,18 @@ def process_state(tags: dict) -> str:
     host, pid = tags.get(HOST_TAG), tags.get(PID_TAG)
     if not host or not pid or not pid.isdigit() or host != socket.gethostname():
         return "unknown"
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
+    import psutil
+
+    if not psutil.pid_exists(int(pid)):
         return "gone"
-    except PermissionError:  # exists, owned by someone else
-        pass
-    start = tags.get(START_TAG)
-    if start and process_start(int(pid)) not in ("", start):
+    start, now = tags.get(START_TAG), process_start(int(pid))
+    if start and now and not _same_start(start, now):
         return "gone"  # the PID now belongs to a different process
     return "alive"
+
+
+def _same_start(a: str, b: str) -> bool:
+    try:
+        return abs(float(a) - float(b)) < 0.05
+    except ValueError:  # a tag written by an older gpdlm (clock ticks): cannot compare
+        return True

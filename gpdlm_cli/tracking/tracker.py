@@ -100,8 +100,11 @@ class NullTracker:
 class MlflowTracker(NullTracker):
     """One MLflow run per ``run()`` block, logged with batched calls."""
 
-    def __init__(self, uri: str, experiment: str):
+    def __init__(self, uri: str, experiment: str, system_metrics: float | None = None):
+        """``system_metrics``: sample CPU, memory, disk, network (and GPU where pynvml sees one) every
+        that many seconds into the run as ``system/*`` metrics (MLflow's monitor); None = off."""
         super().__init__()
+        self.system_metrics = system_metrics
         import mlflow
         from mlflow.tracking import MlflowClient
 
@@ -121,6 +124,7 @@ class MlflowTracker(NullTracker):
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         self.run_id = run.info.run_id
+        monitor = self._start_system_metrics()
         try:
             items = [Param(k, _param_str(v)) for k, v in (params or {}).items()]
             for i in range(0, len(items), 100):
@@ -135,6 +139,25 @@ class MlflowTracker(NullTracker):
             raise
         else:
             self._end("FINISHED")
+        finally:
+            if monitor is not None:
+                try:
+                    monitor.finish()
+                except Exception:
+                    pass
+
+    def _start_system_metrics(self):
+        if not self.system_metrics:
+            return None
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            monitor = SystemMetricsMonitor(self.run_id, sampling_interval=float(self.system_metrics),
+                                           samples_before_logging=1, tracking_uri=self.uri)
+            monitor.start()
+            return monitor
+        except Exception:  # system metrics are a courtesy: never a reason to fail a run
+            return None
 
     def _end(self, status: str, reason: str | None = None):
         from mlflow.entities import RunTag
@@ -200,7 +223,7 @@ def quiet_mlflow() -> None:
     on the console: a run's output is its one-line report."""
     import logging
 
-    for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "alembic"):
+    for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "alembic", "mlflow.system_metrics"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 

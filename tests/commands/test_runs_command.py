@@ -59,8 +59,23 @@ def _runs(store, *args):
 
 
 def test_process_start_identifies_this_process():
-    assert process_start(os.getpid()).isdigit()
+    import time
+
+    import psutil
+
+    start = float(process_start(os.getpid()))
+    assert psutil.boot_time() - 1 <= start <= time.time()
+    assert abs(start - psutil.Process().create_time()) < 0.01
     assert process_start(2 ** 22 + 12345) == ""  # no such process
+
+
+def test_a_reused_pid_is_not_the_run_s_process():
+    """The PID exists but started at another time: the run's process is gone (psutil, any OS)."""
+    from gpdlm_cli.tracking.liveness import process_state
+
+    me = process_tags()
+    assert process_state(me) == "alive"
+    assert process_state({**me, "gpdlm.process_start": f"{float(me['gpdlm.process_start']) - 3600:.2f}"}) == "gone"
 
 
 def test_runs_lists_status_names_and_metrics(store, capsys):
