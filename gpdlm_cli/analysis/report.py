@@ -226,7 +226,9 @@ def _best_and_ranks(table: Table, cells, row_keys, col_keys):
                 if c is not best and abs(c.mean - best.mean) <= best.se:
                     c.near = True
     ranks, ranked = stats.average_ranks([[c.mean if c.measured else None for c in line] for line in lines], table.goal)
-    pranks, pranked = stats.average_ranks([[c.paper.mean if c.paper else None for c in line] for line in lines], table.goal)
+    # the paper's own ranks from its printed numbers (rows it quotes from elsewhere, like RGP, left out)
+    pranks, pranked = stats.average_ranks([[c.paper.mean if c.paper and not c.quoted else None for c in line]
+                                           for line in lines], table.goal)
     return method_keys, ranks, ranked, pranks, pranked
 
 
