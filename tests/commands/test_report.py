@@ -306,3 +306,20 @@ def test_analysis_imports_no_torch():
             "gpdlm_cli.commands.report; assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_papers_own_average_ranks_from_its_printed_table():
+    """GP-LSTM Table 2 ranked by hand per column (ties share the mean rank), RGP (quoted from Mattos
+    et al., only in two columns) left out, so all six columns are complete."""
+    from gpdlm_cli.analysis import claims
+    from gpdlm_cli.analysis.report import build_table
+
+    paper = claims.load("gplstm")
+    tr = build_table(paper.tables["table2"], [], paper.units)
+    ranks = dict(zip((k[0] for k in tr.method_keys), tr.paper_ranks))
+    by_hand = {"NARX": [4, 6, 3, 4.5, 5, 4], "RNN": [6, 5, 6, 6, 4, 6], "LSTM": [3, 2, 4, 2, 6, 2],
+               "GP-NARX": [2, 3.5, 1, 3, 1.5, 5], "GP-RNN": [5, 3.5, 5, 4.5, 3, 3], "GP-LSTM": [1, 1, 2, 1, 1.5, 1]}
+    assert tr.paper_ranked_rows == 6 and ranks["RGP"] is None and ranks["GRU"] is None
+    for method, per_column in by_hand.items():
+        assert ranks[method] == pytest.approx(sum(per_column) / 6), method
+    assert tr.ranked_rows == 0 and all(r is None for r in tr.ranks)  # no runs: nothing of gpdlm's to rank
