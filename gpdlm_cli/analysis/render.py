@@ -64,12 +64,12 @@ def verdict_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     for v in report.verdicts:
         c = v.claim
         lo, hi = v.n_range
-        rows.append([c.id, v.verdict, "-" if not hi else (str(lo) if lo == hi else f"{lo}-{hi}"), test_text(v),
+        rows.append([c.id, v.verdict, "-" if not hi else (str(lo) if lo == hi else f"{lo}-{hi}"), describe_test(v),
                      fmt_p(v.p), c.data, c.preset or "-", c.statement])
     return header, rows
 
 
-def test_text(v: Verdict) -> str:
+def describe_test(v: Verdict) -> str:
     c = v.claim
     what = {"better": "one-sided", "argmin": "one-sided, best vs best", "not_worse": f"non-inferiority, margin {c.margin:g}"
             if c.margin else "non-inferiority", "equivalent": f"TOST, margin {c.margin:g}" if c.margin else "TOST"}[c.kind]
