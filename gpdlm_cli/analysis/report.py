@@ -1,0 +1,361 @@
+"""A paper's tables and verdicts from an experiment's runs (``gpdlm report``).
+
+``build(paper, records)`` turns the FINISHED training runs of one or more MLflow experiments (as
+``gpdlm_cli.commands.runs.load_runs`` reads them: reruns of one configuration counted once) into
+
+* one ``TableReport`` per table of the claims file: every cell's runs (the table's ``match`` and
+  the cell's labels, see ``claims``), one value per unit (seed or split; where a unit has several
+  runs the one with the lowest ``select.by``, else their mean, noted), the mean +- standard error
+  over units, the paper's printed number, the best cell along the methods' axis (lowest mean when
+  lower is better) and the cells within one standard error of it (|mean - best| <= SE of the best),
+  and each method's average rank over the rows where every measured method has a value;
+* one ``Verdict`` per claim: ``holds``, ``fails`` or ``not measured``, with its comparisons' paired
+  tests (``stats``), n and p.
+
+The renderers (Markdown, LaTeX, self-contained HTML with the figures) are in ``render``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from ..commands import runs as R
+from . import stats
+from .claims import Claim, Paper, PaperValue, Table, condition_holds, label_name
+
+HOLDS, FAILS, NOT_MEASURED = "holds", "fails", "not measured"
+
+
+@dataclass
+class Cell:
+    row: tuple
+    col: tuple
+    metric: str
+    values: dict = field(default_factory=dict)   # unit -> value
+    runs: dict = field(default_factory=dict)     # unit -> the run that gave the value (or the first pooled one)
+    chosen: dict = field(default_factory=dict)   # unit -> {select.over key: value of the selected run}
+    paper: PaperValue | None = None
+    quoted: str | None = None
+    mean: float = math.nan
+    se: float = math.nan
+    n: int = 0
+    best: bool = False
+    near: bool = False  # within one SE of the best (and not the best)
+
+    @property
+    def measured(self) -> bool:
+        return self.n > 0 and math.isfinite(self.mean)
+
+
+@dataclass
+class TableReport:
+    table: Table
+    labels: dict            # dimension -> its labels (declared, or the runs' values for 'auto')
+    row_keys: list
+    col_keys: list
+    cells: dict             # (row, col) -> Cell
+    method_keys: list       # the labels along the methods' axis
+    ranks: list             # average rank per method key (None: not ranked)
+    ranked_rows: int
+    paper_ranks: list
+    paper_ranked_rows: int
+    n_runs: int
+    notes: list = field(default_factory=list)
+
+    def cell(self, assign: dict) -> Cell | None:
+        t = self.table
+        return self.cells.get((tuple(assign[d] for d in t.rows), tuple(assign[d] for d in t.columns)))
+
+
+@dataclass
+class Comparison:
+    a: dict
+    b: dict
+    cell_a: Cell | None
+    cell_b: Cell | None
+    result: stats.TestResult | None
+    status: str
+    note: str = ""
+
+
+@dataclass
+class Verdict:
+    claim: Claim
+    verdict: str
+    comparisons: list
+    p: float | None
+    detail: str
+
+    @property
+    def n_range(self) -> tuple[int, int]:
+        ns = [c.result.n for c in self.comparisons if c.result is not None]
+        return (min(ns), max(ns)) if ns else (0, 0)
+
+
+@dataclass
+class Report:
+    paper: Paper
+    experiments: list
+    tables: list
+    verdicts: list
+    n_runs: int
+    notes: list = field(default_factory=list)
+
+
+# ----- matching runs to cells --------------------------------------------------------------------------
+def _same(have, want) -> bool:
+    if want is None:
+        return have is None or have in ("None", "null")
+    return have == R.canon(want)
+
+
+def matches(record: R.RunRecord, match: dict) -> bool:
+    """Does the run have every ``key: value`` of ``match`` (a list of values: any of them)?"""
+    for key, want in match.items():
+        have = record.value(key)
+        if not any(_same(have, w) for w in (want if isinstance(want, list) else [want])):
+            return False
+    return True
+
+
+def unit_of(record: R.RunRecord, units: list[str]) -> tuple:
+    return tuple(record.value(u) for u in units)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _labels(table: Table, records: list) -> dict:
+    out = {}
+    for name, dim in table.dimensions.items():
+        if not dim.auto:
+            out[name] = [lab.name for lab in dim.labels]
+        else:
+            vals = {r.value(dim.key) for r in records} - {None}
+            out[name] = [label_name(v) for v in sorted(vals, key=R.sort_key)]
+    return out
+
+
+def build_table(table: Table, records: list, units: list[str]) -> TableReport:
+    """The cells of ``table`` from ``records`` (the experiment's training runs)."""
+    mine = [r for r in records if matches(r, table.match)]
+    labels = _labels(table, mine)
+    row_keys = list(itertools.product(*(labels[d] for d in table.rows)))
+    col_keys = list(itertools.product(*(labels[d] for d in table.columns)))
+    cells, used, notes = {}, set(), []
+    pooled = varying = unselected = 0
+    differing: dict[str, int] = {}
+    ignore = set(units) | set(table.select_over) | {"seed"}
+    for row in row_keys:
+        for col in col_keys:
+            assign = dict(zip(table.rows, row)) | dict(zip(table.columns, col))
+            labs = [table.dimensions[d].label(assign[d]) for d in table.dims]
+            match, metric, select_by, quoted = {}, table.metric, table.select_by, None
+            for lab in labs:
+                match.update(lab.match)
+                metric = lab.metric or metric
+                select_by = lab.select_by or select_by
+                quoted = quoted or lab.quoted
+            cell = Cell(row, col, metric, paper=table.paper.get((row, col)), quoted=quoted)
+            cells[(row, col)] = cell
+            if quoted:
+                continue
+            runs = [r for r in mine if matches(r, match)]
+            used.update(r.run_id for r in runs)
+            by_unit: dict = {}
+            for r in runs:
+                by_unit.setdefault(unit_of(r, units), []).append(r)
+            for unit, group in by_unit.items():
+                if select_by:
+                    cands = [r for r in group if _finite(r.metrics.get(select_by))]
+                    if not cands:
+                        unselected += 1
+                        continue
+                    pick = min(cands, key=lambda r: (r.metrics[select_by], r.start_time, r.run_id))
+                    if _finite(pick.metrics.get(metric)):
+                        cell.values[unit] = pick.metrics[metric]
+                        cell.runs[unit] = pick
+                        cell.chosen[unit] = {k: pick.value(k) for k in table.select_over}
+                else:
+                    vals = [r.metrics[metric] for r in group if _finite(r.metrics.get(metric))]
+                    if vals:
+                        cell.values[unit] = statistics.fmean(vals)
+                        cell.runs[unit] = group[0]
+                        pooled += len(group) > 1
+            keys = R.varying_params(runs, ignore=ignore)
+            if keys:
+                varying += 1
+                for k in keys:
+                    differing[k] = differing.get(k, 0) + 1
+            cell.mean, cell.se, cell.n = R.mean_se(list(cell.values.values()))
+    if pooled:
+        notes.append(f"{pooled} cell unit(s) held several runs and no selection rule: their mean was used")
+    if unselected:
+        notes.append(f"{unselected} cell unit(s) had no run with a finite {table.select_by}: left out")
+    if differing:
+        shown = ", ".join(f"{k} ({n})" for k, n in sorted(differing.items()))
+        notes.append(f"{varying} cell(s) pool runs that differ in more than the seed/split and "
+                     f"{', '.join(table.select_over) or 'the selection'}: {shown}")
+    method_keys, ranks, ranked, pranks, pranked = _best_and_ranks(table, cells, row_keys, col_keys)
+    return TableReport(table, labels, row_keys, col_keys, cells, method_keys, ranks, ranked, pranks, pranked,
+                       len(used), notes)
+
+
+def _lines(table: Table, cells: dict, row_keys: list, col_keys: list) -> tuple[list, list]:
+    """(method keys, lines): a line is the list of cells along the methods' axis."""
+    if table.methods == "columns":
+        return col_keys, [[cells[(r, c)] for c in col_keys] for r in row_keys]
+    return row_keys, [[cells[(r, c)] for r in row_keys] for c in col_keys]
+
+
+def _best_and_ranks(table: Table, cells, row_keys, col_keys):
+    method_keys, lines = _lines(table, cells, row_keys, col_keys)
+    sign = 1.0 if table.goal == "min" else -1.0
+    for line in lines:
+        measured = [c for c in line if c.measured]
+        if not measured:
+            continue
+        best = min(measured, key=lambda c: sign * c.mean)
+        best.best = True
+        if math.isfinite(best.se):
+            for c in measured:
+                if c is not best and abs(c.mean - best.mean) <= best.se:
+                    c.near = True
+    ranks, ranked = stats.average_ranks([[c.mean if c.measured else None for c in line] for line in lines], table.goal)
+    # the paper's own ranks from its printed numbers (rows it quotes from elsewhere, like RGP, left out)
+    pranks, pranked = stats.average_ranks([[c.paper.mean if c.paper and not c.quoted else None for c in line]
+                                           for line in lines], table.goal)
+    return method_keys, ranks, ranked, pranks, pranked
+
+
+# ----- verdicts ---------------------------------------------------------------------------------------
+def _assignments(tr: TableReport, claim: Claim):
+    """Every assignment of the dimensions that 'better' leaves to iterate (where: its labels; others:
+    all labels; argmin: 'over' stays free)."""
+    free = [d for d in tr.table.dims if d not in claim.better[0] and d != claim.over]
+    choices = [claim.where.get(d, tr.labels[d]) for d in free]
+    for values in itertools.product(*choices):
+        yield dict(zip(free, values))
+
+
+def _status(result: stats.TestResult | None, alpha: float) -> str:
+    if result is None or result.p is None:
+        return NOT_MEASURED
+    return HOLDS if result.p < alpha else FAILS
+
+
+def evaluate(claim: Claim, tr: TableReport | None) -> Verdict:
+    if tr is None or tr.table.unavailable and not tr.n_runs:
+        why = tr.table.unavailable if tr is not None else "no table"
+        return Verdict(claim, NOT_MEASURED, [], None, f"cannot be run here: {why}")
+    t = tr.table
+    comps: list[Comparison] = []
+    for base in _assignments(tr, claim):
+        if claim.kind == "argmin":
+            comps.append(_argmin(claim, tr, base))
+            continue
+        for better in claim.better:
+            a = base | better
+            for than in claim.than:
+                b = a | than
+                ca, cb = tr.cell(a), tr.cell(b)
+                result = None
+                if ca is not None and cb is not None and ca.measured and cb.measured:
+                    result = stats.compare(claim.kind, ca.values, cb.values, t.goal, claim.test, claim.margin)
+                comps.append(Comparison(a, b, ca, cb, result, _status(result, claim.alpha)))
+    return _aggregate(claim, comps)
+
+
+def _argmin(claim: Claim, tr: TableReport, base: dict) -> Comparison:
+    t = tr.table
+    sign = 1.0 if t.goal == "min" else -1.0
+    along = []
+    for label in tr.labels[claim.over]:
+        assign = base | claim.better[0] | {claim.over: label}
+        c = tr.cell(assign)
+        if c is not None and c.measured:
+            along.append((label, assign, c))
+    sat = [x for x in along if condition_holds(claim.condition, x[0])]
+    non = [x for x in along if not condition_holds(claim.condition, x[0])]
+    if not sat or not non:
+        return Comparison(base | claim.better[0], base | claim.better[0], None, None, None, NOT_MEASURED,
+                          f"needs measured {claim.over} values on both sides of the condition")
+    best = min(along, key=lambda x: sign * x[2].mean)
+    best_sat = min(sat, key=lambda x: sign * x[2].mean)
+    best_non = min(non, key=lambda x: sign * x[2].mean)
+    result = stats.compare("better", best_sat[2].values, best_non[2].values, t.goal, claim.test)
+    op, ref = claim.condition
+    note = f"best {claim.over} = {best[0]} ({'satisfies' if best in sat else 'violates'} {op} {ref})"
+    if result.p is None:
+        status = NOT_MEASURED
+    else:
+        status = HOLDS if best in sat and result.p < claim.alpha else FAILS
+    return Comparison(best_sat[1], best_non[1], best_sat[2], best_non[2], result, status, note)
+
+
+def _fold(statuses: list[str]) -> str:
+    if any(s == FAILS for s in statuses):
+        return FAILS
+    if statuses and all(s == HOLDS for s in statuses):
+        return HOLDS
+    return NOT_MEASURED
+
+
+def _max_p(comps: list[Comparison]) -> float | None:
+    ps = [c.result.p for c in comps if c.result is not None and c.result.p is not None]
+    return max(ps) if ps and len(ps) == len(comps) else None
+
+
+def _aggregate(claim: Claim, comps: list[Comparison]) -> Verdict:
+    measured = sum(c.status != NOT_MEASURED for c in comps)
+    if not comps:
+        return Verdict(claim, NOT_MEASURED, comps, None, "no runs for the cells it compares")
+    if claim.at_least is None:
+        verdict = _fold([c.status for c in comps])
+        p = _max_p(comps)
+        if verdict == FAILS:
+            p = max(c.result.p for c in comps if c.status == FAILS)
+        detail = f"{sum(c.status == HOLDS for c in comps)} of {len(comps)} comparisons hold"
+        if measured < len(comps):
+            detail += f", {len(comps) - measured} not measured"
+        return Verdict(claim, verdict, comps, p, detail)
+    groups: dict = {}
+    for c in comps:
+        groups.setdefault(c.a.get(claim.group_over), []).append(c)
+    folded = {g: _fold([c.status for c in cs]) for g, cs in groups.items()}
+    held = [g for g, s in folded.items() if s == HOLDS]
+    failed = [g for g, s in folded.items() if s == FAILS]
+    k, total = claim.at_least, len(groups)
+    if len(held) >= k:
+        verdict = HOLDS
+    elif len(failed) > total - k:
+        verdict = FAILS
+    else:
+        verdict = NOT_MEASURED
+    group_p = sorted(_max_p(groups[g]) for g in held)
+    p = group_p[k - 1] if verdict == HOLDS else None
+    detail = (f"holds for {len(held)} of {total} {claim.group_over} values (needs {k}): "
+              f"{', '.join(map(str, held)) or 'none'}; fails for {', '.join(map(str, failed)) or 'none'}")
+    return Verdict(claim, verdict, comps, p, detail)
+
+
+# ----- the whole report -------------------------------------------------------------------------------
+def build(paper: Paper, records: list, experiments: list[str] | None = None) -> Report:
+    tables = [build_table(t, records, paper.units) for t in paper.tables.values()]
+    by_id = {tr.table.id: tr for tr in tables}
+    verdicts = [evaluate(c, by_id.get(c.table)) for c in paper.claims]
+    notes = []
+    if records and not any(tr.n_runs for tr in tables):
+        notes.append(f"no run matches any table of the {paper.name} claims: is this the right paper?")
+    return Report(paper, list(experiments or []), tables, verdicts, len(records), notes)
+
+
+def counts(report: Report) -> dict[str, int]:
+    out = {HOLDS: 0, FAILS: 0, NOT_MEASURED: 0}
+    for v in report.verdicts:
+        out[v.verdict] += 1
+    return out

@@ -1,0 +1,104 @@
+"""``gpdlm report``: a paper's tables and a verdict per claim from an experiment's runs.
+
+    gpdlm report --claims PAPER [--experiment NAME ...] [--tracking-uri URI] [--format md|latex|html]
+                 [--output FILE] [--out DIR] [--filter EXPR] [--no-log]
+
+The work is in ``gpdlm_cli.analysis`` (claims files, statistics, rendering); this is its shell.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import runs as R
+
+FORMATS = {"md": "report.md", "latex": "report.tex", "html": "report.html"}
+
+EPILOG = """examples:
+  gpdlm report --experiment regression_logloss_pol --claims dlm
+  gpdlm report --experiment rkhs_batch_study_pol --claims rkhs --format latex --output tables.tex
+  gpdlm report --experiment sampling_methods --claims dlm --format html --output sampling.html
+  gpdlm report --experiment a --experiment b --claims svbssgp    # the runs of several experiments
+  gpdlm report --claims my_claims.yaml --experiment mine          # a claims file of your own
+
+The claims files (gpdlm_cli/claims/<paper>.yaml) map every table cell onto runs (params and tags),
+and give each claim its comparison, paired test and significance level: docs/analysis.md.
+"""
+
+
+def build_parser():
+    from ..analysis import claims
+
+    p = R.make_parser("gpdlm report", "A paper's tables (mean ± SE, best, ranks, the paper's numbers) and a verdict "
+                                      "per claim (holds / fails / not measured) from MLflow runs.")
+    p.epilog = EPILOG
+    p.add_argument("--claims", required=True, metavar="PAPER",
+                   help=f"the paper: {', '.join(claims.available())}, or a claims .yaml file")
+    p.add_argument("--experiment", action="append", metavar="NAME",
+                   help=f"MLflow experiment whose runs are read (repeatable; default: {R.DEFAULT_EXPERIMENT})")
+    p.add_argument("--tracking-uri", default=None, metavar="URI",
+                   help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as for gpdlm train)")
+    p.add_argument("--format", choices=list(FORMATS), default="md", help="md (default), latex or html (self-contained, "
+                                                                           "with the figures)")
+    p.add_argument("--output", metavar="FILE", help="also write the report to FILE")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: outputs/report/<timestamp>)")
+    p.add_argument("--filter", default="", metavar="EXPR", help="MLflow search filter on the runs read")
+    p.add_argument("--no-log", action="store_true", help="do not create the `report` MLflow run")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from ..analysis import claims, render
+    from ..analysis import report as rep
+
+    args = build_parser().parse_args(argv)
+    paper = claims.load(args.claims)  # an unknown paper is an error before the store is opened
+    if args.output and Path(args.output).is_dir():
+        raise R.AnalysisError(f"--output {args.output} is a folder: give a file name")
+    client, uri = R.open_store(args.tracking_uri)
+    names = list(dict.fromkeys(R.split_list(args.experiment) or [R.DEFAULT_EXPERIMENT]))
+    exps = [R.get_experiment(client, name, uri) for name in names]
+    notes: list[str] = []
+    records = []
+    for exp in exps:
+        records += R.load_runs(client, exp, args.filter, notes=notes)
+    report = rep.build(paper, records, names)
+    for note in notes + report.notes:
+        print(f"gpdlm: note: {note}", file=sys.stderr)
+
+    outdir = R.output_dir(args.out, "report")
+    figs = {}
+    if args.format == "html":
+        for tr in report.tables:
+            figs[tr.table.id] = render.figures(tr, client)
+            for i, (_, png) in enumerate(figs[tr.table.id]):
+                (outdir / f"{tr.table.id}_{i}.png").write_bytes(png)
+    text = {"md": render.markdown, "latex": render.latex}.get(args.format, lambda r: render.html_page(r, figs))(report)
+    (outdir / FORMATS[args.format]).write_text(text)
+    R.write_csv(outdir / "cells.csv", *render.cells_csv_rows(report))
+    R.write_csv(outdir / "verdicts.csv", *render.verdicts_csv_rows(report))
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text)
+
+    header, rows = render.verdict_rows(report)
+    keep = [i for i, h in enumerate(header) if h in ("claim", "verdict", "n", "p", "data", "statement")]
+    short = [[row[i] if header[i] != "statement" else row[i][:90] for i in keep] for row in rows]
+    c = rep.counts(report)
+    R.print_table(f"{paper.name}: {c[rep.HOLDS]} hold, {c[rep.FAILS]} fail, {c[rep.NOT_MEASURED]} not measured "
+                  f"({len(records)} runs of {', '.join(names)})", [header[i] for i in keep], short, numeric_from=99)
+    written = [FORMATS[args.format], "cells.csv", "verdicts.csv"] + [f"{k}_{i}.png" for k, v in figs.items() for i in range(len(v))]
+    print(f"wrote {', '.join(written)} to {outdir}" + (f" and {args.output}" if args.output else ""))
+    if not args.no_log:
+        rid = R.log_analysis_run(client, exps[0].experiment_id, "report", outdir, params={
+            "claims": paper.name, "experiments": ",".join(names), "format": args.format, "filter": args.filter or "",
+            "n_runs": len(records), "n_claims": len(report.verdicts), "holds": c[rep.HOLDS], "fails": c[rep.FAILS],
+            "not_measured": c[rep.NOT_MEASURED],
+        }, tags={"gpdlm.output_dir": outdir.resolve(), "gpdlm.claims": str(paper.path)})
+        print(f"MLflow run 'report' {rid} in experiment '{exps[0].name}' ({uri})")
+    return 0
+
+
+def cli() -> int:
+    return R.run_cli(main)
