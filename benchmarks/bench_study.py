@@ -1,0 +1,186 @@
+"""Whole studies: the paper protocol against the fast path, projected and measured (issue 21).
+
+    python -m benchmarks study                     # projection for every DLM study preset (pol by default)
+    python benchmarks/bench_study.py --project regression_logloss_pol --sizes 500 2000
+    python benchmarks/bench_study.py --equivalence --sizes 500 --seeds 0 1 2 --betas 4 --models dlm svgp
+
+* **Projection.** The study's jobs are those of `gpdlm sweep beta` for every (model, training size, seed)
+  of the preset (the paper's grid n, n/2, ..., 0.01). For each (model, size) shape, one job is *run*
+  under both protocols from the same start: the paper protocol's per-iteration time is measured over
+  its first iterations and multiplied by its budget (`trainer.max_iters`, which Adam's window rule
+  rarely cuts short: the README); the fast path is run to its own end (L-BFGS to its tolerance,
+  `fast_max_iters` at most), cold and warm-started from the previous beta of the path, so its wall
+  time is measured, not assumed. Shared stages are counted once per (size, seed). The projection is
+  per job x jobs on this machine's cores, sequential.
+* **Equivalence.** Real runs of the paper protocol and the fast path on the same jobs: the final
+  per-datum objective of each (fast <= paper + 1e-3 is the target), and per (model, size) the beta that
+  validation selects and its test NLL, mean over seeds.
+
+Both print a table; `--csv FILE` also writes the rows, so a long measurement can run in chunks
+(`--sizes`, `--seeds`, `--betas`, `--models` select one) and be gathered afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+
+import torch
+
+
+def compose(overrides):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def preset_axes(preset: str) -> dict[str, list[str]]:
+    """The preset's sweep axes (hydra.sweeper.params) as lists of values."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
+    return {str(k): [v.strip() for v in str(val).split(",")] for k, val in (cfg.hydra.sweeper.get("params") or {}).items()}
+
+
+def train_once(overrides, *, protocol: str, warm=None, max_iters=None):
+    """(final per-datum objective, iterations, train seconds, metrics) of one job, in this process."""
+    from gpdlm_cli.commands.train import run_train
+    from gpdlm_cli.tracking import NullTracker
+
+    ov = list(overrides) + [f"trainer={protocol}", "progress=false", "tracking.enabled=false", "threads=1",
+                            "trainer.eval_every=0", "sweep.share_stages=false"]
+    if max_iters is not None:
+        ov.append(f"trainer.max_iters={max_iters}")
+    if warm is not None:
+        ov.append("sweep.warm_start=true")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        m = run_train(compose(ov), d, tracker=NullTracker())
+    return m["final_loss"], m["iterations"], m["train_seconds"], m
+
+
+def project(preset: str, sizes, seeds, sample_betas: int) -> list[dict]:
+    from gpdlm_cli.commands.sweep import beta_grid
+    from gpdlm_cli.training.reuse import clear_warm_starts
+
+    axes = preset_axes(preset)
+    models = axes.get("model", ["dlm"])
+    sizes = sizes or [int(s) for s in axes.get("dataset.split.train_size", ["2000"])]
+    n_seeds = len(seeds or axes.get("seed", ["0"]))
+    base = [f"+experiment={preset}"]
+    cfg = compose(base)
+    paper_cap = int(cfg.trainer.max_iters)
+    rows = []
+    for n in sizes:
+        grid = beta_grid(n, 0.01, 2.0)
+        for model in models:
+            ov = base + [f"model={model}", f"dataset.split.train_size={n}", "seed=0"]
+            # paper protocol: measured ms/iteration x its budget
+            _, it, secs, _ = train_once(ov + [f"objective.beta={grid[0]:g}"], protocol="paper", max_iters=30)
+            paper_job = secs / it * paper_cap
+            # fast path: run to its own end, cold, then warm along the first betas of the path
+            clear_warm_starts()
+            warm_secs, cold_secs, shared_secs = [], None, 0.0
+            for i, b in enumerate(grid[:sample_betas]):
+                loss, it, secs, m = train_once(ov + [f"objective.beta={b:g}"], protocol="fast", warm=True)
+                if i == 0:
+                    cold_secs = secs
+                else:
+                    warm_secs.append(secs)
+            warm_job = statistics.median(warm_secs) if warm_secs else cold_secs
+            jobs = len(grid) * n_seeds
+            fast_total = n_seeds * (cold_secs + (len(grid) - 1) * warm_job)
+            rows.append({"preset": preset, "model": model, "n": n, "jobs": jobs, "paper_s_per_job": paper_job,
+                         "paper_total_h": jobs * paper_job / 3600, "fast_cold_s": cold_secs, "fast_warm_s": warm_job,
+                         "fast_total_h": fast_total / 3600, "speedup": jobs * paper_job / max(fast_total, 1e-9)})
+            r = rows[-1]
+            print(f"{preset:<26} {model:<12} n={n:<5} jobs={jobs:<4} paper {r['paper_total_h']:7.2f} h   "
+                  f"fast {r['fast_total_h']:6.3f} h (cold {cold_secs:6.1f} s, warm {warm_job:6.1f} s)   "
+                  f"x{r['speedup']:.1f}", flush=True)
+    total_p = sum(r["paper_total_h"] for r in rows)
+    total_f = sum(r["fast_total_h"] for r in rows)
+    print(f"{preset}: paper protocol {total_p:.1f} h, fast path {total_f:.2f} h on 1 core: x{total_p / max(total_f, 1e-9):.1f}")
+    return rows
+
+
+def equivalence(preset: str, sizes, seeds, betas: int, models) -> list[dict]:
+    from gpdlm_cli.commands.sweep import beta_grid
+    from gpdlm_cli.training.reuse import clear_warm_starts
+
+    rows = []
+    base = [f"+experiment={preset}"]
+    for n in sizes:
+        grid = beta_grid(n, 0.01, 2.0)
+        pick = [grid[round(i * (len(grid) - 1) / max(1, betas - 1))] for i in range(betas)] if betas < len(grid) else grid
+        for model in models:
+            for seed in seeds:
+                clear_warm_starts()
+                for b in pick:
+                    ov = base + [f"model={model}", f"dataset.split.train_size={n}", f"seed={seed}", f"objective.beta={b:g}"]
+                    lp, ip, sp, mp = train_once(ov, protocol="paper")
+                    lf, i_f, sf, mf = train_once(ov, protocol="fast", warm=True)
+                    rows.append({"model": model, "n": n, "seed": seed, "beta": b, "paper_loss": lp, "fast_loss": lf,
+                                 "paper_iters": ip, "fast_iters": i_f, "paper_s": sp, "fast_s": sf,
+                                 "paper_val_nll": mp["val_nll"], "fast_val_nll": mf["val_nll"],
+                                 "paper_test_nll": mp["test_nll"], "fast_test_nll": mf["test_nll"]})
+                    r = rows[-1]
+                    ok = "ok" if lf <= lp + 1e-3 else "HIGHER"
+                    print(f"{model:<10} n={n:<5} seed={seed} beta={b:<9.4g} paper {lp:9.5f} ({ip} it, {sp:6.1f} s)  "
+                          f"fast {lf:9.5f} ({i_f} it, {sf:6.1f} s)  {ok}", flush=True)
+    # selection: per (model, n, seed) the beta with the lowest val_nll, its test NLL, mean over seeds
+    for model in models:
+        for n in sizes:
+            for proto in ("paper", "fast"):
+                picks = []
+                for seed in seeds:
+                    rs = [r for r in rows if r["model"] == model and r["n"] == n and r["seed"] == seed]
+                    if rs:
+                        best = min(rs, key=lambda r: r[f"{proto}_val_nll"])
+                        picks.append((best["beta"], best[f"{proto}_test_nll"]))
+                if picks:
+                    t = [p[1] for p in picks]
+                    se = statistics.stdev(t) / len(t) ** 0.5 if len(t) > 1 else float("nan")
+                    print(f"select {model:<10} n={n:<5} {proto:<5}: betas {[p[0] for p in picks]}, test NLL "
+                          f"{statistics.mean(t):.4f} +- {se:.4f}")
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="bench_study", description=__doc__.splitlines()[0])
+    p.add_argument("--project", nargs="*", default=None, help="presets to project (default: regression_logloss_pol)")
+    p.add_argument("--equivalence", action="store_true")
+    p.add_argument("--preset", default="regression_logloss_pol")
+    p.add_argument("--sizes", nargs="*", type=int, default=None)
+    p.add_argument("--seeds", nargs="*", type=int, default=None)
+    p.add_argument("--betas", type=int, default=4, help="betas per path (equivalence: spread over the grid; "
+                                                           "projection: the first of the path)")
+    p.add_argument("--models", nargs="*", default=["dlm", "svgp"])
+    p.add_argument("--csv", default=None)
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    torch.set_num_threads(1)
+    t0 = time.time()
+    if a.equivalence:
+        rows = equivalence(a.preset, a.sizes or [500], a.seeds if a.seeds is not None else [0], a.betas, a.models)
+    else:
+        rows = []
+        for preset in a.project or ["regression_logloss_pol"]:
+            rows += project(preset, a.sizes, a.seeds, a.betas)
+    if a.csv and rows:
+        with open(a.csv, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            if f.tell() == 0:
+                w.writeheader()
+            w.writerows(rows)
+    print(f"({time.time() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
