@@ -105,6 +105,9 @@ def validate(cfg) -> None:
         raise param_error("noise_floor", f"model={name} (gp)", "a float in (0, inf)", g.noise_floor)
     if not C.is_int(g.max_exact) or g.max_exact < 1:
         raise param_error("max_exact", f"model={name} (gp)", "an integer >= 1", g.max_exact)
+    dense_below = g.get("kiss_dense_below", 2000)
+    if not C.is_int(dense_below) or dense_below < 0:
+        raise param_error("kiss_dense_below", f"model={name} (gp)", "an integer >= 0", dense_below)
     if m.init not in ("random", "pretrained"):
         raise param_error("init", f"model={name}", "'random' or 'pretrained'", m.init)
     if not C.is_int(m.pretrain_epochs) or m.pretrain_epochs < 1:
@@ -349,7 +352,7 @@ def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ah
 def build(cfg, data, task: str) -> Method:
     from ..features.recurrent import FeatureMap, WindowLayout
     from ..likelihoods import GaussianLikelihood
-    from ..models.deep_kernel import DeepKernelGP, NetworkRegressor
+    from ..models.deep_kernel import KISS_DENSE_BELOW, DeepKernelGP, NetworkRegressor
     from ..objectives.recurrent import CotangentSurrogate, DeepKernelNLML, FixedEmbeddingNLML, SquaredError
 
     m, t = cfg.model, cfg.trainer
@@ -402,7 +405,8 @@ def build(cfg, data, task: str) -> Method:
                                           noise_min=float(g.noise_floor)) for _ in range(d)]
         kernels = [_base_kernel(cfg, net.embed_dim, g.ard) for _ in range(d)]
         model = DeepKernelGP(network, kernels, likelihoods, inference=g.inference, grid_size=g.grid_size,
-                             grid_margin=float(g.grid_margin)).to(device)
+                             grid_margin=float(g.grid_margin),
+                             kiss_dense_below=int(g.get("kiss_dense_below", KISS_DENSE_BELOW))).to(device)
         for gp_ in model.gps:
             gp_.covar_module.outputscale = float(cfg.kernel.outputscale)
     else:
@@ -455,6 +459,7 @@ def build(cfg, data, task: str) -> Method:
 
     # ----- GP models: pre-training, the algorithm, final theta steps ------------------------------------
     kiss = m.gp.inference == "kiss"
+    noisy_gp = not model.is_dense(n)  # KISS on the structured operator: stochastic Lanczos estimates
     algorithm = t.get("algorithm", "full")
     scales = {"kernel": 1.0, "likelihood": 1.0, **{str(k): float(v) for k, v in (t.get("lr_scale") or {}).items()}}
     stages = []
@@ -465,7 +470,7 @@ def build(cfg, data, task: str) -> Method:
     refresh = None
     if algorithm == "full":
         objective = DeepKernelNLML(model, n, dropout=stochastic_net, generator=masks)
-        stages.append(Stage("full", objective, groups, stochastic=stochastic_net or kiss, hooks=[timer],
+        stages.append(Stage("full", objective, groups, stochastic=stochastic_net or noisy_gp, hooks=[timer],
                             overrides={**lr, "batch_size": None}))
     else:
         bs = t.batch_size if t.batch_size and t.batch_size < n else None
@@ -487,7 +492,7 @@ def build(cfg, data, task: str) -> Method:
                 theta.set_embedding(model.embed(x))
 
         stages.append(Stage("theta", theta, {"kernel": groups["kernel"], "likelihood": groups["likelihood"]},
-                            prepare=fix_embedding, stochastic=kiss,
+                            prepare=fix_embedding, stochastic=noisy_gp,
                             overrides={**lr, "batch_size": None, "max_iters": final_steps, "max_epochs": None,
                                        "eval_every_epochs": None}))  # one step is one "epoch" here
 
@@ -512,6 +517,12 @@ def build(cfg, data, task: str) -> Method:
         return out
 
     tags.update({"gpdlm.algorithm": algorithm, "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init})
+    if kiss:
+        tags["gpdlm.kiss_evaluation"] = (
+            f"structured: CG + stochastic Lanczos, pivoted-Cholesky preconditioner, probes seeded per refresh "
+            f"(n_train={n} >= model.gp.kiss_dense_below={model.kiss_dense_below})" if noisy_gp else
+            f"dense: W K_UU W^T formed and factorised by Cholesky (n_train={n} < model.gp.kiss_dense_below="
+            f"{model.kiss_dense_below})")
     return Method(name, model, likelihoods[0], stages, monitors=monitors, evaluate=evaluate,
                   evaluation_metrics=tuple(names), diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY)
 

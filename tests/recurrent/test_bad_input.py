@@ -34,6 +34,8 @@ BAD = [
     (["trainer.algorithm=sgd"], "the 'algorithm' parameter of trainer must be one of full, alternating, delayed"),
     (["trainer.algorithm=alternating", "trainer.kernel_refresh_every=4"], "trainer.algorithm=alternating (Algorithm 1)"),
     (["model.gp.max_exact=50"], "model=gp_lstm with model.gp.inference=exact refuses n_train="),
+    (["model.gp.kiss_dense_below=-1"],
+     "the 'kiss_dense_below' parameter of model=gp_lstm (gp) must be an integer >= 0; got -1"),
     (["model=exact", "dataset=driving", "dataset.task=lead", "dataset.output=all", "dataset.train_minutes=0.2",
       "dataset.test_minutes=0.2", "dataset.lag=16", "dataset.lag_step=8", "dataset.stride=50"],
      "dataset=driving has 2 outputs but model=exact predicts one; use one of gp_lstm"),
