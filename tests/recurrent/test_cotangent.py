@@ -83,13 +83,61 @@ def test_batch_gradients_over_one_partition_sum_to_the_full_gradient(dtype, tol)
     assert rel <= tol, rel
 
 
-def test_random_batches_are_unbiased_and_the_papers_submatrix_estimator_is_not():
-    """Means over R = 40,000 random batches of N_b = 32 windows. The cotangent estimator's mean
-    is g (within 10% in norm); the sub-matrix estimator (N/N_b) grad_W of -(1/2) sum_{i,j in B}
-    A_ij K_ij / N, with A = K^-1 y y^T K^-1 - K^-1 fixed on the full data, has mean
-    ((N_b - 1)/(N - 1)) g (Lemma 1 counts a pair with probability N_b/N instead of
-    N_b (N_b - 1) / (N (N - 1))). Both estimators are J_B^T c_B for per-window cotangents c_B,
-    so the mean of R draws is J^T (the mean of the zero-padded cotangents): one backward pass."""
+class _GradientRecorder:
+    """A trainer hook: after every step, the flattened gradient of the W step just taken."""
+
+    def __init__(self, params):
+        self.params, self.grads = params, []
+
+    def after_step(self, iteration, epoch):
+        self.grads.append(torch.cat([p.grad.reshape(-1) for p in self.params]).double().clone())
+
+
+def test_the_trainers_minibatch_steps_are_unbiased_for_dl_dw():
+    """The real estimator, drawn as training draws it: ``training.loop.train`` runs the production
+    ``CotangentSurrogate`` (wants_index, as Algorithm 2's stage) on batches of N_B = 32 from its own
+    sampler (a random permutation per epoch, floor(N / N_B) = 3 batches, the remainder dropped), with
+    SGD at lr 0 so that W stays at the refresh point; a hook records every step's gradient. Over
+    R = 2,400 steps (800 epochs) the mean gradient matches autograd's dL/dW: relative error < 0.05,
+    cosine > 0.995, and every coordinate within 4.5 standard errors (from the 800 epoch means, which
+    are independent). Measured: relative error 0.012, max |z| 2.97 over 402 coordinates; the same run
+    with the cotangents scaled by 0.95 (a 5% bias) gives max |z| 26.5."""
+    from gpdlm_cli.training.loop import TrainerSettings, train
+
+    model, X, y = setup(torch.float64)
+    params = list(model.network.parameters())
+    ref_value, _ = reference_loss(model, X, y)
+    g = flat_grad(ref_value, params)
+    c, value = refresh_cotangents(model, model.embed(X).detach(), y, N)
+    surrogate = CotangentSurrogate(model, N)
+    surrogate.set_cotangents(c, value)
+    nb, epochs = 32, 800
+    steps_per_epoch = N // nb
+    recorder = _GradientRecorder(params)
+    settings = TrainerSettings(max_iters=epochs * steps_per_epoch, lr=0.0, batch_size=nb, optimizer="sgd",
+                               eval_every=0, progress=False, stop_rule="none", check_every=steps_per_epoch)
+    train(surrogate, {"network": params}, X, y, settings, generator=torch.Generator().manual_seed(2), wants_index=True,
+          hooks=[recorder], stochastic=True)
+    for p, p0 in zip(params, setup(torch.float64)[0].network.parameters()):
+        torch.testing.assert_close(p, p0, rtol=0, atol=0)  # lr 0: every step at the refresh point
+    G = torch.stack(recorder.grads)  # (R, P)
+    assert G.shape[0] == epochs * steps_per_epoch
+    mean = G.mean(0)
+    epoch_means = G.reshape(epochs, steps_per_epoch, -1).mean(1)
+    se = epoch_means.std(0) / math.sqrt(epochs)
+    rel = float((mean - g).norm() / g.norm())
+    z = ((mean - g) / se)[se > 0]
+    assert rel < 0.05, rel
+    assert float(mean @ g / (mean.norm() * g.norm())) > 0.995
+    assert float(z.abs().max()) < 4.5, float(z.abs().max())
+
+
+def test_the_papers_submatrix_estimator_is_biased_by_nb_minus_1_over_n_minus_1():
+    """The sub-matrix estimator (Eq. C.15), (N/N_b) grad_W of -(1/2) sum_{i,j in B} A_ij K_ij / N with
+    A = K^-1 y y^T K^-1 - K^-1 fixed on the full data, over R = 40,000 uniform batches of N_b = 32: its
+    mean is ((N_b - 1)/(N - 1)) g (Lemma 1 counts a pair with probability N_b/N instead of
+    N_b (N_b - 1) / (N (N - 1))). It is J_B^T c_B for per-window cotangents c_B, so the mean of R draws
+    is J^T (the mean of the zero-padded cotangents): one backward pass."""
     model, X, y = setup(torch.float64)
     params = list(model.network.parameters())
     ref_value, K = reference_loss(model, X, y)
@@ -101,12 +149,10 @@ def test_random_batches_are_unbiased_and_the_papers_submatrix_estimator_is_not()
     cov = model.gps[0].covar_module
     sf2, ell = cov.outputscale.detach(), cov.base_kernel.lengthscale.detach().reshape(-1)
     H = model.embed(X).detach()
-    c, _ = refresh_cotangents(model, H, y, N)
 
     nb, R, chunk = 32, 40_000, 4_000
     rng = torch.Generator().manual_seed(2)
     c_sub = torch.zeros_like(H)
-    counts = torch.zeros(N, dtype=torch.float64)
     for _ in range(R // chunk):
         idx = torch.rand(chunk, N, generator=rng).argsort(1)[:, :nb]  # uniform subsets of size nb
         Hb = H[idx].requires_grad_(True)
@@ -114,13 +160,7 @@ def test_random_batches_are_unbiased_and_the_papers_submatrix_estimator_is_not()
         sub = (N / nb) * (-0.5 * (A[idx[:, :, None], idx[:, None, :]] * Kb).sum()) / N
         (gH,) = torch.autograd.grad(sub, Hb)
         c_sub.index_add_(0, idx.reshape(-1), gH.reshape(-1, E))
-        counts.index_add_(0, idx.reshape(-1), torch.ones(idx.numel(), dtype=torch.float64))
-    h_of_w = model.network(X).double()
-    mean_sub = flat_grad((h_of_w * c_sub / R).sum(), params)
-    mean_cot = flat_grad((model.network(X).double() * c * (N / nb) * (counts / R)[:, None]).sum(), params)
-
-    assert float(mean_cot.norm() / g.norm()) == pytest.approx(1.0, abs=0.10)
-    assert float(mean_cot @ g / (mean_cot.norm() * g.norm())) >= 0.99
+    mean_sub = flat_grad((model.network(X).double() * c_sub / R).sum(), params)
     ratio, expected = float(mean_sub.norm() / g.norm()), (nb - 1) / (N - 1)
     assert ratio == pytest.approx(expected, rel=0.10), (ratio, expected)
     assert float(mean_sub @ g / (mean_sub.norm() * g.norm())) >= 0.99
