@@ -8,12 +8,13 @@ A GP model is k(phi_W(x_bar), phi_W(x_bar')) on windows x_bar of a sequence data
 * ``full``: joint full-batch descent of NLML(W, theta)/N (Wilson et al. 2016a);
 * ``delayed``: Algorithm 2 (Sec. 4.1), semi-stochastic with delayed kernel updates, in its unbiased
   cotangent form (``objectives.recurrent.CotangentSurrogate``). Every tau = ``kernel_refresh_every``
-  minibatch steps (null: one epoch) a refresh embeds all training windows (no dropout), checks
-  that the NLML did not rise during the stale steps (else lr_W is halved; ``trainer.refresh_check``;
-  on structured KISS both NLMLs are evaluated with the same probe vectors),
-  runs ``theta_steps``
-  full-data steps on the kernel hyperparameters and noise, and recomputes the cotangents; the W
-  steps in between use lr_W = lr / tau (``trainer.lr_over_tau``, Theorem 2's scaling);
+  minibatch steps (null: one epoch) a refresh embeds all training windows, checks that the NLML
+  did not rise during the stale steps (else lr_W is halved; ``trainer.refresh_check``; both NLMLs
+  on the same probe vectors for structured KISS, and under the same dropout masks), runs
+  ``theta_steps`` full-data steps on the kernel hyperparameters and noise, and recomputes the
+  cotangents; the W steps in between use lr_W = lr / tau (``trainer.lr_over_tau``, Theorem 2's
+  scaling). With dropout a refresh draws one mask set per window, used by its embedding, theta steps
+  and cotangents and by the batch Jacobians until the next refresh;
 * ``alternating``: Algorithm 1, i.e. Algorithm 2 with tau = 1.
 
 All three end with ``final_theta_steps`` steps on theta with W fixed. ``model.init=pretrained``
@@ -192,13 +193,15 @@ class KernelRefresh:
     """Algorithm 2's kernel refresh every ``tau`` W steps (see the module docstring)."""
 
     def __init__(self, model, surrogate, x, y, *, tau: int, theta_steps: int, theta_lr: dict, check: bool = True,
-                 probe_seed: int | None = None):
+                 probe_seed: int | None = None, masks: torch.Generator | None = None):
         from ..objectives.recurrent import refresh_cotangents
         from ..training import make_optimizer
 
         self.model, self.surrogate, self.x, self.y = model, surrogate, x, y
         self.n = x.shape[0]
         self.tau, self.theta_steps, self.check, self.probe_seed = tau, theta_steps, check, probe_seed
+        self.mask_generator = masks  # dropout: one mask set per window and refresh, drawn from it
+        self.masks = None
         self._cotangents = refresh_cotangents
         groups = model.groups()
         self.theta_opt = make_optimizer("adam", [
@@ -224,13 +227,18 @@ class KernelRefresh:
 
     def refresh(self) -> None:
         model, n = self.model, self.n
+        dropout = self.mask_generator is not None and model.network.stochastic
         with torch.no_grad():
-            h = model.embed(self.x)
+            # the W steps since the last refresh descended L(W; M_old): the check and the drift compare
+            # embeddings under the same masks; then new masks for the next interval
+            h_now = model.embed(self.x, masks=self.masks)
+            masks = model.network.draw_masks(n, self.mask_generator) if dropout else None
+            h = model.embed(self.x, masks=masks) if dropout else h_now
         seed = None if self.probe_seed is None else self.probe_seed + self.refreshes
         if self.check and self.last is not None and self.opt is not None:
-            # the rise NLML(h_new, theta) - NLML(h_old, theta): both sides on the same probe vectors (the
+            # the rise NLML(h_now, theta) - NLML(h_old, theta): both sides on the same probe vectors (the
             # structured KISS path is a stochastic estimate; its draws would otherwise decide the check)
-            new = self._value(h, seed)
+            new = self._value(h_now, seed)
             old = self.last if seed is None or model.is_dense(n) else self._value(self.h_prev, seed)
             rise = float(new - old)  # one host sync per refresh
             if rise > _CHECK_TOL and self.halvings < _MAX_HALVINGS:
@@ -241,7 +249,7 @@ class KernelRefresh:
         model.fit_grid(h)
         with _probes(seed):
             if self.h_prev is not None:
-                self.drift = float((h - self.h_prev).pow(2).sum(1).mean().sqrt())
+                self.drift = float((h_now - self.h_prev).pow(2).sum(1).mean().sqrt())
                 self.drifts.append(self.drift)
             for _ in range(self.theta_steps):
                 self.theta_opt.zero_grad(set_to_none=True)
@@ -249,8 +257,8 @@ class KernelRefresh:
                 loss.backward()
                 self.theta_opt.step()
             c, value = self._cotangents(model, h, self.y, n)
-        self.surrogate.set_cotangents(c, value)
-        self.h_prev, self.last = h, value
+        self.surrogate.set_cotangents(c, value, masks)
+        self.h_prev, self.last, self.masks = h, value, masks
         self.refreshes += 1
 
 
@@ -486,10 +494,11 @@ def build(cfg, data, task: str) -> Method:
         bs = t.batch_size if t.batch_size and t.batch_size < n else None
         steps_per_epoch = n // bs if bs else 1
         tau = 1 if algorithm == "alternating" else int(t.get("kernel_refresh_every") or steps_per_epoch)
-        surrogate = CotangentSurrogate(model, n, dropout=stochastic_net, generator=masks)
+        surrogate = CotangentSurrogate(model, n)
         refresh = KernelRefresh(model, surrogate, x, y, tau=tau, theta_steps=int(t.get("theta_steps", 10)),
                                 theta_lr={k: base_lr * scales[k] for k in ("kernel", "likelihood")},
-                                check=bool(t.get("refresh_check", True)), probe_seed=cfg.seed if kiss else None)
+                                check=bool(t.get("refresh_check", True)), probe_seed=cfg.seed if kiss else None,
+                                masks=masks if stochastic_net else None)
         lr_scale = {"network": 1.0 / tau} if t.get("lr_over_tau", True) else {}
         stages.append(Stage(algorithm, surrogate, {"network": groups["network"]}, prepare=refresh.refresh,
                             stochastic=True, hooks=[timer, refresh], lr_scale=lr_scale, overrides=lr, wants_index=True))

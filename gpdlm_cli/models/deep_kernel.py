@@ -230,9 +230,10 @@ class DeepKernelGP(nn.Module):
         return len(self.gps)
 
     # ----- the embedding ------------------------------------------------------------------------------
-    def embed(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
-        """H = phi_W(x) in the GP's dtype (dropout only if ``train``)."""
-        return self.network(x, train=train, generator=generator).to(self.gp_dtype)
+    def embed(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None,
+              masks: dict | None = None) -> torch.Tensor:
+        """H = phi_W(x) in the GP's dtype (dropout only if ``train`` or with given ``masks``)."""
+        return self.network(x, train=train, generator=generator, masks=masks).to(self.gp_dtype)
 
     def fit_grid(self, h: torch.Tensor) -> None:
         """KISS: refit every output's grid on the full training embedding ``h`` (a refresh)."""
