@@ -29,7 +29,8 @@ no uncertainty propagation). Metrics: one-step ``rmse``/``nll``; ``sim_rmse`` an
 that full trajectory; ``sim_rmse_h<k>``, the RMSE over the first k steps of free simulation, pooled
 over every start in the split; ``train_nlml`` (per window,
 standardised targets), ``epoch_seconds``, ``embedding_drift`` (RMS change of h_i between
-refreshes) and ``test_ms_per_point``.
+refreshes) and ``test_ms_per_point``; on the sysid generators ``data_abs_corr`` and ``data_snr``, Table
+1's statistics of the run's own series.
 
 Parameter groups: ``network`` (W), ``kernel`` (lengthscales, outputscale), ``likelihood`` (noise).
 """
@@ -470,7 +471,8 @@ def build(cfg, data, task: str) -> Method:
                       stochastic=stochastic_net, hooks=[timer], overrides=lr)
 
         def diagnostics():
-            return {"epoch_seconds": _nan(timer.seconds_per_epoch), "test_ms_per_point": last["test_ms_per_point"]}
+            return {"epoch_seconds": _nan(timer.seconds_per_epoch), "test_ms_per_point": last["test_ms_per_point"],
+                    **series_statistics(cfg)}
 
         return Method(name, model, likelihoods[0], [stage], evaluate=evaluate, evaluation_metrics=tuple(names),
                       diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY)
@@ -530,6 +532,7 @@ def build(cfg, data, task: str) -> Method:
         out = {"epoch_seconds": _nan(timer.seconds_per_epoch), "test_ms_per_point": last["test_ms_per_point"],
                "noise": float(torch.stack([lik.noise.detach().mean() for lik in likelihoods]).mean()),
                "outputscale": float(torch.stack([gp_.covar_module.outputscale.detach().mean() for gp_ in model.gps]).mean())}
+        out.update(series_statistics(cfg))
         if refresh is not None:
             out.update({"refreshes": refresh.refreshes, "lr_halvings": refresh.halvings,
                         "embedding_drift_mean": statistics.fmean(refresh.drifts) if refresh.drifts else float("nan")})
@@ -548,6 +551,19 @@ def build(cfg, data, task: str) -> Method:
 
 def _nan(v):
     return float("nan") if v is None else float(v)
+
+
+def series_statistics(cfg) -> dict[str, float]:
+    """sysid datasets: Table 1's statistics of the series this run trained and tested on (its own
+    generator seed, ``dataset.seed``, which follows ``seed`` by default): ``data_abs_corr`` and
+    ``data_snr`` (``data.sequences.sysid_statistics``); other datasets: none."""
+    from ..data.sequences import sysid_statistics
+
+    system = {"sysid_actuator": "actuator", "sysid_drives": "drives"}.get(cfg.dataset.name)
+    if system is None:
+        return {}
+    stats = sysid_statistics(system, cfg.dataset.get("n"), int(cfg.dataset.get("seed", 0)))
+    return {"data_abs_corr": stats["abs_corr"], "data_snr": stats["snr"]}
 
 
 def _base_kernel(cfg, embed_dim: int, ard: bool):
