@@ -393,6 +393,15 @@ def build(cfg, data, task: str) -> Method:
         if not all(layout.feedback):
             raise UnsupportedCombination(f"dataset.mode=free_simulation needs the past targets in every window; "
                                          f"dataset={cfg.dataset.name} has none for some output")
+        past_only = [c for c in layout.channels if c not in targets
+                     and f"{c}[t-0]" not in (data.feature_names or [])]  # past values of series not predicted
+        if past_only:
+            raise UnsupportedCombination(
+                f"dataset.mode=free_simulation feeds back only the predicted outputs ({', '.join(targets)}), but the "
+                f"windows of dataset={cfg.dataset.name} also hold past values of {len(past_only)} other series "
+                f"({', '.join(past_only[:3])}{', ...' if len(past_only) > 3 else ''}) that would stay ground truth "
+                f"during the rollout (teacher forcing); predict and feed back every output (dataset.output=all) "
+                f"or use dataset.mode=autoregression")
         if any(k % stride for taps in layout.feedback for _, k in taps):
             raise UnsupportedCombination(
                 f"free simulation feeds predictions back one window per step: every past-target tap t-k needs "
