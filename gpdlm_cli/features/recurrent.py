@@ -14,8 +14,9 @@ layer and ``rec_dropout`` on the recurrent state, each with *one mask per sequen
 time steps, plus ``dropout`` on the last hidden state (NARX: after every hidden layer). Masks come
 from an explicit ``torch.Generator``, or are given: :meth:`FeatureMap.draw_masks` draws one set per
 window, which Algorithm 2 keeps for a whole refresh interval (its cotangents and batch Jacobians
-then see the same network). With ``train=False`` and no masks (predictions) there is no dropout. The network may run in float32 while the GP algebra runs in float64: ``FeatureMap``
-casts its input to its own dtype and returns its own dtype.
+then see the same network). With ``train=False`` and no masks (predictions) there is no dropout.
+The network may run in float32 while the GP algebra runs in float64: ``FeatureMap`` casts its input
+to its own dtype and returns its own dtype.
 """
 
 from __future__ import annotations

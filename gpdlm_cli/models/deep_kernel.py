@@ -128,7 +128,7 @@ def check_kiss_kronecker_order(embed_dim: int) -> float:
     dense kernel it approximates (an ARD RBF with lengthscales 0.4, 1, 2 on a box with ranges in
     ratio 1 : 2 : 4, 16 points, a 24-point grid per dimension), evaluated as training evaluates it
     (the structured operator times the identity). The interpolation error is 4e-4 (2-D) and 5e-4
-    (3-D) here; every other order of the Kronecker factors gives 0.05 to 0.26. Raises
+    (3-D) here; every other order of the Kronecker factors gives 0.095 to 0.26. Raises
     ``NumericalError`` above 0.01 (a gpytorch or linear_operator that changed either convention);
     returns the max error. Runs once per process and dimension (milliseconds)."""
     from ..exceptions import NumericalError
@@ -264,7 +264,8 @@ class DeepKernelGP(nn.Module):
         stack.enter_context(gpytorch.settings.min_preconditioning_size(0))
         return stack
 
-    def covariance(self, k: int, h1: torch.Tensor, h2: torch.Tensor | None = None, *, diag: bool = False) -> torch.Tensor:
+    def covariance(self, k: int, h1: torch.Tensor, h2: torch.Tensor | None = None, *,
+                   diag: bool = False) -> torch.Tensor:
         """Output k's prior covariance K_k(h1, h2) as a dense tensor (the KISS kernel for KISS)."""
         cov = self.gps[k].covar_module
         if self.inference == "exact":
@@ -283,7 +284,10 @@ class DeepKernelGP(nn.Module):
                 was = gp.covar_module.training
                 gp.covar_module.train()  # in eval mode gpytorch's GridKernel reuses a cached K_UU (and its graph)
                 try:
-                    cov = to_linear_operator(self.covariance(k, h)) if dense and self.inference == "kiss" else gp.covar_module(h)
+                    if dense and self.inference == "kiss":
+                        cov = to_linear_operator(self.covariance(k, h))  # W K_UU W^T formed densely
+                    else:
+                        cov = gp.covar_module(h)
                     prior = gpytorch.distributions.MultivariateNormal(h.new_zeros(h.shape[0]), cov)
                     total = total - lik.gp(prior).log_prob(y[:, k])
                 finally:
