@@ -4,7 +4,7 @@ See ``datasets/README.md`` for the list of datasets and ``datasets/registry.yaml
 
 from .download import FileSpec
 from .registry import REGISTRY, DatasetInfo, all_datasets, get_dataset_info, load_table, register
-from .sequences import make_windows, simulate_free
+from .sequences import make_windows
 from .splits import DataSplits, check_split, make_splits
 from .table import Table, table_from_frame
 
@@ -21,6 +21,5 @@ __all__ = [
     "make_splits",
     "make_windows",
     "register",
-    "simulate_free",
     "table_from_frame",
 ]

@@ -12,9 +12,11 @@ h = phi_W(x_bar) in R^E:
 Dropout follows App. E / Gal and Ghahramani (2016): ``dropout`` on the inputs of every recurrent
 layer and ``rec_dropout`` on the recurrent state, each with *one mask per sequence* shared by all
 time steps, plus ``dropout`` on the last hidden state (NARX: after every hidden layer). Masks come
-from an explicit ``torch.Generator``; with ``train=False`` (predictions, kernel refreshes) there is
-no dropout. The network may run in float32 while the GP algebra runs in float64: ``FeatureMap``
-casts its input to its own dtype and returns its own dtype.
+from an explicit ``torch.Generator``, or are given: :meth:`FeatureMap.draw_masks` draws one set per
+window, which Algorithm 2 keeps for a whole refresh interval (its cotangents and batch Jacobians
+then see the same network). With ``train=False`` and no masks (predictions) there is no dropout.
+The network may run in float32 while the GP algebra runs in float64: ``FeatureMap`` casts its input
+to its own dtype and returns its own dtype.
 """
 
 from __future__ import annotations
@@ -141,31 +143,68 @@ class FeatureMap(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.head.weight.dtype
 
-    def hidden(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
-        """The body's output (before the projection), with dropout only if ``train``."""
+    @property
+    def stochastic(self) -> bool:
+        return self.dropout > 0 or self.rec_dropout > 0
+
+    def draw_masks(self, n: int, generator: torch.Generator | None = None, *,
+                   device: torch.device | None = None) -> dict[str, list[torch.Tensor]]:
+        """One set of dropout masks for ``n`` windows (one per sequence, App. E), as ``hidden(train=True)``
+        draws them (same order, same generator stream): ``input`` (per recurrent layer: (n, 1, channels)
+        or None), ``recurrent`` (per layer: (n, units) or None), ``output`` ((n, units) or None; NARX: one
+        per hidden layer in ``input``)."""
+        device = self.head.weight.device if device is None else device
+        like = torch.empty(0, dtype=self.dtype, device=device)
+        p, pr = self.dropout, self.rec_dropout
+        masks: dict[str, list] = {"input": [], "recurrent": [], "output": []}
+        if self.kind == "narx":
+            for layer in self.body:
+                masks["input"].append(_mask((n, layer.out_features), p, like, generator) if p > 0 else None)
+            return masks
+        channels = self.seq_index.shape[1]
+        for layer in self.body:
+            masks["input"].append(_mask((n, 1, channels), p, like, generator) if p > 0 else None)
+            masks["recurrent"].append(_mask((n, layer.cell.hidden_size), pr, like, generator) if pr > 0 else None)
+            channels = layer.cell.hidden_size
+        masks["output"].append(_mask((n, channels), p, like, generator) if p > 0 else None)
+        return masks
+
+    @staticmethod
+    def select_masks(masks: dict[str, list[torch.Tensor]], index: torch.Tensor | None) -> dict[str, list[torch.Tensor]]:
+        """The masks of rows ``index`` (all rows if None)."""
+        if index is None:
+            return masks
+        return {k: [None if m is None else m[index] for m in v] for k, v in masks.items()}
+
+    def hidden(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None,
+               masks: dict[str, list[torch.Tensor]] | None = None) -> torch.Tensor:
+        """The body's output (before the projection), with dropout only if ``train`` (fresh masks from
+        ``generator``) or ``masks`` (given ones, from :meth:`draw_masks`, one row per row of x)."""
         x = x.to(self.dtype)
-        p, pr = (self.dropout, self.rec_dropout) if train else (0.0, 0.0)
+        if masks is None and train and self.stochastic:
+            masks = self.draw_masks(x.shape[0], generator, device=x.device)
+        if masks is None:
+            masks = {"input": [None] * len(self.body), "recurrent": [None] * len(self.body), "output": [None]}
         if self.kind == "narx":
             h = x
-            for layer in self.body:
+            for layer, m in zip(self.body, masks["input"]):
                 h = torch.relu(layer(h))
-                if p > 0:
-                    h = h * _mask(h.shape, p, h, generator)
+                if m is not None:
+                    h = h * m
             return h
         seq = x[:, self.seq_index]  # (N, T, C), chronological
-        N = seq.shape[0]
-        for layer in self.body:
-            if p > 0:  # one input mask per sequence, shared over time
-                seq = seq * _mask((N, 1, seq.shape[2]), p, seq, generator)
-            rec = _mask((N, layer.cell.hidden_size), pr, seq, generator) if pr > 0 else None
-            seq = layer(seq, rec)
+        for layer, m_in, m_rec in zip(self.body, masks["input"], masks["recurrent"]):
+            if m_in is not None:  # one input mask per sequence, shared over time
+                seq = seq * m_in
+            seq = layer(seq, m_rec)
         h = seq[:, -1]
-        if p > 0:
-            h = h * _mask(h.shape, p, h, generator)
+        if masks["output"][0] is not None:
+            h = h * masks["output"][0]
         return h
 
-    def forward(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
-        return self.head(self.hidden(x, train=train, generator=generator))
+    def forward(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None,
+                masks: dict[str, list[torch.Tensor]] | None = None) -> torch.Tensor:
+        return self.head(self.hidden(x, train=train, generator=generator, masks=masks))
 
 
 __all__ = ["CELLS", "KINDS", "FeatureMap", "WindowLayout"]

@@ -8,11 +8,13 @@ A GP model is k(phi_W(x_bar), phi_W(x_bar')) on windows x_bar of a sequence data
 * ``full``: joint full-batch descent of NLML(W, theta)/N (Wilson et al. 2016a);
 * ``delayed``: Algorithm 2 (Sec. 4.1), semi-stochastic with delayed kernel updates, in its unbiased
   cotangent form (``objectives.recurrent.CotangentSurrogate``). Every tau = ``kernel_refresh_every``
-  minibatch steps (null: one epoch) a refresh embeds all training windows (no dropout), checks
-  that the NLML did not rise during the stale steps (else lr_W is halved; ``trainer.refresh_check``),
-  runs ``theta_steps``
-  full-data steps on the kernel hyperparameters and noise, and recomputes the cotangents; the W
-  steps in between use lr_W = lr / tau (``trainer.lr_over_tau``, Theorem 2's scaling);
+  minibatch steps (null: one epoch) a refresh embeds all training windows, checks that the NLML
+  did not rise during the stale steps (else lr_W is halved; ``trainer.refresh_check``; both NLMLs
+  on the same probe vectors for structured KISS, and under the same dropout masks), runs
+  ``theta_steps`` full-data steps on the kernel hyperparameters and noise, and recomputes the
+  cotangents; the W steps in between use lr_W = lr / tau (``trainer.lr_over_tau``, Theorem 2's
+  scaling). With dropout a refresh draws one mask set per window, used by its embedding, theta steps
+  and cotangents and by the batch Jacobians until the next refresh;
 * ``alternating``: Algorithm 1, i.e. Algorithm 2 with tau = 1.
 
 All three end with ``final_theta_steps`` steps on theta with W fixed. ``model.init=pretrained``
@@ -27,7 +29,8 @@ no uncertainty propagation). Metrics: one-step ``rmse``/``nll``; ``sim_rmse`` an
 that full trajectory; ``sim_rmse_h<k>``, the RMSE over the first k steps of free simulation, pooled
 over every start in the split; ``train_nlml`` (per window,
 standardised targets), ``epoch_seconds``, ``embedding_drift`` (RMS change of h_i between
-refreshes) and ``test_ms_per_point``.
+refreshes) and ``test_ms_per_point``; on the sysid generators ``data_abs_corr`` and ``data_snr``, Table
+1's statistics of the run's own series.
 
 Parameter groups: ``network`` (W), ``kernel`` (lengthscales, outputscale), ``likelihood`` (noise).
 """
@@ -105,6 +108,9 @@ def validate(cfg) -> None:
         raise param_error("noise_floor", f"model={name} (gp)", "a float in (0, inf)", g.noise_floor)
     if not C.is_int(g.max_exact) or g.max_exact < 1:
         raise param_error("max_exact", f"model={name} (gp)", "an integer >= 1", g.max_exact)
+    dense_below = g.get("kiss_dense_below", 2000)
+    if not C.is_int(dense_below) or dense_below < 0:
+        raise param_error("kiss_dense_below", f"model={name} (gp)", "an integer >= 0", dense_below)
     if m.init not in ("random", "pretrained"):
         raise param_error("init", f"model={name}", "'random' or 'pretrained'", m.init)
     if not C.is_int(m.pretrain_epochs) or m.pretrain_epochs < 1:
@@ -188,13 +194,15 @@ class KernelRefresh:
     """Algorithm 2's kernel refresh every ``tau`` W steps (see the module docstring)."""
 
     def __init__(self, model, surrogate, x, y, *, tau: int, theta_steps: int, theta_lr: dict, check: bool = True,
-                 probe_seed: int | None = None):
+                 probe_seed: int | None = None, masks: torch.Generator | None = None):
         from ..objectives.recurrent import refresh_cotangents
         from ..training import make_optimizer
 
         self.model, self.surrogate, self.x, self.y = model, surrogate, x, y
         self.n = x.shape[0]
         self.tau, self.theta_steps, self.check, self.probe_seed = tau, theta_steps, check, probe_seed
+        self.mask_generator = masks  # dropout: one mask set per window and refresh, drawn from it
+        self.masks = None
         self._cotangents = refresh_cotangents
         groups = model.groups()
         self.theta_opt = make_optimizer("adam", [
@@ -212,23 +220,37 @@ class KernelRefresh:
         if iteration % self.tau == 0:
             self.refresh()
 
+    def _value(self, h: torch.Tensor, seed: int | None) -> torch.Tensor:
+        """NLML(h)/N at the current theta, on the grid fitted to ``h``, with the probes of ``seed``."""
+        self.model.fit_grid(h)
+        with _probes(seed), torch.no_grad():
+            return self.model.nlml(h, self.y) / self.n
+
     def refresh(self) -> None:
         model, n = self.model, self.n
+        dropout = self.mask_generator is not None and model.network.stochastic
         with torch.no_grad():
-            h = model.embed(self.x)
-        model.fit_grid(h)
+            # the W steps since the last refresh descended L(W; M_old): the check and the drift compare
+            # embeddings under the same masks; then new masks for the next interval
+            h_now = model.embed(self.x, masks=self.masks)
+            masks = model.network.draw_masks(n, self.mask_generator) if dropout else None
+            h = model.embed(self.x, masks=masks) if dropout else h_now
         seed = None if self.probe_seed is None else self.probe_seed + self.refreshes
+        if self.check and self.last is not None and self.opt is not None:
+            # the rise NLML(h_now, theta) - NLML(h_old, theta): both sides on the same probe vectors (the
+            # structured KISS path is a stochastic estimate; its draws would otherwise decide the check)
+            new = self._value(h_now, seed)
+            old = self.last if seed is None or model.is_dense(n) else self._value(self.h_prev, seed)
+            rise = float(new - old)  # one host sync per refresh
+            if rise > _CHECK_TOL and self.halvings < _MAX_HALVINGS:
+                self.halvings += 1
+                for g in self.opt.param_groups:
+                    g["lr"] *= 0.5
+                    g["base_lr"] = g.get("base_lr", g["lr"] * 2) * 0.5
+        model.fit_grid(h)
         with _probes(seed):
-            if self.check and self.last is not None and self.opt is not None:
-                with torch.no_grad():
-                    rise = float(model.nlml(h, self.y) / n - self.last)  # one host sync per refresh
-                if rise > _CHECK_TOL and self.halvings < _MAX_HALVINGS:
-                    self.halvings += 1
-                    for g in self.opt.param_groups:
-                        g["lr"] *= 0.5
-                        g["base_lr"] = g.get("base_lr", g["lr"] * 2) * 0.5
             if self.h_prev is not None:
-                self.drift = float((h - self.h_prev).pow(2).sum(1).mean().sqrt())
+                self.drift = float((h_now - self.h_prev).pow(2).sum(1).mean().sqrt())
                 self.drifts.append(self.drift)
             for _ in range(self.theta_steps):
                 self.theta_opt.zero_grad(set_to_none=True)
@@ -236,8 +258,8 @@ class KernelRefresh:
                 loss.backward()
                 self.theta_opt.step()
             c, value = self._cotangents(model, h, self.y, n)
-        self.surrogate.set_cotangents(c, value)
-        self.h_prev, self.last = h, value
+        self.surrogate.set_cotangents(c, value, masks)
+        self.h_prev, self.last, self.masks = h, value, masks
         self.refreshes += 1
 
 
@@ -349,7 +371,7 @@ def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ah
 def build(cfg, data, task: str) -> Method:
     from ..features.recurrent import FeatureMap, WindowLayout
     from ..likelihoods import GaussianLikelihood
-    from ..models.deep_kernel import DeepKernelGP, NetworkRegressor
+    from ..models.deep_kernel import KISS_DENSE_BELOW, DeepKernelGP, NetworkRegressor
     from ..objectives.recurrent import CotangentSurrogate, DeepKernelNLML, FixedEmbeddingNLML, SquaredError
 
     m, t = cfg.model, cfg.trainer
@@ -371,6 +393,15 @@ def build(cfg, data, task: str) -> Method:
         if not all(layout.feedback):
             raise UnsupportedCombination(f"dataset.mode=free_simulation needs the past targets in every window; "
                                          f"dataset={cfg.dataset.name} has none for some output")
+        past_only = [c for c in layout.channels if c not in targets
+                     and f"{c}[t-0]" not in (data.feature_names or [])]  # past values of series not predicted
+        if past_only:
+            raise UnsupportedCombination(
+                f"dataset.mode=free_simulation feeds back only the predicted outputs ({', '.join(targets)}), but the "
+                f"windows of dataset={cfg.dataset.name} also hold past values of {len(past_only)} other series "
+                f"({', '.join(past_only[:3])}{', ...' if len(past_only) > 3 else ''}) that would stay ground truth "
+                f"during the rollout (teacher forcing); predict and feed back every output (dataset.output=all) "
+                f"or use dataset.mode=autoregression")
         if any(k % stride for taps in layout.feedback for _, k in taps):
             raise UnsupportedCombination(
                 f"free simulation feeds predictions back one window per step: every past-target tap t-k needs "
@@ -402,7 +433,8 @@ def build(cfg, data, task: str) -> Method:
                                           noise_min=float(g.noise_floor)) for _ in range(d)]
         kernels = [_base_kernel(cfg, net.embed_dim, g.ard) for _ in range(d)]
         model = DeepKernelGP(network, kernels, likelihoods, inference=g.inference, grid_size=g.grid_size,
-                             grid_margin=float(g.grid_margin)).to(device)
+                             grid_margin=float(g.grid_margin),
+                             kiss_dense_below=int(g.get("kiss_dense_below", KISS_DENSE_BELOW))).to(device)
         for gp_ in model.gps:
             gp_.covar_module.outputscale = float(cfg.kernel.outputscale)
     else:
@@ -448,13 +480,15 @@ def build(cfg, data, task: str) -> Method:
                       stochastic=stochastic_net, hooks=[timer], overrides=lr)
 
         def diagnostics():
-            return {"epoch_seconds": _nan(timer.seconds_per_epoch), "test_ms_per_point": last["test_ms_per_point"]}
+            return {"epoch_seconds": _nan(timer.seconds_per_epoch), "test_ms_per_point": last["test_ms_per_point"],
+                    **series_statistics(cfg)}
 
         return Method(name, model, likelihoods[0], [stage], evaluate=evaluate, evaluation_metrics=tuple(names),
                       diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY)
 
     # ----- GP models: pre-training, the algorithm, final theta steps ------------------------------------
     kiss = m.gp.inference == "kiss"
+    noisy_gp = not model.is_dense(n)  # KISS on the structured operator: stochastic Lanczos estimates
     algorithm = t.get("algorithm", "full")
     scales = {"kernel": 1.0, "likelihood": 1.0, **{str(k): float(v) for k, v in (t.get("lr_scale") or {}).items()}}
     stages = []
@@ -465,16 +499,17 @@ def build(cfg, data, task: str) -> Method:
     refresh = None
     if algorithm == "full":
         objective = DeepKernelNLML(model, n, dropout=stochastic_net, generator=masks)
-        stages.append(Stage("full", objective, groups, stochastic=stochastic_net or kiss, hooks=[timer],
+        stages.append(Stage("full", objective, groups, stochastic=stochastic_net or noisy_gp, hooks=[timer],
                             overrides={**lr, "batch_size": None}))
     else:
         bs = t.batch_size if t.batch_size and t.batch_size < n else None
         steps_per_epoch = n // bs if bs else 1
         tau = 1 if algorithm == "alternating" else int(t.get("kernel_refresh_every") or steps_per_epoch)
-        surrogate = CotangentSurrogate(model, n, dropout=stochastic_net, generator=masks)
+        surrogate = CotangentSurrogate(model, n)
         refresh = KernelRefresh(model, surrogate, x, y, tau=tau, theta_steps=int(t.get("theta_steps", 10)),
                                 theta_lr={k: base_lr * scales[k] for k in ("kernel", "likelihood")},
-                                check=bool(t.get("refresh_check", True)), probe_seed=cfg.seed if kiss else None)
+                                check=bool(t.get("refresh_check", True)), probe_seed=cfg.seed if kiss else None,
+                                masks=masks if stochastic_net else None)
         lr_scale = {"network": 1.0 / tau} if t.get("lr_over_tau", True) else {}
         stages.append(Stage(algorithm, surrogate, {"network": groups["network"]}, prepare=refresh.refresh,
                             stochastic=True, hooks=[timer, refresh], lr_scale=lr_scale, overrides=lr, wants_index=True))
@@ -487,7 +522,7 @@ def build(cfg, data, task: str) -> Method:
                 theta.set_embedding(model.embed(x))
 
         stages.append(Stage("theta", theta, {"kernel": groups["kernel"], "likelihood": groups["likelihood"]},
-                            prepare=fix_embedding, stochastic=kiss,
+                            prepare=fix_embedding, stochastic=noisy_gp,
                             overrides={**lr, "batch_size": None, "max_iters": final_steps, "max_epochs": None,
                                        "eval_every_epochs": None}))  # one step is one "epoch" here
 
@@ -506,18 +541,38 @@ def build(cfg, data, task: str) -> Method:
         out = {"epoch_seconds": _nan(timer.seconds_per_epoch), "test_ms_per_point": last["test_ms_per_point"],
                "noise": float(torch.stack([lik.noise.detach().mean() for lik in likelihoods]).mean()),
                "outputscale": float(torch.stack([gp_.covar_module.outputscale.detach().mean() for gp_ in model.gps]).mean())}
+        out.update(series_statistics(cfg))
         if refresh is not None:
             out.update({"refreshes": refresh.refreshes, "lr_halvings": refresh.halvings,
                         "embedding_drift_mean": statistics.fmean(refresh.drifts) if refresh.drifts else float("nan")})
         return out
 
     tags.update({"gpdlm.algorithm": algorithm, "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init})
+    if kiss:
+        tags["gpdlm.kiss_evaluation"] = (
+            f"structured: CG + stochastic Lanczos, pivoted-Cholesky preconditioner, probes seeded per refresh "
+            f"(n_train={n} >= model.gp.kiss_dense_below={model.kiss_dense_below})" if noisy_gp else
+            f"dense: W K_UU W^T formed and factorised by Cholesky (n_train={n} < model.gp.kiss_dense_below="
+            f"{model.kiss_dense_below})")
     return Method(name, model, likelihoods[0], stages, monitors=monitors, evaluate=evaluate,
                   evaluation_metrics=tuple(names), diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY)
 
 
 def _nan(v):
     return float("nan") if v is None else float(v)
+
+
+def series_statistics(cfg) -> dict[str, float]:
+    """sysid datasets: Table 1's statistics of the series this run trained and tested on (its own
+    generator seed, ``dataset.seed``, which follows ``seed`` by default): ``data_abs_corr`` and
+    ``data_snr`` (``data.sequences.sysid_statistics``); other datasets: none."""
+    from ..data.sequences import sysid_statistics
+
+    system = {"sysid_actuator": "actuator", "sysid_drives": "drives"}.get(cfg.dataset.name)
+    if system is None:
+        return {}
+    stats = sysid_statistics(system, cfg.dataset.get("n"), int(cfg.dataset.get("seed", 0)))
+    return {"data_abs_corr": stats["abs_corr"], "data_snr": stats["snr"]}
 
 
 def _base_kernel(cfg, embed_dim: int, ard: bool):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpdlm_cli.data import load_table, make_splits, make_windows, simulate_free
+from gpdlm_cli.data import load_table, make_splits, make_windows
 from gpdlm_cli.data.sequences import window_names
 from gpdlm_cli.exceptions import DataError
 
@@ -27,6 +27,23 @@ def test_window_layout_regression_and_autoregression():
     np.testing.assert_array_equal(X[0], [4, 400, 2, 200])
 
 
+def _rollout(predict, X, lag):
+    """The family's free simulation (``methods.recurrent.simulate``) of a one-output numpy model on
+    free-simulation windows: the past-target columns are overwritten by the model's own predictions."""
+    import torch
+
+    from gpdlm_cli.features.recurrent import WindowLayout
+    from gpdlm_cli.methods.recurrent import simulate
+
+    layout = WindowLayout.from_names(window_names(["u"], "y", lag, "free_simulation"), ["y"])
+
+    def batch(rows):
+        mu = torch.as_tensor(predict(rows.numpy()))[:, None]
+        return mu, torch.zeros_like(mu)
+
+    return simulate(batch, torch.as_tensor(X), layout.feedback)[0][:, 0].numpy()
+
+
 def test_free_simulation_with_the_true_model_reproduces_the_series():
     u, y = ar1_series(60)
     lag = 2
@@ -38,17 +55,16 @@ def test_free_simulation_with_the_true_model_reproduces_the_series():
         return 0.5 * rows[:, iy] + rows[:, iu]
 
     np.testing.assert_allclose(exact(X), Y)  # one-step (teacher forced) predictions are exact
-    sim = simulate_free(exact, u, y[:lag], lag)
-    np.testing.assert_allclose(sim, y[lag:], atol=1e-12)
+    np.testing.assert_allclose(_rollout(exact, X, lag), y[lag:], atol=1e-12)
 
 
 def test_free_simulation_feeds_back_its_own_errors():
     u, y = ar1_series(200)
     lag = 1
-    X, Y, _ = make_windows(u, y, lag, "autoregression")
+    X, Y, _ = make_windows(u, y, lag, "free_simulation")
     biased = lambda rows: 0.5 * rows[:, 1] + rows[:, 0] + 0.1  # noqa: E731  (a constant one-step bias)
     one_step_err = np.abs(biased(X) - Y)
-    sim_err = np.abs(simulate_free(biased, u, y[:lag], lag) - y[lag:])
+    sim_err = np.abs(_rollout(biased, X, lag) - y[lag:])
     np.testing.assert_allclose(one_step_err, 0.1)
     assert sim_err[-50:].mean() == pytest.approx(0.2, abs=1e-9)  # 0.1 / (1 - 0.5): errors accumulate
 
@@ -61,8 +77,6 @@ def test_window_errors():
         make_windows(u, y, 25)
     with pytest.raises(DataError, match="lag must be an integer"):
         make_windows(u, y, 0)
-    with pytest.raises(DataError, match="initial targets"):
-        simulate_free(lambda r: r[:, 0], u, y[:1], 3)
 
 
 def test_sysid_sequences_split_in_time():

@@ -34,6 +34,13 @@ BAD = [
     (["trainer.algorithm=sgd"], "the 'algorithm' parameter of trainer must be one of full, alternating, delayed"),
     (["trainer.algorithm=alternating", "trainer.kernel_refresh_every=4"], "trainer.algorithm=alternating (Algorithm 1)"),
     (["model.gp.max_exact=50"], "model=gp_lstm with model.gp.inference=exact refuses n_train="),
+    (["model.gp.kiss_dense_below=-1"],
+     "the 'kiss_dense_below' parameter of model=gp_lstm (gp) must be an integer >= 0; got -1"),
+    (["dataset=driving", "dataset.task=lanes", "dataset.mode=free_simulation", "dataset.stride=1",
+      "dataset.train_minutes=0.2", "dataset.test_minutes=0.2", "dataset.lag=16", "dataset.lag_step=4"],
+     "dataset.mode=free_simulation feeds back only the predicted outputs (lane_left_y3), but the windows of "
+     "dataset=driving also hold past values of 13 other series (lane_left_y0, lane_left_y1, lane_left_y2, ...) "
+     "that would stay ground truth during the rollout (teacher forcing)"),
     (["model=exact", "dataset=driving", "dataset.task=lead", "dataset.output=all", "dataset.train_minutes=0.2",
       "dataset.test_minutes=0.2", "dataset.lag=16", "dataset.lag_step=8", "dataset.stride=50"],
      "dataset=driving has 2 outputs but model=exact predicts one; use one of gp_lstm"),

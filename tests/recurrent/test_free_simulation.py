@@ -56,3 +56,24 @@ def test_horizon_rmse_pools_the_first_k_steps_of_every_start():
         assert m[f"test_sim_rmse_h{k}"] == pytest.approx(2 * np.sqrt(np.mean(bias[:k] ** 2)), rel=1e-10)
     full = 0.1 * (1 - 0.5 ** np.arange(1, len(Y) + 1)) / 0.5
     assert m["test_sim_rmse"] == pytest.approx(2 * np.sqrt(np.mean(full**2)), rel=1e-10)
+
+
+def test_free_simulation_of_every_lane_output_feeds_every_output_back():
+    """driving task=lanes with dataset.output=all: no past column stays ground truth (every series is
+    an output and fed back), so free simulation is accepted; with one output it is refused
+    (test_bad_input)."""
+    from gpdlm_cli import build
+
+    from ..conftest import compose
+
+    cfg = compose(["model=lstm", "dataset=driving", "dataset.task=lanes", "dataset.output=all",
+                   "dataset.mode=free_simulation", "dataset.stride=1", "dataset.train_minutes=0.2",
+                   "dataset.test_minutes=0.2", "dataset.lag=16", "dataset.lag_step=4", "progress=false",
+                   "tracking.enabled=false"])
+    build.validate_config(cfg)
+    _, splits, data = build.load_data(cfg)
+    build.build_method(cfg, data, splits.task)
+    layout = WindowLayout.from_names(list(data.feature_names), list(data.target_names))
+    assert len(layout.feedback) == 14 and all(layout.feedback)
+    assert set(layout.channels) - set(data.target_names) == {n.split("[")[0] for n in data.feature_names
+                                                              if n.endswith("[t-0]")}  # only inputs are left
