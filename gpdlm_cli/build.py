@@ -120,6 +120,9 @@ def validate_trainer(t) -> None:
             raise param_error("rm_t0", "trainer (schedule=robbins_monro)", "a finite float > 0", t.rm_t0)
     if t.get("protocol", "paper") not in ("paper", "fast"):
         raise param_error("protocol", "trainer", "'paper' or 'fast' (or choose trainer=paper|fast)", t.protocol)
+    ce = t.get("checkpoint_every", 5)
+    if not is_int(ce) or ce < 0:
+        raise param_error("checkpoint_every", "trainer", "an integer >= 0 (0 = no checkpoints)", ce)
     fw = t.get("fast_window", 10)
     if not is_int(fw) or fw < 2:
         raise param_error("fast_window", "trainer (protocol=fast)", "an integer >= 2", fw)

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "bias": ("gpdlm_cli.hydra_apps:bias_main", "the DLM paper's gradient-bias statistics of an estimator"),
     "predict": ("gpdlm_cli.commands.evaluate:predict_cli", "apply a run's saved model to the rows of a CSV"),
     "eval": ("gpdlm_cli.commands.evaluate:eval_cli", "recompute metrics from saved models; back-fill them into their runs"),
+    "resume": ("gpdlm_cli.commands.evaluate:resume_cli", "continue a stopped run from its checkpoint"),
 }
 
 HYDRA_SUBCOMMANDS = ("train", "bias", "sweep")

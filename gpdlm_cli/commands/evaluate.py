@@ -245,6 +245,38 @@ def _count_quantile(quad, lik, mu, var, q: float, k_max: int = 100000):
     return hi
 
 
+# ----- gpdlm resume ------------------------------------------------------------------------------
+def resume_main(argv: list[str]) -> int:
+    """``gpdlm resume RUN``: continue a stopped run from its checkpoint in its own folder."""
+    from omegaconf import OmegaConf
+
+    from ..training.checkpoint import FILE, read_checkpoint
+    from .train import make_tracker, run_train
+
+    p = R.make_parser("gpdlm resume", "continue a stopped run from its checkpoint (same folder, a new linked MLflow run)")
+    p.add_argument("run", help="run id, run name or output folder of a KILLED (or FAILED) run")
+    p.add_argument("--tracking-uri", default=None, metavar="URI")
+    a = p.parse_args(argv)
+    folder, _ = run_folder(a.run, a.tracking_uri)
+    if read_checkpoint(folder / FILE) is None:
+        raise R.AnalysisError(f"{folder} has no readable {FILE}: the run finished, was stopped before its first "
+                              f"checkpoint, or ran with trainer.checkpoint_every=0; retrain it")
+    if not (folder / "config.yaml").is_file():
+        raise R.AnalysisError(f"{folder} has no config.yaml: not a gpdlm run folder")
+    cfg = OmegaConf.load(folder / "config.yaml")
+    if a.tracking_uri:
+        cfg.tracking.uri = a.tracking_uri
+    from ..build import configure_threads
+
+    configure_threads(cfg.get("threads", "auto"))
+    metrics = run_train(cfg, folder, overrides=["(resumed)"], tracker=make_tracker(cfg.tracking))
+    return 0 if metrics is not None else 1
+
+
+def resume_cli() -> int:
+    return R.run_cli(resume_main)
+
+
 def eval_cli() -> int:
     return R.run_cli(eval_main)
 

@@ -83,9 +83,16 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     chash = config_hash(cfg)
     if skip_finished and tracker.has_finished_run("gpdlm.config_hash", chash):
         return None
+    from ..training.checkpoint import FILE as CHECKPOINT_FILE
+    from ..training.checkpoint import Checkpointer, read_checkpoint
+
+    resume_state = read_checkpoint(output_dir / CHECKPOINT_FILE)  # a requeued or resumed job continues
+    if resume_state is not None and resume_state.get("config_hash") != chash:
+        resume_state = None  # another configuration's checkpoint: start afresh (and overwrite it)
     config = OmegaConf.to_container(cfg, resolve=True)
+    extra_tags = {"gpdlm.resumed_from": str(resume_state.get("run_id"))} if resume_state is not None else {}
     tags = run_tags("train", overrides=overrides, output_dir=output_dir, device=device,
-                    fingerprint=splits.fingerprint, chash=chash, **method.tags)
+                    fingerprint=splits.fingerprint, chash=chash, **method.tags, **extra_tags)
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     run_name = cfg.tracking.get("run_name") or run_name_for(cfg)
 
@@ -93,6 +100,9 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         tracker.log_dataset(**dataset_input(table, splits.fingerprint))
         evaluate = evaluator(method, data, splits.y_std)
         history = {"loss": [], "steps": {}}
+        if resume_state is not None:  # the learning curves of the interrupted segments, in the new run too
+            history["steps"] = {k: [(int(s), float(v)) for s, v in pts] for k, pts in resume_state["history"].items()}
+            tracker.log_steps(history["steps"])
 
         def log_steps(series):
             for k, pts in series.items():
@@ -103,10 +113,18 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         info = curve_info(cfg, splits.task, splits.y_std, lr=stage_lrs)
         cache, warm = reuse_for(cfg)
         est_gen = method.estimator.random.generator(device) if hasattr(method.estimator, "random") else None
+
+        def run_state():
+            return {"modules_list": method.modules, "generator_list": [generator, est_gen],
+                    "history": {k: [[s, v] for s, v in pts] for k, pts in history["steps"].items()},
+                    "config_hash": chash, "run_id": str(getattr(tracker, "run_id", "") or "")}
+
+        checkpoint = Checkpointer(output_dir / CHECKPOINT_FILE, int(cfg.trainer.get("checkpoint_every", 5)), run_state,
+                                  state=resume_state) if int(cfg.trainer.get("checkpoint_every", 5)) > 0 else None
         try:
             fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=generator,
                              evaluate=evaluate, log_steps=log_steps, modules=method.modules,
-                             cache=cache, warm=warm, generators=[est_gen])
+                             cache=cache, warm=warm, generators=[est_gen], checkpoint=checkpoint)
         except BaseException as e:  # a run stopped from outside leaves a self-explaining folder
             why = killed_reason(e)
             if why:
@@ -154,6 +172,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         from ..run.saved_model import MODEL_FILE, save_model
 
         save_model(output_dir / MODEL_FILE, cfg, method, splits, data.target_names or [])
+        if checkpoint is not None:
+            checkpoint.remove()  # finished: the saved model is the result
         for f in ("config.yaml", "metrics.json", "learning_curve.png", MODEL_FILE):
             if (output_dir / f).exists():
                 tracker.log_artifact(output_dir / f)

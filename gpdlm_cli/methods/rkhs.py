@@ -127,6 +127,12 @@ class PenaltyCheck:
     def __init__(self, objective):
         self.objective = objective
 
+    def checkpoint_state(self) -> dict:  # stateless
+        return {}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        pass
+
     def stage_end(self, result) -> None:
         import sys
 

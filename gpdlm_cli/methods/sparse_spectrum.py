@@ -212,6 +212,12 @@ class _StepCounter:
     def after_step(self, iteration: int, epoch: int) -> None:
         self.steps = iteration
 
+    def checkpoint_state(self) -> dict:
+        return {"steps": self.steps}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        self.steps = int(state["steps"])
+
 
 def _build_svbssgp(cfg, data) -> Method:
     from .. import objectives as O

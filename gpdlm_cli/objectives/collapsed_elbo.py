@@ -95,5 +95,11 @@ class RefreshOptimalQ:
     def training_end(self) -> None:
         self.objective.refresh(self.x, self.y)
 
+    def checkpoint_state(self) -> dict:  # stateless: q(u) lives in the model's tensors
+        return {}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        pass
+
 
 __all__ = ["CollapsedELBO", "RefreshOptimalQ", "optimal_whitened_q"]

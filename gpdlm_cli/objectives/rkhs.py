@@ -231,6 +231,12 @@ class SCGD(Objective):
         self.F_tilde.lerp_(self._F_batch, self.last_weight)
         self._F_batch = None
 
+    def checkpoint_state(self) -> dict:  # F~ is a buffer (saved with the modules)
+        return {"last_weight": float(self.last_weight)}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        self.last_weight = float(state["last_weight"])
+
     @torch.no_grad()
     def tracking_gap(self) -> float:
         """||F~ - F|| / ||F|| (Frobenius) against the full-data F at the current parameters."""
@@ -348,6 +354,17 @@ class Minimax(Objective):
     @torch.no_grad()
     def after_step(self, iteration: int, epoch: int) -> None:
         self.project()
+
+    def checkpoint_state(self) -> dict:
+        """The penalty schedule, the projection count and the dual batches' generator."""
+        return {"mu": self.mu, "mu_schedule": self.mu_schedule, "projections": self.projections,
+                "generator": self.generator.get_state()}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        mu = state["mu"]
+        self.mu = mu.to(self.w.device) if isinstance(mu, torch.Tensor) else mu
+        self.mu_schedule, self.projections = state["mu_schedule"], int(state["projections"])
+        self.generator.set_state(state["generator"])
 
     @torch.no_grad()
     def project(self) -> None:

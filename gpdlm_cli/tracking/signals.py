@@ -108,11 +108,13 @@ def install_signal_handlers() -> bool:
 
 
 @contextlib.contextmanager
-def deferred_signals():
-    """Hold back SIGINT, SIGTERM and SIGHUP while the block runs (ending a run, writing its last
+def deferred_signals(user_signals: bool = False):
+    """Hold back SIGINT, SIGTERM and SIGHUP (and SIGUSR1/2, submitit's preemption signals, with
+    ``user_signals``) while the block runs (a training iteration, ending a run, writing its last
     files); a signal that arrives meanwhile is delivered when the block ends. A no-op outside the
     main thread or where the platform cannot block signals."""
-    sigs = {getattr(signal, n) for n in ("SIGINT",) + HANDLED if hasattr(signal, n)}
+    names = ("SIGINT",) + HANDLED + (("SIGUSR1", "SIGUSR2") if user_signals else ())
+    sigs = {getattr(signal, n) for n in names if hasattr(signal, n)}
     can = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if can else None
     try:

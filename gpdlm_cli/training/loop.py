@@ -114,11 +114,22 @@ def train(
     modules: Iterable[torch.nn.Module] = (),
     wants_index: bool = False,
     blocks: list | None = None,
+    checkpoint=None,
+    resume: dict | None = None,
 ) -> TrainResult:
     """Minimise ``objective(x_batch, y_batch)`` over ``params``: a list of parameters or a dict of
     named groups (each trained at ``settings.lr * settings.lr_scale.get(name, 1)``). ``blocks``: a
-    fixed partition of the rows (index tensors) whose blocks are the batches, each once per epoch."""
+    fixed partition of the rows (index tensors) whose blocks are the batches, each once per epoch.
+
+    ``checkpoint`` (``training.checkpoint.Checkpointer``): after evaluations (every
+    ``checkpoint.every`` of them) and when the run is stopped from outside, the loop's state -- the
+    iteration, the losses so far, the batch permutation and position, the optimiser's state, the best
+    iterate's snapshot, the time spent, the hooks' states -- goes to ``checkpoint.save``; ``resume``
+    (such a state) continues from it. An iteration is never split: termination signals wait for the
+    iteration in progress (``deferred_signals``), so a checkpoint always holds a whole number of steps."""
     from linear_operator.utils.errors import NanError, NotPSDError
+
+    from ..tracking.signals import deferred_signals, killed_reason
 
     groups = params if isinstance(params, dict) else {"all": list(params)}
     opt_groups = []
@@ -167,6 +178,35 @@ def train(
     it, it_chunk, converged, flushed = 0, 0, False, 0
     eval_seconds = 0.0
     t_start = t_chunk = time.perf_counter()
+    prior_seconds = 0.0  # training time of earlier segments of this stage (a resumed run)
+    order = None
+    savable = checkpoint is not None and all(hasattr(h, "checkpoint_state") for h in hooks)
+
+    def loop_state() -> dict:
+        """Everything the loop needs to continue exactly from iteration ``it`` (see the docstring)."""
+        return {
+            "it": it, "losses": losses[:it].detach().cpu().clone(), "flushed": flushed,
+            "perm": None if perm is None else perm.detach().cpu().clone(), "pos": pos, "order": order,
+            "optimizer": opt.state_dict(), "best_value": best["value"], "best_iteration": best["iteration"],
+            "snapshot": [c.detach().cpu().clone() for c in snapshot.copies] if snapshot is not None and snapshot.copies else None,
+            "chunk_ms": list(chunk_ms), "eval_seconds": eval_seconds,
+            "seconds": prior_seconds + time.perf_counter() - t_start - eval_seconds,
+            "hooks": [h.checkpoint_state() for h in hooks],
+        }
+
+    if resume is not None:
+        it, flushed, pos, order = int(resume["it"]), int(resume["flushed"]), int(resume["pos"]), resume["order"]
+        losses[:it] = resume["losses"].to(losses.device, losses.dtype)
+        perm = None if resume["perm"] is None else resume["perm"].to(x.device)
+        opt.load_state_dict(resume["optimizer"])
+        best.update(value=resume["best_value"], iteration=resume["best_iteration"])
+        if snapshot is not None and resume["snapshot"] is not None:
+            snapshot.copies = [c.to(t.device, t.dtype) for c, t in zip(resume["snapshot"], snapshot.tensors)]
+        chunk_ms = list(resume["chunk_ms"])
+        prior_seconds = float(resume["seconds"])
+        for h, s in zip(hooks, resume["hooks"]):
+            h.load_checkpoint_state(s)
+        it_chunk = it
 
     def flush(upto: int):
         nonlocal flushed
@@ -195,78 +235,83 @@ def train(
     try:
         try:
             while it < cap:
-                epoch = it // steps_per_epoch
-                if it % steps_per_epoch == 0:
-                    for h in epoch_hooks:
-                        h.epoch_start(epoch)
-                if blocks is not None:
-                    if it % steps_per_epoch == 0:  # one host read per epoch
-                        order = torch.randperm(len(blocks), generator=generator, device=generator.device).tolist()
-                    idx = blocks[order[it % steps_per_epoch]]
-                    xb, yb = x[idx], y[idx]
-                elif bs is None:
-                    xb, yb, idx = x, y, None
-                else:
-                    if pos + bs > n:
-                        perm, pos = torch.randperm(n, generator=generator, device=generator.device).to(x.device, non_blocking=True), 0
-                    idx = perm[pos:pos + bs]
-                    pos += bs
-                    xb, yb = x[idx], y[idx]
-                if not schedule.constant:
-                    f = schedule.factor(it, epoch)
-                    for g in opt.param_groups:
-                        g["lr"] = g["base_lr"] * f
-                if lbfgs:
-                    def closure():
-                        opt.zero_grad(set_to_none=True)
-                        value = call(xb, yb, idx)
-                        value.backward()
-                        return value
+                with deferred_signals(user_signals=True):  # a signal lands between iterations
+                    epoch = it // steps_per_epoch
+                    if it % steps_per_epoch == 0:
+                        for h in epoch_hooks:
+                            h.epoch_start(epoch)
+                    if blocks is not None:
+                        if it % steps_per_epoch == 0:  # one host read per epoch
+                            order = torch.randperm(len(blocks), generator=generator, device=generator.device).tolist()
+                        idx = blocks[order[it % steps_per_epoch]]
+                        xb, yb = x[idx], y[idx]
+                    elif bs is None:
+                        xb, yb, idx = x, y, None
+                    else:
+                        if pos + bs > n:
+                            perm, pos = torch.randperm(n, generator=generator, device=generator.device).to(x.device, non_blocking=True), 0
+                        idx = perm[pos:pos + bs]
+                        pos += bs
+                        xb, yb = x[idx], y[idx]
+                    if not schedule.constant:
+                        f = schedule.factor(it, epoch)
+                        for g in opt.param_groups:
+                            g["lr"] = g["base_lr"] * f
+                    if lbfgs:
+                        def closure():
+                            opt.zero_grad(set_to_none=True)
+                            value = call(xb, yb, idx)
+                            value.backward()
+                            return value
 
-                    loss = opt.step(closure)
-                else:
-                    opt.zero_grad(set_to_none=True)
-                    loss = call(xb, yb, idx)
-                    loss.backward()
-                    opt.step()
-                losses[it] = loss.detach()
-                it += 1
-                for h in step_hooks:
-                    h.after_step(it, epoch)
-                if it % settings.check_every == 0 or it == cap:
-                    window = losses[:it]
-                    if not bool(torch.isfinite(window[-settings.check_every:]).all()):
-                        _raise_first_nonfinite(window, step_offset)
-                    now = time.perf_counter()
-                    chunk_ms.append(1000 * (now - t_chunk) / (it - it_chunk))
-                    t_chunk, it_chunk = now, it
-                    if bar is not None:
-                        bar.n = it
-                        bar.set_postfix(loss=f"{window[-1].item():.4f}", refresh=False)
-                        bar.refresh()
-                    converged = rule.converged(window)
-                last = converged or it == cap  # the caller evaluates the final model itself
-                due = (settings.eval_every and it % settings.eval_every == 0) or (
-                    settings.eval_every_epochs and it % steps_per_epoch == 0
-                    and (it // steps_per_epoch) % settings.eval_every_epochs == 0)
-                if evaluate and due and not last:
-                    t_eval = time.perf_counter()
-                    for h in eval_hooks:
-                        h.before_evaluate()
-                    metrics = evaluate()
-                    for k, v in metrics.items():
-                        pending.setdefault(k, []).append((step_offset + it, v))
-                    if snapshot is not None:
-                        consider(metrics, it)
-                    flush(it)
-                    t_chunk = time.perf_counter()
-                    eval_seconds += t_chunk - t_eval
-                if converged:
-                    break
+                        loss = opt.step(closure)
+                    else:
+                        opt.zero_grad(set_to_none=True)
+                        loss = call(xb, yb, idx)
+                        loss.backward()
+                        opt.step()
+                    losses[it] = loss.detach()
+                    it += 1
+                    for h in step_hooks:
+                        h.after_step(it, epoch)
+                    if it % settings.check_every == 0 or it == cap:
+                        window = losses[:it]
+                        if not bool(torch.isfinite(window[-settings.check_every:]).all()):
+                            _raise_first_nonfinite(window, step_offset)
+                        now = time.perf_counter()
+                        chunk_ms.append(1000 * (now - t_chunk) / (it - it_chunk))
+                        t_chunk, it_chunk = now, it
+                        if bar is not None:
+                            bar.n = it
+                            bar.set_postfix(loss=f"{window[-1].item():.4f}", refresh=False)
+                            bar.refresh()
+                        converged = rule.converged(window)
+                    last = converged or it == cap  # the caller evaluates the final model itself
+                    due = (settings.eval_every and it % settings.eval_every == 0) or (
+                        settings.eval_every_epochs and it % steps_per_epoch == 0
+                        and (it // steps_per_epoch) % settings.eval_every_epochs == 0)
+                    if evaluate and due and not last:
+                        t_eval = time.perf_counter()
+                        for h in eval_hooks:
+                            h.before_evaluate()
+                        metrics = evaluate()
+                        for k, v in metrics.items():
+                            pending.setdefault(k, []).append((step_offset + it, v))
+                        if snapshot is not None:
+                            consider(metrics, it)
+                        flush(it)
+                        t_chunk = time.perf_counter()
+                        eval_seconds += t_chunk - t_eval
+                        if savable:
+                            checkpoint.after_evaluation(loop_state)
+                    if converged:
+                        break
         except (NotPSDError, NanError) as e:
             _raise_first_nonfinite(losses[:it], step_offset)  # parameters went NaN after a NaN loss
             raise NumericalError(f"non-positive-definite matrix at iteration {step_offset + it + 1}: {str(e).splitlines()[0]}") from e
-    except BaseException:
+    except BaseException as e:
+        if savable and killed_reason(e):  # stopped from outside between two iterations: resumable
+            checkpoint.save(loop_state())
         try:  # keep the learning curve so far (interrupted or failed runs)
             flush(it)
         except Exception:
@@ -278,7 +323,7 @@ def train(
     for h in end_hooks:
         h.training_end()
     flush(it)
-    seconds = time.perf_counter() - t_start - eval_seconds  # training only, evaluation excluded
+    seconds = prior_seconds + time.perf_counter() - t_start - eval_seconds  # training only, every segment
     if snapshot is not None and evaluate is not None:
         consider(evaluate(), it)  # the final iterate competes too
         if best["iteration"] is not None and best["iteration"] != step_offset + it:

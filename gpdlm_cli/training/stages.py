@@ -31,6 +31,7 @@ class FitResult:
     optimizers: list[str] = field(default_factory=list)  # per iterative stage
     reused: list[str] = field(default_factory=list)  # stages restored from the stage cache ("name:key")
     warm_started_from: float | None = None  # the beta whose end state this run started from
+    stage_iter_ms: list[float] = field(default_factory=list)  # per finished stage (a checkpoint's copy)
     losses: list[float] = field(default_factory=list)
 
 
@@ -77,29 +78,51 @@ def run_stages(
     cache=None,
     warm=None,
     generators: Iterable[torch.Generator | None] = (),
+    checkpoint=None,
 ) -> FitResult:
     """Run the stages in order. ``cache`` (``reuse.StageCache``): restore a ``shareable`` stage's end
     state instead of training it when a job with the same key has trained it (and store it after
     training otherwise), with the random ``generators`` (batch order, estimator) it leaves behind;
-    ``warm`` (``reuse.WarmStart``): start each iterative stage where it ended on the previous beta."""
+    ``warm`` (``reuse.WarmStart``): start each iterative stage where it ended on the previous beta.
+    ``checkpoint`` (``checkpoint.Checkpointer``): write checkpoints during training; when it holds a
+    loaded checkpoint, skip the stages it finished (running only their ``prepare``, for its side
+    effects), restore the saved tensors and generators, and continue the stage in progress exactly."""
+    from .checkpoint import restore_run_state
+
     out = FitResult()
     iter_ms = []
     modules = list(modules)
     generators = [generator, *generators]
-    for stage in stages:
+    state = checkpoint.state if checkpoint is not None else None
+    start = int(state["stage"]) if state is not None else 0
+    if state is not None and state.get("fit"):
+        f = state["fit"]
+        out.iterations, out.train_seconds, out.epochs = int(f["iterations"]), float(f["train_seconds"]), float(f["epochs"])
+        out.converged, out.best_iteration = bool(f["converged"]), f["best_iteration"]
+        out.stop_rules, out.optimizers = list(f["stop_rules"]), list(f["optimizers"])
+        out.losses, iter_ms = [float(v) for v in f["losses"].tolist()], list(f["iter_ms"])
+    for i, stage in enumerate(stages):
+        if checkpoint is not None:
+            checkpoint.stage, checkpoint.fit = i, out
+            out.stage_iter_ms = iter_ms
         if stage.prepare:
             stage.prepare()
+        if i < start:  # finished before the checkpoint: its results are in the restored tensors
+            continue
+        resuming = state is not None and i == start
+        if resuming:
+            restore_run_state(state, modules, generators)
         if stage.solve:
             stage.solve(x, y)
             continue
-        shared = cache is not None and getattr(stage, "shareable", False)
+        shared = cache is not None and getattr(stage, "shareable", False) and not resuming
         cached = cache.load(stage.name, modules, generators) if shared else None
         if cached is not None:  # the stage's end state and learning curve; no time spent
             out.reused.append(cache.reused[-1])
             out.iterations += len(cached)
             out.losses.extend(cached)
             continue
-        if warm is not None:
+        if warm is not None and not resuming:
             warm.restore(stage.name, modules)
         s = stage_settings(settings, stage, x.shape[0])
         result = train(
@@ -107,6 +130,7 @@ def run_stages(
             evaluate=evaluate if (s.eval_every or s.eval_every_epochs) else None, log_steps=log_steps,
             step_offset=out.iterations, desc=stage.name, stochastic=stage.stochastic, hooks=stage.hooks,
             modules=modules, wants_index=stage.wants_index, blocks=getattr(stage, "blocks", None),
+            checkpoint=checkpoint, resume=state["loop"] if resuming else None,
         )
         out.iterations += result.iterations
         out.train_seconds += result.train_seconds

@@ -1,0 +1,128 @@
+"""Checkpoints that resume (issue 22): a run stopped by SIGTERM after a checkpoint, resumed from its
+folder, ends with exactly the metrics of the uninterrupted run (CPU, threads=1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.tracking import NullTracker
+from gpdlm_cli.tracking.signals import Terminated, install_signal_handlers
+from gpdlm_cli.training.checkpoint import FILE, read_checkpoint
+
+from ..conftest import compose
+
+BASE = ["dataset.split.train_size=150", "trainer.max_iters=60", "trainer.eval_every=10", "trainer.checkpoint_every=1",
+        "progress=false", "threads=1", "tracking.enabled=false"]
+TIMING = ("train_seconds", "iter_ms", "peak_memory_mb")  # time and process memory differ by design
+CASES = {
+    "dlm_minibatch_keep_best": ["model=dlm", "model.num_inducing=12", "trainer.batch_size=32", "trainer.keep_best=val_nll"],
+    "dlm_fixed_two_stages": ["model=dlm_fixed", "model.num_inducing=12", "trainer.max_iters=40"],
+    "bmc_estimator_stream": ["model=dlm", "dataset=doctor_visits", "estimator=bmc", "model.num_inducing=12"],
+    "scgd_hooks": ["model=scgd", "features=nn", "trainer.batch_size=32"],
+    "minimax_dual_generator": ["model=minimax", "features=nn", "trainer.batch_size=32"],
+}
+
+
+class _KillAt:
+    """A hook that sends this process SIGTERM during step ``at`` (delivered after the iteration)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def after_step(self, iteration, epoch):
+        if iteration == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def checkpoint_state(self):
+        return {}
+
+    def load_checkpoint_state(self, state):
+        pass
+
+
+def _strip(m):
+    return {k: v for k, v in m.items() if k not in TIMING}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_sigterm_then_resume_equals_the_uninterrupted_run(name, tmp_path, monkeypatch):
+    install_signal_handlers()
+    ov = BASE + CASES[name]
+    full = run_train(compose(ov), tmp_path / "full", tracker=NullTracker())
+    assert not (tmp_path / "full" / FILE).exists()  # a finished run keeps its model, not its checkpoint
+
+    from gpdlm_cli.methods import sparse_variational  # noqa: F401  (families imported)
+    from gpdlm_cli import build
+
+    real_build = build.build_method
+
+    def with_killer(cfg, data, task):
+        method = real_build(cfg, data, task)
+        stage = [s for s in method.stages if s.solve is None][-1]
+        stage.hooks = list(stage.hooks) + [_KillAt(27)]
+        return method
+
+    monkeypatch.setattr(build, "build_method", with_killer)
+    with pytest.raises(Terminated):
+        run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
+    state = read_checkpoint(tmp_path / "cut" / FILE)
+    assert state is not None and state["loop"]["it"] == 27
+    monkeypatch.setattr(build, "build_method", real_build)
+    resumed = run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
+    assert _strip(resumed) == _strip(full)
+    assert resumed["train_seconds"] > 0
+
+
+def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path, monkeypatch):
+    install_signal_handlers()
+    ov = BASE + CASES["dlm_minibatch_keep_best"]
+    from gpdlm_cli import build
+
+    real_build = build.build_method
+
+    def with_killer(cfg, data, task):
+        method = real_build(cfg, data, task)
+        method.stages[-1].hooks = list(method.stages[-1].hooks) + [_KillAt(15)]
+        return method
+
+    monkeypatch.setattr(build, "build_method", with_killer)
+    with pytest.raises(Terminated):
+        run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
+    monkeypatch.setattr(build, "build_method", real_build)
+    other = run_train(compose(ov + ["seed=1"]), tmp_path / "cut", tracker=NullTracker())
+    fresh = run_train(compose(ov + ["seed=1"]), tmp_path / "fresh", tracker=NullTracker())
+    assert _strip(other) == _strip(fresh)
+
+
+def test_gpdlm_resume_continues_a_run_killed_by_sigterm(tmp_path):
+    """The whole path through the CLI: `gpdlm train` in a subprocess, SIGTERM once a checkpoint exists,
+    the run ends KILLED; `gpdlm resume FOLDER` ends with the uninterrupted run's metrics."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    ov = ["model=dlm", "model.num_inducing=12", "trainer.batch_size=32", "dataset.split.train_size=150",
+          "trainer.max_iters=4000", "trainer.eval_every=10", "trainer.checkpoint_every=1", "progress=false", "threads=1",
+          "tracking.enabled=false", "trainer.stop_rule=none"]
+    full = run_train(compose(ov), tmp_path / "full", tracker=NullTracker())
+    folder = tmp_path / "cut"
+    proc = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", *ov, f"hydra.run.dir={folder}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (folder / FILE).exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert (folder / FILE).exists(), proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert json.loads((folder / "metrics.json").read_text())["status"] == "KILLED"
+    done = subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", "resume", str(folder)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    resumed = json.loads((folder / "metrics.json").read_text())
+    assert _strip(resumed) == _strip(full)
+    assert not (folder / FILE).exists()
