@@ -128,7 +128,9 @@ class QuadratureEstimator(Estimator):
         self._unconverged = self._unconverged + unconverged
         return c, s2
 
-    def log_marginal(self, lik, y, mu, var):
+    def log_marginal(self, lik, y, mu, var, laplace=None):
+        """log E_q[p(y|f)]; ``laplace``: the tilted densities' (centre, variance) for every point where the
+        caller has them already (uPS), so that the Laplace rule does not look for them again."""
         x, logw = gauss_hermite(self.num_nodes, mu)
         if not self.adaptive:
             f = mu.unsqueeze(-1) + torch.sqrt(2 * var).unsqueeze(-1) * x
@@ -136,15 +138,18 @@ class QuadratureEstimator(Estimator):
         y, mu, var = torch.broadcast_tensors(y, mu, var)
         shape = mu.shape
         y, mu, var = y.reshape(-1), mu.reshape(-1), var.reshape(-1)
+        if laplace is not None:
+            laplace = tuple(a.reshape(-1) for a in laplace)
         form = self.tail_form(lik, y, mu, var)
         partition = mu.device.type == "cpu" if self.partition is None else self.partition
         if form is None or (partition and not bool(form[0].any())):
-            return self._laplace_rule(lik, y, mu, var, x, logw).reshape(shape)
+            return self._laplace_rule(lik, y, mu, var, x, logw, laplace).reshape(shape)
         use, beta, log_scale, sign = form
         if partition:  # each point by its own rule (on the CPU the index sets cost nothing)
             tail, plain = torch.nonzero(use).squeeze(-1), torch.nonzero(~use).squeeze(-1)
             out = torch.cat([
-                self._laplace_rule(lik, y[plain], mu[plain], var[plain], x, logw),
+                self._laplace_rule(lik, y[plain], mu[plain], var[plain], x, logw,
+                                   None if laplace is None else (laplace[0][plain], laplace[1][plain])),
                 self._tail_rule(lik.tail_noise, beta[tail], log_scale[tail], sign[tail], mu[tail], var[tail], x, logw),
             ])
             return out[torch.argsort(torch.cat([plain, tail]))].reshape(shape)
@@ -153,7 +158,7 @@ class QuadratureEstimator(Estimator):
         safe = torch.full_like(var, TAIL_MIN_VAR[lik.tail_noise.name])
         tail = self._tail_rule(lik.tail_noise, torch.where(use, beta, 0), torch.where(use, log_scale, 0),
                                torch.where(use, sign, 1), torch.where(use, mu, 0), torch.where(use, var, safe), x, logw)
-        return torch.where(use, tail, self._laplace_rule(lik, y, mu, var, x, logw)).reshape(shape)
+        return torch.where(use, tail, self._laplace_rule(lik, y, mu, var, x, logw, laplace)).reshape(shape)
 
     def tail_form(self, lik, y, mu, var):
         """(use, beta, log_scale, sign) per point: the likelihood's ``TailForm`` with the smallest depth
@@ -176,9 +181,9 @@ class QuadratureEstimator(Estimator):
         use = (var >= TAIL_MIN_VAR[lik.tail_noise.name]) & (depth >= TAIL_DEPTHS[0]) & (depth <= TAIL_DEPTHS[1])
         return use, beta.to(mu.dtype), log_scale.to(mu.dtype), sign.to(mu.dtype)
 
-    def _laplace_rule(self, lik, y, mu, var, x, logw):
+    def _laplace_rule(self, lik, y, mu, var, x, logw, laplace=None):
         """Gauss-Hermite centred at the tilted mode (module doc)."""
-        c, s2 = self.centre(lik, y, mu, var)
+        c, s2 = self.centre(lik, y, mu, var) if laplace is None else laplace
         f = c.unsqueeze(-1) + torch.sqrt(2 * s2).unsqueeze(-1) * x
         log_proposal = -_LOG_SQRT_2PI - 0.5 * torch.log(s2).unsqueeze(-1) - x**2
         terms = (
