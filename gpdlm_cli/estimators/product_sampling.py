@@ -10,7 +10,7 @@ is an unbiased estimate of the gradient of log C. ``UPSEstimator.log_marginal`` 
     value(mu.detach(), var.detach()) + g_mu.detach() (mu - mu.detach()) + g_var.detach() (var - var.detach())
 
 whose forward value is the best deterministic log C (the likelihood's closed form, else adaptive
-Gauss-Hermite quadrature) and whose autograd gradient w.r.t. mu and var -- hence w.r.t. every model
+Gauss-Hermite quadrature, ``QuadratureEstimator`` with its tail rule) and whose autograd gradient w.r.t. mu and var -- hence w.r.t. every model
 parameter -- is the uPS estimate. Gradients w.r.t. *likelihood* parameters (e.g. the Gaussian noise)
 come from the deterministic value term alone: uPS only estimates the q-score part, which is the
 product-sampling identity of Prop. 1.
@@ -355,6 +355,7 @@ class UPSEstimator(Estimator):
     def reset_statistics(self):
         self._stats = {"drawn": 0, "accepted": 0, "kept": 0, "rows": 0, "fallback": 0, "width": 0.0,
                        "unconverged": 0}
+        self.auto.quadrature.reset_statistics()  # the value's tail rule counts its own mode finder
 
     def statistics(self):
         s = self._stats
@@ -365,7 +366,7 @@ class UPSEstimator(Estimator):
             "ups_acceptance_rate": s["accepted"] / max(s["drawn"], 1),
             "ups_draws_per_sample": s["drawn"] / max(s["kept"], 1),
             "ups_fallback_fraction": s["fallback"] / s["rows"],
-            "quadrature_unconverged": int(s["unconverged"]),
+            "quadrature_unconverged": int(s["unconverged"]) + int(self.auto.quadrature._unconverged),
         }
         if self.sampler == "rejection" and self.envelope_kind != "tight":
             out["ups_mean_width"] = s["width"] / s["rows"]
@@ -386,7 +387,7 @@ class UPSEstimator(Estimator):
         if closed is None:
             needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in lik.parameters())
             with torch.set_grad_enabled(needs_grad):
-                value = self._quadrature_terms(lik, y, mu_d, var_d, *laplace)[1].logsumexp(-1)
+                value = self.auto.quadrature.log_marginal(lik, y, mu_d, var_d, laplace=laplace)
         else:
             value = closed
         with torch.no_grad():

@@ -36,15 +36,22 @@ The root is found by a safeguarded Newton iteration that keeps a bracket [lo, hi
   a non-finite y, mu or var (or var <= 0) are passed through as NaN for the caller's own checks.
 
 The result is returned detached: both estimators use (c, s2) as a fixed centre.
+
+``tail_laplace`` runs the same iteration (``_bracketed_newton``) on the quadrature's tail rule, whose
+integrand rho(e) Phi((e - shift)/sd) is log-concave too (``quadrature`` module doc), from a bracket
+proved in its docstring.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
 
 from ..exceptions import NumericalError
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class TiltedLaplace(NamedTuple):
@@ -89,9 +96,87 @@ def tilted_laplace(lik, y, mu, var, newton_iters: int = 8, max_iters: int = 200,
     hi, g_hi, c_hi = torch.where(up, far, mu), torch.where(up, g_far, d0), torch.where(up, c_far, c0)
     done = (g_far * g_far <= c_far * tol2) | (d0 * d0 <= c0 * tol2) | ~ok_input
 
-    unconverged = torch.zeros((), dtype=torch.long, device=mu.device)
+    def slope_and_curvature(f):
+        return _slope_and_curvature(lik, y, mu, inv_var, f)
+
+    centre, s2, unconverged = _bracketed_newton(
+        slope_and_curvature, (lo, g_lo, c_lo), (hi, g_hi, c_hi), done, tol2, newton_iters, max_iters,
+        check_every_iteration, lambda lo, hi, done: _raise_unconverged(y, mu, var, lo, hi, done))
+    nan = torch.full_like(centre, float("nan"))
+    return TiltedLaplace(torch.where(ok_input, centre, nan), torch.where(ok_input, s2, nan), unconverged)
+
+
+_INV_MILLS_0 = math.sqrt(2.0 / math.pi)  # phi(0) / Phi(0)
+
+
+def _inv_mills(z):
+    """phi(z) / Phi(z), in log space (finite for very negative z)."""
+    return torch.exp(-0.5 * z * z - _LOG_SQRT_2PI - torch.special.log_ndtr(z))
+
+
+@torch.no_grad()
+def tail_laplace(noise, shift, var, newton_iters: int = 8, max_iters: int = 200,
+                 check_every_iteration: bool | None = None) -> TiltedLaplace:
+    """Mode c and Laplace variance of the tail rule's integrand rho(e) Phi((e - shift) / sd), sd = var^(1/2)
+    (``NoiseDensity`` rho, ``TailForm``; shift = sign (mu + beta var)): the root of the decreasing slope
+
+        G'(e) = d/de log rho(e) + r(z) / sd,   z = (e - shift) / sd,   r = phi / Phi (inverse Mills ratio),
+
+    with -G''(e) = -d2/de2 log rho(e) + r(z) (z + r(z)) / var, by the iteration of ``tilted_laplace``.
+
+    The bracket, from r decreasing and r(z) + z increasing (so r(z) <= r(0) + max(0, -z)): G'(0) = r/sd > 0
+    at rho's mode 0; and G' < 0 beyond both e1 = max(shift, root of d/de log rho = -r(0)/sd) (there z >= 0)
+    and e2 = root of d/de log rho = -(r(0)/sd + max(0, shift)/var). So c lies in [0, min(e1, e2)].
+    Points whose bracket is unbounded (the logistic's slope never falls below -1: sd <= r(0) with
+    shift <= 0) come back as NaN; the quadrature uses this rule only for var >= 2."""
+    shift, var = torch.broadcast_tensors(shift.detach(), var.detach())
+    eps = torch.finfo(var.dtype).eps
+    tol2 = max(1e-4, 8.0 * eps**0.5) ** 2
+    sd = torch.sqrt(var)
+
+    def slope_and_curvature(e):
+        d1, d2 = noise.log_density_derivatives(e)
+        z = (e - shift) / sd
+        r = _inv_mills(z)
+        return d1 + r / sd, (r * (z + r)).clamp(0.0, 1.0) / var - torch.fmin(d2, d2.new_zeros(()))
+
+    r0 = _INV_MILLS_0 / sd
+    hi = torch.minimum(torch.maximum(shift, noise.slope_root(r0)), noise.slope_root(r0 + shift.clamp_min(0) / var))
+    ok_input = torch.isfinite(shift) & torch.isfinite(var) & (var > 0) & torch.isfinite(hi)
+    hi = torch.where(ok_input, hi, torch.ones_like(hi))
+    lo = torch.zeros_like(hi)
+    g_lo, c_lo = slope_and_curvature(lo)
+    g_hi, c_hi = slope_and_curvature(hi)
+    done = (g_lo * g_lo <= c_lo * tol2) | (g_hi * g_hi <= c_hi * tol2) | ~ok_input
+
+    def on_failure(lo, hi, done):
+        i = int(torch.nonzero(~done)[0, 0])
+        raise NumericalError(
+            f"adaptive quadrature: the mode of the tail rule's integrand (noise={noise.name}) was not found for "
+            f"shift={float(shift[i]):.6g}, var={float(var[i]):.6g} (bracket [{float(lo[i]):.6g}, "
+            f"{float(hi[i]):.6g}] after the bisection fallback); use dtype=float64 or check the model's latent "
+            f"variances")
+
+    centre, s2, unconverged = _bracketed_newton(
+        slope_and_curvature, (lo, g_lo, c_lo), (hi, g_hi, c_hi), done, tol2, newton_iters, max_iters,
+        check_every_iteration, on_failure)
+    nan = torch.full_like(centre, float("nan"))
+    return TiltedLaplace(torch.where(ok_input, centre, nan), torch.where(ok_input, s2, nan), unconverged)
+
+
+def _bracketed_newton(slope_and_curvature, low, high, done, tol2, newton_iters, max_iters, check_every_iteration,
+                      on_failure):
+    """The root of a decreasing slope g(x) = T'(x) of a concave T, per point, from a bracket: ``low`` =
+    (lo, g(lo) >= 0, -T''(lo)), ``high`` = (hi, g(hi) <= 0, -T''(hi)); ``done`` marks points already
+    converged. Returns (centre, Laplace variance -1/T''(centre), number of points still open after
+    ``newton_iters``); ``on_failure(lo, hi, done)`` raises where a bracket cannot close in ``max_iters``
+    (the iteration of the module doc)."""
+    lo, g_lo, c_lo = low
+    hi, g_hi, c_hi = high
+    eps = torch.finfo(lo.dtype).eps
+    unconverged = torch.zeros((), dtype=torch.long, device=lo.device)
     if check_every_iteration is None:
-        check_every_iteration = mu.device.type == "cpu"  # reading a flag costs nothing there
+        check_every_iteration = lo.device.type == "cpu"  # reading a flag costs nothing there
     max_iters = max(max_iters, newton_iters)
     it = 0
     while True:
@@ -105,7 +190,7 @@ def tilted_laplace(lik, y, mu, var, newton_iters: int = 8, max_iters: int = 200,
             if bool(done.all()):
                 break
             if it >= max_iters:
-                _raise_unconverged(y, mu, var, lo, hi, done)
+                on_failure(lo, hi, done)
         # Newton steps from both ends (>= 0 from lo, <= 0 from hi), each kept only within its own
         # half of the bracket; the shorter one, else the midpoint
         step_lo, step_hi, half = g_lo / c_lo, g_hi / c_hi, 0.5 * (hi - lo)
@@ -115,7 +200,7 @@ def tilted_laplace(lik, y, mu, var, newton_iters: int = 8, max_iters: int = 200,
             ok_lo, ok_hi = step_lo <= half, step_hi >= -half
             use_hi = ok_hi & (~ok_lo | (step_hi + step_lo > 0))
             new = torch.where(use_hi, hi + step_hi, torch.where(ok_lo, lo + step_lo, lo + half))
-        g_new, c_new = _slope_and_curvature(lik, y, mu, inv_var, new)
+        g_new, c_new = slope_and_curvature(new)
         right = g_new < 0  # the new point replaces the end of the same sign of T'
         lo, g_lo, c_lo = torch.where(right, lo, new), torch.where(right, g_lo, g_new), torch.where(right, c_lo, c_new)
         hi, g_hi, c_hi = torch.where(right, new, hi), torch.where(right, g_new, g_hi), torch.where(right, c_new, c_hi)
@@ -127,9 +212,8 @@ def tilted_laplace(lik, y, mu, var, newton_iters: int = 8, max_iters: int = 200,
     use_hi = g_hi * g_hi * c_lo < g_lo * g_lo * c_hi
     centre = torch.where(use_hi, hi + g_hi / c_hi, lo + g_lo / c_lo)
     centre = torch.minimum(torch.maximum(centre, lo), hi)
-    s2 = (1.0 / _slope_and_curvature(lik, y, mu, inv_var, centre)[1]).clamp_min(torch.finfo(mu.dtype).tiny)
-    nan = torch.full_like(centre, float("nan"))
-    return TiltedLaplace(torch.where(ok_input, centre, nan), torch.where(ok_input, s2, nan), unconverged)
+    s2 = (1.0 / slope_and_curvature(centre)[1]).clamp_min(torch.finfo(lo.dtype).tiny)
+    return centre, s2, unconverged
 
 
 def _raise_unconverged(y, mu, var, lo, hi, done):

@@ -8,8 +8,10 @@ likelihood is one module here plus one YAML file in ``conf/likelihood``.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from ..exceptions import DataError
 
@@ -64,6 +66,15 @@ class Likelihood(torch.nn.Module):
         """E_{N(f|mu,var)}[E[y|f]] in closed form, or None."""
         return None
 
+    # ----- the tail form (integration by parts; ``gpdlm_cli/estimators/quadrature.py``) ------------
+    #: the noise density of ``tail_forms`` (one per likelihood), or None: no tail form
+    tail_noise: NoiseDensity | None = None
+
+    def tail_forms(self, y: torch.Tensor) -> list[TailForm]:
+        """The ways of writing p(y|f) = exp(beta f + log_scale) P(e > sign f), e ~ ``tail_noise``
+        (``TailForm``); empty where the likelihood has none."""
+        return []
+
     # ----- helpers shared by estimators ----------------------------------------------------------
     def max_log_prob(self, y: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
         """max_{f in [lo, hi]} log p(y|f): by log-concavity, the value at the clamped mode."""
@@ -79,6 +90,95 @@ class Likelihood(torch.nn.Module):
         """Raise DataError if y cannot come from this likelihood."""
         if not torch.isfinite(torch.as_tensor(y)).all():
             raise DataError(f"likelihood={self.name}: targets contain NaN or inf")
+
+
+class NoiseDensity:
+    """A log-concave density rho(e) of a scalar noise variable e with its mode at e = 0, for a
+    likelihood written as a tail probability P(e > f) of e (``TailForm``)."""
+
+    name = "noise"
+
+    def log_density(self, e: torch.Tensor) -> torch.Tensor:
+        """log rho(e)."""
+        raise NotImplementedError
+
+    def log_density_derivatives(self, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(d/de, d^2/de^2) log rho(e); the first is 0 at e = 0 and decreasing."""
+        raise NotImplementedError
+
+    def slope_root(self, a: torch.Tensor) -> torch.Tensor:
+        """The e >= 0 where d/de log rho(e) = -a, for a >= 0; +inf where the slope never falls
+        that low."""
+        raise NotImplementedError
+
+
+class GumbelMinNoise(NoiseDensity):
+    """rho(e) = exp(e - e^e), P(e > f) = exp(-e^f): Poisson's p(0|f) with the exp link."""
+
+    name = "gumbel_min"
+
+    def log_density(self, e):
+        return e - torch.exp(e)
+
+    def log_density_derivatives(self, e):
+        t = torch.exp(e)
+        return 1 - t, -t
+
+    def slope_root(self, a):
+        return torch.log1p(a)
+
+
+class LogisticNoise(NoiseDensity):
+    """rho(e) = sigmoid(e) sigmoid(-e), P(e > f) = sigmoid(-f): the logit link, and Poisson's
+    p(0|f) = exp(-softplus(f)) with the softplus link."""
+
+    name = "logistic"
+
+    def log_density(self, e):
+        return F.logsigmoid(e) + F.logsigmoid(-e)
+
+    def log_density_derivatives(self, e):
+        s, s_neg = torch.sigmoid(e), torch.sigmoid(-e)
+        return s_neg - s, -2 * s * s_neg
+
+    def slope_root(self, a):
+        # sigmoid(-e) - sigmoid(e) = -tanh(e/2) = -a  <=>  e = 2 atanh(a), for a < 1
+        return torch.where(a < 1, 2 * torch.atanh(a.clamp_max(1)), torch.full_like(a, math.inf))
+
+
+class NormalNoise(NoiseDensity):
+    """rho(e) = N(e | 0, 1), P(e > f) = Phi(-f): the probit link."""
+
+    name = "normal"
+
+    def log_density(self, e):
+        return -LOG_SQRT_2PI - 0.5 * e**2
+
+    def log_density_derivatives(self, e):
+        return -e, torch.full_like(e, -1.0)
+
+    def slope_root(self, a):
+        return a
+
+
+GUMBEL_MIN, LOGISTIC, NORMAL = GumbelMinNoise(), LogisticNoise(), NormalNoise()
+
+
+class TailForm(NamedTuple):
+    """p(y|f) = exp(beta f + log_scale) P(e > sign f) with e ~ the likelihood's ``tail_noise``, for the
+    points where ``available``: a likelihood that saturates (p(y|f) -> a constant times exp(beta f) on
+    one side, a wall on the other) as the tail probability of a noise variable. Under q = N(mu, var),
+    with m = mu + beta var and sd = var^(1/2), integrating by parts gives
+
+        E_q[p(y|f)] = exp(log_scale + beta mu + beta^2 var / 2) int rho(e) Phi((e - sign m) / sd) de,
+
+    whose integrand is smooth where q is wide (the adaptive quadrature's tail rule). All four fields
+    are tensors of y's shape."""
+
+    beta: torch.Tensor
+    log_scale: torch.Tensor
+    sign: torch.Tensor
+    available: torch.Tensor
 
 
 def _check_binary(name: str, y) -> None:

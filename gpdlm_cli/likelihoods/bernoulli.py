@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .base import Likelihood, _check_binary
+from .base import LOGISTIC, NORMAL, Likelihood, TailForm, _check_binary
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -48,6 +48,13 @@ class ProbitLikelihood(Likelihood):
     def mean(self, f):
         return torch.special.ndtr(f)
 
+    tail_noise = NORMAL
+
+    def tail_forms(self, y):
+        """p(y|f) = Phi(t f) = P(e > -t f), t = 2y - 1, e ~ N(0, 1)."""
+        t = 2 * y - 1
+        return [TailForm(torch.zeros_like(y), torch.zeros_like(y), -t, torch.ones_like(y, dtype=torch.bool))]
+
     def log_marginal_closed(self, y, mu, var):
         return torch.special.log_ndtr((2 * y - 1) * mu / torch.sqrt(1 + var))
 
@@ -84,6 +91,13 @@ class LogitLikelihood(Likelihood):
 
     def mean(self, f):
         return torch.sigmoid(f)
+
+    tail_noise = LOGISTIC
+
+    def tail_forms(self, y):
+        """p(y|f) = sigmoid(t f) = P(e > -t f) = e^(t f) P(e > t f), t = 2y - 1, e logistic."""
+        t, zero, every = 2 * y - 1, torch.zeros_like(y), torch.ones_like(y, dtype=torch.bool)
+        return [TailForm(zero, zero, -t, every), TailForm(t, zero, t, every)]
 
     def validate_targets(self, y):
         _check_binary(self.name, y)

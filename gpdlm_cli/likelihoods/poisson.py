@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import Likelihood, _check_counts
+from .base import GUMBEL_MIN, LOGISTIC, Likelihood, TailForm, _check_counts
 
 
 class PoissonExpLikelihood(Likelihood):
@@ -36,6 +36,12 @@ class PoissonExpLikelihood(Likelihood):
 
     def mean(self, f):
         return torch.exp(f)
+
+    tail_noise = GUMBEL_MIN
+
+    def tail_forms(self, y):
+        """p(y|f) = exp(y f - lgamma(y + 1)) exp(-e^f), and exp(-e^f) = P(e > f) for a Gumbel-min e."""
+        return [TailForm(y, -torch.lgamma(y + 1), torch.ones_like(y), torch.ones_like(y, dtype=torch.bool))]
 
     def expected_log_prob_closed(self, y, mu, var):
         return y * mu - torch.exp(mu + 0.5 * var) - torch.lgamma(y + 1)
@@ -108,6 +114,14 @@ class PoissonSoftplusLikelihood(Likelihood):
 
     def mean(self, f):
         return self._rate(f)
+
+    tail_noise = LOGISTIC
+
+    def tail_forms(self, y):
+        """For y = 0 only: p(0|f) = exp(-softplus(f)) = sigmoid(-f) = P(e > f) = e^-f P(e > -f), e
+        logistic (no tail form for y >= 1: the rate grows linearly, p(y|f) has no exponential wall)."""
+        zero, one, is_zero = torch.zeros_like(y), torch.ones_like(y), y == 0
+        return [TailForm(zero, zero, one, is_zero), TailForm(-one, zero, -one, is_zero)]
 
     def validate_targets(self, y):
         _check_counts(self.name, y)
