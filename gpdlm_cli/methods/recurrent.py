@@ -291,7 +291,8 @@ class _Precomputed:
 
 def scored(mu, var, y, likelihoods, y_std, prefix: str) -> dict[str, float]:
     """The standard predictive metrics (target units, log s_y) of every output, pooled: ``nll``
-    and ``nll_norm`` are means over outputs, ``mse`` a mean and ``rmse`` its root."""
+    and ``nll_norm`` are means over outputs, ``mse`` a mean and ``rmse`` its root; the calibration
+    metrics (coverage, its error, CRPS, MSLL) are means over outputs."""
     from ..metrics import predictive_metrics
 
     y = y[:, None] if y.ndim == 1 else y
@@ -302,8 +303,13 @@ def scored(mu, var, y, likelihoods, y_std, prefix: str) -> dict[str, float]:
                               y_std=stds[k], prefix="") for k in range(d)]
     mean = {key: sum(p[key] for p in per) / d for key in per[0]}
     mse_norm = sum(p["rmse_norm"] ** 2 for p in per) / d
-    return {prefix + "nll": mean["nll"], prefix + "nll_norm": mean["nll_norm"], prefix + "mse": mean["mse"],
-            prefix + "rmse": math.sqrt(mean["mse"]), prefix + "rmse_norm": math.sqrt(mse_norm)}
+    out = {prefix + "nll": mean["nll"], prefix + "nll_norm": mean["nll_norm"], prefix + "mse": mean["mse"],
+           prefix + "rmse": math.sqrt(mean["mse"]), prefix + "rmse_norm": math.sqrt(mse_norm)}
+    out.update({prefix + k: mean[k] for k in CALIBRATION if k in mean})
+    return out
+
+
+CALIBRATION = ("msll", "crps", "coverage_50", "coverage_90", "coverage_95", "coverage_error")
 
 
 @torch.no_grad()
@@ -468,7 +474,7 @@ def build(cfg, data, task: str) -> Method:
             out.update(simulation_metrics(smu, svar, ye, likelihoods, y_std, prefix, horizons, ahead))
         return out
 
-    names = ["nll", "nll_norm", "mse", "rmse", "rmse_norm"]
+    names = ["nll", "nll_norm", "mse", "rmse", "rmse_norm", *CALIBRATION]
     if mode == "free_simulation":
         names += ["sim_rmse", "sim_nll"] + [f"sim_rmse_h{h}" for h in horizons]
     tags = {"gpdlm.prediction_mode": mode}

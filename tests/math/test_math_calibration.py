@@ -90,3 +90,17 @@ def test_count_coverage_of_the_poisson_mixture_intervals():
                 k += 1
             inside.append(lo <= yi <= hi)
         assert out[f"coverage_{level}"] == pytest.approx(np.mean(inside), abs=1e-12), level
+
+
+def test_sequence_models_report_the_mean_calibration_over_outputs():
+    """The recurrent family's pooled metrics: each calibration metric is the mean over outputs."""
+    from gpdlm_cli.methods.recurrent import CALIBRATION, scored
+
+    mu = torch.as_tensor(rng.normal(size=(N, 2)))
+    var = torch.as_tensor(rng.uniform(0.05, 1.0, (N, 2)))
+    y = mu + torch.as_tensor(rng.normal(size=(N, 2)))
+    liks = [make_gaussian_lik(0.2), make_gaussian_lik(0.5)]
+    out = scored(mu, var, y, liks, [2.0, 3.0], "test_")
+    per = [metrics_from_marginals(liks[k], mu[:, k], var[:, k], y[:, k], y_std=[2.0, 3.0][k], prefix="") for k in range(2)]
+    for k in CALIBRATION:
+        assert out["test_" + k] == pytest.approx((per[0][k] + per[1][k]) / 2, rel=1e-12)
