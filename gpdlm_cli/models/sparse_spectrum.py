@@ -151,9 +151,12 @@ class VSSGP(_SignalVariance):
     u ~ N(a, v) with a = 2 pi mu_i^T x and v = 4 pi^2 sum_j sd_ij^2 x_j^2, so (Gaussian
     characteristic function)
       E cos u = e^{-v/2} cos a,  E sin u = e^{-v/2} sin a,
-      E cos^2 u = (1 + e^{-2v} cos 2a) / 2,  E sin^2 u = (1 - e^{-2v} cos 2a) / 2,
-      E cos u sin u = e^{-2v} sin 2a / 2,
-    and features of different frequencies are independent. The latent f = phi^T s then has
+    and with E = 1 - e^{-v} (``-expm1(-v)``) the 2 x 2 covariance of (cos u, sin u) is
+      Var cos u = E (2 sin^2 a + E cos 2a) / 2,  Var sin u = E (2 cos^2 a - E cos 2a) / 2,
+      Cov(cos u, sin u) = -E (1 - E) sin 2a / 2,
+    the same as E cos^2 u - (E cos u)^2 etc. with E cos^2 u = (1 + e^{-2v} cos 2a) / 2,
+    E cos u sin u = e^{-2v} sin 2a / 2, but without that difference of moments, which loses the
+    small variances of a concentrated q in float32; features of different frequencies are independent. The latent f = phi^T s then has
       E f = E[phi]^T m_s,  Var f = sum_i [pair_i^T C_i pair_i] + sum_j E[phi_j^2] S_j,
     with C_i the 2 x 2 covariance of (cos u, sin u) and pair_i = (m_s,2i-1, m_s,2i): the ELBO's
     E_q[log N(y | f, s_n^2)] needs only these two moments, so ``marginals`` + ``kl_divergence``
@@ -201,15 +204,18 @@ class VSSGP(_SignalVariance):
         var = (F.softplus(self.raw_w_sd) * scale) ** 2
         a = TWO_PI * x @ mean.T
         v = (TWO_PI**2) * (x**2) @ var.T
-        e1, e2 = torch.exp(-0.5 * v), torch.exp(-2.0 * v)
-        ec, es = e1 * torch.cos(a), e1 * torch.sin(a)
-        ecc = 0.5 * (1.0 + e2 * torch.cos(2 * a))
-        ess = 0.5 * (1.0 - e2 * torch.cos(2 * a))
-        ecs = 0.5 * e2 * torch.sin(2 * a)
+        e1 = torch.exp(-0.5 * v)
+        E = -torch.expm1(-v)  # 1 - e^{-v}
+        cos_a, sin_a = torch.cos(a), torch.sin(a)
+        ec, es = e1 * cos_a, e1 * sin_a
+        sin2, cos2 = sin_a**2, cos_a**2
+        half_e_cos2a = 0.5 * E * (cos2 - sin2)
+        c_cc = E * (sin2 + half_e_cos2a)
+        c_ss = E * (cos2 - half_e_cos2a)
+        c_cs = -E * e1**2 * sin_a * cos_a
         e_phi = torch.stack((ec, es), -1).flatten(-2)
-        e_phi2 = torch.stack((ecc, ess), -1).flatten(-2)
-        cov = torch.stack((ecc - ec**2, ecs - ec * es, ess - es**2), -1)
-        return e_phi, e_phi2, cov
+        e_phi2 = torch.stack((ec**2 + c_cc, es**2 + c_ss), -1).flatten(-2)
+        return e_phi, e_phi2, torch.stack((c_cc, c_cs, c_ss), -1)
 
     def marginals(self, x: torch.Tensor):
         e_phi, e_phi2, cov = self.feature_moments(x)
