@@ -101,7 +101,8 @@ def test_svbssgp_run_is_tracked_with_metrics_per_gamma_and_monitors(tmp_path, ml
     ["model=ssgp", "trainer.max_iters=100", "model.predict=local", "model.partitions=10"],
     ["model=ssgp", "trainer.optimizer=lbfgs", "trainer.max_iters=30"],
     ["model=vssgp", "trainer.max_iters=150"],
-    ["model=vssgp", "trainer.max_iters=150", "trainer.batch_size=256", "trainer.lr=0.01"],
+    ["model=vssgp", "model.q_weights=diag", "trainer.max_iters=150"],
+    ["model=vssgp", "model.q_weights=diag", "trainer.max_iters=150", "trainer.batch_size=256", "trainer.lr=0.01"],
 ])
 def test_ssgp_and_vssgp_train_and_beat_the_constant_predictor(tmp_path, overrides):
     """rmse_norm is the RMSE in units of the training target's sd: a constant predictor scores ~1."""
@@ -129,6 +130,9 @@ BAD = [
     (["model=svbssgp", "dataset=breast_cancer"], "model=svbssgp is a regression model: it needs likelihood=gaussian"),
     (["model=vssgp", "dataset=breast_cancer", "likelihood=gaussian"], "likelihood=gaussian is for regression targets but dataset=breast_cancer is a classification dataset"),
     (["model=ssgp", "model.predict=both"], "the 'predict' parameter of model=ssgp must be 'global' or 'local'"),
+    (["model=vssgp", "model.q_weights=full"], "the 'q_weights' parameter of model=vssgp must be 'optimal' or 'diag'; got 'full' instead"),
+    (["model=vssgp", "trainer.batch_size=100"], "model=vssgp with model.q_weights=optimal trains full batch"),
+    (["model=vssgp", "objective.beta=0.5"], "model.q_weights=optimal integrates q(s) out of the beta = 1 bound"),
 ]
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gpdlm_cli.likelihoods import GaussianLikelihood
-from gpdlm_cli.models import SSGP, VSSGP, SpectralPosterior, trig_features
+from gpdlm_cli.models import SSGP, VSSGP, CollapsedVSSGP, SpectralPosterior, trig_features
 from gpdlm_cli.models.sparse_spectrum import gaussian_kl_tril
 
 
@@ -187,3 +187,112 @@ def test_vssgp_feature_variances_keep_float32_precision():
     assert ref.min() < 1e-4  # small variances, where the cancellation showed
     np.testing.assert_allclose(var.double().numpy(), ref, rtol=1e-4)
 
+
+def _collapsed(n=40, d=2, m=3, seed=5):
+    """A CollapsedVSSGP at a random (non-optimal) q(w), s_s^2, s_n^2 and its data."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(size=(n, d)), rng.normal(size=n)
+    lik = GaussianLikelihood(noise_init=0.4).double()
+    model = CollapsedVSSGP(m, d, lik, prior_lengthscale=0.7, signal_init=1.3,
+                           generator=torch.Generator().manual_seed(seed)).double()
+    with torch.no_grad():
+        model.raw_w_sd.copy_(torch.as_tensor(rng.uniform(-2.0, 0.0, size=(m, d))))
+    model.set_train_data(torch.as_tensor(x), torch.as_tensor(y))
+    scale = float(model.freq_scale[0])
+    w_mean, w_sd = model.w_mean.detach().numpy(), torch.nn.functional.softplus(model.raw_w_sd).detach().numpy()
+    return model, lik, x, y, w_mean, w_sd, scale
+
+
+def _np_optimal_q_s(x, y, w_mean, w_sd, scale, s2, sn2):
+    """The optimal q(s) = N(mu, Sigma) for fixed q(w) (Gal & Turner, Sec. 4), dense, and E[Phi], Psi."""
+    m = w_mean.shape[0]
+    e_phi, second = np_feature_moments(x, w_mean * scale, (w_sd * scale) ** 2)
+    psi = second.sum(0)
+    Sigma = np.linalg.inv(psi / sn2 + np.eye(2 * m) * m / s2)
+    return Sigma @ e_phi.T @ y / sn2, Sigma, e_phi, psi
+
+
+def _np_elbo(y, e_phi, psi, mu, Sigma, s2, sn2, kl_w):
+    """E_q[log N(y | Phi s, sn2 I)] - KL(q(s) || N(0, s2/m I)) - KL(q(w) || p(w)), expectations written out."""
+    n, m2 = len(y), len(mu)
+    expected = -0.5 * n * np.log(2 * np.pi * sn2) \
+        - (y @ y - 2 * y @ e_phi @ mu + np.trace(psi @ (np.outer(mu, mu) + Sigma))) / (2 * sn2)
+    p = s2 / (m2 // 2)
+    kl_s = 0.5 * (np.trace(Sigma) / p + mu @ mu / p - m2 + m2 * np.log(p) - np.linalg.slogdet(Sigma)[1])
+    return expected - kl_s - kl_w
+
+
+def test_collapsed_vssgp_bound_is_the_elbo_at_the_optimal_q_s():
+    """-neg_log_marginal equals the ELBO with q(s) at its optimum, written out densely in numpy; any
+    other q(s) gives less; and the ELBO equals a Monte Carlo average over q(w) (20,000 draws)."""
+    model, lik, x, y, w_mean, w_sd, scale = _collapsed()
+    s2, sn2 = float(model.signal_variance), float(lik.noise)
+    kl_w = 0.5 * np.sum(w_sd**2 + w_mean**2 - 1 - np.log(w_sd**2))
+    mu, Sigma, e_phi, psi = _np_optimal_q_s(x, y, w_mean, w_sd, scale, s2, sn2)
+    elbo = _np_elbo(y, e_phi, psi, mu, Sigma, s2, sn2, kl_w)
+    got = -float(model.neg_log_marginal(torch.as_tensor(x), torch.as_tensor(y)))
+    assert got == pytest.approx(elbo, rel=1e-11)
+    rng = np.random.default_rng(6)
+    for _ in range(5):  # the optimum: perturbed means or covariances give a lower ELBO
+        B = rng.normal(size=Sigma.shape) * 0.05
+        assert _np_elbo(y, e_phi, psi, mu + 0.05 * rng.normal(size=mu.shape), Sigma, s2, sn2, kl_w) < elbo
+        assert _np_elbo(y, e_phi, psi, mu, Sigma + B @ B.T, s2, sn2, kl_w) < elbo
+    # Monte Carlo over w ~ q(w): E_w[log N(y | Phi mu, sn2) - tr(Phi^T Phi Sigma) / (2 sn2)]
+    N = 20_000
+    freqs = (w_mean + w_sd * rng.normal(size=(N,) + w_mean.shape)) * scale
+    u = 2 * np.pi * np.einsum("nd,smd->snm", x, freqs)
+    phi = np.empty(u.shape[:2] + (2 * w_mean.shape[0],))
+    phi[..., 0::2], phi[..., 1::2] = np.cos(u), np.sin(u)
+    resid = y - phi @ mu
+    draws = -0.5 * len(y) * np.log(2 * np.pi * sn2) - (resid**2).sum(-1) / (2 * sn2) \
+        - np.einsum("sni,ij,snj->s", phi, Sigma, phi) / (2 * sn2)
+    expected = _np_elbo(y, e_phi, psi, mu, Sigma, s2, sn2, 0.0)
+    p = s2 / w_mean.shape[0]
+    kl_s = 0.5 * (np.trace(Sigma) / p + mu @ mu / p - len(mu) + len(mu) * np.log(p) - np.linalg.slogdet(Sigma)[1])
+    assert abs(draws.mean() - kl_s - expected) < 5 * draws.std() / math.sqrt(N), (draws.mean() - kl_s, expected)
+
+
+def test_collapsed_vssgp_predictive_equals_monte_carlo_over_q():
+    """E f_* and Var f_* under q(w) q(s) with q(s) optimal: the closed form against 200,000 draws of
+    (w, s) and against the dense second moments of phi_*."""
+    model, lik, x, y, w_mean, w_sd, scale = _collapsed()
+    s2, sn2 = float(model.signal_variance), float(lik.noise)
+    mu_s, Sigma, _, _ = _np_optimal_q_s(x, y, w_mean, w_sd, scale, s2, sn2)
+    xs = np.random.default_rng(7).normal(size=(4, 2))
+    with torch.no_grad():
+        mu, var = (t.numpy() for t in model.marginals(torch.as_tensor(xs)))
+    e_phi, second = np_feature_moments(xs, w_mean * scale, (w_sd * scale) ** 2)
+    np.testing.assert_allclose(mu, e_phi @ mu_s, rtol=1e-11)
+    dense_var = np.einsum("nij,ij->n", second, np.outer(mu_s, mu_s) + Sigma) - (e_phi @ mu_s) ** 2
+    np.testing.assert_allclose(var, dense_var, rtol=1e-10)
+    rng = np.random.default_rng(8)
+    N = 200_000
+    freqs = (w_mean + w_sd * rng.normal(size=(N,) + w_mean.shape)) * scale
+    s = rng.multivariate_normal(mu_s, Sigma, size=N)
+    u = 2 * np.pi * np.einsum("xd,smd->sxm", xs, freqs)
+    f = (np.cos(u) * s[:, None, 0::2] + np.sin(u) * s[:, None, 1::2]).sum(-1)
+    se_mean, se_var = f.std(0) / math.sqrt(N), ((f - f.mean(0)) ** 2).std(0) / math.sqrt(N)
+    assert np.all(np.abs(mu - f.mean(0)) < 5 * se_mean), (mu, f.mean(0), se_mean)
+    assert np.all(np.abs(var - f.var(0)) < 5 * se_var), (var, f.var(0), se_var)
+
+
+def test_collapsed_vssgp_with_a_point_mass_q_w_is_ssgp():
+    """q(w) with sd 1e-7: the bound + KL(q(w)) is the dense finite-kernel log marginal likelihood at the
+    frequencies E[r], and the predictive is the dense GP's (the review's consistency check)."""
+    model, lik, x, y, w_mean, _, scale = _collapsed()
+    with torch.no_grad():
+        model.raw_w_sd.fill_(math.log(math.expm1(1e-7)))
+    s2, sn2, m = float(model.signal_variance), float(lik.noise), w_mean.shape[0]
+    phi = np_features(x, w_mean * scale)
+    K = s2 / m * phi @ phi.T + sn2 * np.eye(len(y))
+    nlml = 0.5 * (y @ np.linalg.solve(K, y) + np.linalg.slogdet(K)[1] + len(y) * np.log(2 * np.pi))
+    got = float(model.neg_log_marginal(torch.as_tensor(x), torch.as_tensor(y)) - model.kl_frequencies())
+    assert got == pytest.approx(nlml, rel=1e-9)
+    xs = np.random.default_rng(9).normal(size=(6, 2))
+    phs = np_features(xs, w_mean * scale)
+    Ks = s2 / m * phs @ phi.T
+    with torch.no_grad():
+        mu, var = (t.numpy() for t in model.marginals(torch.as_tensor(xs)))
+    np.testing.assert_allclose(mu, Ks @ np.linalg.solve(K, y), rtol=0, atol=1e-8)
+    dense_var = s2 / m * (phs**2).sum(1) - np.einsum("ij,ji->i", Ks, np.linalg.solve(K, Ks.T))
+    np.testing.assert_allclose(var, dense_var, rtol=0, atol=1e-8)
