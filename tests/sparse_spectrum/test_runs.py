@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from gpdlm_cli import build
 from gpdlm_cli.commands.train import run_train
@@ -193,6 +195,8 @@ def test_baseline_metrics_are_the_dense_predictive_of_the_trained_model(name):
 
 
 def test_ssgp_and_vssgp_default_to_lbfgs_with_fixed_lengthscales_and_the_optimal_q_s():
+    """The model configs select trainer=lbfgs (the command line still wins), other families keep Adam,
+    and the Table 1 baselines preset runs both models with these defaults on svbssgp_aimpeak's data."""
     for model in ("ssgp", "vssgp"):
         assert compose([f"model={model}"]).trainer.optimizer == "lbfgs"
         assert compose([f"model={model}", "trainer=default"]).trainer.optimizer == "adam"
@@ -200,6 +204,14 @@ def test_ssgp_and_vssgp_default_to_lbfgs_with_fixed_lengthscales_and_the_optimal
     cfg = compose(["model=vssgp"])
     assert cfg.model.learn_lengthscale is False and cfg.model.q_weights == "optimal"
     assert compose(["model=svbssgp"]).trainer.optimizer == compose(["model=dlm"]).trainer.optimizer == "adam"
+    # the Table 1 baselines preset: both models on svbssgp_aimpeak's data and splits, with those defaults
+    preset = OmegaConf.load(Path(build.__file__).parent / "conf" / "experiment" / "svbssgp_aimpeak_baselines.yaml")
+    assert preset.hydra.sweeper.params.model == "ssgp,vssgp" and preset.hydra.sweeper.params.seed == "0,1,2,3,4"
+    for model in ("ssgp", "vssgp"):
+        cfg = compose(["+experiment=svbssgp_aimpeak_baselines", f"model={model}"])
+        paper = compose(["+experiment=svbssgp_aimpeak"])
+        assert cfg.trainer.optimizer == "lbfgs" and cfg.tracking.experiment == paper.tracking.experiment
+        assert cfg.dataset == paper.dataset and cfg.model.num_frequencies == paper.model.num_frequencies == 20
 
 
 def test_vssgp_is_within_3_percent_of_ssgp_at_the_same_budget():
