@@ -217,7 +217,7 @@ def _pair_blocks(cov: torch.Tensor) -> torch.Tensor:
 
 
 class VSSGP(_FrequencyPosterior):
-    """Variational sparse-spectrum GP (Gal & Turner, ICML 2015, Sec. 4) in this paper's cos/sin
+    """Variational sparse-spectrum GP (Gal & Turner, ICML 2015) in this paper's cos/sin
     basis, mean-field variant: q(r_i) as in ``_FrequencyPosterior`` and q(s) = N(m_s, diag S) learned by
     gradient steps. The latent f = phi^T s has
       E f = E[phi]^T m_s,  Var f = sum_i [pair_i^T C_i pair_i] + sum_j E[phi_j^2] S_j,
@@ -260,12 +260,12 @@ class VSSGP(_FrequencyPosterior):
 
 
 class CollapsedVSSGP(_FrequencyPosterior):
-    """VSSGP with the optimal Gaussian q(s) (Gal & Turner, ICML 2015, Sec. 4, their code's
+    """VSSGP with the optimal Gaussian q(s) (Gal & Turner, ICML 2015; their code's
     ``use_exact_A``): q(r_i) as in ``_FrequencyPosterior``, q(s) integrated out in closed form.
 
-    For fixed q(r), E_q(r)[log N(y | Phi^T s, s_n^2 I)] is quadratic in s with Psi = E[Phi Phi^T]
-    = E[Phi]^T E[Phi] + sum_rows blockdiag(C_i) (2m x 2m) in place of Phi^T Phi and E[Phi]^T y in
-    place of Phi^T y, so the optimal q(s) = N(A^-1 E[Phi]^T y, s_n^2 A^-1) with
+    With Phi the n x 2m feature matrix, for fixed q(r) E_q(r)[log N(y | Phi s, s_n^2 I)] is quadratic
+    in s with Psi = E[Phi^T Phi] = E[Phi]^T E[Phi] + sum_rows blockdiag(C_i) (2m x 2m) in place of
+    Phi^T Phi and E[Phi]^T y in place of Phi^T y, so the optimal q(s) = N(A^-1 E[Phi]^T y, s_n^2 A^-1) with
     A = Psi + (s_n^2 m / s_s^2) I, and the bound is SSGP's marginal likelihood with those two
     substitutions, minus KL(q(w) || p(w)):
       L = -[y^T y - c^T c] / (2 s_n^2) - 0.5 log|A| - (n/2 - m) log s_n^2 - m log(s_s^2 / m)
@@ -302,7 +302,7 @@ class CollapsedVSSGP(_FrequencyPosterior):
         L, info = torch.linalg.cholesky_ex(A)
         if bool(info.any()):  # A >= (s_n^2 m / s_s^2) I > 0: only a non-finite parameter gets here
             from ..exceptions import NumericalError
-            raise NumericalError("VSSGP's A = E[Phi Phi^T] + (s_n^2 m / s_s^2) I is not positive definite "
+            raise NumericalError("VSSGP's A = E[Phi^T Phi] + (s_n^2 m / s_s^2) I is not positive definite "
                                  "(non-finite parameters?); try a smaller trainer.lr or dtype=float64")
         return L, e_phi.T @ y, noise
 

@@ -156,7 +156,7 @@ def _np_predictive(cfg, method, splits):
     mean_r, var_r = w_mean * scale, (w_sd * scale) ** 2
     e_phi, second = np_feature_moments(x, mean_r, var_r)
     e_phi_s, second_s = np_feature_moments(xs, mean_r, var_r)
-    if m.q_weights == "optimal":  # q(s) = N(mu, Sigma), optimal for q(w) (Gal & Turner, Sec. 4)
+    if m.q_weights == "optimal":  # q(s) = N(mu, Sigma), optimal for q(w) (Gal & Turner; their use_exact_A)
         Sigma = np.linalg.inv(second.sum(0) / sn2 + np.eye(2 * m.num_frequencies) * m.num_frequencies / s2)
         mu = Sigma @ e_phi.T @ y / sn2
     else:

@@ -204,7 +204,7 @@ def _collapsed(n=40, d=2, m=3, seed=5):
 
 
 def _np_optimal_q_s(x, y, w_mean, w_sd, scale, s2, sn2):
-    """The optimal q(s) = N(mu, Sigma) for fixed q(w) (Gal & Turner, Sec. 4), dense, and E[Phi], Psi."""
+    """The optimal q(s) = N(mu, Sigma) for fixed q(w) (Gal & Turner; their use_exact_A), dense, and E[Phi], Psi."""
     m = w_mean.shape[0]
     e_phi, second = np_feature_moments(x, w_mean * scale, (w_sd * scale) ** 2)
     psi = second.sum(0)
