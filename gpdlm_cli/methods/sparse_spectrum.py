@@ -5,10 +5,12 @@ regression with the trigonometric kernel estimate phi(x)^T Lambda phi(x') of m f
   (full batch, deterministic: L-BFGS works); global predictive, or ``predict=local`` (gamma = 0 on
   the test point's k-means cell).
   Groups: ``frequencies``, ``kernel`` (signal variance), ``likelihood`` (noise).
-* ``vssgp``: factorised q over frequencies and weights with analytic feature expectations (Gal &
-  Turner, 2015), the ELBO through the injected estimator, the gamma = 1 predictive; full batch or
-  ``trainer.batch_size`` minibatches. Groups: ``variational``, ``kernel`` (signal variance and
-  lengthscales), ``likelihood``.
+* ``vssgp``: factorised q over the frequencies with analytic feature expectations (Gal & Turner,
+  2015), the gamma = 1 predictive. ``model.q_weights=optimal`` (default): the weights' optimal
+  Gaussian q(s) collapsed, a deterministic full-batch bound (L-BFGS works);
+  ``diag``: mean-field q(s) = N(m, diag S) through the ELBO with the injected estimator, full batch
+  or ``trainer.batch_size`` minibatches. Groups: ``variational`` (q(w), and q(s) with ``diag``),
+  ``kernel`` (signal variance and lengthscales), ``likelihood``.
 * ``svbssgp``: q(theta, s) = N(b, M M^T) jointly, trained by the unbiased doubly stochastic
   gradient of Theorem 1 / App. G on blocks of n / p rows (random equal-size blocks re-drawn each
   epoch, or the k-means cells); predicted by the gamma family on the k-means cells with r samples,
@@ -91,8 +93,16 @@ def validate(cfg) -> None:
     if m.name == "vssgp":
         _positive(m, "init_scale")
         _flag(m, "learn_lengthscale")
-    if m.name in ("ssgp", "svbssgp") and cfg.trainer.batch_size is not None:
-        what = "trains full batch" if m.name == "ssgp" else "sets its block size n / model.train_partitions itself"
+        if m.q_weights not in ("optimal", "diag"):
+            raise param_error("q_weights", "model=vssgp", "'optimal' or 'diag'", m.q_weights)
+        if m.q_weights == "optimal" and float(cfg.objective.beta) != 1.0:
+            raise UnsupportedCombination(f"model.q_weights=optimal integrates q(s) out of the beta = 1 bound; set "
+                                         f"objective.beta=1 or model.q_weights=diag (got objective.beta={cfg.objective.beta})")
+    full_batch = m.name == "ssgp" or (m.name == "vssgp" and m.q_weights == "optimal")
+    if (full_batch or m.name == "svbssgp") and cfg.trainer.batch_size is not None:
+        what = {"ssgp": "trains full batch", "vssgp": "with model.q_weights=optimal trains full batch (the collapsed "
+                "bound's log|A| does not split over rows; model.q_weights=diag takes minibatches)",
+                "svbssgp": "sets its block size n / model.train_partitions itself"}[m.name]
         raise UnsupportedCombination(f"model={m.name} {what}; set trainer.batch_size=null")
     if m.name != "svbssgp":
         return
@@ -179,27 +189,35 @@ def _build_ssgp(cfg, data) -> Method:
 # ----- VSSGP ----------------------------------------------------------------------------------------
 def _build_vssgp(cfg, data) -> Method:
     from .. import objectives as O
-    from ..models import VSSGP
+    from ..models import VSSGP, CollapsedVSSGP
 
     m = cfg.model
     x, y = data.x_train, data.y_train
     n, d = x.shape
     likelihood = _likelihood(cfg, y, x.device, x.dtype)
-    estimator = C.build_estimator(cfg.estimator)
-    estimator.check(likelihood, "expected_log_prob")
     gen = torch.Generator().manual_seed(int(cfg.seed))
-    model = VSSGP(m.num_frequencies, d, prior_lengthscale=m.prior_lengthscale, signal_init=m.signal_init,
-                  learn_signal=m.learn_signal, learn_lengthscale=m.learn_lengthscale, init_scale=m.init_scale,
-                  generator=gen).to(device=x.device, dtype=x.dtype)
+    options = dict(prior_lengthscale=m.prior_lengthscale, signal_init=m.signal_init, learn_signal=m.learn_signal,
+                   learn_lengthscale=m.learn_lengthscale, init_scale=m.init_scale, generator=gen)
+    estimator = None
+    if m.q_weights == "optimal":  # q(s) collapsed: the bound is full batch and deterministic
+        model = CollapsedVSSGP(m.num_frequencies, d, likelihood, **options).to(device=x.device, dtype=x.dtype)
+        model.set_train_data(x, y)
+        objective, stochastic = O.CollapsedVSSGPBound(model, n), False
+    else:
+        estimator = C.build_estimator(cfg.estimator)
+        estimator.check(likelihood, "expected_log_prob")
+        model = VSSGP(m.num_frequencies, d, **options).to(device=x.device, dtype=x.dtype)
+        objective = O.ELBO(model, likelihood, estimator, n, float(cfg.objective.beta))
+        stochastic = bool(estimator.stochastic)
     groups = {"variational": model.variational_parameters(), "kernel": [model.raw_signal, model.raw_lengthscale],
               "likelihood": list(likelihood.parameters())}
-    objective = O.ELBO(model, likelihood, estimator, n, float(cfg.objective.beta))
-    stage = Stage("vssgp", objective, groups, stochastic=bool(estimator.stochastic), lbfgs_ok=True)
+    stage = Stage("vssgp", objective, groups, stochastic=stochastic, lbfgs_ok=True)
 
     def diagnostics():
         return {"noise_variance": float(likelihood.noise.detach()), "signal_variance": float(model.signal_variance.detach())}
 
-    return Method("vssgp", model, likelihood, [stage], estimator, diagnostics=diagnostics)
+    return Method("vssgp", model, likelihood, [stage], estimator, diagnostics=diagnostics,
+                  tags={"gpdlm.vssgp.q_weights": m.q_weights})
 
 
 # ----- sVBSSGP --------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ features with weights N(m, S) has mu = phi^T m and var = phi^T S phi -- reuses a
 from .collapsed import CollapsedSparseGP
 from .exact import ExactGP
 from .gamma_family import LocalCells, predict_gamma_family
-from .sparse_spectrum import SSGP, VSSGP, SpectralPosterior, trig_features
+from .sparse_spectrum import SSGP, VSSGP, CollapsedVSSGP, SpectralPosterior, trig_features
 from .sparse_variational import SparseVariationalGP
 
-__all__ = ["SSGP", "VSSGP", "CollapsedSparseGP", "ExactGP", "LocalCells", "SparseVariationalGP", "SpectralPosterior",
+__all__ = ["SSGP", "VSSGP", "CollapsedSparseGP", "CollapsedVSSGP", "ExactGP", "LocalCells", "SparseVariationalGP", "SpectralPosterior",
            "predict_gamma_family", "trig_features"]

@@ -18,6 +18,9 @@ Models:
   q(theta, s) = prod_i N(r_i | mu_i, diag sd_i^2) N(s | m_s, diag S); E[phi] and E[phi phi^T] are
   closed form, so the marginals of f = phi^T s (mean and variance) and the ELBO are analytic; its
   predictive is the gamma = 1 conditional.
+* ``CollapsedVSSGP``: the same q over the frequencies with the optimal Gaussian q(s) integrated out
+  (Gal & Turner's ``use_exact_A``): SSGP's marginal likelihood with Phi^T Phi -> E[Phi^T Phi] and
+  Phi^T y -> E[Phi]^T y, minus KL(q(theta) || p(theta)).
 * ``SpectralPosterior`` (sVBSSGP, Sec. 3.1): q(alpha) = N(b, M M^T) jointly over alpha = (theta, s),
   M lower-triangular with a positive diagonal; the analytic KL to p(alpha) = N(0, diag P),
   P = [Theta ... Theta, s_s^2/m ... s_s^2/m] with Theta = (2 pi l0)^-2 (prior lengthscale l0).
@@ -144,40 +147,31 @@ class SSGP(_SignalVariance):
         return phs @ weights, (noise * (V**2).sum(0)).clamp_min(0.0)
 
 
-class VSSGP(_SignalVariance):
-    """Variational sparse-spectrum GP (Gal & Turner, ICML 2015) in this paper's cos/sin basis.
+class _FrequencyPosterior(_SignalVariance):
+    """Gal & Turner's factorised q over the m frequencies, shared by both VSSGP variants.
 
-    q(r_i) = N(mu_i, diag sd_i^2) independently, q(s) = N(m_s, diag S). For u = 2 pi r_i^T x,
-    u ~ N(a, v) with a = 2 pi mu_i^T x and v = 4 pi^2 sum_j sd_ij^2 x_j^2, so (Gaussian
-    characteristic function)
+    Frequencies r = w / (2 pi l) with w ~ N(0, I) a priori and ARD lengthscales l (learned only with
+    ``learn_lengthscale``: l and the means of q(w) are redundant scales); q(w_i) = N(mu_i, diag sd_i^2)
+    independently. For u = 2 pi r_i^T x, u ~ N(a, v) with a = 2 pi E[r_i]^T x and
+    v = 4 pi^2 sum_j Var(r_ij) x_j^2, so (Gaussian characteristic function)
       E cos u = e^{-v/2} cos a,  E sin u = e^{-v/2} sin a,
-      E cos^2 u = (1 + e^{-2v} cos 2a) / 2,  E sin^2 u = (1 - e^{-2v} cos 2a) / 2,
-      E cos u sin u = e^{-2v} sin 2a / 2,
-    and features of different frequencies are independent. The latent f = phi^T s then has
-      E f = E[phi]^T m_s,  Var f = sum_i [pair_i^T C_i pair_i] + sum_j E[phi_j^2] S_j,
-    with C_i the 2 x 2 covariance of (cos u, sin u) and pair_i = (m_s,2i-1, m_s,2i): the ELBO's
-    E_q[log N(y | f, s_n^2)] needs only these two moments, so ``marginals`` + ``kl_divergence``
-    give the exact VSSGP bound through the standard ELBO objective, and its predictive is the
-    degenerate gamma = 1 conditional (Sec. 2, Remark 1) with moment-matched variance.
-
-    As in Gal & Turner, frequencies are w / (2 pi l) with w ~ N(0, I) a priori and learned ARD
-    lengthscales l (empirical Bayes). Differences from their code: one SE component (no spectral
-    mixture, no per-feature shifts z_k) and cos/sin pairs instead of a cosine with a phase."""
+    and with E = 1 - e^{-v} (``-expm1(-v)``, no cancellation) the 2 x 2 covariance of (cos u, sin u) is
+      Var cos u = E (2 sin^2 a + E cos 2a) / 2,  Var sin u = E (2 cos^2 a - E cos 2a) / 2,
+      Cov(cos u, sin u) = -E (1 - E) sin 2a / 2
+    (= E cos^2 u - (E cos u)^2 etc. with E cos^2 u = (1 + e^{-2v} cos 2a) / 2, E cos u sin u =
+    e^{-2v} sin 2a / 2, written without the difference of moments that loses the small variances in
+    float32); features of different frequencies are independent."""
 
     def __init__(self, num_frequencies: int, num_dims: int, *, prior_lengthscale: float = 1.0,
-                 signal_init: float = 1.0, learn_signal: bool = True, learn_lengthscale: bool = True,
+                 signal_init: float = 1.0, learn_signal: bool = True, learn_lengthscale: bool = False,
                  init_scale: float = 0.1, generator: torch.Generator | None = None):
         super().__init__(signal_init, learn_signal)
         m, d = num_frequencies, num_dims
         dt = torch.float64
-        # Gal & Turner's prior: w ~ N(0, I) and r = w / (2 pi l) with learned ARD lengthscales l
         self.raw_lengthscale = torch.nn.Parameter(inv_softplus(torch.full((d,), float(prior_lengthscale), dtype=dt)),
                                                   requires_grad=learn_lengthscale)
         self.w_mean = torch.nn.Parameter(torch.randn(m, d, generator=generator, dtype=dt))
         self.raw_w_sd = torch.nn.Parameter(inv_softplus(torch.full((m, d), float(init_scale), dtype=dt)))
-        s_sd = math.sqrt(float(signal_init) / m)
-        self.s_mean = torch.nn.Parameter(torch.zeros(2 * m, dtype=dt))
-        self.raw_s_sd = torch.nn.Parameter(inv_softplus(torch.full((2 * m,), init_scale * s_sd, dtype=dt)))
 
     @property
     def num_frequencies(self) -> int:
@@ -191,9 +185,6 @@ class VSSGP(_SignalVariance):
     def freq_scale(self) -> torch.Tensor:
         return 1.0 / (TWO_PI * self.lengthscale)
 
-    def variational_parameters(self) -> list:
-        return [self.w_mean, self.raw_w_sd, self.s_mean, self.raw_s_sd]
-
     def feature_moments(self, x: torch.Tensor):
         """(E[phi] (n, 2m), E[phi^2] (n, 2m), C (n, m, 3) = (C_cc, C_cs, C_ss)) of the features."""
         scale = self.freq_scale
@@ -201,15 +192,57 @@ class VSSGP(_SignalVariance):
         var = (F.softplus(self.raw_w_sd) * scale) ** 2
         a = TWO_PI * x @ mean.T
         v = (TWO_PI**2) * (x**2) @ var.T
-        e1, e2 = torch.exp(-0.5 * v), torch.exp(-2.0 * v)
-        ec, es = e1 * torch.cos(a), e1 * torch.sin(a)
-        ecc = 0.5 * (1.0 + e2 * torch.cos(2 * a))
-        ess = 0.5 * (1.0 - e2 * torch.cos(2 * a))
-        ecs = 0.5 * e2 * torch.sin(2 * a)
+        e1 = torch.exp(-0.5 * v)
+        E = -torch.expm1(-v)  # 1 - e^{-v}
+        cos_a, sin_a = torch.cos(a), torch.sin(a)
+        ec, es = e1 * cos_a, e1 * sin_a
+        sin2, cos2 = sin_a**2, cos_a**2
+        half_e_cos2a = 0.5 * E * (cos2 - sin2)
+        c_cc = E * (sin2 + half_e_cos2a)
+        c_ss = E * (cos2 - half_e_cos2a)
+        c_cs = -E * e1**2 * sin_a * cos_a
         e_phi = torch.stack((ec, es), -1).flatten(-2)
-        e_phi2 = torch.stack((ecc, ess), -1).flatten(-2)
-        cov = torch.stack((ecc - ec**2, ecs - ec * es, ess - es**2), -1)
-        return e_phi, e_phi2, cov
+        e_phi2 = torch.stack((ec**2 + c_cc, es**2 + c_ss), -1).flatten(-2)
+        return e_phi, e_phi2, torch.stack((c_cc, c_cs, c_ss), -1)
+
+    def kl_frequencies(self) -> torch.Tensor:
+        """KL(q(w) || N(0, I)) (in prior units; invariant to the lengthscales)."""
+        w_var = F.softplus(self.raw_w_sd) ** 2
+        return diag_gaussian_kl(self.w_mean, w_var, torch.ones((), dtype=w_var.dtype, device=w_var.device))
+
+
+def _pair_blocks(cov: torch.Tensor) -> torch.Tensor:
+    """The (..., m, 2, 2) covariance blocks of the (cos, sin) pairs from C (..., m, 3)."""
+    return torch.stack((cov[..., 0], cov[..., 1], cov[..., 1], cov[..., 2]), -1).unflatten(-1, (2, 2))
+
+
+class VSSGP(_FrequencyPosterior):
+    """Variational sparse-spectrum GP (Gal & Turner, ICML 2015) in this paper's cos/sin
+    basis, mean-field variant: q(r_i) as in ``_FrequencyPosterior`` and q(s) = N(m_s, diag S) learned by
+    gradient steps. The latent f = phi^T s has
+      E f = E[phi]^T m_s,  Var f = sum_i [pair_i^T C_i pair_i] + sum_j E[phi_j^2] S_j,
+    with C_i the 2 x 2 covariance of (cos u, sin u) and pair_i = (m_s,2i-1, m_s,2i): the ELBO's
+    E_q[log N(y | f, s_n^2)] needs only these two moments, so ``marginals`` + ``kl_divergence``
+    give the exact VSSGP bound through the standard ELBO objective (full batch or minibatches), and
+    its predictive is the degenerate gamma = 1 conditional (Sec. 2, Remark 1) with moment-matched
+    variance. ``CollapsedVSSGP`` replaces q(s) by its optimum (Gal & Turner's ``use_exact_A``).
+
+    Differences from their code: one SE component (no spectral mixture, no per-feature shifts z_k)
+    and cos/sin pairs instead of a cosine with a phase."""
+
+    def __init__(self, num_frequencies: int, num_dims: int, *, prior_lengthscale: float = 1.0,
+                 signal_init: float = 1.0, learn_signal: bool = True, learn_lengthscale: bool = False,
+                 init_scale: float = 0.1, generator: torch.Generator | None = None):
+        super().__init__(num_frequencies, num_dims, prior_lengthscale=prior_lengthscale, signal_init=signal_init,
+                         learn_signal=learn_signal, learn_lengthscale=learn_lengthscale, init_scale=init_scale,
+                         generator=generator)
+        m, dt = num_frequencies, torch.float64
+        s_sd = math.sqrt(float(signal_init) / m)
+        self.s_mean = torch.nn.Parameter(torch.zeros(2 * m, dtype=dt))
+        self.raw_s_sd = torch.nn.Parameter(inv_softplus(torch.full((2 * m,), init_scale * s_sd, dtype=dt)))
+
+    def variational_parameters(self) -> list:
+        return [self.w_mean, self.raw_w_sd, self.s_mean, self.raw_s_sd]
 
     def marginals(self, x: torch.Tensor):
         e_phi, e_phi2, cov = self.feature_moments(x)
@@ -222,10 +255,82 @@ class VSSGP(_SignalVariance):
 
     def kl_divergence(self) -> torch.Tensor:
         m = self.num_frequencies
-        w_var = F.softplus(self.raw_w_sd) ** 2  # in prior units: the prior is N(0, 1)
-        kl_freq = diag_gaussian_kl(self.w_mean, w_var, torch.ones((), dtype=w_var.dtype, device=w_var.device))
         kl_s = diag_gaussian_kl(self.s_mean, F.softplus(self.raw_s_sd) ** 2, self.signal_variance / m)
-        return kl_freq + kl_s
+        return self.kl_frequencies() + kl_s
+
+
+class CollapsedVSSGP(_FrequencyPosterior):
+    """VSSGP with the optimal Gaussian q(s) (Gal & Turner, ICML 2015; their code's
+    ``use_exact_A``): q(r_i) as in ``_FrequencyPosterior``, q(s) integrated out in closed form.
+
+    With Phi the n x 2m feature matrix, for fixed q(r) E_q(r)[log N(y | Phi s, s_n^2 I)] is quadratic
+    in s with Psi = E[Phi^T Phi] = E[Phi]^T E[Phi] + sum_rows blockdiag(C_i) (2m x 2m) in place of
+    Phi^T Phi and E[Phi]^T y in place of Phi^T y, so the optimal q(s) = N(A^-1 E[Phi]^T y, s_n^2 A^-1) with
+    A = Psi + (s_n^2 m / s_s^2) I, and the bound is SSGP's marginal likelihood with those two
+    substitutions, minus KL(q(w) || p(w)):
+      L = -[y^T y - c^T c] / (2 s_n^2) - 0.5 log|A| - (n/2 - m) log s_n^2 - m log(s_s^2 / m)
+          - (n/2) log 2 pi - KL(q(w) || p(w)),      c = L_A^-1 E[Phi]^T y,  A = L_A L_A^T.
+    Full batch (log|A| does not split over rows) and deterministic: L-BFGS works. The predictive is
+    the gamma = 1 conditional averaged over q(r) q(s): for phi_* independent of s ~ N(mu_s, Sigma),
+      E f_* = E[phi_*]^T mu_s,
+      Var f_* = sum_i pair_i^T C_*i pair_i + E[phi_*]^T Sigma E[phi_*] + sum_i tr(C_*i Sigma_ii),
+    pair_i the (cos, sin) entries of mu_s and Sigma_ii the matching 2 x 2 block of Sigma."""
+
+    def __init__(self, num_frequencies: int, num_dims: int, likelihood, *, prior_lengthscale: float = 1.0,
+                 signal_init: float = 1.0, learn_signal: bool = True, learn_lengthscale: bool = False,
+                 init_scale: float = 0.1, generator: torch.Generator | None = None):
+        super().__init__(num_frequencies, num_dims, prior_lengthscale=prior_lengthscale, signal_init=signal_init,
+                         learn_signal=learn_signal, learn_lengthscale=learn_lengthscale, init_scale=init_scale,
+                         generator=generator)
+        self.likelihood = likelihood
+        self.x_train = self.y_train = None
+
+    def variational_parameters(self) -> list:
+        return [self.w_mean, self.raw_w_sd]
+
+    def set_train_data(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x_train, self.y_train = x, y
+
+    def _system(self, x, y):
+        """(Cholesky factor of A, E[Phi]^T y, s_n^2) on (x, y)."""
+        m = self.num_frequencies
+        noise = self.likelihood.noise
+        e_phi, _, cov = self.feature_moments(x)
+        eye = torch.eye(m, dtype=x.dtype, device=x.device)
+        psi = e_phi.T @ e_phi + torch.einsum("iab,ij->iajb", _pair_blocks(cov.sum(0)), eye).reshape(2 * m, 2 * m)
+        A = psi + (noise * m / self.signal_variance) * torch.eye(2 * m, dtype=x.dtype, device=x.device)
+        L, info = torch.linalg.cholesky_ex(A)
+        if bool(info.any()):  # A >= (s_n^2 m / s_s^2) I > 0: only a non-finite parameter gets here
+            from ..exceptions import NumericalError
+            raise NumericalError("VSSGP's A = E[Phi^T Phi] + (s_n^2 m / s_s^2) I is not positive definite "
+                                 "(non-finite parameters?); try a smaller trainer.lr or dtype=float64")
+        return L, e_phi.T @ y, noise
+
+    def neg_log_marginal(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """-L, the negative collapsed bound on (x, y) (all the training data)."""
+        n, m = x.shape[0], self.num_frequencies
+        L, ety, noise = self._system(x, y)
+        c = torch.linalg.solve_triangular(L, ety.unsqueeze(-1), upper=False).squeeze(-1)
+        quad = (y @ y - c @ c) / noise
+        logdet = 2.0 * torch.log(torch.diagonal(L)).sum() + (n - 2 * m) * torch.log(noise) \
+            + 2 * m * torch.log(self.signal_variance / m)
+        return 0.5 * (quad + logdet + n * math.log(2 * math.pi)) + self.kl_frequencies()
+
+    def weight_posterior(self):
+        """(mu_s, Sigma) of the optimal q(s) on the training data."""
+        L, ety, noise = self._system(self.x_train, self.y_train)
+        return torch.cholesky_solve(ety.unsqueeze(-1), L).squeeze(-1), noise * torch.cholesky_inverse(L)
+
+    def marginals(self, x: torch.Tensor):
+        mu_s, Sigma = self.weight_posterior()
+        e_phi, _, cov = self.feature_moments(x)
+        m = self.num_frequencies
+        pair = mu_s.view(m, 2)
+        blocks = Sigma.view(m, 2, m, 2).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (m, 2, 2): Sigma_ii
+        C = _pair_blocks(cov)  # (n, m, 2, 2)
+        var = torch.einsum("ma,nmab,mb->n", pair, C, pair) + ((e_phi @ Sigma) * e_phi).sum(-1) \
+            + torch.einsum("nmab,mba->n", C, blocks)
+        return e_phi @ mu_s, var.clamp_min(0.0)
 
 
 class SpectralPosterior(_SignalVariance):
@@ -293,6 +398,7 @@ class SpectralPosterior(_SignalVariance):
 
 __all__ = [
     "SSGP",
+    "CollapsedVSSGP",
     "SpectralPosterior",
     "VSSGP",
     "diag_gaussian_kl",

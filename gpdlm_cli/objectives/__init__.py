@@ -6,7 +6,7 @@ from .dlm import DLM
 from .elbo import ELBO
 from .marginal_likelihood import CollapsedBound, ExactMarginalLikelihood
 from .rkhs import SCGD, BatchNLML, Minimax, NearestNeighbourBatches, batch_nlml, dxd_objective, feature_nlml
-from .sparse_spectrum import SSGPMarginalLikelihood, SVBSSGPBound
+from .sparse_spectrum import CollapsedVSSGPBound, SSGPMarginalLikelihood, SVBSSGPBound
 from .sq_dlm import SquareLossDLM, fit_predictive_noise, fit_square_loss_predictive, optimal_whitened_mean
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "Minimax",
     "NearestNeighbourBatches",
     "Objective",
+    "CollapsedVSSGPBound",
     "SSGPMarginalLikelihood",
     "SVBSSGPBound",
     "SparseVariationalObjective",

@@ -1,4 +1,5 @@
-"""Sparse-spectrum objectives: SSGP's marginal likelihood and sVBSSGP's doubly stochastic bound."""
+"""Sparse-spectrum objectives: SSGP's marginal likelihood, VSSGP's collapsed bound and sVBSSGP's
+doubly stochastic bound."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ class SSGPMarginalLikelihood(Objective):
 
     def forward(self, x, y):
         return self.model.neg_log_marginal(x, y) / self.num_data
+
+
+class CollapsedVSSGPBound(SSGPMarginalLikelihood):
+    """-(1/n) L of a ``CollapsedVSSGP``: VSSGP's bound with the optimal q(s) (full batch, O(n m^2))."""
+
+    name = "vssgp_collapsed"
 
 
 class SVBSSGPBound(Objective):

@@ -1,25 +1,30 @@
 """The sparse-spectrum family through gpdlm's real path: the gamma ordering and learning on the
 AIMPEAK-like generator (3 split seeds), `gpdlm train` runs recorded in MLflow with metrics per
-gamma and monitors, SSGP and VSSGP beating the constant predictor, and bad input refused with
-one line before any run."""
+gamma and monitors, the SSGP and VSSGP metrics against dense numpy predictives of the trained
+models, VSSGP within 3% of SSGP at the same (converging) budget, and bad input refused with one
+line before any run."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from gpdlm_cli import build
 from gpdlm_cli.commands.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
+from gpdlm_cli.metrics import predictive_metrics
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
 
 from ..conftest import compose
+from .test_spectral_math import np_feature_moments, np_features
 
 GAMMAS = ["0", "0.1", "0.3", "0.5", "1"]
 # AIMPEAK-like network of 150 segments x 54 slots (8,100 rows; the full set has 775): every test
@@ -83,7 +88,11 @@ def test_svbssgp_run_is_tracked_with_metrics_per_gamma_and_monitors(tmp_path, ml
     for split in ("val_", "test_"):
         for k in ("nll", "rmse", "mse", "nll_norm", "rmse_norm"):
             assert metrics[f"{split}{k}"] == metrics[f"{split}{k}_g0"] != metrics[f"{split}{k}_g1"]
-    assert metrics["test_rmse"] == pytest.approx(metrics["test_rmse_norm"] * (metrics["test_rmse"] / metrics["test_rmse_norm"]))
+    table, splits, _ = build.load_data(compose(over))
+    y_std = float(np.std(table.y[splits.indices["train"]]))  # the training target's sd, from the raw table
+    assert 5 < y_std < 30  # km/h
+    assert metrics["test_rmse"] == pytest.approx(metrics["test_rmse_norm"] * y_std, rel=1e-12)
+    assert metrics["test_nll"] == pytest.approx(metrics["test_nll_norm"] + math.log(y_std), rel=1e-12)
     assert json.loads((tmp_path / "metrics.json").read_text()) == pytest.approx(metrics)
     client = MlflowClient(mlflow_uri)
     (run,) = client.search_runs([client.get_experiment_by_name("sparse_spectrum").experiment_id])
@@ -96,17 +105,126 @@ def test_svbssgp_run_is_tracked_with_metrics_per_gamma_and_monitors(tmp_path, ml
     assert metrics["predict_ms_per_point"] > 0 and metrics["smallest_cell"] >= 1
 
 
-@pytest.mark.parametrize("overrides", [
-    ["model=ssgp", "trainer.max_iters=100"],
-    ["model=ssgp", "trainer.max_iters=100", "model.predict=local", "model.partitions=10"],
-    ["model=ssgp", "trainer.optimizer=lbfgs", "trainer.max_iters=30"],
-    ["model=vssgp", "trainer.max_iters=150"],
-    ["model=vssgp", "trainer.max_iters=150", "trainer.batch_size=256", "trainer.lr=0.01"],
-])
-def test_ssgp_and_vssgp_train_and_beat_the_constant_predictor(tmp_path, overrides):
-    """rmse_norm is the RMSE in units of the training target's sd: a constant predictor scores ~1."""
-    m = run_train(compose(SMALL + overrides + ["tracking.enabled=false", "trainer.eval_every=0"]), tmp_path)
-    assert m["test_rmse_norm"] < 0.6 and math.isfinite(m["test_nll"]), m["test_rmse_norm"]
+def _train(overrides, seed=0):
+    """Train through build + run_stages and evaluate as `gpdlm train` does."""
+    cfg = compose(["dataset=aimpeak", "progress=false", "tracking.enabled=false", "trainer.eval_every=0",
+                   f"seed={seed}"] + list(overrides))
+    build.validate_config(cfg)
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=0)
+    result = run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        if method.evaluate is not None:
+            metrics = method.evaluate(data.x_test, data.y_test, prefix="test_", y_std=splits.y_std)
+        else:
+            metrics = predictive_metrics(method.model, method.likelihood, data.x_test, data.y_test, y_std=splits.y_std)
+    return cfg, method, splits, result, metrics
+
+
+def _np_finite_kernel_gp(x, y, xs, freqs, s2, sn2):
+    """The dense n x n GP with k = (s2 / m) phi^T phi': latent mean and variance at xs."""
+    m = freqs.shape[0]
+    phi, phs = np_features(x, freqs), np_features(xs, freqs)
+    K = s2 / m * phi @ phi.T + sn2 * np.eye(len(y))
+    Ks = s2 / m * phs @ phi.T
+    return Ks @ np.linalg.solve(K, y), s2 / m * (phs**2).sum(1) - np.einsum("ij,ji->i", Ks, np.linalg.solve(K, Ks.T))
+
+
+def _np_predictive(cfg, method, splits):
+    """The trained model's latent predictive at the test inputs, dense numpy from its parameters."""
+    x, y, xs = splits.X_train, splits.y_train, splits.X_test
+    model, m = method.model, cfg.model
+    sn2, s2 = float(method.likelihood.noise.detach()), float(model.signal_variance.detach())
+    if m.name == "ssgp":
+        freqs = model.frequencies.detach().numpy()
+        if m.predict == "global":
+            return _np_finite_kernel_gp(x, y, xs, freqs, s2, sn2)
+        from sklearn.cluster import KMeans  # gamma = 0: the dense GP on the test point's k-means cell
+
+        km = KMeans(n_clusters=m.partitions, n_init=1, random_state=int(cfg.seed), max_iter=100).fit(x)
+        cell = ((x[:, None, :] - km.cluster_centers_) ** 2).sum(-1).argmin(1)
+        cell_s = ((xs[:, None, :] - km.cluster_centers_) ** 2).sum(-1).argmin(1)
+        mean, var = np.empty(len(xs)), np.empty(len(xs))
+        for k in np.unique(cell_s):
+            mean[cell_s == k], var[cell_s == k] = _np_finite_kernel_gp(x[cell == k], y[cell == k], xs[cell_s == k],
+                                                                       freqs, s2, sn2)
+        return mean, var
+    scale = 1.0 / (2 * np.pi * model.lengthscale.detach().numpy())
+    w_mean = model.w_mean.detach().numpy()
+    w_sd = torch.nn.functional.softplus(model.raw_w_sd).detach().numpy()
+    mean_r, var_r = w_mean * scale, (w_sd * scale) ** 2
+    e_phi, second = np_feature_moments(x, mean_r, var_r)
+    e_phi_s, second_s = np_feature_moments(xs, mean_r, var_r)
+    if m.q_weights == "optimal":  # q(s) = N(mu, Sigma), optimal for q(w) (Gal & Turner; their use_exact_A)
+        Sigma = np.linalg.inv(second.sum(0) / sn2 + np.eye(2 * m.num_frequencies) * m.num_frequencies / s2)
+        mu = Sigma @ e_phi.T @ y / sn2
+    else:
+        mu = model.s_mean.detach().numpy()
+        Sigma = np.diag(torch.nn.functional.softplus(model.raw_s_sd).detach().numpy() ** 2)
+    mean = e_phi_s @ mu
+    return mean, np.einsum("nij,ij->n", second_s, np.outer(mu, mu) + Sigma) - mean**2
+
+
+BASELINES = {  # 60 L-BFGS iterations (the default optimiser) or 150 Adam steps
+    "ssgp": ["model=ssgp", "trainer.max_iters=60"],
+    "ssgp_local": ["model=ssgp", "model.predict=local", "model.partitions=10", "trainer.max_iters=60"],
+    "vssgp": ["model=vssgp", "trainer.max_iters=60"],
+    "vssgp_diag": ["model=vssgp", "model.q_weights=diag", "trainer.max_iters=60"],
+    "vssgp_diag_minibatch_adam": ["model=vssgp", "model.q_weights=diag", "trainer.optimizer=adam",
+                                  "trainer.batch_size=256", "trainer.lr=0.01", "trainer.max_iters=150"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_baseline_metrics_are_the_dense_predictive_of_the_trained_model(name):
+    """test_rmse and test_nll of a trained SSGP / VSSGP (on the 40-segment network) equal the dense
+    numpy predictive computed from its parameters: the n x n finite-kernel GP for SSGP (on the test
+    point's k-means cell for predict=local), E[phi_*]^T mu and the second moments of phi_* under q
+    for VSSGP (with q(s) optimal or learned)."""
+    cfg, method, splits, result, metrics = _train(["dataset.n_segments=40"] + BASELINES[name])
+    assert result.iterations == cfg.trainer.max_iters and cfg.trainer.optimizer == ("adam" if "adam" in name else "lbfgs")
+    mean, var = _np_predictive(cfg, method, splits)
+    ys, y_std = splits.y_test, splits.y_std
+    total = var + float(method.likelihood.noise.detach())
+    rmse = np.sqrt(np.mean((mean - ys) ** 2)) * y_std
+    nll = np.mean(0.5 * np.log(2 * np.pi * total) + (ys - mean) ** 2 / (2 * total)) + np.log(y_std)
+    assert metrics["test_rmse"] == pytest.approx(rmse, rel=1e-8)
+    assert metrics["test_nll"] == pytest.approx(nll, rel=1e-8)
+    assert rmse < 0.45 * y_std  # trained: the constant predictor scores ~y_std
+
+
+def test_ssgp_and_vssgp_default_to_lbfgs_with_fixed_lengthscales_and_the_optimal_q_s():
+    """The model configs select trainer=lbfgs (the command line still wins), other families keep Adam,
+    and the Table 1 baselines preset runs both models with these defaults on svbssgp_aimpeak's data."""
+    for model in ("ssgp", "vssgp"):
+        assert compose([f"model={model}"]).trainer.optimizer == "lbfgs"
+        assert compose([f"model={model}", "trainer=paper"]).trainer.optimizer == "adam"
+        assert compose([f"model={model}", "trainer.optimizer=adam"]).trainer.optimizer == "adam"
+    cfg = compose(["model=vssgp"])
+    assert cfg.model.learn_lengthscale is False and cfg.model.q_weights == "optimal"
+    assert compose(["model=svbssgp"]).trainer.optimizer == compose(["model=dlm"]).trainer.optimizer == "adam"
+    # the Table 1 baselines preset: both models on svbssgp_aimpeak's data and splits, with those defaults
+    preset = OmegaConf.load(Path(build.__file__).parent / "conf" / "experiment" / "svbssgp_aimpeak_baselines.yaml")
+    assert preset.hydra.sweeper.params.model == "ssgp,vssgp" and preset.hydra.sweeper.params.seed == "0,1,2,3,4"
+    for model in ("ssgp", "vssgp"):
+        cfg = compose(["+experiment=svbssgp_aimpeak_baselines", f"model={model}"])
+        paper = compose(["+experiment=svbssgp_aimpeak"])
+        assert cfg.trainer.optimizer == "lbfgs" and cfg.tracking.experiment == paper.tracking.experiment
+        assert cfg.dataset == paper.dataset and cfg.model.num_frequencies == paper.model.num_frequencies == 20
+
+
+def test_vssgp_is_within_3_percent_of_ssgp_at_the_same_budget():
+    """Both baselines with their defaults on a 120-segment network (~6,100 training rows), split seed
+    1: the review's pair check. Measured (km/h): ssgp 4.883, vssgp 4.797 (ratio 0.982; seeds 0, 2, 3,
+    4: 0.957, 0.990, 0.977, 1.000). The former defaults (learned lengthscales, mean-field q(s), 1,000
+    Adam steps at lr 0.1, not converged) gave ssgp 4.951, vssgp 5.555 (1.122; seed 0: 0.999)."""
+    rmse, results = {}, {}
+    for model in ("ssgp", "vssgp"):
+        _, _, _, results[model], metrics = _train([f"model={model}", "dataset.n_segments=120"], seed=1)
+        rmse[model] = metrics["test_rmse"]
+    assert rmse["vssgp"] <= 1.03 * rmse["ssgp"], rmse
+    assert all(r.converged for r in results.values()), {k: r.iterations for k, r in results.items()}
 
 
 class NoRunTracker(NullTracker):
@@ -129,6 +247,9 @@ BAD = [
     (["model=svbssgp", "dataset=breast_cancer"], "model=svbssgp is a regression model: it needs likelihood=gaussian"),
     (["model=vssgp", "dataset=breast_cancer", "likelihood=gaussian"], "likelihood=gaussian is for regression targets but dataset=breast_cancer is a classification dataset"),
     (["model=ssgp", "model.predict=both"], "the 'predict' parameter of model=ssgp must be 'global' or 'local'"),
+    (["model=vssgp", "model.q_weights=full"], "the 'q_weights' parameter of model=vssgp must be 'optimal' or 'diag'; got 'full' instead"),
+    (["model=vssgp", "trainer.batch_size=100"], "model=vssgp with model.q_weights=optimal trains full batch"),
+    (["model=vssgp", "objective.beta=0.5"], "model.q_weights=optimal integrates q(s) out of the beta = 1 bound"),
 ]
 
 
