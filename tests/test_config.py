@@ -35,6 +35,8 @@ def test_option_composes(group, option):
         assert get_dataset_info(node.name).name == node.name  # presets (e.g. airline_reg) name a registered set
     elif option.endswith("_fixed"):
         assert node.name == option.removesuffix("_fixed") and node.variant == "fixed"
+    elif option.endswith("_paper"):  # the RKHS paper's own settings of a model (scgd_paper, minimax_paper)
+        assert node.name == option.removesuffix("_paper")
     elif "name" in node:
         assert node.name == option  # the file name is the option's name
     build.validate_config(cfg)  # every option alone, with the other defaults, is a valid config
