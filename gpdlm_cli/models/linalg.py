@@ -7,11 +7,15 @@ import torch
 from ..exceptions import NumericalError
 
 
-def safe_cholesky(A: torch.Tensor, jitter: float = 1e-6, max_tries: int = 4, what: str = "K_uu"):
+def safe_cholesky(A: torch.Tensor, jitter: float = 1e-6, max_tries: int = 4, what: str = "K_uu", check: bool = True):
     """Cholesky factor of A, adding jitter * mean(diag) (x10 per retry) if A is not PD.
 
-    Raises NumericalError with a remedy after ``max_tries`` retries."""
+    Raises NumericalError with a remedy after ``max_tries`` retries. ``check=False`` reads nothing
+    back from the device (no host-device sync, for GPU hot paths): a failed factor becomes NaN,
+    which the trainer's periodic finiteness check reports."""
     L, info = torch.linalg.cholesky_ex(A)
+    if not check:
+        return torch.where(info.unsqueeze(-1).unsqueeze(-1) == 0, L, torch.full_like(L, float("nan")))
     if not bool(info.any()):
         return L
     scale = A.diagonal(dim1=-2, dim2=-1).mean().detach().abs().clamp_min(1e-12)

@@ -99,6 +99,8 @@ def install_signal_handlers() -> bool:
         sig = getattr(signal, name, None)
         if sig is not None:
             signal.signal(sig, _raise_terminated)
+            if hasattr(signal, "pthread_sigmask"):  # a mask inherited from the parent must not hide them
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
     for name in ("SIGUSR1", "SIGUSR2"):
         sig = getattr(signal, name, None)
         current = signal.getsignal(sig) if sig is not None else None
@@ -116,8 +118,12 @@ def deferred_signals(user_signals: bool = False):
     names = ("SIGINT",) + HANDLED + (("SIGUSR1", "SIGUSR2") if user_signals else ())
     sigs = {getattr(signal, n) for n in names if hasattr(signal, n)}
     can = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if can else None
+    # read the old mask without changing it first: a handler that runs between the two calls (a signal
+    # that arrived just before) must not leave the signals blocked for the rest of the process
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, ()) if can else None
     try:
+        if can:
+            signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
         yield
     finally:
         if can:

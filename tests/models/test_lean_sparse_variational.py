@@ -95,3 +95,18 @@ def test_first_call_initialises_q_like_gpytorch():
     assert torch.equal(ours[0], other.q_u.variational_mean.detach())
     assert torch.equal(ours[1], other.q_u.chol_variational_covar.detach())
     assert float(ours[0].abs().max()) < 0.01 and torch.equal(ours[1], torch.eye(ours[1].shape[0], dtype=torch.float64))
+
+
+def test_the_hot_path_does_not_go_through_gpytorchs_strategy(monkeypatch):
+    """marginals/kl_divergence are gpdlm's own torch code (issue 21, item 5): the strategy's call is never made."""
+    import gpytorch.variational.variational_strategy as vs
+
+    model, x = _model()
+
+    def refuse(*a, **k):
+        raise AssertionError("gpytorch's VariationalStrategy was called on the hot path")
+
+    monkeypatch.setattr(vs.VariationalStrategy, "__call__", refuse)
+    monkeypatch.setattr(vs.VariationalStrategy, "kl_divergence", refuse)
+    mu, var = model.marginals(x)
+    assert torch.isfinite(mu).all() and (var > 0).all() and torch.isfinite(model.kl_divergence())
