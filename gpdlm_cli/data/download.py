@@ -6,13 +6,21 @@ registry. A mismatch deletes the temp file (and any folder made for it) and rais
 says so. The bytes come from the network, or from a local mirror laid out by URL
 (``<mirror>/<host>/<path>``; ``GPDLM_DATA_MIRROR`` or ``gpdlm datasets fetch --mirror``). Where the registry has no checksum (``sha256: null``:
 nothing could be downloaded when the entry was written) the hash of the first fetch is recorded in
-``<cache>/checksums.json`` and later verifications compare against that record.
+``<cache>/checksums.json`` and later verifications compare against that record; such a fetch is
+a console warning, since nothing vouches for those bytes.
+
+A cached file is verified again before it is parsed (``ensure_file`` -> ``check_cached``): against
+the registry's SHA-256 (or the first-fetch record), hashed once per file version -- the record
+keeps the size and mtime the hash belongs to, so an unchanged file is not hashed again. A file
+that fails (truncated, altered) is refused with one line naming ``gpdlm datasets fetch NAME
+--force``; its hash is never recorded, and the parsed tables of that dataset are deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 import tempfile
@@ -24,6 +32,8 @@ from pathlib import Path
 
 from ..exceptions import DataError
 from . import paths
+
+log = logging.getLogger("gpdlm.data")
 
 CHUNK = 1 << 20
 TIMEOUT_S = 30.0
@@ -103,13 +113,83 @@ def recorded_checksum(path: Path) -> str | None:
     return rec.get("first_fetch_sha256") if rec else None
 
 
-def _record(path: Path, digest: str) -> None:
+def _record(path: Path, digest: str, fetched: bool = False) -> None:
+    """Memoise a verified hash of ``path`` (with its size and mtime); ``fetched``: it was just
+    fetched, so it is also the new first-fetch record."""
     st = path.stat()
     db = _read_db()
     key = _db_key(path)
-    first = db.get(key, {}).get("first_fetch_sha256", digest)
+    first = digest if fetched else db.get(key, {}).get("first_fetch_sha256", digest)
     db[key] = {"sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "first_fetch_sha256": first}
     _write_db(db)
+
+
+def _forget(path: Path) -> None:
+    """Drop the memoised hash of ``path`` (it failed its check): keep only its first-fetch record."""
+    db = _read_db()
+    key = _db_key(path)
+    rec = db.get(key)
+    if rec and "sha256" in rec:
+        first = rec.get("first_fetch_sha256")
+        if first:
+            db[key] = {"first_fetch_sha256": first}
+        else:
+            del db[key]
+        _write_db(db)
+
+
+def invalidate_parsed(dataset: str) -> list[Path]:
+    """Delete the parsed tables of ``dataset`` (``<cache>/parsed/<dataset>-*.npz``): one may have been
+    built from a raw file that has since failed its check. Returns the files removed."""
+    gone = []
+    for p in (paths.cache_dir() / "parsed").glob(f"{dataset}-*.npz"):
+        try:
+            p.unlink()
+            gone.append(p)
+        except OSError:
+            pass
+    return gone
+
+
+def refetch_hint(dataset: str, spec: FileSpec) -> str:
+    if spec.url:
+        return f"run `gpdlm datasets fetch {dataset} --force` to fetch it again"
+    return f"replace it with the original file (see `gpdlm datasets info {dataset}`)"
+
+
+def check_cached(dataset: str, spec: FileSpec, path: Path | None = None) -> str:
+    """The SHA-256 of a cached raw file, verified before it is used: against the registry's hash,
+    else against the one recorded on its first fetch (a file with neither is recorded now, with a
+    warning). Hashed once per file version: a record whose size and mtime match the file and whose
+    hash is the expected one is trusted. A mismatch is a DataError naming the refetch command; the
+    failed hash is not recorded and the dataset's parsed tables are deleted."""
+    path = file_path(dataset, spec) if path is None else Path(path)
+    st = path.stat()
+    rec = _read_db().get(_db_key(path)) or {}
+    expected = (spec.sha256 or rec.get("first_fetch_sha256") or "").lower() or None
+    if (rec.get("sha256") and rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns
+            and (expected is None or rec["sha256"] == expected)):
+        return rec["sha256"]
+    digest = sha256_file(path)
+    if expected is not None and digest != expected:
+        _forget(path)
+        invalidate_parsed(dataset)
+        what = "its registry SHA-256" if spec.sha256 else "the SHA-256 recorded when it was first fetched"
+        raise DataError(
+            f"dataset '{dataset}': the cached file {path} ({st.st_size} bytes) does not match {what} "
+            f"(expected {expected[:12]}..., got {digest[:12]}...: truncated or altered); {refetch_hint(dataset, spec)}")
+    if expected is None:
+        warn_unchecked(dataset, spec, digest, str(path))
+    _record(path, digest)
+    return digest
+
+
+def warn_unchecked(dataset: str, spec: FileSpec, digest: str, origin: str) -> None:
+    """A console warning: a raw file that no registry checksum vouches for entered use."""
+    plain = ", fetched over plain http" if origin.startswith("http://") else ""
+    log.warning("dataset '%s': %s (from %s%s) has no SHA-256 in the registry; trusting it on first use and "
+                "recording sha256 %s (compare it with a published checksum if you can)",
+                dataset, spec.filename, origin, plain, digest)
 
 
 # ----- messages ------------------------------------------------------------------------------------
@@ -185,7 +265,9 @@ def store(dataset: str, spec: FileSpec, open_source, origin: str) -> Path:
                 f"sha256 {spec.sha256}, got {digest}; the file was refused and the cache left as it was"
             )
         os.replace(tmp, dest)
-        _record(dest, digest)
+        _record(dest, digest, fetched=True)
+        if not spec.sha256:
+            warn_unchecked(dataset, spec, digest, origin)
         ok = True
         return dest
     finally:
@@ -240,9 +322,11 @@ def download(dataset: str, spec: FileSpec, *, timeout: float = TIMEOUT_S, force:
 
 
 def ensure_file(dataset: str, spec: FileSpec) -> Path:
-    """The cached path of ``spec``, downloading it first if it is not there."""
+    """The cached path of ``spec``, downloading it first if it is not there; a cached file is
+    verified first (``check_cached``: once per file version)."""
     dest = file_path(dataset, spec)
     if dest.exists():
+        check_cached(dataset, spec, dest)
         return dest
     return download(dataset, spec)
 
