@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if name in HYDRA_SUBCOMMANDS:  # unknown config options: one line, not Hydra's page
         from .config_check import check_overrides
 
-        message = check_overrides(rest[1:] if name == "sweep" else rest)
+        message = check_overrides(rest[1:] if name == "sweep" else rest, command=name)
         if message:
             print(f"gpdlm: error: {message}", file=sys.stderr)
             return 2

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -220,6 +221,7 @@ def write_partial_results(output_dir, status: str, reason: str, iteration: int, 
 
 # ----- rejected commands --------------------------------------------------------------------------------
 HYDRA_FILES = (".hydra", "gpdlm.log")
+DATE_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}")  # outputs/<date>/<time>: conf/config.yaml's hydra.run.dir
 
 
 def discard_rejected_output(output_dir, message: str) -> bool:
@@ -238,10 +240,11 @@ def discard_rejected_output(output_dir, message: str) -> bool:
     _close_log_handlers(output_dir / "gpdlm.log")
     shutil.rmtree(output_dir, ignore_errors=True)
     parent = output_dir.parent
-    try:
-        parent.rmdir()  # only when empty: the date folder of the default layout
-    except OSError:
-        pass
+    if DATE_FOLDER.fullmatch(parent.name):  # the date folder of the default layout, never a user's folder
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            pass
     return not output_dir.exists()
 
 
