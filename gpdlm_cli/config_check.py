@@ -261,7 +261,8 @@ def check_value(key: str, default, value, model: str | None = None, ranges: bool
       the families' validators narrow the range further);
     * a key whose default is a float takes a finite number >= 0 (no float key of gpdlm is negative);
     * a list key takes a list; every number anywhere must be finite (no nan, no inf);
-    * null turns an option off only where its default is null (those keys' validators decide).
+    * null is left to the key's validator (it switches some options off, e.g. trainer.max_iters
+      when trainer.max_epochs is set).
 
     Keys whose default is a string or null take other types too (``threads: auto`` or an integer,
     ``trainer.lr: null`` or a float): their validators check them. ``ranges=False``: the type
@@ -275,8 +276,8 @@ def check_value(key: str, default, value, model: str | None = None, ranges: bool
 
     if _non_finite(value):
         return bad("a finite number (no nan or inf)" if isinstance(value, float) else "free of nan and inf")
-    if value is None:
-        return None if default is None or isinstance(default, str) else bad(_kind(default))
+    if value is None:  # null switches an option off where a key allows it (trainer.max_iters with max_epochs)
+        return None
     if isinstance(default, bool):
         return None if isinstance(value, bool) else bad("true or false")
     if isinstance(default, int):
@@ -290,16 +291,6 @@ def check_value(key: str, default, value, model: str | None = None, ranges: bool
     if isinstance(default, list) and not isinstance(value, list):
         return bad("a list, e.g. [1, 2]")
     return None
-
-
-def _kind(default) -> str:
-    if isinstance(default, bool):
-        return "true or false"
-    if isinstance(default, int):
-        return "an integer >= 0"
-    if isinstance(default, float):
-        return "a finite number >= 0"
-    return "a list" if isinstance(default, list) else "a value"
 
 
 def _non_finite(value) -> bool:

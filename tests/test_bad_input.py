@@ -147,3 +147,48 @@ def test_bad_value_is_one_line_and_leaves_nothing(command, groups, key, value, t
             f"hydra.run.dir={tmp_path}/run"]
     rc, lines = run_cli(argv, tmp_path, capsys)
     assert_rejected(rc, lines, tmp_path)
+
+
+# ----- the probe's cases that used to leave an outputs/ folder (finding 9), with the default run dir ----
+def _inf_csv(tmp_path) -> str:
+    rows = [f"{i},{(i * 7) % 5},{0.5 * i}" for i in range(40)]
+    rows[17] = "17,inf,8.5"
+    (tmp_path / "inf.csv").write_text("a,b,y\n" + "\n".join(rows) + "\n")
+    return f"dataset.path={tmp_path / 'inf.csv'}"
+
+
+PROBED = {  # id in the probe -> (overrides, the start of the one line)
+    "b03": (["trainer.lr=inf"], "the 'lr' parameter of trainer must be a finite number"),
+    "b11": (["seed=-1"], "the 'seed' parameter of gpdlm must be an integer in [0, 2^63)"),
+    "b19": (["seed=abc"], "the 'seed' parameter of gpdlm must be an integer"),
+    "c06": (["dataset=csv", "dataset.target=y", "{csv}"], "dataset 'csv' ("),
+    "t01": (["tracking.uri=http://127.0.0.1:1"], "the MLflow tracking server http://127.0.0.1:1 cannot be reached"),
+    "t02": (["tracking.uri=sqlite:////proc/gpdlm/mlflow.db"], "tracking.uri=sqlite:////proc/gpdlm/mlflow.db: the folder"),
+}
+
+
+@pytest.mark.parametrize("probe", sorted(PROBED))
+def test_the_probes_bad_inputs_leave_no_outputs_folder(probe, tmp_path, capsys):
+    """In the launch folder, as a user types them (the default outputs/<date>/<time> run folder;
+    f_e, a locked store, is in tests/commands/test_faults.py)."""
+    overrides, start = PROBED[probe]
+    overrides = [_inf_csv(tmp_path) if o == "{csv}" else o for o in overrides]
+    tracking = [] if any(o.startswith("tracking.uri") for o in overrides) else [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    rc, lines = run_cli(["train", *BUDGET, "threads=1", "progress=false", *overrides, *tracking], tmp_path, capsys)
+    assert_rejected(rc, lines, tmp_path)
+    assert lines[0].startswith("gpdlm: error: " + start), lines
+    if probe == "c06":
+        assert "column 'b' has the non-finite value inf in row 17" in lines[0]
+
+
+def test_a_non_finite_csv_cell_from_the_command_line(tmp_path):
+    """The one subprocess case: `gpdlm train dataset=csv ...` with an inf cell (43 lines before)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", "train", "dataset=csv", "dataset.target=y",
+                           _inf_csv(tmp_path), *BUDGET, "threads=1", "progress=false",
+                           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], cwd=tmp_path, capture_output=True, text=True)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert_rejected(proc.returncode, lines, tmp_path)
+    assert "column 'b' has the non-finite value inf in row 17 (1 such cell)" in lines[0]

@@ -167,10 +167,10 @@ def test_a_locked_store_is_waited_for_then_one_line_naming_the_holder(exclusive_
 
     uri, holder = exclusive_holder
     monkeypatch.setattr(tracker, "LOCK_WAIT_S", 1.0)
-    rc, lines = run_cli(["train", *TINY, f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run"], tmp_path, capsys)
+    rc, lines = run_cli(["train", *TINY, f"tracking.uri={uri}"], tmp_path, capsys)  # the default run folder
     assert rc == 1 and len(lines) == 1 and lines[0].startswith("gpdlm: error: the MLflow store "), lines
     assert f"is locked by another process (pid {holder.pid}: " in lines[0] and "for more than 1 s" in lines[0]
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "outputs").exists()  # the probe's f_e left one
     holder.kill()
     holder.wait()
     assert no_runs(uri)
