@@ -1,15 +1,22 @@
-"""Unknown config options as one line with the closest valid names, before Hydra runs anything.
+"""Bad overrides as one line, before Hydra runs anything (and so before it makes a run folder).
 
 Hydra answers ``model=nosuch`` or ``objective.betta=1`` with a 17-52 line message and exit code 1;
 gpdlm promises ``gpdlm: error: ...`` (one line, exit 2). ``check_overrides`` parses the command
 line's overrides with Hydra's own parser, checks every config-group choice (every value of a sweep
-``model=dlm,nosuch`` too) against the group's options, composes the first job's config with the
-compose API and turns an unknown key into the same kind of line:
+``model=dlm,nosuch`` too) against the group's options, composes the config of those choices (once
+per set of choices: ``composed``) and checks every value override against it:
+
+* an unknown key, with the closest names;
+* the config schema's type and range rules (``check_value``: the composed config is the schema, a
+  key's default gives its type; no nan/inf anywhere, no negative number), every value of a sweep;
+* for a single run, ``build.validate_config`` (the model family's exact ranges) on the config the
+  overrides give.
 
     gpdlm: error: unknown model 'dlmm'; did you mean 'dlm'? (choose from: dlm, dlm_fixed, ...)
     gpdlm: error: unknown config key 'objective.betta'; did you mean 'objective.beta'?
+    gpdlm: error: the 'lr' parameter of trainer must be a finite number (no nan or inf); got inf instead
 
-Anything else (a parse error, a type error) is left to Hydra and gpdlm's own validation.
+What needs the data (sizes, columns) is checked by the run itself, still before any training.
 """
 
 from __future__ import annotations
@@ -76,8 +83,9 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     """The one-line message for the first bad override in ``argv``, else None (also when the check
     itself cannot decide: Hydra and gpdlm's own validation report those cases). Bad: an unknown
     group option or config key; a value of the wrong type for its key (``check_value``, every
-    value of a sweep); a first job's config that ``build.validate_config`` rejects (and, for
-    ``command='bias'``, ``validate_bias``)."""
+    value of a sweep); a single run's config that ``build.validate_config`` rejects (and, for
+    ``command='bias'``, ``validate_bias``) -- not a multirun's, whose launcher must not import
+    torch: each job validates its own."""
     args = override_args(argv)
     if not args:
         return None
@@ -129,7 +137,8 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
         return _unknown_key(key, _flat_keys(known))
     except Exception:
         return None
-    return _check_values(base, values, later, command)
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    return _check_values(base, values, later, None if multirun else command)
 
 
 MISSING = "__gpdlm_missing__"
@@ -162,7 +171,7 @@ def _override_values(o) -> list:
     return list(getattr(sweep, "list", None) or [])
 
 
-def _check_values(base, values, later, command: str = "train") -> str | None:
+def _check_values(base, values, later, command: str | None = "train") -> str | None:
     from omegaconf import OmegaConf
 
     first, checked = [], []  # (key, value) of the first job; (key, default, value) of every job
@@ -186,10 +195,11 @@ def _check_values(base, values, later, command: str = "train") -> str | None:
         message = check_value(key, default, v, model=model, ranges=False)
         if message:
             return message
-    with _applied(base, first) as cfg:
-        message = _validate(cfg, command)  # the families' exact ranges
-    if message:
-        return message
+    if command is not None:  # a single run; a multirun's launcher never imports torch (its jobs validate)
+        with _applied(base, first) as cfg:
+            message = _validate(cfg, command)  # the families' exact ranges
+        if message:
+            return message
     for key, default, v in checked:  # the schema's range (>= 0) for keys no validator covers
         message = check_value(key, default, v, model=model)
         if message:

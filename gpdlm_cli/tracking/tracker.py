@@ -215,6 +215,8 @@ class RetryingClient:
         self._client, self._uri = client, uri
 
     def __getattr__(self, name):
+        if name.startswith("__") or name in ("_client", "_uri"):  # pickling (sweep callbacks travel to jobs)
+            raise AttributeError(name)
         attr = getattr(self._client, name)
         if not callable(attr):
             return attr

@@ -240,3 +240,14 @@ def test_the_server_check_bounds_mlflow_http_retries(monkeypatch):
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3" and os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
 
 
+
+
+def test_the_retrying_client_travels_to_sweep_jobs(tmp_path):
+    """The sweep callback (and its client) is pickled to joblib and submitit jobs."""
+    import pickle
+
+    from gpdlm_cli.tracking.tracker import RetryingClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = pickle.loads(pickle.dumps(RetryingClient(MlflowClient(uri), uri)))
+    assert client.search_experiments()[0].name == "Default"
