@@ -35,7 +35,12 @@ _is_number = is_number  # kept for callers of the old private name
 
 # ----- settings -------------------------------------------------------------------------------------
 def validate_config(cfg) -> None:
-    """Range checks on config values that need no data: the shared keys, then the model's family."""
+    """Range checks on config values that need no data: every number finite, the shared keys, then
+    the model's family."""
+    check_finite(cfg)
+    seed = cfg.seed
+    if not is_int(seed) or not 0 <= seed < 2**63:
+        raise param_error("seed", "gpdlm", "an integer in [0, 2^63)", seed)
     beta = cfg.objective.beta
     if not is_number(beta) or beta <= 0 or math.isinf(beta):
         raise param_error("beta", "objective", "a finite float in (0, inf)", beta)
@@ -46,6 +51,7 @@ def validate_config(cfg) -> None:
     for key in ("share_stages", "warm_start"):
         if not isinstance(s.get(key, False), bool):
             raise param_error(key, "sweep", "true or false", s.get(key))
+    validate_dataset_keys(cfg.dataset)
     _check_threads(cfg.get("threads", "auto"))
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise param_error("device", "gpdlm", "'auto', 'cpu' or 'cuda'", cfg.device)
@@ -55,12 +61,50 @@ def validate_config(cfg) -> None:
         raise ConfigError("device=cuda but no CUDA device is available; use device=auto or device=cpu")
 
 
+def check_finite(cfg) -> None:
+    """No config value may be NaN or infinite (a learning rate of inf trains NaNs and fails later
+    under another name): the first such key, as a one-line ConfigError."""
+    from omegaconf import OmegaConf
+
+    from .tracking import flatten
+
+    try:
+        values = flatten(OmegaConf.to_container(cfg, resolve=True))
+    except Exception:  # an interpolation only Hydra resolves: the keys' own checks apply
+        return
+    for key, v in values.items():
+        items = v if isinstance(v, list) else [v]
+        if key.startswith("hydra.") or not any(isinstance(x, float) and not math.isfinite(x) for x in items):
+            continue
+        owner, _, param = key.rpartition(".")
+        raise param_error(param, owner or "gpdlm", "a finite number (no nan or inf)", v)
+
+
+def validate_dataset_keys(d) -> None:
+    """The dataset keys every dataset has (``standardize_y``, ``missing``, ``split.*``), before any
+    data is read; a dataset's own options are checked by its loader."""
+    from .data.splits import check_split_values
+
+    if d.get("standardize_y") is not None and not isinstance(d.standardize_y, bool):
+        raise param_error("standardize_y", "dataset", "true, false or null (the task decides)", d.standardize_y)
+    if "missing" in d and d.missing not in ("drop", "error"):
+        raise param_error("missing", "dataset", "'drop' or 'error'", d.missing)
+    check_split_values(d.get("split") or {})
+
+
 def validate_trainer(t) -> None:
     """The ``trainer.*`` keys (see conf/trainer/paper.yaml and the README's trainer table)."""
+    from .methods.recurrent import ALGORITHMS
     from .training import OPTIMIZERS, SCHEDULES, STOP_RULES
 
-    if t.lr is not None and (not is_number(t.lr) or t.lr <= 0):
-        raise param_error("lr", "trainer", "a float in (0, inf) or null", t.lr)
+    if t.get("algorithm", "full") not in ALGORITHMS:  # read by the recurrent family; checked for every run
+        raise param_error("algorithm", "trainer", f"one of {', '.join(ALGORITHMS)}", t.algorithm)
+    tau = t.get("kernel_refresh_every")
+    if tau is not None and (not is_int(tau) or tau < 1):
+        raise param_error("kernel_refresh_every", "trainer", "an integer >= 1 or null (one epoch)", tau)
+
+    if t.lr is not None and (not is_number(t.lr) or t.lr <= 0 or math.isinf(t.lr)):
+        raise param_error("lr", "trainer", "a finite float > 0 or null", t.lr)
     if t.batch_size is not None and (not is_int(t.batch_size) or t.batch_size < 1):
         raise param_error("batch_size", "trainer", "an integer >= 1 or null (full batch)", t.batch_size)
     max_epochs = t.get("max_epochs")
@@ -100,6 +144,9 @@ def validate_trainer(t) -> None:
             "trainer.optimizer=lbfgs needs a deterministic full-batch objective; set trainer.batch_size=null "
             "or use adam, adadelta or sgd for minibatch training")
     scales = t.get("lr_scale") or {}
+    if not hasattr(scales, "items"):
+        raise param_error("lr_scale", "trainer", "a mapping of parameter groups to factors, e.g. {kernel: 0.1}, or null",
+                          scales)
     for name, v in scales.items():
         if not is_number(v) or v < 0 or math.isinf(v):
             raise param_error(f"lr_scale.{name}", "trainer", "a finite float >= 0", v)
@@ -339,6 +386,14 @@ def _check_method_settings(cfg, method: Method, task: str, lr_scale: dict, keep,
         available = [p + k for p in prefixes for k in names] + list(method.monitors)
         if keep not in available:
             raise param_error("keep_best", "trainer", f"a metric this run computes: one of {', '.join(available)}", keep)
+    objective = str(cfg.get("sweep", {}).get("objective", "auto"))
+    if objective.startswith(("val_", "test_")):  # a sweep job's objective; other names (statistics) are checked at its end
+        names = method.evaluation_metrics or PREDICTIVE_METRICS.get(task, ("nll",))
+        prefixes = ("test_",) if n_val == 0 else ("val_", "test_")
+        available = [p + k for p in prefixes for k in names] + list(method.monitors)
+        if objective not in available:
+            raise param_error("objective", "sweep", f"'auto' or a metric this run computes: one of {', '.join(available)}",
+                              objective)
 
 
 __all__ = [
@@ -351,6 +406,7 @@ __all__ = [
     "build_likelihood",
     "build_mean",
     "build_method",
+    "check_finite",
     "check_sizes",
     "configure_threads",
     "initial_inducing_points",
@@ -359,5 +415,6 @@ __all__ = [
     "resolve_dtype",
     "trainer_settings",
     "validate_config",
+    "validate_dataset_keys",
     "validate_trainer",
 ]

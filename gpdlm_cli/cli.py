@@ -6,6 +6,7 @@ subcommand imports what it needs. Hydra subcommands get the remaining argv as th
 
 from __future__ import annotations
 
+import os
 import sys
 
 SUBCOMMANDS = {
@@ -76,18 +77,31 @@ def main(argv: list[str] | None = None) -> int:
     if name in HYDRA_SUBCOMMANDS:  # unknown config options: one line, not Hydra's page
         from .config_check import check_overrides
 
-        message = check_overrides(rest[1:] if name == "sweep" else rest)
+        message = check_overrides(rest[1:] if name == "sweep" else rest, command=name)
         if message:
             print(f"gpdlm: error: {message}", file=sys.stderr)
             return 2
     fn = getattr(importlib.import_module(module), func)
     sys.argv = [f"gpdlm {name}"] + rest
+    hydra_full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a trimmed traceback: one line below
     try:
         result = fn()
     except KeyboardInterrupt as e:  # Ctrl-C, or Terminated (SIGTERM, SIGHUP)
         _abort_sweeps()
         print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
         return exit_code(e)
+    except Exception as e:
+        code = _one_line_error(e, hydra_full_error)
+        _abort_sweeps("FAILED", str(e))
+        if code is None:
+            raise
+        return code
+    finally:
+        if hydra_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = hydra_full_error
     if _sweep_failed():
         return 1
     return int(result or 0) if isinstance(result, int) else 0
@@ -167,10 +181,31 @@ def _sweep_failed() -> bool:
     return bool(sweep and any(o["status"] in ("failed", "killed") for o in sweep.OUTCOMES))
 
 
-def _abort_sweeps() -> None:
+def _one_line_error(e: Exception, hydra_full_error: str | None) -> int | None:
+    """Print an error that reached the top as ``gpdlm: error: ...`` and return the exit code: a
+    GpdlmError (its code; 2 = bad input), an error of the machine (``fault_message``: 1), a Hydra
+    or OmegaConf config error (2). None for anything else: a bug, whose traceback is kept (also
+    when the user asked for Hydra's with HYDRA_FULL_ERROR=1)."""
+    from .exceptions import GpdlmError, fault_message
+
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, GpdlmError):
+        print(f"gpdlm: error: {text}", file=sys.stderr)
+        return getattr(e, "exit_code", 2)
+    msg = fault_message(e)
+    if msg is not None:
+        print(f"gpdlm: error: {msg}", file=sys.stderr)
+        return 1
+    if hydra_full_error != "1" and type(e).__module__.startswith(("hydra", "omegaconf")):
+        print(f"gpdlm: error: {text}", file=sys.stderr)
+        return 2
+    return None
+
+
+def _abort_sweeps(status: str = "KILLED", reason: str | None = None) -> None:
     sweep = sys.modules.get("gpdlm_cli.tracking.sweep")
     if sweep:
-        sweep.abort_active_sweeps("KILLED")
+        sweep.abort_active_sweeps(status, reason)
 
 
 if __name__ == "__main__":

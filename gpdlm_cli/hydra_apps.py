@@ -22,9 +22,11 @@ EXIT_USER_ERROR = 2
 
 
 def report_error(e: BaseException) -> str:
+    from .exceptions import fault_message
+
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     if not isinstance(e, GpdlmError):
-        msg = f"{type(e).__name__}: {msg}"
+        msg = fault_message(e) or f"{type(e).__name__}: {msg}"
     print(f"gpdlm: error: {msg}", file=sys.stderr)
     return msg
 
@@ -72,11 +74,18 @@ def run_job(cfg: DictConfig, runner, run_name=None):
             return runner(cfg, hc.runtime.output_dir, overrides=overrides)
         except GpdlmError as e:
             discard_rejected_output(hc.runtime.output_dir, report_error(e))
-            sys.exit(EXIT_USER_ERROR)
+            sys.exit(getattr(e, "exit_code", EXIT_USER_ERROR))
         except KeyboardInterrupt as e:
             _log_killed(hc.runtime.output_dir, killed_reason(e))
             print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
             sys.exit(exit_code(e))
+        except Exception as e:  # a full disk, an unwritable folder, a failing store: one line, exit 1
+            from .exceptions import fault_message
+
+            if fault_message(e) is None:
+                raise  # a bug: Hydra shows where
+            discard_rejected_output(hc.runtime.output_dir, report_error(e))
+            sys.exit(1)
 
     from .tracking.sweep import job_objective, read_context, record_outcome
 
@@ -94,8 +103,10 @@ def run_job(cfg: DictConfig, runner, run_name=None):
         metrics = runner(cfg, hc.runtime.output_dir, overrides=overrides,
                          parent_run_id=context.get("parent_run_id"), skip_finished=cfg.sweep.skip_finished)
     except Exception as e:  # a job failure is reported, never raised into the sweep
+        from .exceptions import fault_message
+
         reason = report_error(e)
-        if not isinstance(e, GpdlmError):
+        if not isinstance(e, GpdlmError) and fault_message(e) is None:
             traceback.print_exc(file=sys.stderr)
         append_log(hc.runtime.output_dir, f"job failed: {reason}")
         record_outcome(sweep_dir, job, "failed", overrides, reason)

@@ -76,15 +76,30 @@ def test_joblib_sweep_gives_children_under_one_parent_and_resumes(tmp_path):
 
 
 def test_failing_job_does_not_stop_the_others(tmp_path):
+    """A job that fails on its data (a training size larger than the set) is reported and the
+    others go on; the parent run ends FAILED with a failure_reason that names the job and why."""
     db = tmp_path / "mlflow.db"
-    proc = gpdlm(["train", "-m", "objective.beta=0.5,-1,2", f"tracking.uri=sqlite:///{db}", "tracking.experiment=f", *TINY], tmp_path)
+    tiny = [a for a in TINY if not a.startswith("dataset.split.train_size")]
+    proc = gpdlm(["train", "-m", "dataset.split.train_size=80,5000,60", f"tracking.uri=sqlite:///{db}",
+                  "tracking.experiment=f", *tiny], tmp_path)
     assert proc.returncode == 1
     assert "2 finished, 0 skipped, 1 failed" in proc.stderr
-    assert "gpdlm: failed job 1 [objective.beta=-1" in proc.stderr and "'beta' parameter of objective" in proc.stderr
+    assert "gpdlm: failed job 1 [dataset.split.train_size=5000" in proc.stderr and "has only 690 rows" in proc.stderr
     parents, children = split_runs(runs(db, "f"))
     assert parents[0].info.status == "FAILED"
-    assert sorted(float(r.data.params["objective.beta"]) for r in children) == [0.5, 2.0]
+    reason = parents[0].data.tags["failure_reason"]
+    assert reason.startswith("1 of 3 jobs failed: job 1 [dataset.split.train_size=5000") and "has only 690 rows" in reason
+    assert sorted(int(r.data.params["dataset.split.train_size"]) for r in children) == [60, 80]
     assert all(r.info.status == "FINISHED" for r in children)
+
+
+def test_a_bad_value_in_a_sweep_is_rejected_before_any_job(tmp_path):
+    proc = gpdlm(["train", "-m", "objective.beta=0.5,-1,2", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *TINY],
+                 tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "gpdlm: error: the 'beta' parameter of objective must be a finite number >= 0; got -1 instead"]
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
 def test_submitit_local_launcher(tmp_path):

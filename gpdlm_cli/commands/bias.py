@@ -42,7 +42,7 @@ from ..metrics.bias import condition_statistics, coordinate_bias, gradient_stati
 from ..tracking import flatten
 from ..tracking.sweep import config_hash
 from ..training import train
-from .run_report import report_run
+from .run_report import report_run, write_atomic
 from .train import make_tracker, run_tags
 
 STOCHASTIC = ("bmc", "smooth_bmc", "ups")
@@ -206,7 +206,7 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
         return None
     tags = run_tags("bias", overrides=overrides, output_dir=output_dir, device=device,
                     fingerprint=splits.fingerprint, chash=chash, **{"gpdlm.bias_reference": reference_kind})
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    write_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg))
     L = getattr(estimator, "num_samples", None)
     run_name = cfg.tracking.get("run_name") or f"bias-{estimator.name}-L{L}-{cfg.dataset.name}-s{cfg.seed}"
 
@@ -295,7 +295,7 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
             "per_repetition": per_repetition,
             "per_coordinate": {**per_coordinate, "num_mean_params": M},
         }
-        (output_dir / "bias_stats.json").write_text(json.dumps(stats, indent=2, sort_keys=True))
+        write_atomic(output_dir / "bias_stats.json", json.dumps(stats, indent=2, sort_keys=True))
         title = f"{estimator.name}" + (f" L={L}" if L else "") + f", {likelihood.name} on {cfg.dataset.name}, R={R}"
         labels = {"": "reference: " + stats["reference"], bmc_suffix: f"reference: bMC, {L_ref} samples"}
         _plot_histograms(per_repetition, per_coordinate, M, list(refs), labels, output_dir / "bias_histograms.png", title)

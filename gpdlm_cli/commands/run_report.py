@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -160,13 +161,47 @@ def report_run(run_name: str, metrics: dict, output_dir, tracker) -> str:
     return line
 
 
+# ----- result files ---------------------------------------------------------------------------------------
+def write_atomic(path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temp file renamed over it: a full disk or a kill leaves
+    the old file or none, never half of one (the temp file is removed on failure)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def unsaved_message(output_dir, unsaved: dict, metrics: dict, run_id: str | None) -> str:
+    """One line for a run whose result files could not all be written: what was not saved and why,
+    and where the results are instead (the MLflow run, or the headline metrics themselves)."""
+    names = ", ".join(unsaved)
+    first = next(iter(unsaved.values()))
+    why = getattr(first, "strerror", None) or str(first)
+    disk = "disk full: " if getattr(first, "errno", None) == 28 else ""
+    where = (f"the final metrics are in MLflow run {run_id}" if run_id else
+             "tracking is off, so the results are only here: " + ", ".join(
+                 f"{k} {metrics[k]:.6g}" for k in HEADLINE if isinstance(metrics.get(k), (int, float))))
+    return f"{disk}could not write {names} to {_shown_path(output_dir)} ({why}); {where}"
+
+
 # ----- what an interrupted run leaves behind ------------------------------------------------------------
 def append_log(output_dir, message: str, level: str = "ERROR") -> Path:
     """Append one line to the run's ``gpdlm.log`` in Hydra's log format."""
     path = Path(output_dir) / "gpdlm.log"
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    with open(path, "a") as f:
-        f.write(f"[{stamp}][gpdlm][{level}] - {message}\n")
+    try:
+        with open(path, "a") as f:
+            f.write(f"[{stamp}][gpdlm][{level}] - {message}\n")
+    except OSError:  # a full disk or a vanished folder: the console has said it already
+        pass
     return path
 
 
@@ -201,10 +236,7 @@ def write_partial_results(output_dir, status: str, reason: str, iteration: int, 
                      if pts and k.startswith(("val_", "test_"))]
         record = {"status": status, "reason": reason, "iterations": int(iteration),
                   "evaluated_at": max(evaluated) if evaluated else None, **last}
-        path = output_dir / "metrics.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=True))
-        os.replace(tmp, path)
+        path = write_atomic(output_dir / "metrics.json", json.dumps(record, indent=2, sort_keys=True, allow_nan=True))
         written.append(path)
         if curve and (curve.get("loss") or any(curve.get("steps", {}).values())):
             from .train import _plot_learning_curve
@@ -220,6 +252,7 @@ def write_partial_results(output_dir, status: str, reason: str, iteration: int, 
 
 # ----- rejected commands --------------------------------------------------------------------------------
 HYDRA_FILES = (".hydra", "gpdlm.log")
+DATE_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}")  # outputs/<date>/<time>: conf/config.yaml's hydra.run.dir
 
 
 def discard_rejected_output(output_dir, message: str) -> bool:
@@ -238,10 +271,12 @@ def discard_rejected_output(output_dir, message: str) -> bool:
     _close_log_handlers(output_dir / "gpdlm.log")
     shutil.rmtree(output_dir, ignore_errors=True)
     parent = output_dir.parent
-    try:
-        parent.rmdir()  # only when empty: the date folder of the default layout
-    except OSError:
-        pass
+    if DATE_FOLDER.fullmatch(parent.name):  # the default layout's date folder and outputs/, never a user's folder
+        for folder in (parent, parent.parent) if parent.parent.name == "outputs" else (parent,):
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                break
     return not output_dir.exists()
 
 

@@ -340,7 +340,9 @@ def main(argv: list[str]) -> int:
         csv_rows.append(line)
         disp.append(show)
     R.write_csv(outdir / "selected.csv", header, csv_rows)
-    (outdir / "selected.md").write_text(R.markdown_table(header, disp))
+    from .run_report import write_atomic
+
+    write_atomic(outdir / "selected.md", R.markdown_table(header, disp))
     short = [[c[:8] if h.endswith("run_id") else c for h, c in zip(header, row)] for row in disp]
     R.print_table(f"{exp.name}: beta selected by validation ({len(selections)} rows from {len(records)} runs)",
                   header, short, numeric_from=len(keys))

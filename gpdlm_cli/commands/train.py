@@ -16,13 +16,15 @@ from pathlib import Path
 import torch
 
 from .. import build
+from ..exceptions import ResultsNotSaved
 from ..metrics import predictive_metrics
 from ..tracking import MlflowTracker, NullTracker, flatten, resolve_tracking_uri
 from ..tracking.liveness import process_tags
 from ..tracking.sweep import config_hash
 from ..training import run_stages
 from ..tracking.signals import killed_reason
-from .run_report import curve_info, dataset_input, last_evaluation, report_run, run_name_for, write_partial_results
+from .run_report import (curve_info, dataset_input, last_evaluation, report_run, run_name_for, unsaved_message,
+                         write_atomic, write_partial_results)
 
 
 def git_commit() -> str:
@@ -93,7 +95,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     extra_tags = {"gpdlm.resumed_from": str(resume_state.get("run_id"))} if resume_state is not None else {}
     tags = run_tags("train", overrides=overrides, output_dir=output_dir, device=device,
                     fingerprint=splits.fingerprint, chash=chash, **method.tags, **extra_tags)
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    write_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg))
     run_name = cfg.tracking.get("run_name") or run_name_for(cfg)
 
     with tracker.run(run_name=run_name, params=flatten(config), tags=tags, parent_run_id=parent_run_id):
@@ -161,22 +163,35 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
             metrics.update(method.estimator.statistics())
         if method.diagnostics is not None:
             metrics.update(method.diagnostics())
-        # 2. results to disk first, then to MLflow
-        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+        # 2. results to disk first (atomically), then to MLflow -- which gets the metrics even when
+        # the disk is full; a file not written ends the run with one line saying what was saved
+        unsaved = {}
+        try:
+            write_atomic(output_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True))
+        except OSError as e:
+            unsaved["metrics.json"] = e
         for k, v in metrics.items():  # the final evaluation closes the learning curves
             if k.startswith(("val_", "test_")) or k in method.monitors:
                 history["steps"].setdefault(k, []).append((fit.iterations, v))
         curve = output_dir / "learning_curve.png"
-        _plot_learning_curve(history, curve, title=run_name, info=info)
+        try:
+            _plot_learning_curve(history, curve, title=run_name, info=info)
+        except OSError as e:
+            unsaved["learning_curve.png"] = e
         tracker.log_metrics(metrics, step=fit.iterations)
         from ..run.saved_model import MODEL_FILE, save_model
 
-        save_model(output_dir / MODEL_FILE, cfg, method, splits, data.target_names or [])
+        try:
+            save_model(output_dir / MODEL_FILE, cfg, method, splits, data.target_names or [])
+        except OSError as e:
+            unsaved[MODEL_FILE] = e
         if checkpoint is not None:
             checkpoint.remove()  # finished: the saved model is the result
         for f in ("config.yaml", "metrics.json", "learning_curve.png", MODEL_FILE):
-            if (output_dir / f).exists():
+            if f not in unsaved and (output_dir / f).exists():
                 tracker.log_artifact(output_dir / f)
+        if unsaved:
+            raise ResultsNotSaved(unsaved_message(output_dir, unsaved, metrics, tracker.run_id))
     report_run(run_name, metrics, output_dir, tracker)
     return metrics
 
@@ -252,5 +267,10 @@ def _plot_learning_curve(history, path: Path, title: str, info: dict | None = No
     if axes[1].lines:
         axes[1].legend()
     fig.subplots_adjust(left=0.13, right=0.97, top=0.89, bottom=0.08, hspace=0.08)  # fixed: tight_layout costs ~0.1 s a run
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp-{os.getpid()}")  # atomic: never half a png
+    try:
+        fig.savefig(tmp, dpi=100, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)

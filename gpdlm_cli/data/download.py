@@ -10,7 +10,8 @@ nothing could be downloaded when the entry was written) the hash of the first fe
 a console warning, since nothing vouches for those bytes.
 
 A cached file is verified again before it is parsed (``ensure_file`` -> ``check_cached``): against
-the registry's SHA-256 (or the first-fetch record), hashed once per file version -- the record
+the registry's SHA-256 (a file without one: a warning when it differs from its first-fetch
+record), hashed once per file version -- the record
 keeps the size and mtime the hash belongs to, so an unchanged file is not hashed again. A file
 that fails (truncated, altered) is refused with one line naming ``gpdlm datasets fetch NAME
 --force``; its hash is never recorded, and the parsed tables of that dataset are deleted.
@@ -127,11 +128,14 @@ def _record(path: Path, digest: str, fetched: bool = False) -> None:
 def _forget(path: Path) -> None:
     """Drop the memoised hash of ``path`` (it failed its check): keep only its first-fetch record."""
     db = _read_db()
-    rec = db.get(_db_key(path))
+    key = _db_key(path)
+    rec = db.get(key)
     if rec and "sha256" in rec:
-        db[_db_key(path)] = {k: v for k, v in rec.items() if k == "first_fetch_sha256"}
-        if not db[_db_key(path)]:
-            del db[_db_key(path)]
+        first = rec.get("first_fetch_sha256")
+        if first:
+            db[key] = {"first_fetch_sha256": first}
+        else:
+            del db[key]
         _write_db(db)
 
 
@@ -155,15 +159,16 @@ def refetch_hint(dataset: str, spec: FileSpec) -> str:
 
 
 def check_cached(dataset: str, spec: FileSpec, path: Path | None = None) -> str:
-    """The SHA-256 of a cached raw file, verified before it is used: against the registry's hash,
-    else against the one recorded on its first fetch (a file with neither is recorded now, with a
-    warning). Hashed once per file version: a record whose size and mtime match the file and whose
-    hash is the expected one is trusted. A mismatch is a DataError naming the refetch command; the
-    failed hash is not recorded and the dataset's parsed tables are deleted."""
+    """The SHA-256 of a cached raw file, verified before it is used against the registry's hash.
+    Hashed once per file version: a record whose size and mtime match the file and whose hash is
+    the expected one is trusted. A mismatch is a DataError naming the refetch command; the failed
+    hash is not recorded and the dataset's parsed tables are deleted. A file the registry has no
+    hash for is trusted with a console warning when it is first seen, and again when it differs
+    from the first-fetch record (a manual replacement: it becomes the new record)."""
     path = file_path(dataset, spec) if path is None else Path(path)
     st = path.stat()
     rec = _read_db().get(_db_key(path)) or {}
-    expected = (spec.sha256 or rec.get("first_fetch_sha256") or "").lower() or None
+    expected = (spec.sha256 or "").lower() or None
     if (rec.get("sha256") and rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns
             and (expected is None or rec["sha256"] == expected)):
         return rec["sha256"]
@@ -171,13 +176,17 @@ def check_cached(dataset: str, spec: FileSpec, path: Path | None = None) -> str:
     if expected is not None and digest != expected:
         _forget(path)
         invalidate_parsed(dataset)
-        what = "its registry SHA-256" if spec.sha256 else "the SHA-256 recorded when it was first fetched"
         raise DataError(
-            f"dataset '{dataset}': the cached file {path} ({st.st_size} bytes) does not match {what} "
+            f"dataset '{dataset}': the cached file {path} ({st.st_size} bytes) does not match its registry SHA-256 "
             f"(expected {expected[:12]}..., got {digest[:12]}...: truncated or altered); {refetch_hint(dataset, spec)}")
-    if expected is None:
+    first = rec.get("first_fetch_sha256")
+    if expected is None and first is None:
         warn_unchecked(dataset, spec, digest, str(path))
-    _record(path, digest)
+    elif expected is None and digest != first:  # no registry hash: a replaced file is used, loudly
+        log.warning("dataset '%s': %s changed since it was first fetched (recorded sha256 %s, now %s) and the "
+                    "registry has no checksum to tell which is right; using the new file", dataset, path,
+                    first[:12], digest[:12])
+    _record(path, digest, fetched=expected is None and digest != first)
     return digest
 
 

@@ -271,6 +271,7 @@ def load_table(name: str, *, use_cache: bool = True, **options) -> Table:
     path = table_cache.parsed_path(name, key)
     table = table_cache.load_cached_table(path)
     if table is not None:
+        _warn_dropped_again(table)
         return table
     t0 = time.perf_counter()
     table = info.loader(**options)
@@ -280,6 +281,18 @@ def load_table(name: str, *, use_cache: bool = True, **options) -> Table:
     except OSError as e:  # a read-only cache is not fatal
         log.warning("could not write the parsed-table cache %s: %s", path, e)
     return table
+
+
+def _warn_dropped_again(table: Table) -> None:
+    """A table from the parsed cache says again what its first parse said about dropped rows."""
+    import re
+
+    from .table import warn_dropped
+
+    for note in table.notes:
+        m = re.fullmatch(r"dropped (\d+) of (\d+) rows with missing values", note)
+        if m:
+            warn_dropped(f"dataset '{table.name}'", int(m[1]), int(m[2]))
 
 
 def with_files(info: DatasetInfo, files: tuple) -> DatasetInfo:

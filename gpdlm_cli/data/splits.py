@@ -124,6 +124,19 @@ def make_splits(
     return _finish(table, train_idx, val_idx, test_idx, notes, standardize_x=standardize_x, standardize_y=standardize_y)
 
 
+def check_split_values(split) -> None:
+    """Type and range checks of ``dataset.split`` that need no data (make_splits repeats them)."""
+    for nm in ("val_fraction", "test_fraction"):
+        v = split.get(nm, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise param_error(nm, "dataset.split", "a float in [0, 1)", v)
+    for nm in ("train_size", "test_size"):
+        v = split.get(nm)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
+            raise param_error(nm, "dataset.split", "a non-negative integer or null", v)
+    check_mask_value(split.get("mask"), split.get("mask_val_fraction", 0.0))
+
+
 def check_mask_value(mask, mask_val_fraction=0.0, n_masks: int = N_MASKS) -> None:
     """Range checks of ``dataset.split.mask`` / ``mask_val_fraction`` (need no data)."""
     if mask is not None and (isinstance(mask, bool) or not isinstance(mask, (int, np.integer))
@@ -168,7 +181,10 @@ def first_train_rows(train_idx: np.ndarray, train_size, dataset: str, what: str)
     few of when ``train_size`` is < 2 or above ``train_idx.size``."""
     if train_size is None:
         return train_idx
-    if train_size < 2 or train_size > train_idx.size:
+    if train_size < 2:
+        raise DataError(f"dataset.split.train_size={train_size}: a training set needs at least 2 rows "
+                        f"(null = all {train_idx.size} {what})")
+    if train_size > train_idx.size:
         raise DataError(f"dataset.split.train_size={train_size} but dataset '{dataset}' has only "
                         f"{train_idx.size} {what}")
     return train_idx[: int(train_size)]

@@ -58,6 +58,31 @@ def _raise_stray_cells(where: str, column: pd.Series, name: str, remedy: str | N
                         f"{stray.index[0]} ({len(stray)} such cell{'s' if len(stray) > 1 else ''}); {hint}")
 
 
+def _raise_non_finite(where: str, df: pd.DataFrame, columns: list) -> None:
+    """An inf or -inf cell in a numeric column: name its column and row (pandas reads "inf" as a
+    number; NaN cells are missing values, handled by ``missing``)."""
+    for col in columns:
+        values = df[col]
+        if not pd.api.types.is_float_dtype(values):
+            continue
+        bad = np.isinf(values.to_numpy(dtype=np.float64))
+        if bad.any():
+            n = int(bad.sum())
+            raise DataError(f"{where}: column '{col}' has the non-finite value {float(values[bad].iloc[0]):g} in row "
+                            f"{values.index[bad][0]} ({n} such cell{'s' if n > 1 else ''}); fix the data (leave a "
+                            f"missing value empty: dataset.missing=drop drops its row)")
+
+
+DROP_WARN_FRACTION = 0.5  # dropping more than this share of the rows is a console warning
+
+
+def warn_dropped(where: str, n_dropped: int, n_rows: int) -> None:
+    """Rows dropped for missing values: an INFO line in the log, a console warning when more than
+    half of the rows go."""
+    level = logging.WARNING if n_dropped > DROP_WARN_FRACTION * n_rows else logging.INFO
+    log.log(level, "%s: dropped %d of %d rows with missing values (dataset.missing=drop)", where, n_dropped, n_rows)
+
+
 def table_from_frame(
     df: pd.DataFrame,
     *,
@@ -105,10 +130,13 @@ def table_from_frame(
             test_mask = np.asarray(test_mask, dtype=bool)[~bad]
         if test_masks is not None:
             test_masks = np.asarray(test_masks, dtype=bool)[~bad]
-        notes.append(f"dropped {n_bad} rows with missing values")
-        log.info("%s: dropped %d of %d rows with missing values", where, n_bad, len(bad))
+        notes.append(f"dropped {n_bad} of {len(bad)} rows with missing values")
+        warn_dropped(where, n_bad, len(bad))
     if df.shape[0] == 0:
         raise DataError(f"{where} is empty after dropping rows with missing values")
+    if df.shape[0] == 1:
+        after = f" (after dropping {n_bad} with missing values)" if n_bad else ""
+        raise DataError(f"{where} has only 1 row{after}; a model needs at least 2 rows to learn from")
     for col in features:
         if col not in categorical and not pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):
             _raise_stray_cells(where, df[col], col, "categorical")
@@ -116,6 +144,7 @@ def table_from_frame(
                 f"{where}: column '{col}' is not numeric and not declared categorical "
                 f"(add it to the dataset's categorical list)"
             )
+    _raise_non_finite(where, df, [c for c in features if c not in categorical] + [target])
     cats = [c for c in features if c in categorical]
     X = pd.get_dummies(df[features], columns=cats, drop_first=True, dtype=float) if cats else df[features].astype(float)
     y = pd.to_numeric(df[target], errors="coerce")
@@ -124,7 +153,7 @@ def table_from_frame(
         raise DataError(f"{where}: target column '{target}' is not numeric")
     y = y.to_numpy(dtype=np.float64)
     if task in ("regression", "count") and np.ptp(y) == 0:
-        raise DataError(f"{where}: target '{target}' is constant ({y[0]!r}); nothing to learn")
+        raise DataError(f"{where}: target '{target}' is constant ({float(y[0]):g} in all {y.size} rows); nothing to learn")
     if task == "classification":
         labels = np.unique(y)
         if not np.all(np.isin(labels, (0.0, 1.0))):

@@ -244,7 +244,8 @@ def _airline_inputs(info, path=None, planes_path=None, **_):
 def _user_file(info: DatasetInfo, path, what: str) -> Path:
     p = Path(str(path)).expanduser()
     if not p.is_file():
-        raise DataError(f"dataset '{info.name}': {what} {p} does not exist")
+        raise DataError(f"dataset '{info.name}': {what} {p} " + ("is a directory, not a file" if p.is_dir()
+                                                                  else "does not exist"))
     return p
 
 
@@ -345,6 +346,7 @@ def load_user_csv(info, path: str | None = None, target: str | None = None, task
     if not p.is_file():
         spec = info.files[0] if info.files else FileSpec(p.name)
         raise DataError(offline_message(info.name, spec, p, "the data are not public") if not path
+                        else f"dataset '{info.name}': dataset.path={p} is a directory, not a file" if p.is_dir()
                         else f"dataset '{info.name}': file {p} does not exist")
     task = task or info.task
     if task not in ("regression", "classification", "count", "sequence"):

@@ -134,7 +134,9 @@ def record_outcome(sweep_dir, job_num: int, status: str, overrides: list[str], r
     """A job's outcome as a file (jobs may run in other processes or on other machines)."""
     d = Path(sweep_dir) / "outcomes"
     d.mkdir(parents=True, exist_ok=True)
-    (d / f"{job_num}.json").write_text(json.dumps(
+    from ..commands.run_report import write_atomic
+
+    write_atomic(d / f"{job_num}.json", json.dumps(
         {"job": job_num, "status": status, "overrides": overrides, "reason": reason}))
 
 
@@ -160,11 +162,14 @@ class SweepCallback(Callback):
         if config.tracking.enabled:
             from mlflow.tracking import MlflowClient
 
-            from .tracker import ensure_experiment, resolve_tracking_uri
+            from .tracker import (RetryingClient, check_store, ensure_experiment, locked_retry, resolve_tracking_uri,
+                                  store_lock)
 
             uri = resolve_tracking_uri(config.tracking.uri)
-            self.client = MlflowClient(tracking_uri=uri)
-            exp_id = ensure_experiment(self.client, config.tracking.experiment, uri)
+            check_store(uri)
+            with store_lock(uri):  # the schema is created or migrated when the client opens the store
+                self.client = RetryingClient(locked_retry(lambda: MlflowClient(tracking_uri=uri), uri), uri)
+                exp_id = ensure_experiment(self.client, config.tracking.experiment, uri)
             overrides = " ".join(config.hydra.overrides.task)
             kind = "study" if sweeper == "optuna" else "sweep"
             run = self.client.create_run(exp_id, run_name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}", tags={
@@ -175,7 +180,9 @@ class SweepCallback(Callback):
             self.parent_run_id = run.info.run_id
             context.update(parent_run_id=self.parent_run_id, uri=uri, experiment=str(config.tracking.experiment))
             _ACTIVE.append(self)
-        (sweep_dir / SWEEP_FILE).write_text(json.dumps(context))
+        from ..commands.run_report import write_atomic
+
+        write_atomic(sweep_dir / SWEEP_FILE, json.dumps(context))
         _announce(config)
         warm_data_cache(config)
 
@@ -186,7 +193,7 @@ class SweepCallback(Callback):
         OUTCOMES.extend(outcomes)
         best = _optuna_best(config.hydra.sweep.dir)
         status = "FAILED" if counts["failed"] else "KILLED" if counts["killed"] else "FINISHED"
-        self.end(status, counts, best)
+        self.end(status, counts, best, failure_reason(outcomes))
         killed = f", {counts['killed']} killed" if counts["killed"] else ""
         print(f"gpdlm: sweep done: {counts['finished']} finished, {counts['skipped']} skipped, "
               f"{counts['failed']} failed{killed}  ({config.hydra.sweep.dir})", file=sys.stderr)
@@ -197,10 +204,12 @@ class SweepCallback(Callback):
         for o in failed:
             print(f"gpdlm: {o['status']} job {o['job']} [{' '.join(o['overrides'])}]: {o['reason']}", file=sys.stderr)
 
-    def end(self, status: str, counts: dict | None = None, best: dict | None = None) -> None:
+    def end(self, status: str, counts: dict | None = None, best: dict | None = None, reason: str | None = None) -> None:
+        """End the parent run with ``status``; a FAILED or KILLED parent carries ``failure_reason``
+        (which jobs failed and why), like every gpdlm run that did not finish."""
         if self.client is None or self.parent_run_id is None:
             return
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric, Param, RunTag
 
         ts = int(time.time() * 1000)
         metrics = [Metric(f"jobs_{k}", v, ts, 0) for k, v in (counts or {}).items()]
@@ -208,8 +217,9 @@ class SweepCallback(Callback):
         if best:
             metrics.append(Metric("best_value", float(best["best_value"]), ts, 0))
             params = [Param(f"best.{k}", str(v)) for k, v in best["best_params"].items()]
-        if metrics or params:
-            self.client.log_batch(self.parent_run_id, metrics=metrics, params=params)
+        tags = [RunTag("failure_reason", (reason or "stopped")[:5000])] if status != "FINISHED" else []
+        if metrics or params or tags:
+            self.client.log_batch(self.parent_run_id, metrics=metrics, params=params, tags=tags)
         self.client.set_terminated(self.parent_run_id, status)
         self.parent_run_id = None
         if self in _ACTIVE:
@@ -245,7 +255,21 @@ def _optuna_best(sweep_dir) -> dict | None:
     return {"best_value": res["best_value"], "best_params": res.get("best_params") or {}}
 
 
-def abort_active_sweeps(status: str = "KILLED") -> None:
-    """End parent runs still open (Ctrl-C during a sweep), so none is left RUNNING."""
+def failure_reason(outcomes: list[dict]) -> str | None:
+    """``3 of 4 jobs failed: job 1 [seed=-1]: <reason>; ...`` (None when every job finished)."""
+    bad = [o for o in outcomes if o["status"] in ("failed", "killed")]
+    if not bad:
+        return None
+    failed = sum(o["status"] == "failed" for o in bad)
+    head = f"{failed} of {len(outcomes)} jobs failed" if failed else f"{len(bad)} of {len(outcomes)} jobs killed"
+    return head + ": " + "; ".join(f"job {o['job']} [{' '.join(o['overrides'])}]: {o['reason']}" for o in bad)
+
+
+def abort_active_sweeps(status: str = "KILLED", reason: str | None = None) -> None:
+    """End parent runs still open (Ctrl-C during a sweep, an error in the launching process), so
+    none is left RUNNING."""
     for cb in list(_ACTIVE):
-        cb.end(status)
+        try:
+            cb.end(status, reason=reason or ("interrupted" if status == "KILLED" else None))
+        except Exception:  # the store itself may be what failed
+            pass

@@ -18,6 +18,11 @@ from typing import Any, Iterator
 from .signals import deferred_signals, killed_reason
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+LOCK_WAIT_S = 60.0  # how long a call waits for a SQLite store another process holds locked
+SERVER_CHECK_TIMEOUT_S = 5.0  # the reachability check of a tracking server before a run
+# bounded HTTP retries (MLflow's defaults: 7 retries with doubling back-off, minutes of silence)
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
 
 def default_tracking_uri(base_dir: str | os.PathLike | None = None) -> str:
@@ -98,7 +103,12 @@ class NullTracker:
 
 
 class MlflowTracker(NullTracker):
-    """One MLflow run per ``run()`` block, logged with batched calls."""
+    """One MLflow run per ``run()`` block, logged with batched calls.
+
+    Before anything else the store is checked (``check_store``: a SQLite file's folder exists and
+    is writable, a server answers) and opened under a file lock (``store_lock``: parallel first
+    runs never race to create the schema). Every call that finds a SQLite store locked by another
+    process waits and retries for up to ``LOCK_WAIT_S`` (``locked_retry``)."""
 
     def __init__(self, uri: str, experiment: str, system_metrics: float | None = None):
         """``system_metrics``: sample CPU, memory, disk, network (and GPU where pynvml sees one) every
@@ -111,9 +121,11 @@ class MlflowTracker(NullTracker):
         self.uri = uri
         self.experiment_name = experiment
         quiet_mlflow()
+        check_store(uri)
         mlflow.set_tracking_uri(uri)
-        self.client = MlflowClient(tracking_uri=uri)
-        self.experiment_id = ensure_experiment(self.client, experiment, uri)
+        with store_lock(uri):  # MLflow creates or migrates the schema when the client opens the store
+            self.client = RetryingClient(locked_retry(lambda: MlflowClient(tracking_uri=uri), uri), uri)
+            self.experiment_id = ensure_experiment(self.client, experiment, uri)
 
     @contextlib.contextmanager
     def run(self, run_name=None, params=None, tags=None, parent_run_id=None):
@@ -216,6 +228,153 @@ class MlflowTracker(NullTracker):
             [self.experiment_id], filter_string=f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'",
             max_results=1)
         return len(runs) > 0
+
+
+class RetryingClient:
+    """An ``MlflowClient`` whose calls wait for a SQLite store locked by another process
+    (``locked_retry``) instead of failing after SQLite's 5 s."""
+
+    def __init__(self, client, uri: str):
+        self._client, self._uri = client, uri
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_client", "_uri"):  # pickling (sweep callbacks travel to jobs)
+            raise AttributeError(name)
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            return locked_retry(lambda: attr(*args, **kwargs), self._uri)
+
+        return call
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for other stores)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///"):].split("?", 1)[0])
+
+
+@contextlib.contextmanager
+def store_lock(uri: str):
+    """An exclusive lock (``flock`` on ``.<db>.lock`` beside a SQLite store) held while the store
+    is created or migrated and the experiment looked up: two runs started together (two terminals,
+    a Slurm array, joblib) would otherwise race in MLflow's schema migration. A no-op for servers
+    and where ``fcntl`` is missing."""
+    path = sqlite_path(uri)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        fcntl = None
+    if path is None or fcntl is None or not path.parent.is_dir():
+        yield
+        return
+    fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def is_locked_error(e: BaseException) -> bool:
+    return "database is locked" in str(e)
+
+
+def lock_holders(path: Path) -> list[str]:
+    """``pid N (command)`` of every other process that has ``path`` open (Linux ``/proc``; empty
+    where that cannot be read)."""
+    target = str(Path(path).resolve())
+    out = []
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit() and int(d) != os.getpid()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmd = " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())
+                    out.append(f"pid {pid}: {cmd[:60]}" if cmd else f"pid {pid}")
+                    break
+            except OSError:
+                continue
+    return out
+
+
+def locked_retry(fn, uri: str, wait_s: float | None = None):
+    """``fn()``, retried while a SQLite store is locked by another process (each try already waits
+    SQLite's busy timeout, 5 s), for up to ``LOCK_WAIT_S`` in all; then a TrackingError naming the
+    processes that hold the file. The wait is said once on the console."""
+    import sys
+
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            return fn()
+        except Exception as e:
+            path = sqlite_path(uri)
+            if path is None or not is_locked_error(e):
+                raise
+            if time.monotonic() >= deadline:
+                from ..exceptions import TrackingError
+
+                holders = lock_holders(path)
+                who = f" ({'; '.join(holders)})" if holders else ""
+                raise TrackingError(
+                    f"the MLflow store {path} is locked by another process{who} for more than {wait_s:.0f} s; "
+                    f"run again when it is done, or use another store (tracking.uri=other.db)") from None
+            if not told:
+                print(f"gpdlm: the MLflow store {path} is locked by another process; waiting up to {wait_s:.0f} s",
+                      file=sys.stderr, flush=True)
+                told = True
+            time.sleep(0.5)
+
+
+def check_store(uri: str) -> None:
+    """Before a run: a SQLite store's folder must exist and be writable (MLflow's own error is a
+    60-line traceback); a tracking server must answer within ``SERVER_CHECK_TIMEOUT_S`` (MLflow
+    would retry for minutes, silently). HTTP retries during the run are bounded (``HTTP_DEFAULTS``,
+    unless set in the environment)."""
+    from ..exceptions import ConfigError, TrackingError
+
+    path = sqlite_path(uri)
+    if path is not None:
+        folder = path.parent
+        if not folder.is_dir():
+            raise ConfigError(f"tracking.uri={uri}: the folder {folder} does not exist; create it, or choose "
+                              f"another store (tracking.uri=mlflow.db is one in the launch folder)")
+        if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise ConfigError(f"tracking.uri={uri}: {path if path.exists() else folder} is not writable; "
+                              f"choose a store in a folder you can write (tracking.uri=mlflow.db)")
+        return
+    if uri.startswith(("http://", "https://")):
+        import urllib.error
+        import urllib.request
+
+        for k, v in HTTP_DEFAULTS.items():
+            os.environ.setdefault(k, v)
+        try:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=SERVER_CHECK_TIMEOUT_S).close()
+        except urllib.error.HTTPError:
+            pass  # it answered: reachable (a proxy or an older server without /health)
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", None) or e
+            raise TrackingError(
+                f"the MLflow tracking server {uri} cannot be reached ({reason}); start it (`mlflow server`), "
+                f"or track locally (tracking.uri=mlflow.db) or not at all (tracking.enabled=false)") from None
 
 
 def quiet_mlflow() -> None:

@@ -158,7 +158,11 @@ def test_rejected_output_folder_is_removed_unless_it_holds_more(tmp_path):
     (run / ".hydra" / "config.yaml").write_text("a: 1")
     (run / "gpdlm.log").write_text("")
     assert RR.discard_rejected_output(run, "bad beta")
-    assert list((tmp_path / "outputs").iterdir()) == []  # the date folder went too
+    assert not (tmp_path / "outputs").exists()  # the date folder and the then empty outputs/ went too
+    mine = tmp_path / "my_runs" / "run1"  # hydra.run.dir=my_runs/run1: the user's empty folder stays
+    (mine / ".hydra").mkdir(parents=True)
+    assert RR.discard_rejected_output(mine, "bad beta")
+    assert (tmp_path / "my_runs").is_dir() and not mine.exists()
     kept = tmp_path / "mine"
     (kept / ".hydra").mkdir(parents=True)
     (kept / "notes.txt").write_text("x")

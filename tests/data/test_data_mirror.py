@@ -34,6 +34,11 @@ def tree(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 
 
+UCI_DATASETS_BLOBS = {  # data files of treforevans/uci_datasets not in the mirror, hashed from its git blobs
+    f"https://raw.githubusercontent.com/treforevans/uci_datasets/master/uci_datasets/{s}/data.csv.gz"
+    for s in ("energy", "housing", "wine", "yacht")}
+
+
 def test_registry_records_exactly_the_mirrors_checksums(mirror_root, mirror_sums):
     """Every file of SHA256SUMS is in the registry with that SHA-256 (and matches the mirror's bytes);
     every registry file outside the mirror still has none."""
@@ -45,8 +50,8 @@ def test_registry_records_exactly_the_mirrors_checksums(mirror_root, mirror_sums
             if f.url in expected:
                 assert f.sha256 == expected[f.url], (info.name, f.filename)
                 seen[f.url] = f.sha256
-            else:
-                assert f.sha256 is None, (info.name, f.filename, f.url)
+            else:  # outside the mirror: none, or hashed from the uci_datasets git blobs (issue 26)
+                assert f.sha256 is None or f.url in UCI_DATASETS_BLOBS, (info.name, f.filename, f.url)
     assert set(seen) == set(expected)
     for url, digest in expected.items():
         assert sha(mirror_root / url.removeprefix("https://")) == digest, url

@@ -121,7 +121,7 @@ def test_missing_values_drop_with_count_or_fail(caplog):
     df = frame(a=[1.0, np.nan, 3.0, 4.0], y=[1.0, 2.0, np.nan, 4.0])
     with caplog.at_level("INFO", logger="gpdlm.data"):
         t = table_from_frame(df, name="m", task="regression", target="y", missing="drop")
-    assert t.n == 2 and t.notes == ["dropped 2 rows with missing values"]
+    assert t.n == 2 and t.notes == ["dropped 2 of 4 rows with missing values"]
     assert "dropped 2 of 4 rows" in caplog.text
     with pytest.raises(DataError) as e:
         table_from_frame(df, name="m", task="regression", target="y", missing="error")

@@ -1,0 +1,194 @@
+"""The bad-input table, generated from the config schema (issue 26, findings 4 and 9).
+
+Every leaf key of the composed config -- the default config and every option of every config
+group that adds keys -- is given values of the wrong type and out of range, chosen by the type of
+its default (the schema: ``config_check.check_value``):
+
+* true/false keys: ``abc``, ``2``;
+* integer keys: ``abc``, ``1.5``, ``-1`` (no integer key is negative);
+* float keys: ``abc``, ``nan``, ``inf``, ``-1`` (no float key is negative or non-finite);
+* list keys: ``abc``; keys whose default is null: ``inf``, and ``abc`` where a string is no value;
+* string keys that name a choice: ``nosuch``; keys that name a metric: ``val_nosuch``.
+
+Each case runs ``gpdlm train`` in-process (``cli.main``, stderr captured, SystemExit caught) and
+must end with exactly one ``gpdlm: error:`` line, a non-zero exit, no run folder and no MLflow run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from gpdlm_cli import cli
+from gpdlm_cli.config_check import composed
+from gpdlm_cli.tracking import flatten
+
+CONF = Path(cli.__file__).resolve().parent / "conf"
+GROUPS = ("model", "kernel", "likelihood", "estimator", "features", "dataset", "trainer", "tracking")
+SKIP_PREFIXES = ("hydra",)
+# keys whose values are free text or names looked up elsewhere: any string is a value
+FREE_TEXT = {"tracking.experiment", "tracking.run_name", "tracking.uri", "dataset.path", "dataset.target",
+             "dataset.sep", "dataset.planes_path"}
+
+
+# keys that name one of the run's metrics (checked against those the run computes, before training)
+METRIC_NAMES = {"trainer.keep_best", "sweep.objective"}
+# every case runs with a small budget: a value no validator catches trains for seconds, not minutes
+BUDGET = ["trainer.max_iters=2"]
+
+
+def _leaves(cfg) -> dict:
+    return flatten(OmegaConf.to_container(cfg, resolve=True))
+
+
+def _option_keys(group: str, option: str) -> set[str]:
+    raw = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"))
+    raw.pop("defaults", None)
+    return {f"{group}.{k}" for k in flatten(raw)}
+
+
+def schema() -> dict[str, tuple[tuple[str, ...], object]]:
+    """{key: (group overrides that bring the key in, its default)}: the default config's keys, then
+    those of every group option that adds any (composed only for those options)."""
+    keys = {k: ((), v) for k, v in _leaves(composed(())).items()}
+    for group in GROUPS:
+        for f in sorted((CONF / group).glob("*.yaml")):
+            if _option_keys(group, f.stem) <= set(keys):
+                continue
+            choice = (f"{group}={f.stem}",)
+            for k, v in _leaves(composed(choice)).items():
+                keys.setdefault(k, (choice, v))
+    return {k: v for k, v in keys.items() if not k.startswith(SKIP_PREFIXES)}
+
+
+def bad_values(key: str, default) -> list[str]:
+    if isinstance(default, bool):
+        return ["abc", "2"]
+    if isinstance(default, int):
+        return ["abc", "1.5", "-1"]
+    if isinstance(default, float):
+        return ["abc", "nan", "inf", "-1"]
+    if isinstance(default, list):
+        return ["abc"]
+    if default is None:
+        return ["inf"] + ([] if key in FREE_TEXT else ["abc"])
+    if key in METRIC_NAMES:
+        return ["val_nosuch"]
+    if isinstance(default, str) and key not in FREE_TEXT:
+        return ["nosuch"]
+    return []
+
+
+# The keys of the `bias` block are read by `gpdlm bias` only (which studies a sampling estimator)
+COMMAND = {"bias": ("bias", ("estimator=bmc",))}
+# Keys no validator checks yet, in files other work is changing (methods/rkhs.py): xfail, not hidden
+KNOWN_GAPS = {("model.best_by", "nosuch"): "methods/rkhs.py does not check model.best_by"}
+
+
+def cases():
+    out = []
+    for key, (groups, default) in schema().items():
+        command, extra = COMMAND.get(key.split(".")[0], ("train", ()))
+        for value in bad_values(key, default):
+            marks = [pytest.mark.xfail(reason=KNOWN_GAPS[key, value], run=False)] if (key, value) in KNOWN_GAPS else []
+            args = (*groups, *extra)
+            out.append(pytest.param(command, args, key, value, marks=marks,
+                                    id=f"{command} {' '.join(args) + ' ' if args else ''}{key}={value}"))
+    return out
+
+
+CASES = cases()
+
+
+def test_the_table_covers_every_key_of_the_schema():
+    keys = {p.values[2] for p in CASES}
+    uncovered = [k for k, (_, v) in schema().items() if k not in keys]
+    assert uncovered == [] or all(k in FREE_TEXT or isinstance(schema()[k][1], dict) for k in uncovered), uncovered
+    assert len(keys) > 150  # the default config alone has 76 keys
+
+
+def run_cli(argv, cwd: Path, capsys) -> tuple[int, list[str]]:
+    """``gpdlm <argv>`` in this process, from ``cwd``: (exit code, non-empty stderr lines)."""
+    import sys
+
+    old_cwd, old_argv = os.getcwd(), list(sys.argv)
+    os.chdir(cwd)
+    try:
+        try:
+            rc = cli.main(list(argv))
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else 1
+    finally:
+        os.chdir(old_cwd)
+        sys.argv = old_argv
+    err = capsys.readouterr().err
+    return rc, [ln for ln in err.splitlines() if ln.strip()]
+
+
+def assert_rejected(rc, lines, cwd: Path):
+    assert rc != 0, lines
+    assert len(lines) == 1 and lines[0].startswith("gpdlm: error: "), lines
+    assert not (cwd / "outputs").exists() and not (cwd / "run").exists()
+    db = cwd / "mlflow.db"
+    if db.exists():
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(f"sqlite:///{db}")
+        assert all(not client.search_runs([e.experiment_id]) for e in client.search_experiments())
+
+
+@pytest.mark.parametrize("command,groups,key,value", CASES)
+def test_bad_value_is_one_line_and_leaves_nothing(command, groups, key, value, tmp_path, capsys):
+    budget = [] if key == "trainer.max_iters" else BUDGET
+    argv = [command, *groups, *budget, f"{key}={value}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "progress=false",
+            f"hydra.run.dir={tmp_path}/run"]
+    rc, lines = run_cli(argv, tmp_path, capsys)
+    assert_rejected(rc, lines, tmp_path)
+
+
+# ----- the probe's cases that used to leave an outputs/ folder (finding 9), with the default run dir ----
+def _inf_csv(tmp_path) -> str:
+    rows = [f"{i},{(i * 7) % 5},{0.5 * i}" for i in range(40)]
+    rows[17] = "17,inf,8.5"
+    (tmp_path / "inf.csv").write_text("a,b,y\n" + "\n".join(rows) + "\n")
+    return f"dataset.path={tmp_path / 'inf.csv'}"
+
+
+PROBED = {  # id in the probe -> (overrides, the start of the one line)
+    "b03": (["trainer.lr=inf"], "the 'lr' parameter of trainer must be a finite number"),
+    "b11": (["seed=-1"], "the 'seed' parameter of gpdlm must be an integer in [0, 2^63)"),
+    "b19": (["seed=abc"], "the 'seed' parameter of gpdlm must be an integer"),
+    "c06": (["dataset=csv", "dataset.target=y", "{csv}"], "dataset 'csv' ("),
+    "t01": (["tracking.uri=http://127.0.0.1:1"], "the MLflow tracking server http://127.0.0.1:1 cannot be reached"),
+    "t02": (["tracking.uri=sqlite:////proc/gpdlm/mlflow.db"], "tracking.uri=sqlite:////proc/gpdlm/mlflow.db: the folder"),
+}
+
+
+@pytest.mark.parametrize("probe", sorted(PROBED))
+def test_the_probes_bad_inputs_leave_no_outputs_folder(probe, tmp_path, capsys):
+    """In the launch folder, as a user types them (the default outputs/<date>/<time> run folder;
+    f_e, a locked store, is in tests/commands/test_faults.py)."""
+    overrides, start = PROBED[probe]
+    overrides = [_inf_csv(tmp_path) if o == "{csv}" else o for o in overrides]
+    tracking = [] if any(o.startswith("tracking.uri") for o in overrides) else [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    rc, lines = run_cli(["train", *BUDGET, "threads=1", "progress=false", *overrides, *tracking], tmp_path, capsys)
+    assert_rejected(rc, lines, tmp_path)
+    assert lines[0].startswith("gpdlm: error: " + start), lines
+    if probe == "c06":
+        assert "column 'b' has the non-finite value inf in row 17" in lines[0]
+
+
+def test_a_non_finite_csv_cell_from_the_command_line(tmp_path):
+    """The one subprocess case: `gpdlm train dataset=csv ...` with an inf cell (43 lines before)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", "train", "dataset=csv", "dataset.target=y",
+                           _inf_csv(tmp_path), *BUDGET, "threads=1", "progress=false",
+                           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], cwd=tmp_path, capture_output=True, text=True)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert_rejected(proc.returncode, lines, tmp_path)
+    assert "column 'b' has the non-finite value inf in row 17 (1 such cell)" in lines[0]
