@@ -196,11 +196,14 @@ def test_above_posterior_max_rows_the_posterior_is_the_exact_gp_of_a_fixed_seede
     assert diag["posterior_rows"] == 60 and "train_nlml_exact_kernel" not in diag
 
 
-def test_gpdlm_train_runs_exact_kernel_bsgd_and_selects_its_best_iterate(tmp_path):
+def test_gpdlm_train_runs_exact_kernel_bsgd_and_selects_its_best_iterate(tmp_path, capsys):
     """`gpdlm train model=bsgd features=nn kernel=rbf` (16-16 network, batch 24, 4 epochs, evaluated every
     epoch, AdaDelta lr 1 as in the study): the run lowers the full-data NLML below its initial value,
     ends on the iterate with the lowest train_nlml, which is also train_nlml_exact_kernel (all rows),
-    and is tagged as BSGD on the exact RBF kernel."""
+    and is tagged as BSGD on the exact RBF kernel. Its saved model comes back: `gpdlm eval` rebuilds it
+    from model.pt and reproduces every metric bit for bit."""
+    from gpdlm_cli.commands import evaluate
+
     tracker = NullTracker()
     cfg = compose([*SMALL, *EXACT, "trainer.max_iters=null", "trainer.max_epochs=4", "trainer.eval_every=0",
                    "trainer.eval_every_epochs=1", "trainer.optimizer=adadelta", "trainer.lr=1.0", "trainer.stop_rule=none"])
@@ -215,6 +218,10 @@ def test_gpdlm_train_runs_exact_kernel_bsgd_and_selects_its_best_iterate(tmp_pat
     assert tracker.tags["gpdlm.rkhs_setting"] == "bsgd biased for b < n: the exact b x b NLML of each uniform batch (exact rbf kernel)"
     assert tracker.tags["gpdlm.train_nlml_kernel"] == "rbf exact (all 200 training rows)"
     assert tracker.tags["gpdlm.keep_best"].startswith("train_nlml")
+    capsys.readouterr()
+    assert evaluate.eval_main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "reproduced" in out and "CHANGED" not in out, out
 
 
 class NoRunTracker(NullTracker):
