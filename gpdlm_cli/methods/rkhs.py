@@ -8,6 +8,13 @@ stochastic objective (``objectives.rkhs``). Prediction and the monitor ``train_n
 closed form at the current parameters (w* = F^-1 Z^T y, one streamed O(n d^2) pass per
 evaluation, never per step).
 
+``model=bsgd`` also takes an exact kernel (``kernel=rbf``, or a Matern by ``kernel.name``) on the input
+map, as the paper ran BSGD in its Gaussian-kernel tables (Sec. 5, Tables 3 and 5): the batch covariance is then
+k(g(x_S), g(x_S)), and ``train_nlml`` and prediction come from the dense full-data posterior
+(``models.ExactKernelGP``, O(n^3) per evaluation) on every training row up to
+``model.posterior_max_rows``, on a fixed random subset of that many rows above it (subset of data:
+tag ``gpdlm.train_nlml_kernel``, metric ``posterior_rows``).
+
 Parameter groups (``trainer.lr_scale.<group>``): ``features`` (the network), ``kernel`` (RFF
 lengthscale and magnitude; linear outputscale if learned), ``likelihood`` (the noise), and
 ``weights`` (the auxiliary w: scgd, minimax), ``constraint`` (A) and ``dual`` (B: minimax).
@@ -55,12 +62,17 @@ def validate(cfg) -> None:
     C.gaussian_only(cfg, f"model={m.name} maximises the Gaussian marginal likelihood: use likelihood=gaussian")
     FM.check_features(cfg.features)
     kname = cfg.kernel.name
-    if kname not in FM.FINITE_KERNELS:
-        raise UnsupportedCombination(
-            f"model={m.name} needs a finite feature map, kernel=linear or kernel=rff (kernel={kname} has none); "
-            f"e.g. features=nn kernel=rff kernel.num_features=1000")
-    FM.check_finite_kernel(cfg.kernel)
     owner = f"model={m.name}"
+    if m.name == "bsgd" and kname in C.STATIONARY_KERNELS:  # the exact kernel on g(x): the paper's Tables 3 and 5
+        if not C.is_int(m.posterior_max_rows) or m.posterior_max_rows < 1:
+            raise param_error("posterior_max_rows", owner, "an integer >= 1", m.posterior_max_rows)
+    elif kname not in FM.FINITE_KERNELS:
+        exact = " (model=bsgd also takes an exact kernel: rbf or a Matern)" if m.name != "bsgd" else ""
+        raise UnsupportedCombination(
+            f"model={m.name} needs a finite feature map, kernel=linear or kernel=rff (kernel={kname} has none){exact}; "
+            f"e.g. features=nn kernel=rff kernel.num_features=1000")
+    else:
+        FM.check_finite_kernel(cfg.kernel)
     if not C.is_int(m.block_rows) or m.block_rows < 1:
         raise param_error("block_rows", owner, "an integer >= 1", m.block_rows)
     if not C.is_int(m.exact_nlml_max_n) or m.exact_nlml_max_n < 0:
@@ -103,8 +115,15 @@ def check_sizes(cfg, n_train: int) -> None:
             f"(or use model=scgd, whose full-data algebra is d x d)")
 
 
-def setting_label(m) -> str:
-    """What the run's settings make of the method (the tag ``gpdlm.rkhs_setting``)."""
+def exact_kernel(cfg) -> bool:
+    """Whether the run is BSGD on an exact kernel (``kernel=rbf``, or a Matern by ``kernel.name``) instead of
+    a finite feature map."""
+    return cfg.model.name == "bsgd" and cfg.kernel.name not in FM.FINITE_KERNELS
+
+
+def setting_label(m, kernel_name: str | None = None) -> str:
+    """What the run's settings make of the method (the tag ``gpdlm.rkhs_setting``); ``kernel_name``
+    marks BSGD on an exact kernel (its batches are then k(g(x_S), g(x_S)), not Z_S Z_S^T)."""
     if m.name == "scgd":
         if m.b_decay == 0 or m.b_min > 0:
             paper = " (the paper)" if m.b_decay == 0 and m.b0 == 0.9 and m.b_min == 0 else ""
@@ -116,7 +135,8 @@ def setting_label(m) -> str:
         paper = " (the paper)" if m.mu == 1 and m.mu_growth == 1 else ""
         grow = f" x {m.mu_growth:g} every {m.mu_every_epochs} epochs up to {m.mu_max:g}" if m.mu_growth != 1 else ""
         return f"minimax inexact penalty{paper}: mu = {m.mu:g}{grow}"
-    return f"bsgd biased for b < n: the exact b x b NLML of each {m.batching} batch"
+    exact = f" (exact {kernel_name} kernel)" if kernel_name is not None and kernel_name not in FM.FINITE_KERNELS else ""
+    return f"bsgd biased for b < n: the exact b x b NLML of each {m.batching} batch{exact}"
 
 
 class PenaltyCheck:
@@ -155,7 +175,13 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+#: offset of the subset-of-data generator's seed from the run's seed (model.posterior_max_rows)
+_SUBSET_STREAM = 32452843
+
+
 def build(cfg, data, task: str) -> Method:
+    if exact_kernel(cfg):
+        return build_exact_kernel(cfg, data, task)
     from ..models.bayesian_linear import BayesianLinearGP
     from ..objectives import SCGD, BatchNLML, Minimax, NearestNeighbourBatches
 
@@ -218,5 +244,50 @@ def build(cfg, data, task: str) -> Method:
         return out
 
     tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})", "gpdlm.features": cfg.features.name,
-            "gpdlm.rkhs_setting": setting_label(m)}
+            "gpdlm.rkhs_setting": setting_label(m, cfg.kernel.name)}
     return Method(m.name, model, likelihood, [stage], monitors=monitors, diagnostics=diagnostics, tags=tags, default_keep_best="train_nlml")
+
+
+def build_exact_kernel(cfg, data, task: str) -> Method:
+    """``model=bsgd`` with an exact kernel (``kernel=rbf``, or a Matern by ``kernel.name``) on the input map:
+    the paper's Gaussian-kernel BSGD (Sec. 5, Tables 3 and 5). Training is the exact b x b NLML of each batch with
+    K_SS = k(g(x_S), g(x_S)); ``train_nlml`` and prediction use the dense full-data posterior
+    (``models.ExactKernelGP``, O(n^3) per evaluation), on every training row up to
+    ``model.posterior_max_rows`` and on a fixed random subset of that many rows above it."""
+    from ..models.exact_kernel import ExactKernelGP
+    from ..objectives import BatchNLML, NearestNeighbourBatches
+
+    m = cfg.model
+    x, y = data.x_train, data.y_train
+    n, D = x.shape
+    device, dtype = x.device, x.dtype
+    likelihood = C.build_likelihood(cfg.likelihood, y).to(device=device, dtype=dtype)
+    input_map = FM.build_input_map(cfg.features, D, cfg.seed).to(device=device, dtype=dtype)
+    kernel = C.build_kernel(cfg.kernel, input_map.out_dim).to(device=device, dtype=torch.float64)
+    model = ExactKernelGP(input_map, kernel, likelihood, x, y, block_rows=m.block_rows, max_rows=m.posterior_max_rows,
+                          seed=int(cfg.seed) + _SUBSET_STREAM)
+    groups = {"features": list(input_map.parameters()), "kernel": list(kernel.parameters()),
+              "likelihood": list(likelihood.parameters())}
+    nearest = NearestNeighbourBatches(x) if m.batching == "nearest" else None
+    objective = BatchNLML(model, nearest)
+    stage = Stage("bsgd", objective, groups, wants_index=nearest is not None)
+
+    log_y_std = math.log(float(data.y_std))
+    monitors = {"train_nlml": lambda: model.nlml() + log_y_std}
+
+    def diagnostics() -> dict:
+        nlml = model.nlml()
+        out = {"noise": float(model.noise.detach()), "train_nlml_norm": nlml, "posterior_rows": float(model.posterior_rows),
+               **model.chol_log.summary(), "peak_memory_mb": peak_memory_mb(device)}
+        base = getattr(kernel, "base_kernel", kernel)
+        out["lengthscale"] = float(base.lengthscale.detach().mean())
+        out["outputscale"] = float(kernel.outputscale.detach())
+        if model.exact:  # the same number as train_nlml: the exact kernel's full-data NLML
+            out["train_nlml_exact_kernel"] = nlml + log_y_std
+        return out
+
+    what = "all" if model.exact else f"a fixed random subset of {model.posterior_rows} of the"
+    tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} exact ({what} {n} training rows)",
+            "gpdlm.features": cfg.features.name, "gpdlm.rkhs_setting": setting_label(m, cfg.kernel.name)}
+    return Method(m.name, model, likelihood, [stage], monitors=monitors, diagnostics=diagnostics, tags=tags,
+                  default_keep_best="train_nlml")

@@ -147,6 +147,11 @@ class BayesianLinearGP(torch.nn.Module):
         """phi(x) in float64 (n x d)."""
         return self.kernel_map(self.input_map(x)).to(torch.float64)
 
+    def prior_covariance(self, x: torch.Tensor) -> torch.Tensor:
+        """phi(x) phi(x)^T of a batch (b x b, differentiable): BSGD's batch covariance without the noise."""
+        phi = self.features(x)
+        return phi @ phi.transpose(-1, -2)
+
     @property
     def noise(self) -> torch.Tensor:
         """s2 in float64 (a scalar tensor)."""

@@ -15,7 +15,8 @@ Every objective below returns a value on the *per-point NLML scale*, (1/2)(estim
 learning rates carry across n, batch sizes and methods (AdaDelta and Adam hardly see the factor).
 
 * ``BatchNLML`` -- BSGD (Chen et al., 2020; paper Sec. 4.2): the exact b x b NLML of the batch,
-  biased for any b < n. Optional nearest-neighbour batches (Chen et al.'s remedy).
+  biased for any b < n, on a finite feature map or on an exact kernel (the paper's Gaussian-kernel
+  BSGD column). Optional nearest-neighbour batches (Chen et al.'s remedy).
 * ``SCGD`` -- Sec. 3.2: the step uses a running estimate F~_t held constant (stop-gradient),
   then F~_{t+1} = (1 - b_t) F~_t + b_t (n/|S|) sum_S F_i(theta_t) (the step's batch, pre-step
   parameters: the paper's order). b_t = max(b_min, b0 (t + 1)^-b_decay).
@@ -55,8 +56,15 @@ def dxd_objective(Z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, s2: torch.T
 def batch_nlml(Z_S: torch.Tensor, y_S: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
     """Per-point -log N(y_S | 0, Z_S Z_S^T + s2 I_b) by the b x b Cholesky (O(b^3 + b^2 d)).
     Batched over leading dimensions; a failed factorisation gives NaN (s2 > 0 keeps it PD)."""
-    b = Z_S.shape[-2]
-    K = Z_S @ Z_S.transpose(-1, -2) + s2 * torch.eye(b, dtype=Z_S.dtype, device=Z_S.device)
+    return covariance_nlml(Z_S @ Z_S.transpose(-1, -2), y_S, s2)
+
+
+def covariance_nlml(K_S: torch.Tensor, y_S: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+    """Per-point -log N(y_S | 0, K_S + s2 I_b) for a batch's kernel matrix K_S (a finite map's
+    Z_S Z_S^T, or an exact kernel's k(g(x_S), g(x_S))), by the b x b Cholesky (O(b^3)). Batched over
+    leading dimensions; a failed factorisation gives NaN (s2 > 0 keeps it PD)."""
+    b = K_S.shape[-2]
+    K = K_S + s2 * torch.eye(b, dtype=K_S.dtype, device=K_S.device)
     L, _ = torch.linalg.cholesky_ex(K)
     a = torch.linalg.solve_triangular(L, y_S.unsqueeze(-1), upper=False).squeeze(-1)
     return 0.5 * (a.square().sum(-1) + 2 * torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)) / b + 0.5 * LOG_2PI
@@ -137,12 +145,15 @@ class NearestNeighbourBatches:
 class BatchNLML(Objective):
     """BSGD: minimise the exact per-point NLML of each minibatch,
 
-        (1/2b) [ y_S^T (Z_S Z_S^T + s2 I_b)^-1 y_S + log|Z_S Z_S^T + s2 I_b| ] + (1/2) log 2 pi,
+        (1/2b) [ y_S^T (K_SS + s2 I_b)^-1 y_S + log|K_SS + s2 I_b| ] + (1/2) log 2 pi,
 
-    as Chen et al.'s and the authors' code do (not the paper's "sum of F_i" form, which differs in
-    the scale of ||w||^2, (n - d) log s2 and s2 I). Its expectation over batches is not the full
-    NLML, so its fixed point depends on b. With ``nearest`` (a ``NearestNeighbourBatches``) the
-    trainer's batch is replaced by the first index's nearest neighbours (``wants_index``)."""
+    with K_SS = ``model.prior_covariance(x_S)``: Z_S Z_S^T for a finite feature map
+    (``BayesianLinearGP``), k(g(x_S), g(x_S)) for an exact kernel (``ExactKernelGP``, e.g. the
+    Gaussian kernel on network features of the paper's Tables 3 and 5). As Chen et al.'s and the
+    authors' code do (not the paper's "sum of F_i" form, which differs in the scale of ||w||^2,
+    (n - d) log s2 and s2 I). Its expectation over batches is not the full NLML, so its fixed point
+    depends on b. With ``nearest`` (a ``NearestNeighbourBatches``) the trainer's batch is replaced by
+    the first index's nearest neighbours (``wants_index``)."""
 
     name = "bsgd"
 
@@ -155,8 +166,7 @@ class BatchNLML(Objective):
         if self.nearest is not None and index is not None:
             index = self.nearest(int(index[0]), x.shape[0])
             x, y = self.model.x_train[index], self.model.y_train[index]
-        phi = self.model.features(x)
-        value = batch_nlml(phi, y.to(torch.float64), self.model.noise)
+        value = covariance_nlml(self.model.prior_covariance(x), y.to(torch.float64), self.model.noise)
         if x.device.type == "cpu" and not bool(torch.isfinite(value)):
             raise NumericalError(f"the {x.shape[0]} x {x.shape[0]} batch covariance of model=bsgd is not positive "
                                  f"definite; raise the noise floor or lower the learning rate")
@@ -437,6 +447,7 @@ __all__ = [
     "NearestNeighbourBatches",
     "SCGD",
     "batch_nlml",
+    "covariance_nlml",
     "dxd_objective",
     "exact_penalty_bound",
     "feature_nlml",
