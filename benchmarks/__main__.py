@@ -7,7 +7,7 @@ import importlib
 import sys
 from pathlib import Path
 
-ALL = ["training", "optimizers", "estimators", "data", "sweep", "contention", "optuna", "sparse_spectrum", "rkhs", "gplstm", "study"]
+ALL = ["training", "optimizers", "estimators", "data", "sweep", "contention", "optuna", "sparse_spectrum", "rkhs", "gplstm", "study", "gpu"]
 
 
 def main(argv: list[str]) -> int:
