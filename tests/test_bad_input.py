@@ -31,7 +31,7 @@ GROUPS = ("model", "kernel", "likelihood", "estimator", "features", "dataset", "
 SKIP_PREFIXES = ("hydra",)
 # keys whose values are free text or names looked up elsewhere: any string is a value
 FREE_TEXT = {"tracking.experiment", "tracking.run_name", "tracking.uri", "dataset.path", "dataset.target",
-             "dataset.sep", "dataset.planes_path"}
+             "dataset.sep", "dataset.planes_path", "sweep.cache_dir"}
 
 
 # keys that name one of the run's metrics (checked against those the run computes, before training)

@@ -54,7 +54,14 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
     def _kuu_cholesky(self, Z: torch.Tensor) -> torch.Tensor:
         Kuu = self.covar_module(Z).to_dense()
         eye = torch.eye(Z.shape[-2], dtype=Kuu.dtype, device=Kuu.device)
-        return safe_cholesky(Kuu + self.jitter * eye, check=Kuu.device.type == "cpu")
+        from linear_operator.utils.errors import NotPSDError
+
+        from ..exceptions import NumericalError
+
+        try:
+            return safe_cholesky(Kuu + self.jitter * eye, check=Kuu.device.type == "cpu")
+        except NumericalError as e:  # as gpytorch's path raised it: the trainer reports the first NaN loss, if any
+            raise NotPSDError(str(e)) from None
 
     def _ensure_initialised(self) -> None:
         """gpytorch initialises q(u) at the first call (m~ = N(0, 1e-6 I) noise, S = I); so does
