@@ -100,3 +100,32 @@ def test_bad_input_fails_with_one_line_before_any_run(tmp_path, overrides, messa
         run_train(cfg, tmp_path, tracker=NoRunTracker())
     assert message in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "metrics.json").exists()
+
+
+def _preset(name, *overrides):
+    from hydra import compose as hcompose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        return hcompose(config_name="config", overrides=[f"+experiment={name}", *overrides], return_hydra_config=True)
+
+
+def test_pic_aimpeak_preset_runs_both_baselines_on_svbssgp_aimpeaks_data_and_protocol():
+    """Table 1 (AIMPEAK): 250 inducing inputs, 30 epochs, the same dataset, split and split seeds
+    as svbssgp_aimpeak; DTC++'s minibatch = sVBSSGP's block size N / p, so an epoch is p = 200 steps
+    for all three models."""
+    ref = _preset("svbssgp_aimpeak")
+    assert str(_preset("pic_aimpeak").hydra.sweeper.params.model) == "svgp,pic"
+    for model in ("svgp", "pic"):
+        cfg = _preset("pic_aimpeak", f"model={model}")
+        assert cfg.dataset == ref.dataset and cfg.hydra.sweeper.params.seed == ref.hydra.sweeper.params.seed
+        assert cfg.model.num_inducing == 250 and cfg.kernel.ard and cfg.trainer.lr == 0.01
+        for key in ("max_iters", "max_epochs", "eval_every", "eval_every_epochs", "stop_rule"):
+            assert cfg.trainer[key] == ref.trainer[key], key
+        build.validate_config(cfg)
+    svgp, pic = (compose(["+experiment=pic_aimpeak", f"model={m}"]) for m in ("svgp", "pic"))
+    assert "partitions" not in svgp.model and pic.trainer.batch_size is None  # nothing of pic's leaks into svgp
+    assert pic.model.partitions == ref.model.partitions == 200
+    _, splits, _ = build.load_data(svgp)
+    assert svgp.trainer.batch_size == splits.n_train // pic.model.partitions == 196
+    assert splits.n_train // svgp.trainer.batch_size == 200
