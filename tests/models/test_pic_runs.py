@@ -15,7 +15,9 @@ from mlflow.tracking import MlflowClient
 from gpdlm_cli import build
 from gpdlm_cli.commands.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
+from gpdlm_cli.metrics import predictive_metrics
 from gpdlm_cli.models import LocalCells
+from gpdlm_cli.run.saved_model import load_run
 from gpdlm_cli.tracking import NullTracker
 
 from ..conftest import compose
@@ -72,6 +74,12 @@ def test_pic_learns_and_beats_ssgp_and_dtc_at_the_same_budget(tmp_path, mlflow_u
     bound = client.get_metric_history(run.info.run_id, "bound_per_datum")
     assert [m.step for m in bound] == [50, 100]
     assert bound[-1].value == pytest.approx(pic["bound_per_datum"]) and -3 < bound[-1].value < 0
+    # the saved model comes back (rebuilt on the same k-means blocks) and predicts the same
+    loaded = load_run(tmp_path / "pic")
+    again = predictive_metrics(loaded.method.model, loaded.method.likelihood, loaded.data.x_test, loaded.data.y_test,
+                               y_std=loaded.splits.y_std)
+    assert again["test_rmse"] == pytest.approx(pic["test_rmse"], rel=1e-12)
+    assert again["test_nll"] == pytest.approx(pic["test_nll"], rel=1e-12)
 
 
 class NoRunTracker(NullTracker):
