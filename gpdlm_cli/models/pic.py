@@ -37,8 +37,8 @@ and integrating v ~ N(m, S), with b = a_* - A_k Lambda_k^-1 c:
 
 At q = q* this is PIC's predictive (Snelson & Ghahramani 2007, Sec. 3): the GP conditional of f_*
 under the PIC prior with x_* added to block k. Limits: one block (p = 1) is the exact GP; blocks of
-single rows make the prior FITC's; a test point in an empty block predicts as FITC (and as SVGP
-with the same q: b = a_*, no local term).
+single rows make the prior FITC's; a test point in no block (an empty cell) gets b = a_* and no local
+term: SVGP's predictive with this q, which is FITC's predictive when q is FITC's posterior.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class PartiallyIndependentGP(torch.nn.Module):
 
     def predict(self, x_star: torch.Tensor, labels: torch.Tensor):
         """(mu, var) of f at the rows of x_star, row i in block ``labels[i]`` of the training data
-        (a label outside 0..p-1, or an empty block: no block, the FITC/SVGP predictive)."""
+        (a label outside 0..p-1, or an empty block: no local term, b = a_*)."""
         L = self.kuu_cholesky()
         R = self.scale_tril()
         mu = torch.empty(x_star.shape[0], dtype=x_star.dtype, device=x_star.device)

@@ -195,7 +195,7 @@ def test_predictive_is_the_gp_conditional_under_the_pic_prior_with_the_point_in_
     X, y, Z, blocks = _data(3)
     rng = np.random.default_rng(7)
     xs = rng.uniform(-2, 2, (9, D))
-    labels = np.array([0, 1, 2, 0, 1, 2, -1, 2, 0])  # -1: no block (FITC for that point)
+    labels = np.array([0, 1, 2, 0, 1, 2, -1, 2, 0])  # -1: no block (x_* in a block of its own)
     model = _model(X, y, Z, blocks)
     _set_q(model, *whiten(Z, *pic_posterior_u(X, y, Z, blocks)))
     with torch.no_grad():
