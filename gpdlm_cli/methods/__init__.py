@@ -17,7 +17,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..exceptions import param_error
-from . import collapsed, exact, recurrent, rkhs, sparse_spectrum, sparse_variational
+from . import collapsed, exact, pic, recurrent, rkhs, sparse_spectrum, sparse_variational
 from .base import Method, Stage
 
 #: every family, in the order ``gpdlm train --help`` and error messages list their models
@@ -26,6 +26,7 @@ FAMILIES: tuple[ModuleType, ...] = (
     collapsed,
     exact,
     sparse_spectrum,
+    pic,
     rkhs,
     recurrent,
 )

@@ -31,7 +31,7 @@ from ..training.reuse import _load_module_state, _module_state
 
 MODEL_FILE = "model.pt"
 FORMAT = 1
-NEEDS_TRAINING_DATA = ("sgpr", "fitc", "exact", "scgd", "minimax", "bsgd", "svbssgp", "ssgp", "vssgp",
+NEEDS_TRAINING_DATA = ("sgpr", "fitc", "exact", "scgd", "minimax", "bsgd", "svbssgp", "ssgp", "vssgp", "pic",
                        "gp_lstm", "gp_gru", "gp_rnn", "gp_narx")
 
 

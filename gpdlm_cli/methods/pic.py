@@ -1,0 +1,94 @@
+"""The PIC family: ``pic``, the partially independent conditional approximation (Snelson &
+Ghahramani, 2007) with a variational q(u), trained stochastically over the k-means blocks -- the
+PIC++ baseline of the sVBSSGP paper's Table 1 (Hoang, Hoang & Low, ICML 2015; docs/sparse_spectrum.md).
+
+The blocks are the ``model.partitions`` k-means cells of the training inputs (``models.LocalCells``,
+the cells sVBSSGP predicts on, same seed); each step takes one block, each epoch visits every
+non-empty block once in a random order, and minimises the unbiased estimate -(p F_k - KL) / n of the
+negative PIC bound per datum (``models.pic``). A test point is predicted from its nearest centroid's
+block and the inducing inputs (PIC's predictive). Gaussian regression; stationary kernels.
+
+Parameter groups: ``variational`` (the whitened mean and Cholesky factor of q(u)), ``inducing``
+(Z), ``kernel`` (kernel hyperparameters), ``likelihood`` (the noise). Adam's lr defaults to 1e-2
+here (when ``trainer.lr`` is null). Monitor: ``bound_per_datum`` (L(q) / n on all blocks).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..exceptions import UnsupportedCombination, param_error
+from . import components as C
+from .base import Method, Stage
+
+MODELS = ("pic",)
+
+#: PIC's default Adam learning rate (when trainer.lr is null), as sVBSSGP's
+PIC_LR = 1e-2
+
+
+def validate(cfg) -> None:
+    m = cfg.model
+    C.check_inducing(m)
+    C.gaussian_only(cfg)
+    C.no_feature_map(cfg)
+    if not C.is_int(m.partitions) or m.partitions < 1:
+        raise param_error("partitions", "model=pic", "an integer >= 1", m.partitions)
+    if not isinstance(m.learn_inducing, bool):
+        raise param_error("learn_inducing", "model=pic", "true or false", m.learn_inducing)
+    if not C.is_number(m.jitter) or m.jitter < 0 or math.isinf(m.jitter):
+        raise param_error("jitter", "model=pic", "a finite float >= 0", m.jitter)
+    if cfg.trainer.batch_size is not None:
+        raise UnsupportedCombination("model=pic trains on its k-means blocks (model.partitions); set trainer.batch_size=null")
+
+
+def check_sizes(cfg, n_train: int) -> None:
+    m = cfg.model
+    C.check_inducing(m, n_train)
+    if m.partitions > n_train:
+        raise param_error("partitions", "model=pic", f"an integer in [1, n_train={n_train}]", m.partitions)
+
+
+def build(cfg, data, task: str) -> Method:
+    import torch
+
+    from ..models import LocalCells
+    from ..models.pic import PartiallyIndependentGP
+    from ..objectives.pic import PICBlockBound
+
+    m = cfg.model
+    x, y = data.x_train, data.y_train
+    n, D = x.shape
+    check_sizes(cfg, n)
+    seed = int(cfg.seed)
+    likelihood = C.build_likelihood(cfg.likelihood, y).to(device=x.device, dtype=x.dtype)
+    kernel = C.build_kernel(cfg.kernel, D)
+    Z = C.initial_inducing_points(x, m.num_inducing, m.inducing_init, seed)
+    cells = LocalCells(x, m.partitions, seed)
+    model = PartiallyIndependentGP(Z, kernel, likelihood, learn_inducing=m.learn_inducing, jitter=m.jitter)
+    model = model.to(device=x.device, dtype=x.dtype)
+    model.set_train_data(x, y, cells.members, cells.assign)
+    blocks = [b for b in cells.members if b.numel() > 0]
+
+    lik_params = list(likelihood.parameters())
+    variational = model.variational_parameters()
+    taken = {id(p) for p in lik_params + variational} | {id(model.Z)}
+    groups = {"variational": variational, "inducing": [model.Z],
+              "kernel": [p for p in model.parameters() if id(p) not in taken], "likelihood": lik_params}
+    overrides = {"lr": PIC_LR} if cfg.trainer.lr is None else {}
+    stage = Stage("pic", PICBlockBound(model, n, len(blocks)), groups, stochastic=True, overrides=overrides, blocks=blocks)
+
+    def bound_per_datum() -> float:
+        with torch.no_grad():
+            return float(model.bound(x, y, blocks)) / n
+
+    def diagnostics():
+        scale = getattr(kernel, "outputscale", None)
+        return {"noise_variance": float(likelihood.noise.detach()),
+                **({"outputscale": float(scale.detach())} if scale is not None else {}),
+                "blocks_per_epoch": len(blocks), "smallest_block": int(cells.sizes.min()),
+                "largest_block": int(cells.sizes.max())}
+
+    tags = {"gpdlm.pic.iteration": f"epoch = {len(blocks)} block steps"}
+    return Method("pic", model, likelihood, [stage], monitors={"bound_per_datum": bound_per_datum},
+                  higher_is_better=frozenset({"bound_per_datum"}), diagnostics=diagnostics, tags=tags)
