@@ -15,6 +15,8 @@ the partial results of an interrupted run, and no folder at all for a rejected c
 
 from __future__ import annotations
 
+from ..files import write_atomic  # noqa: F401  (re-exported: the commands import it from here)
+
 import json
 import math
 import os
@@ -162,23 +164,6 @@ def report_run(run_name: str, metrics: dict, output_dir, tracker) -> str:
 
 
 # ----- result files ---------------------------------------------------------------------------------------
-def write_atomic(path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temp file renamed over it: a full disk or a kill leaves
-    the old file or none, never half of one (the temp file is removed on failure)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
 def unsaved_message(output_dir, unsaved: dict, metrics: dict, run_id: str | None) -> str:
     """One line for a run whose result files could not all be written: what was not saved and why,
     and where the results are instead (the MLflow run, or the headline metrics themselves)."""

@@ -134,7 +134,7 @@ def record_outcome(sweep_dir, job_num: int, status: str, overrides: list[str], r
     """A job's outcome as a file (jobs may run in other processes or on other machines)."""
     d = Path(sweep_dir) / "outcomes"
     d.mkdir(parents=True, exist_ok=True)
-    from ..commands.run_report import write_atomic
+    from ..files import write_atomic
 
     write_atomic(d / f"{job_num}.json", json.dumps(
         {"job": job_num, "status": status, "overrides": overrides, "reason": reason}))
@@ -180,7 +180,7 @@ class SweepCallback(Callback):
             self.parent_run_id = run.info.run_id
             context.update(parent_run_id=self.parent_run_id, uri=uri, experiment=str(config.tracking.experiment))
             _ACTIVE.append(self)
-        from ..commands.run_report import write_atomic
+        from ..files import write_atomic
 
         write_atomic(sweep_dir / SWEEP_FILE, json.dumps(context))
         _announce(config)
