@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
+from ..files import write_atomic
 from . import runs as R
 
 EPILOG_EVAL = """examples:
@@ -57,12 +57,6 @@ def run_folder(ref: str, uri: str | None) -> tuple[Path, str | None]:
     if not folder or not Path(folder).is_dir():
         raise R.AnalysisError(f"run {run.info.run_id} has no output folder on this machine ({folder or 'no gpdlm.output_dir tag'})")
     return Path(folder), run.info.run_id
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
 
 
 # ----- gpdlm eval --------------------------------------------------------------------------------
@@ -114,7 +108,7 @@ def eval_main(argv: list[str]) -> int:
         old = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
         differs = {k: (old[k], v) for k, v in values.items() if k in old and not _same(old[k], v)}
         added = sorted(k for k in values if k not in old)
-        _write_json_atomic(folder / "metrics.json", {**old, **values})
+        write_atomic(folder / "metrics.json", json.dumps({**old, **values}, indent=2, sort_keys=True))
         if client is not None and rid:
             from mlflow.entities import Metric
 

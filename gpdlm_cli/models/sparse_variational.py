@@ -121,8 +121,4 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
     def interpolation(self, x: torch.Tensor) -> torch.Tensor:
         """B = K_xu L^{-T} (N x M): mu = mean(x) + B m~ in whitened coordinates."""
         Z = self.inducing_points
-        Kuu = self.covar_module(Z).to_dense()
-        Kuu = Kuu + self.jitter * torch.eye(Z.shape[-2], dtype=Kuu.dtype, device=Kuu.device)
-        L = safe_cholesky(Kuu)
-        Kux = self.covar_module(Z, x).to_dense()
-        return tri_solve(L, Kux).transpose(-1, -2)
+        return tri_solve(self._kuu_cholesky(Z), self.covar_module(Z, x).to_dense()).transpose(-1, -2)

@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 
 from ..exceptions import GpdlmError
-from ..training.reuse import _load_module_state, _module_state
+from ..files import write_bytes_atomic
+from ..training.reuse import loadmodule_state, module_state
 
 MODEL_FILE = "model.pt"
 FORMAT = 1
@@ -70,14 +71,11 @@ def save_model(path: str | os.PathLike, cfg, method, splits, target_names) -> Pa
         "threads": torch.get_num_threads(),  # CPU sums depend on it: eval uses the same count to reproduce bit for bit
         "versions": _versions(),
     }
-    blob = {"format": FORMAT, "meta": json.dumps(meta), "state": _module_state(method.modules)}
+    blob = {"format": FORMAT, "meta": json.dumps(meta), "state": module_state(method.modules)}
     path = Path(path)
     buf = io.BytesIO()
     torch.save(blob, buf)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
-    return path
+    return write_bytes_atomic(path, buf.getvalue())
 
 
 def read_model_file(path: str | os.PathLike) -> tuple[dict, dict]:
@@ -130,7 +128,7 @@ def load_run(run_dir: str | os.PathLike, *, device: str | None = None) -> Loaded
                              f"{splits.fingerprint} != {meta['fingerprint']}); the saved model cannot be rebuilt on it")
     method = build.build_method(cfg, data, splits.task)
     try:
-        _load_module_state(method.modules, state)
+        loadmodule_state(method.modules, state)
     except KeyError as e:
         raise ModelFileError(f"{run_dir}/{MODEL_FILE} does not match model={cfg.model.name} as this gpdlm builds it "
                              f"(no saved tensor for {e.args[0]}): saved by gpdlm {meta['versions'].get('gpdlm')}; retrain")

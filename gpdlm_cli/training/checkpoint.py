@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from ..files import write_bytes_atomic
+
 FILE = "checkpoint.pt"
 FORMAT = 1
 
@@ -44,7 +46,7 @@ class Checkpointer:
             self.save(loop_state())
 
     def save(self, loop_state: dict) -> None:
-        from .reuse import _module_state
+        from .reuse import module_state
 
         f = self.fit
         blob = {
@@ -57,18 +59,16 @@ class Checkpointer:
             },
             **self.run_state(),
         }
-        blob["modules"] = _module_state(blob.pop("modules_list"))
+        blob["modules"] = module_state(blob.pop("modules_list"))
         blob["generators"] = [g.get_state() if g is not None else None for g in blob.pop("generator_list")]
         blob["torch_rng"] = torch.get_rng_state()
         buf = io.BytesIO()
         torch.save(blob, buf)
-        tmp = self.path.with_name(self.path.name + f".tmp-{os.getpid()}")
         try:
-            tmp.write_bytes(buf.getvalue())
-            os.replace(tmp, self.path)
+            write_bytes_atomic(self.path, buf.getvalue())
             self.writes += 1
         except OSError:  # a checkpoint that cannot be written costs a restart, never the run
-            tmp.unlink(missing_ok=True)
+            pass
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -88,9 +88,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict | None:
 
 def restore_run_state(state: dict, modules, generators) -> None:
     """Parameters, buffers and random generators as the checkpoint saved them."""
-    from .reuse import _load_module_state
+    from .reuse import loadmodule_state
 
-    _load_module_state(modules, state["modules"])
+    loadmodule_state(modules, state["modules"])
     for g, s in zip(generators, state["generators"]):
         if g is not None and s is not None:
             g.set_state(s)

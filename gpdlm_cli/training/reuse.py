@@ -23,8 +23,10 @@ from pathlib import Path
 
 import torch
 
+from ..files import write_bytes_atomic
 
-def _module_state(modules) -> dict[str, torch.Tensor]:
+
+def module_state(modules) -> dict[str, torch.Tensor]:
     out, seen = {}, set()
     for i, m in enumerate(modules):
         for name, t in list(m.named_parameters()) + list(m.named_buffers()):
@@ -35,7 +37,7 @@ def _module_state(modules) -> dict[str, torch.Tensor]:
     return out
 
 
-def _load_module_state(modules, state: dict[str, torch.Tensor]) -> None:
+def loadmodule_state(modules, state: dict[str, torch.Tensor]) -> None:
     seen = set()
     with torch.no_grad():
         for i, m in enumerate(modules):
@@ -67,7 +69,7 @@ class StageCache:
             return None
         try:
             blob = torch.load(p, map_location="cpu", weights_only=True)
-            _load_module_state(modules, blob["modules"])
+            loadmodule_state(modules, blob["modules"])
             for g, s in zip(generators, blob["generators"]):
                 if g is not None and s is not None:
                     g.set_state(s)
@@ -78,17 +80,15 @@ class StageCache:
         return losses
 
     def save(self, stage_name: str, modules, generators=(), losses=()) -> None:
-        blob = {"modules": _module_state(modules), "losses": torch.tensor(list(losses), dtype=torch.float64),
+        blob = {"modules": module_state(modules), "losses": torch.tensor(list(losses), dtype=torch.float64),
                 "generators": [g.get_state() if g is not None else None for g in generators]}
-        self.directory.mkdir(parents=True, exist_ok=True)
         buf = io.BytesIO()
         torch.save(blob, buf)
-        tmp = self.path(stage_name).with_suffix(f".tmp-{os.getpid()}")
         try:
-            tmp.write_bytes(buf.getvalue())
-            os.replace(tmp, self.path(stage_name))
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(self.path(stage_name), buf.getvalue())
         except OSError:  # a cache that cannot be written costs time, never a result
-            tmp.unlink(missing_ok=True)
+            pass
 
 
 # path key -> {stage name: (beta, state)}: the end states of the last job of each beta path
@@ -108,13 +108,13 @@ class WarmStart:
             return
         beta, state = entry
         try:
-            _load_module_state(modules, state)
+            loadmodule_state(modules, state)
         except KeyError:
             return
         self.started_from = beta
 
     def save(self, stage_name: str, modules) -> None:
-        _WARM.setdefault(self.path_key, {})[stage_name] = (self.beta, _module_state(modules))
+        _WARM.setdefault(self.path_key, {})[stage_name] = (self.beta, module_state(modules))
 
 
 def clear_warm_starts() -> None:
