@@ -84,7 +84,7 @@ def prediction_ms_per_point(inference: str, n: int, grid: int = 100, dense_below
 def convergence():
     from hydra import compose, initialize_config_module
 
-    from gpdlm_cli.commands.train import run_train
+    from gpdlm_cli.run.train import run_train
     from gpdlm_cli.tracking import NullTracker
 
     out = {}

@@ -51,7 +51,7 @@ def preset_axes(preset: str) -> dict[str, list[str]]:
 
 def train_once(overrides, *, protocol: str, warm=None, max_iters=None):
     """(final per-datum objective, iterations, train seconds, metrics) of one job, in this process."""
-    from gpdlm_cli.commands.train import run_train
+    from gpdlm_cli.run.train import run_train
     from gpdlm_cli.tracking import NullTracker
 
     ov = list(overrides) + [f"trainer={protocol}", "progress=false", "tracking.enabled=false", "threads=1",

@@ -34,9 +34,9 @@ _is_number = is_number  # kept for callers of the old private name
 
 
 # ----- settings -------------------------------------------------------------------------------------
-def validate_config(cfg) -> None:
+def validate_config(cfg):
     """Range checks on config values that need no data: every number finite, the shared keys, then
-    the model's family."""
+    the model's family. Returns the family module (``run.prepare`` looks it up once, here)."""
     check_finite(cfg)
     seed = cfg.seed
     if not is_int(seed) or not 0 <= seed < 2**63:
@@ -59,6 +59,7 @@ def validate_config(cfg) -> None:
         raise param_error("dtype", "gpdlm", "'float32' or 'float64'", cfg.dtype)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda but no CUDA device is available; use device=auto or device=cpu")
+    return family
 
 
 def check_finite(cfg) -> None:
@@ -285,16 +286,17 @@ def _likelihood_task(name: str) -> str:
 
 
 # ----- the method: dispatched to the model's family ------------------------------------------------
-def check_sizes(cfg, n_train: int) -> None:
+def check_sizes(cfg, n_train: int, family=None) -> None:
     """The family's checks that need the training-set size (e.g. M <= N)."""
-    family = family_of(cfg.model.name)
+    family = family if family is not None else family_of(cfg.model.name)
     if hasattr(family, "check_sizes"):
         family.check_sizes(cfg, n_train)
 
 
-def build_method(cfg, tensors: Tensors, task: str) -> Method:
-    """The model, likelihood and training stages of ``cfg.model.name``, built by its family."""
-    family = family_of(cfg.model.name)
+def build_method(cfg, tensors: Tensors, task: str, family=None) -> Method:
+    """The model, likelihood and training stages of ``cfg.model.name``, built by its family
+    (``family``: the module ``validate_config`` returned; looked up when None)."""
+    family = family if family is not None else family_of(cfg.model.name)
     if tensors.y_train.ndim > 1 and not getattr(family, "MULTI_OUTPUT", False):
         multi = [m for f in FAMILIES if getattr(f, "MULTI_OUTPUT", False) for m in f.MODELS]
         raise UnsupportedCombination(

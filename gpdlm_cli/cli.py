@@ -10,7 +10,7 @@ import os
 import sys
 
 SUBCOMMANDS = {
-    "train": ("gpdlm_cli.hydra_apps:train_main", "train one model (or a sweep with -m); Hydra overrides"),
+    "train": ("gpdlm_cli.commands.train:train_main", "train one model (or a sweep with -m); Hydra overrides"),
     "sweep": ("gpdlm_cli.commands.sweep:cli", "sweep beta: the paper's grid [n, n/2, ..., 0.01] as a multirun"),
     "datasets": ("gpdlm_cli.commands.datasets:cli", "list, describe, fetch and verify datasets"),
     "compare": ("gpdlm_cli.commands.compare:cli", "mean +- SE tables and paper figures from the MLflow runs"),
@@ -18,7 +18,7 @@ SUBCOMMANDS = {
     "report": ("gpdlm_cli.commands.report:cli", "a paper's tables and a verdict per claim from the runs (--claims PAPER)"),
     "runs": ("gpdlm_cli.commands.run_list:cli", "list an experiment's runs with status and metrics; find and close stale ones"),
     "ui": ("gpdlm_cli.commands.ui:cli", "open the MLflow UI on the tracking store (127.0.0.1 by default)"),
-    "bias": ("gpdlm_cli.hydra_apps:bias_main", "the DLM paper's gradient-bias statistics of an estimator"),
+    "bias": ("gpdlm_cli.commands.bias:bias_main", "the DLM paper's gradient-bias statistics of an estimator"),
     "predict": ("gpdlm_cli.commands.evaluate:predict_cli", "apply a run's saved model to the rows of a CSV"),
     "eval": ("gpdlm_cli.commands.evaluate:eval_cli", "recompute metrics from saved models; back-fill them into their runs"),
     "resume": ("gpdlm_cli.commands.evaluate:resume_cli", "continue a stopped run from its checkpoint"),

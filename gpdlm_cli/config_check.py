@@ -244,7 +244,7 @@ def _validate(cfg, command: str = "train") -> str | None:
 
         build.validate_config(cfg)
         if command == "bias":
-            from .commands.bias import validate_bias
+            from .run.bias import validate_bias
 
             validate_bias(cfg)
     except GpdlmError as e:

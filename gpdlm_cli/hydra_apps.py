@@ -1,4 +1,4 @@
-"""The Hydra entry points of gpdlm's subcommands.
+"""The Hydra job wrapper of gpdlm's Hydra subcommands (``commands/train.py``, ``commands/bias.py``).
 
 A single run turns a GpdlmError into one line (``gpdlm: error: ...``) and exit code 2, and removes
 the output folder Hydra made for it. In a multirun a job never raises into Hydra on failure: it
@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 import traceback
 
-import hydra
 from omegaconf import DictConfig
 
 from .exceptions import ConfigError, GpdlmError
@@ -61,7 +60,7 @@ def run_job(cfg: DictConfig, runner, run_name=None):
     from hydra.types import RunMode
 
     from . import build  # torch and gpytorch: imported by the job, never by a launcher that only dispatches
-    from .commands.run_report import append_log, discard_rejected_output
+    from .run.artifacts import append_log, discard_rejected_output
     from .tracking.signals import exit_code, install_signal_handlers, killed_reason
 
     install_signal_handlers()
@@ -131,7 +130,7 @@ def _log_killed(output_dir, why: str) -> None:
     import json
     from pathlib import Path
 
-    from .commands.run_report import append_log
+    from .run.artifacts import append_log
 
     partial = Path(output_dir) / "metrics.json"
     try:
@@ -141,21 +140,3 @@ def _log_killed(output_dir, why: str) -> None:
         pass
     if Path(output_dir).is_dir():
         append_log(output_dir, f"run KILLED: {why}")
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def train_main(cfg: DictConfig):
-    """``gpdlm train``: one experiment (commands/train.py)."""
-    from .commands.train import run_train
-
-    from .commands.run_report import run_name_for
-
-    return run_job(cfg, run_train, run_name=run_name_for)
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def bias_main(cfg: DictConfig):
-    """``gpdlm bias``: the DLM paper's gradient-bias statistics (commands/bias.py)."""
-    from .commands.bias import run_bias
-
-    return run_job(cfg, run_bias)

@@ -14,8 +14,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from gpdlm_cli.commands import bias as bias_cmd
-from gpdlm_cli.commands.bias import run_bias
+from gpdlm_cli.run import bias as bias_cmd
+from gpdlm_cli.run.bias import run_bias
 from gpdlm_cli.exceptions import GpdlmError, NumericalError
 from gpdlm_cli.metrics import condition_statistics, coordinate_bias, gradient_statistics
 from gpdlm_cli.tracking import NullTracker

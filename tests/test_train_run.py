@@ -8,7 +8,7 @@ import math
 import pytest
 from mlflow.tracking import MlflowClient
 
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import NumericalError
 
 from .conftest import compose, fast

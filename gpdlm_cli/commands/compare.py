@@ -110,7 +110,7 @@ def write_summary(rows: list[dict], by: list[str], metrics: list[str], outdir: P
     csv_path, md_path = outdir / f"{basename}.csv", outdir / f"{basename}.md"
     R.write_csv(csv_path, header, csv_rows)
     md_header, md_rows = display_rows(rows, by, metrics)
-    from .run_report import write_atomic
+    from ..files import write_atomic
 
     write_atomic(md_path, R.markdown_table(md_header, md_rows))
     return [csv_path, md_path]

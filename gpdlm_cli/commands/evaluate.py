@@ -63,7 +63,7 @@ def run_folder(ref: str, uri: str | None) -> tuple[Path, str | None]:
 def evaluate_folder(folder: Path, split: str = "all", metrics: list[str] | None = None) -> dict[str, float]:
     """The run's predictive metrics recomputed from its saved model."""
     from ..run.saved_model import load_run
-    from .train import evaluator
+    from ..run.train import evaluator
 
     run = load_run(folder)
     values = evaluator(run.method, run.data, run.splits.y_std)()
@@ -245,7 +245,8 @@ def resume_main(argv: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from ..training.checkpoint import FILE, read_checkpoint
-    from .train import make_tracker, run_train
+    from ..run.lifecycle import make_tracker
+    from ..run.train import run_train
 
     p = R.make_parser("gpdlm resume", "continue a stopped run from its checkpoint (same folder, a new linked MLflow run)")
     p.add_argument("run", help="run id, run name or output folder of a KILLED (or FAILED) run")

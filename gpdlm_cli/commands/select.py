@@ -236,7 +236,7 @@ def refit(client, uri: str, experiment, record: R.RunRecord, outdir: Path) -> tu
                                filter_string=f"tags.`gpdlm.refit_of` = '{record.run_id}' and attributes.status = 'FINISHED'")
     if found:
         return R.RunRecord.from_run(found[0]), True
-    from .train import run_train
+    from ..run.train import run_train
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = _load_config(client, record, Path(tmp))
@@ -340,7 +340,7 @@ def main(argv: list[str]) -> int:
         csv_rows.append(line)
         disp.append(show)
     R.write_csv(outdir / "selected.csv", header, csv_rows)
-    from .run_report import write_atomic
+    from ..files import write_atomic
 
     write_atomic(outdir / "selected.md", R.markdown_table(header, disp))
     short = [[c[:8] if h.endswith("run_id") else c for h, c in zip(header, row)] for row in disp]

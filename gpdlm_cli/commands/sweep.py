@@ -70,7 +70,7 @@ def cli() -> int:
         report_error(e)
         return 2
     print(f"gpdlm: sweeping {args[1]}", file=sys.stderr)
-    from ..hydra_apps import train_main
+    from .train import train_main
 
     sys.argv = ["gpdlm train", *args]
     train_main()

@@ -76,9 +76,9 @@ def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int
 def _estimate(p: SweepPlan, k: int) -> float:
     from hydra import compose, initialize_config_module
 
-    from .. import build
     from ..training import run_stages, stage_settings
     from ..training.stages import uses_lbfgs
+    from .prepare import prepare
 
     total, shared_seen = 0.0, set()
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
@@ -87,11 +87,8 @@ def _estimate(p: SweepPlan, k: int) -> float:
             shape = (f"{cfg.model.name}" + (f"_{cfg.model.variant}" if cfg.model.get("variant") else ""), cfg.dataset.name, cfg.dataset.split.get("train_size"), cfg.trainer.batch_size,
                      cfg.model.get("num_inducing"))
             if shape not in p.per_shape:
-                build.validate_config(cfg)
-                _, splits, data = build.load_data(cfg)
-                method = build.build_method(cfg, data, splits.task)
-                settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method,
-                                                  n_val=data.x_val.shape[0])
+                prepared = prepare(cfg)
+                splits, data, method, settings = prepared.splits, prepared.data, prepared.method, prepared.settings
                 stages = []
                 for stage in method.stages:
                     if stage.solve is not None:

@@ -112,21 +112,25 @@ def load_run(run_dir: str | os.PathLike, *, device: str | None = None) -> Loaded
     """Rebuild the run saved in ``run_dir`` (see the module docstring)."""
     from omegaconf import OmegaConf
 
-    from .. import build
+    from .prepare import prepare
 
     meta, state = read_model_file(Path(run_dir) / MODEL_FILE)
     cfg = OmegaConf.create(meta["config"])
     if device is not None:
         cfg.device = device
-    build.validate_config(cfg)
-    torch.manual_seed(cfg.seed)
-    if meta.get("threads"):
-        torch.set_num_threads(int(meta["threads"]))
-    table, splits, data = build.load_data(cfg)
-    if splits.fingerprint != meta["fingerprint"]:
-        raise ModelFileError(f"the data of dataset={cfg.dataset.name} changed since the run was trained (fingerprint "
-                             f"{splits.fingerprint} != {meta['fingerprint']}); the saved model cannot be rebuilt on it")
-    method = build.build_method(cfg, data, splits.task)
+
+    def same_threads(cfg):
+        if meta.get("threads"):
+            torch.set_num_threads(int(meta["threads"]))
+        return cfg
+
+    def same_data(table, splits):
+        if splits.fingerprint != meta["fingerprint"]:
+            raise ModelFileError(f"the data of dataset={cfg.dataset.name} changed since the run was trained (fingerprint "
+                                 f"{splits.fingerprint} != {meta['fingerprint']}); the saved model cannot be rebuilt on it")
+
+    p = prepare(cfg, adjust=same_threads, check_data=same_data)
+    table, splits, data, method = p.table, p.splits, p.data, p.method
     try:
         loadmodule_state(method.modules, state)
     except KeyError as e:

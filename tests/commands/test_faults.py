@@ -89,7 +89,7 @@ def test_disk_full_at_the_end_keeps_the_metrics_in_mlflow_and_says_what_was_save
 
 
 def test_result_files_are_written_atomically(tmp_path, full_disk_for):
-    from gpdlm_cli.commands.run_report import write_atomic
+    from gpdlm_cli.files import write_atomic
 
     path = write_atomic(tmp_path / "metrics.json", '{"a": 1}')
     full_disk_for("metrics.json")

@@ -19,7 +19,7 @@ BASE = ["trainer.max_iters=20", "trainer.eval_every=10", "model.num_inducing=10"
 
 @pytest.fixture(scope="module")
 def real(template_db, tmp_path_factory):
-    from gpdlm_cli.commands.train import run_train
+    from gpdlm_cli.run.train import run_train
 
     d = tmp_path_factory.mktemp("real")
     uri = copy_store(template_db, d)

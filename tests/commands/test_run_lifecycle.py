@@ -14,7 +14,8 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from gpdlm_cli.commands import run_report as RR
+from gpdlm_cli.run import artifacts as RA
+from gpdlm_cli.run import naming as RN
 from gpdlm_cli.tracking import MlflowTracker, NullTracker
 from gpdlm_cli.tracking import signals as S
 
@@ -134,9 +135,9 @@ def test_partial_results_of_an_interrupted_run(tmp_path):
     history = {"loss": [1.5, 1.2, 1.1, 1.05, 1.0, 0.98, 0.97],
                "steps": {"train_loss": [(i + 1, v) for i, v in enumerate([1.5, 1.2, 1.1, 1.05, 1.0, 0.98, 0.97])],
                          "val_nll": [(3, 1.4), (6, 1.25)], "test_nll": [(3, 1.5), (6, 1.3)]}}
-    iteration, last = RR.last_evaluation(history)
+    iteration, last = RA.last_evaluation(history)
     assert iteration == 7 and last == {"val_nll": 1.25, "test_nll": 1.3}
-    files = RR.write_partial_results(tmp_path, "KILLED", "terminated by SIGTERM (signal 15)", iteration, last, history,
+    files = RA.write_partial_results(tmp_path, "KILLED", "terminated by SIGTERM (signal 15)", iteration, last, history,
                                      title="dlm_joint-concrete-b1-s0")
     assert [f.name for f in files] == ["metrics.json", "learning_curve.png", "gpdlm.log"]
     record = json.loads((tmp_path / "metrics.json").read_text())
@@ -147,7 +148,7 @@ def test_partial_results_of_an_interrupted_run(tmp_path):
     assert log[-1].endswith("[gpdlm][ERROR] - run KILLED at iteration 7: terminated by SIGTERM (signal 15)")
     # killed before any evaluation: still a metrics.json, no figure
     empty = tmp_path / "early"
-    files = RR.write_partial_results(empty, "KILLED", "interrupted (Ctrl-C)", 0, None, {"loss": [], "steps": {}})
+    files = RA.write_partial_results(empty, "KILLED", "interrupted (Ctrl-C)", 0, None, {"loss": [], "steps": {}})
     assert [f.name for f in files] == ["metrics.json", "gpdlm.log"]
     assert json.loads((empty / "metrics.json").read_text())["evaluated_at"] is None
 
@@ -157,16 +158,16 @@ def test_rejected_output_folder_is_removed_unless_it_holds_more(tmp_path):
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "config.yaml").write_text("a: 1")
     (run / "gpdlm.log").write_text("")
-    assert RR.discard_rejected_output(run, "bad beta")
+    assert RA.discard_rejected_output(run, "bad beta")
     assert not (tmp_path / "outputs").exists()  # the date folder and the then empty outputs/ went too
     mine = tmp_path / "my_runs" / "run1"  # hydra.run.dir=my_runs/run1: the user's empty folder stays
     (mine / ".hydra").mkdir(parents=True)
-    assert RR.discard_rejected_output(mine, "bad beta")
+    assert RA.discard_rejected_output(mine, "bad beta")
     assert (tmp_path / "my_runs").is_dir() and not mine.exists()
     kept = tmp_path / "mine"
     (kept / ".hydra").mkdir(parents=True)
     (kept / "notes.txt").write_text("x")
-    assert not RR.discard_rejected_output(kept, "bad beta")
+    assert not RA.discard_rejected_output(kept, "bad beta")
     assert (kept / "notes.txt").exists() and "rejected: bad beta" in (kept / "gpdlm.log").read_text()
 
 
@@ -178,12 +179,12 @@ def test_rejected_output_folder_is_removed_unless_it_holds_more(tmp_path):
      "fitc-concrete-b1-bmc-lr0.01-s0"),
 ])
 def test_run_names_carry_variant_beta_and_swept_values(overrides, swept, name):
-    assert RR.run_name_for(compose(overrides), swept) == name
+    assert RN.run_name_for(compose(overrides), swept) == name
 
 
 def test_a_real_run_reports_one_line_and_logs_its_dataset(tmp_path, capfd):
     """A new store too: MLflow's "Creating initial MLflow database tables..." must not appear."""
-    from gpdlm_cli.commands.train import run_train
+    from gpdlm_cli.run.train import run_train
     from gpdlm_cli.tracking.liveness import process_state
 
     module_uri = f"sqlite:///{tmp_path / 'fresh.db'}"
@@ -195,7 +196,7 @@ def test_a_real_run_reports_one_line_and_logs_its_dataset(tmp_path, capfd):
     assert captured.err == ""  # quiet: the one line is all a successful run prints
     run = _only_run(module_uri, "report")
     assert run.info.run_name == "dlm_joint-concrete-b0.5-s0"
-    assert out == [RR.run_line(run.info.run_name, metrics, tmp_path / "run", run.info.run_id, module_uri,
+    assert out == [RN.run_line(run.info.run_name, metrics, tmp_path / "run", run.info.run_id, module_uri,
                                run.info.experiment_id)]
     line = out[0]
     assert line.startswith(f"gpdlm: dlm_joint-concrete-b0.5-s0: test_nll {metrics['test_nll']:.4g}, ")
@@ -213,24 +214,24 @@ def test_a_real_run_reports_one_line_and_logs_its_dataset(tmp_path, capfd):
 
 
 def test_learning_curve_labels_give_settings_and_units():
-    info = RR.curve_info(compose(["model=dlm_fixed", "objective.beta=0.1"]), "regression", 16.7, lr=0.1)
+    info = RN.curve_info(compose(["model=dlm_fixed", "objective.beta=0.1"]), "regression", 16.7, lr=0.1)
     assert info["subtitle"] == "dlm (fixed) on concrete, gaussian likelihood: beta=0.1, M=100, lr=0.1, full batch"
     assert info["objective_label"] == "training objective\n(per datum, standardised targets)"
     assert info["nll_label"] == "NLL (nats per point, target units)"
-    cls = RR.curve_info(compose(["dataset=breast_cancer", "trainer.batch_size=64"]), "classification", 1.0)
+    cls = RN.curve_info(compose(["dataset=breast_cancer", "trainer.batch_size=64"]), "classification", 1.0)
     assert cls["nll_label"] == "NLL (nats per point)" and cls["subtitle"].endswith("batch=64")
-    seq = RR.curve_info(compose(["model=svgp"]), "regression", 1.0, lr=[0.01, 0.1])  # stages with their own lr
+    seq = RN.curve_info(compose(["model=svgp"]), "regression", 1.0, lr=[0.01, 0.1])  # stages with their own lr
     assert "lr=0.01/0.1," in seq["subtitle"]
 
 
 def test_the_learning_curve_shows_the_lr_the_family_trains_with(tmp_path, monkeypatch):
     """gp_lstm trains its network with Adam(0.01) (App. E) when trainer.lr is null, not the trainer's
     full-batch default 0.1: the subtitle says so."""
-    from gpdlm_cli.commands import train as T
+    from gpdlm_cli.run import train as T
     from gpdlm_cli.tracking import NullTracker
 
     seen = {}
-    monkeypatch.setattr(T, "curve_info", lambda *a, **k: seen.update(RR.curve_info(*a, **k)) or dict(seen))
+    monkeypatch.setattr(T, "curve_info", lambda *a, **k: seen.update(RN.curve_info(*a, **k)) or dict(seen))
     T.run_train(compose(["model=gp_lstm", "dataset=sysid_actuator", "dataset.n=128", "model.network.units=4",
                          "trainer.max_iters=2", "trainer.final_theta_steps=1", "trainer.eval_every=0", "progress=false",
                          "tracking.enabled=false"]), tmp_path, tracker=NullTracker())

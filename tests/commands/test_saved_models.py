@@ -14,7 +14,8 @@ import scipy.stats
 
 from gpdlm_cli import build
 from gpdlm_cli.commands import evaluate
-from gpdlm_cli.commands.train import make_tracker, run_train
+from gpdlm_cli.run.lifecycle import make_tracker
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.run.saved_model import MODEL_FILE, load_run
 
 from ..conftest import compose
@@ -106,7 +107,7 @@ def test_eval_reproduces_every_metric_and_backfills_missing_ones(trained, capsys
 
 def test_reloaded_models_of_every_family_evaluate_identically(tmp_path):
     """One model per family not covered above (their own evaluate: sq_dlm, the gamma family, recurrent)."""
-    from gpdlm_cli.commands.train import evaluator
+    from gpdlm_cli.run.train import evaluator
     from gpdlm_cli.tracking import NullTracker
 
     for ov in (["model=sq_dlm", "model.num_inducing=12", "dataset.split.train_size=150"],

@@ -81,7 +81,7 @@ def test_dropout_benchmark_set_loads_from_the_mirror(name, mirror):
 # Needs build.load_data to pass the mask keys to make_splits and to call check_split first (see
 # gpdlm_cli/data/splits.py); the runner is driven in-process through the real Hydra config.
 def _train(tmp_path, overrides):
-    from gpdlm_cli.commands.train import run_train
+    from gpdlm_cli.run.train import run_train
     from tests.conftest import compose, fast
 
     cfg = compose(fast(["tracking.enabled=false", "threads=1", *overrides]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 
 from ..conftest import compose
 

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from gpdlm_cli import build
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
 from gpdlm_cli.training.sync import count_cuda_syncs

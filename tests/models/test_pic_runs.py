@@ -13,7 +13,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from gpdlm_cli import build
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.metrics import predictive_metrics
 from gpdlm_cli.models import LocalCells

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.tracking import NullTracker
 

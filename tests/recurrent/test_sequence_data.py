@@ -66,7 +66,7 @@ def test_the_generators_series_follows_the_run_seed_and_its_statistics_are_run_m
     not over one series: seed 0's Actuator |corr| is 0.009 against Table 1's 0.0938), dataset.seed=0
     pins one series, and every sysid run reports its own series' Table 1 statistics: data_abs_corr
     (checked here with numpy) and data_snr (table1_statistics at the calibration lag, 16 for Drives)."""
-    from gpdlm_cli.commands.train import run_train
+    from gpdlm_cli.run.train import run_train
     from gpdlm_cli.tracking import NullTracker
 
     from ..conftest import compose

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 
 from ..conftest import compose

@@ -14,7 +14,7 @@ import scipy.stats
 import torch
 
 from gpdlm_cli import build
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.tracking import NullTracker
 

@@ -140,7 +140,7 @@ def test_gaussian_smoke_preset_runs_every_arm(tmp_path, capsys):
     train_nlml_exact_kernel -- for BSGD on the exact kernel the same number (its own kernel), for the RFF
     arms the exact kernel's NLML at their parameters -- and the best iterate; SVGP its test metrics with
     M = 16. The paper's MINIMAX is the one arm that warns."""
-    from gpdlm_cli.commands.train import run_train
+    from gpdlm_cli.run.train import run_train
     from gpdlm_cli.run.plan import job_overrides
     from gpdlm_cli.tracking import NullTracker
 

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from gpdlm_cli import build
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.metrics import predictive_metrics
 from gpdlm_cli.tracking import NullTracker

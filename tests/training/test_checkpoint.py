@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.tracking.signals import Terminated, install_signal_handlers
 from gpdlm_cli.training.checkpoint import FILE, read_checkpoint

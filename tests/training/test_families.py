@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gpdlm_cli import build, methods
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.tracking import NullTracker
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpdlm_cli import build
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import stage_settings

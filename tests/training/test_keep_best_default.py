@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpdlm_cli import build
-from gpdlm_cli.commands.train import run_train
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 
 from ..conftest import compose

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpdlm_cli.commands.train import reuse_key, run_train
+from gpdlm_cli.run.train import reuse_key, run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training.reuse import clear_warm_starts
 

@@ -1,0 +1,181 @@
+"""``gpdlm train``'s run: one experiment from a composed config to metrics in MLflow and metrics.json.
+
+``run_train`` prepares the run (``run.prepare``: every check before an MLflow run exists), then
+follows the tracked-run lifecycle (``run.lifecycle``): tags, ``config.yaml``, the stages trained
+with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve
+and the saved model as artifacts, and the one-line report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from ..metrics import predictive_metrics
+from ..tracking.sweep import config_hash
+from ..training import run_stages
+from .artifacts import plot_learning_curve
+from .lifecycle import TrackedRun, make_tracker, run_tags
+from .naming import curve_info, run_name_for
+from .prepare import prepare
+
+
+def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = None, tracker=None,
+              parent_run_id: str | None = None, skip_finished: bool = False) -> dict | None:
+    """Run one experiment; returns the final metrics (None if ``skip_finished`` found a FINISHED
+    run with the same config hash). Raises GpdlmError on bad input."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    # 1. everything that can fail on bad input, before a run exists
+    p = prepare(cfg)
+    splits, data, method, settings = p.splits, p.data, p.method, p.settings
+    device = p.device
+    generator = torch.Generator().manual_seed(cfg.seed)  # batch orders drawn on the CPU: the same on every device
+    if method.estimator is not None:
+        method.estimator.seed(cfg.seed, device)
+
+    tracker = tracker if tracker is not None else make_tracker(cfg.tracking)
+    chash = config_hash(cfg)
+    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", chash):
+        return None
+    from ..training.checkpoint import FILE as CHECKPOINT_FILE
+    from ..training.checkpoint import Checkpointer, read_checkpoint
+
+    resume_state = read_checkpoint(output_dir / CHECKPOINT_FILE)  # a requeued or resumed job continues
+    if resume_state is not None and resume_state.get("config_hash") != chash:
+        resume_state = None  # another configuration's checkpoint: start afresh (and overwrite it)
+    extra_tags = {"gpdlm.resumed_from": str(resume_state.get("run_id"))} if resume_state is not None else {}
+    # the metric `gpdlm select` and sweeps pick beta by: the family's (val_nll unless it says otherwise)
+    extra_tags["gpdlm.selection_metric"] = str(getattr(p.family, "selection_metric", "val_nll"))
+    tags = run_tags("train", overrides=overrides, output_dir=output_dir, device=device,
+                    fingerprint=splits.fingerprint, chash=chash, **method.tags, **extra_tags)
+    run = TrackedRun(output_dir, tracker, cfg.tracking.get("run_name") or run_name_for(cfg))
+
+    with run.started(cfg, tags, parent_run_id=parent_run_id, table=p.table, fingerprint=splits.fingerprint):
+        evaluate = evaluator(method, data, splits.y_std)
+        history = {"loss": [], "steps": {}}
+        if resume_state is not None:  # the learning curves of the interrupted segments, in the new run too
+            history["steps"] = {k: [(int(s), float(v)) for s, v in pts] for k, pts in resume_state["history"].items()}
+            tracker.log_steps(history["steps"])
+
+        def log_steps(series):
+            for k, pts in series.items():
+                history["steps"].setdefault(k, []).extend(pts)
+            tracker.log_steps(series)
+
+        def curve_so_far():
+            history["loss"] = [v for _, v in history["steps"].get("train_loss", [])]
+            return history
+
+        stage_lrs = list(dict.fromkeys(s.overrides.get("lr", settings.lr) for s in method.stages))  # families' own lrs
+        info = curve_info(cfg, splits.task, splits.y_std, lr=stage_lrs)
+        cache, warm = reuse_for(cfg)
+        est_gen = method.estimator.random.generator(device) if hasattr(method.estimator, "random") else None
+
+        def run_state():
+            return {"modules_list": method.modules, "generator_list": [generator, est_gen],
+                    "history": {k: [[s, v] for s, v in pts] for k, pts in history["steps"].items()},
+                    "config_hash": chash, "run_id": str(getattr(tracker, "run_id", "") or "")}
+
+        checkpoint = Checkpointer(output_dir / CHECKPOINT_FILE, int(cfg.trainer.get("checkpoint_every", 5)), run_state,
+                                  state=resume_state) if int(cfg.trainer.get("checkpoint_every", 5)) > 0 else None
+        with run.interruptible(curve_so_far, info):  # a run stopped from outside leaves a self-explaining folder
+            fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=generator,
+                             evaluate=evaluate, log_steps=log_steps, modules=method.modules,
+                             cache=cache, warm=warm, generators=[est_gen], checkpoint=checkpoint)
+        history["loss"] = fit.losses
+        if fit.reused:
+            tracker.set_tags({"gpdlm.reused_stage": ",".join(fit.reused)})
+        if fit.warm_started_from is not None:
+            tracker.set_tags({"gpdlm.warm_start_from": f"beta={fit.warm_started_from:g}"})
+        tracker.set_tags({"gpdlm.stop_rule": ",".join(fit.stop_rules) or "none",
+                          "gpdlm.protocol": settings.protocol, "gpdlm.optimizers": ",".join(fit.optimizers) or "none",
+                          "gpdlm.keep_best": settings.keep_best or "none"})
+        if method.finalize:
+            method.finalize(data.x_train, data.y_train)
+
+        metrics = evaluate()
+        metrics.update({
+            "train_seconds": fit.train_seconds,
+            "iter_ms": fit.iter_ms,
+            "iterations": fit.iterations,
+            # the training objective (per datum) at the first step and at the last step of the last stage
+            **({"first_loss": fit.losses[0], "final_loss": fit.losses[-1]} if fit.losses else {}),
+            "converged": int(fit.converged),
+            "n_train": splits.n_train,
+        })
+        if settings.keep_best:
+            metrics["best_iteration"] = fit.best_iteration if fit.best_iteration is not None else fit.iterations
+        if method.estimator is not None:
+            metrics.update(method.estimator.statistics())
+        if method.diagnostics is not None:
+            metrics.update(method.diagnostics())
+        # 2. results to disk first (atomically), then to MLflow -- which gets the metrics even when
+        # the disk is full; a file not written ends the run with one line saying what was saved
+        run.save_metrics(metrics)
+        for k, v in metrics.items():  # the final evaluation closes the learning curves
+            if k.startswith(("val_", "test_")) or k in method.monitors:
+                history["steps"].setdefault(k, []).append((fit.iterations, v))
+        run.save("learning_curve.png", lambda path: plot_learning_curve(history, path, title=run.run_name, info=info))
+        run.log_metrics(metrics, step=fit.iterations)
+        from .saved_model import MODEL_FILE, save_model
+
+        run.save(MODEL_FILE, lambda path: save_model(path, cfg, method, splits, data.target_names or []))
+        if checkpoint is not None:
+            checkpoint.remove()  # finished: the saved model is the result
+        run.close(("config.yaml", "metrics.json", "learning_curve.png", MODEL_FILE), metrics)
+    run.report(metrics)
+    return metrics
+
+
+def reuse_key(cfg) -> str:
+    """What determines every stage whose result does not depend on beta: the resolved config without
+    ``objective.beta`` (and the bookkeeping keys ``config_hash`` drops), and the code that trains it."""
+    import hashlib
+
+    from omegaconf import OmegaConf
+
+    from .. import __version__
+    from .lifecycle import git_commit
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    c.get("objective", {}).pop("beta", None)
+    for k in ("tracking", "progress", "sweep", "hydra"):
+        c.pop(k, None)
+    blob = json.dumps({"config": c, "gpdlm": __version__, "commit": git_commit()}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def reuse_for(cfg):
+    """(StageCache or None, WarmStart or None) from ``sweep.share_stages`` and ``sweep.warm_start``."""
+    from ..training.reuse import StageCache, WarmStart
+
+    s = cfg.sweep
+    share, warm = bool(s.get("share_stages", True)), bool(s.get("warm_start", False))
+    if not (share or warm):
+        return None, None
+    key = reuse_key(cfg)
+    cache = StageCache(Path(str(s.get("cache_dir", "outputs/.cache"))) / "stages", key) if share else None
+    return cache, (WarmStart(key, float(cfg.objective.beta)) if warm else None)
+
+
+def evaluator(method, data, y_std: float):
+    """The run's evaluation: predictive metrics on validation and test (the family's own
+    ``evaluate`` if it has one) and the family's monitors."""
+
+    def predictive(x, y, prefix):
+        if method.evaluate is not None:
+            return method.evaluate(x, y, prefix=prefix, y_std=y_std)
+        return predictive_metrics(method.model, method.likelihood, x, y, y_std=y_std, prefix=prefix)
+
+    def evaluate():
+        out = {**predictive(data.x_val, data.y_val, "val_"), **predictive(data.x_test, data.y_test, "test_")}
+        for name, monitor in method.monitors.items():
+            out[name] = float(monitor())
+        return out
+
+    return evaluate
