@@ -81,14 +81,13 @@ def family_step_ms(overrides: list[str], device: str, iters: int) -> float:
     """ms per step of one family's first iterative stage, through `gpdlm train`'s builder."""
     from hydra import compose, initialize_config_module
 
-    from gpdlm_cli import build
+    from gpdlm_cli.run.prepare import prepare
     from gpdlm_cli.training import run_stages
 
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"device={device}", "progress=false", *overrides])
-    _, splits, data = build.load_data(cfg)
-    method = build.build_method(cfg, data, splits.task)
-    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    prepared = prepare(cfg)
+    data, method, settings = prepared.data, prepared.method, prepared.settings
     settings = dataclasses.replace(settings, max_epochs=None, eval_every=0, eval_every_epochs=None, keep_best=None,
                                    stop_rule="none", check_every=10**9, progress=False)
     stage = [s for s in method.stages if s.solve is None][0]

@@ -19,15 +19,13 @@ import torch
 def fit(overrides):
     from hydra import compose, initialize_config_module
 
-    from gpdlm_cli import build
+    from gpdlm_cli.run.prepare import prepare
     from gpdlm_cli.training import run_stages
 
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=["progress=false", "trainer.eval_every=0", *overrides])
-    torch.manual_seed(cfg.seed)
-    _, splits, data = build.load_data(cfg)
-    method = build.build_method(cfg, data, splits.task)
-    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    prepared = prepare(cfg)
+    data, method, settings = prepared.data, prepared.method, prepared.settings
     t0 = time.perf_counter()
     result = run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
     seconds = time.perf_counter() - t0

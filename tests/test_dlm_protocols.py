@@ -15,6 +15,7 @@ from gpdlm_cli.run.train import run_train
 from gpdlm_cli.objectives import fit_square_loss_predictive
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
+from gpdlm_cli.run.prepare import prepare
 
 from .conftest import compose, fast
 
@@ -56,9 +57,8 @@ def test_square_loss_completion_fits_the_residuals():
 def test_sq_dlm_reports_the_completed_predictive_and_beats_the_prior_completion(tmp_path):
     m, _ = _run(tmp_path, ["model=sq_dlm_fixed", "model.predictive=residual"])
     cfg = compose(fast(["model=sq_dlm_fixed", "trainer.max_iters=100"]))
-    _, splits, data = build.load_data(cfg)
-    method = build.build_method(cfg, data, splits.task)
-    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    prepared = prepare(cfg)
+    splits, data, method, settings = prepared.splits, prepared.data, prepared.method, prepared.settings
     run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
     method.finalize(data.x_train, data.y_train)
     model = method.model

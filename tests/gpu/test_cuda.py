@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 import torch
 
-from gpdlm_cli import build
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
 from gpdlm_cli.training.sync import count_cuda_syncs
+from gpdlm_cli.run.prepare import prepare
 
 from ..conftest import compose
 
@@ -128,10 +128,8 @@ SYNC_CASES.update({k: STOCHASTIC[k] for k in ("dlm_bmc", "dlm_ups", "minimax", "
 
 def _syncs_for(overrides, iterations: int) -> tuple[int, dict]:
     cfg = compose(BASE + ["device=cuda"] + list(overrides))
-    build.validate_config(cfg)
-    _, splits, data = build.load_data(cfg)
-    method = build.build_method(cfg, data, splits.task)
-    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    prepared = prepare(cfg)
+    data, method, settings = prepared.data, prepared.method, prepared.settings
     settings = dataclasses.replace(settings, max_iters=iterations, max_epochs=None, eval_every=0,
                                    eval_every_epochs=None, check_every=10**9, keep_best=None, stop_rule="none",
                                    progress=False)

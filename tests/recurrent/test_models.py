@@ -12,6 +12,7 @@ from gpdlm_cli.run.train import evaluator
 from gpdlm_cli.features.recurrent import FeatureMap, WindowLayout, _RecurrentLayer
 from gpdlm_cli.methods import recurrent
 from gpdlm_cli.training import run_stages
+from gpdlm_cli.run.prepare import prepare
 
 from ..conftest import compose
 
@@ -47,10 +48,8 @@ def fit(overrides, stages=None):
                    "model.network.units=4", "trainer.max_iters=null", "trainer.max_epochs=2", "trainer.batch_size=32",
                    "trainer.eval_every=0", "trainer.theta_steps=2", "trainer.final_theta_steps=3", "model.horizons=[1,5]",
                    "progress=false", "tracking.enabled=false", *overrides])
-    build.validate_config(cfg)
-    _, splits, data = build.load_data(cfg)
-    method = build.build_method(cfg, data, splits.task)
-    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    prepared = prepare(cfg)
+    splits, data, method, settings = prepared.splits, prepared.data, prepared.method, prepared.settings
     chosen = method.stages if stages is None else [s for s in method.stages if s.name in stages]
     run_stages(chosen, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
     return method, evaluator(method, data, splits.y_std)()

@@ -16,6 +16,7 @@ from gpdlm_cli import build, methods
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.tracking import NullTracker
+from gpdlm_cli.run.prepare import prepare
 
 from ..conftest import compose, fast
 
@@ -148,9 +149,8 @@ def test_bad_trainer_input_fails_before_any_run(tmp_path, overrides, message):
 def _final_objective(cfg):
     from gpdlm_cli.training import run_stages
 
-    _, splits, data = build.load_data(cfg)
-    method = build.build_method(cfg, data, splits.task)
-    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    prepared = prepare(cfg)
+    data, method, settings = prepared.data, prepared.method, prepared.settings
     fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         value = float(method.stages[0].objective(data.x_train, data.y_train))

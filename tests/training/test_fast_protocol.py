@@ -10,6 +10,7 @@ from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import stage_settings
+from gpdlm_cli.run.prepare import prepare
 
 from ..conftest import compose
 
@@ -22,10 +23,8 @@ def _m(overrides):
 
 def _stage_optimizers(overrides):
     cfg = compose(BASE + list(overrides) + _m(overrides))
-    build.validate_config(cfg)
-    _, splits, data = build.load_data(cfg)
-    method = build.build_method(cfg, data, splits.task)
-    settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
+    prepared = prepare(cfg)
+    splits, method, settings = prepared.splits, prepared.method, prepared.settings
     return {s.name: stage_settings(settings, s, splits.n_train).optimizer for s in method.stages if s.solve is None}
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpdlm_cli import build
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
+from gpdlm_cli.run.prepare import prepare
 
 from ..conftest import compose
 
@@ -18,11 +18,7 @@ SMALL_SEQ = ["dataset=sysid_actuator", "dataset.n=256", "model.network.units=8"]
 
 def _resolved(overrides):
     cfg = compose(list(overrides) + ["progress=false", "tracking.enabled=false"])
-    build.validate_config(cfg)
-    _, splits, data = build.load_data(cfg)
-    method = build.build_method(cfg, data, splits.task)
-    return build.trainer_settings(cfg, splits.n_train, splits.task, method=method,
-                                  n_val=data.x_val.shape[0]).keep_best
+    return prepare(cfg).settings.keep_best
 
 
 @pytest.mark.parametrize("overrides,expected", [
