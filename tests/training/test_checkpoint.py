@@ -60,8 +60,8 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(name, tmp_path, monkey
 
     real_build = build.build_method
 
-    def with_killer(cfg, data, task):
-        method = real_build(cfg, data, task)
+    def with_killer(cfg, data, task, *family):
+        method = real_build(cfg, data, task, *family)
         stage = [s for s in method.stages if s.solve is None][-1]
         stage.hooks = list(stage.hooks) + [_KillAt(27)]
         return method
@@ -84,8 +84,8 @@ def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path, monkeypa
 
     real_build = build.build_method
 
-    def with_killer(cfg, data, task):
-        method = real_build(cfg, data, task)
+    def with_killer(cfg, data, task, *family):
+        method = real_build(cfg, data, task, *family)
         method.stages[-1].hooks = list(method.stages[-1].hooks) + [_KillAt(15)]
         return method
 
