@@ -30,8 +30,6 @@ from .methods.components import (
 if TYPE_CHECKING:
     import numpy as np
 
-_is_number = is_number  # kept for callers of the old private name
-
 
 # ----- settings -------------------------------------------------------------------------------------
 def validate_config(cfg):

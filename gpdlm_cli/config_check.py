@@ -26,8 +26,6 @@ import difflib
 import functools
 import math
 
-from .exceptions import ConfigError
-
 # Hydra flags after which no override check makes sense
 HELP_FLAGS = {"-h", "--help", "--hydra-help", "-i", "--info", "-sc", "--shell-completion"}
 VALUE_FLAGS = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package",
@@ -319,10 +317,3 @@ def _unknown_key(key: str, known: list[str]) -> str:
     if close:
         msg += "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
     return msg + f" (a new key needs a leading '+': +{key}=...)"
-
-
-def raise_for_overrides(argv: list[str]) -> None:
-    """``check_overrides`` as a ConfigError."""
-    msg = check_overrides(argv)
-    if msg:
-        raise ConfigError(msg)

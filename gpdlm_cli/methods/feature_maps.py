@@ -18,7 +18,7 @@ import math
 import torch
 
 from ..exceptions import UnsupportedCombination, param_error
-from .components import is_int, is_number
+from ..validation import is_int, is_number
 
 FINITE_KERNELS = ("linear", "rff")
 LINEAR_NORMALISERS = ("data", "width")

@@ -41,19 +41,12 @@ import math
 import torch
 
 from ..exceptions import UnsupportedCombination, param_error
+from ..validation import number_in
 from . import components as C
 from . import feature_maps as FM
 from .base import Method, Stage
 
 MODELS = ("scgd", "minimax", "bsgd")
-
-
-def _number_in(value, lo, hi, *, lo_open=False, hi_open=False) -> bool:
-    if not C.is_number(value):
-        return False
-    above = value > lo if lo_open else value >= lo
-    below = value < hi if hi_open else value <= hi
-    return above and below
 
 
 def validate(cfg) -> None:
@@ -78,26 +71,26 @@ def validate(cfg) -> None:
     if not C.is_int(m.exact_nlml_max_n) or m.exact_nlml_max_n < 0:
         raise param_error("exact_nlml_max_n", owner, "an integer >= 0", m.exact_nlml_max_n)
     if m.name == "scgd":
-        if not _number_in(m.b0, 0, 1, lo_open=True):
+        if not number_in(m.b0, 0, 1, lo_open=True):
             raise param_error("b0", owner, "a float in (0, 1]", m.b0)
-        if not _number_in(m.b_decay, 0, math.inf, hi_open=True):
+        if not number_in(m.b_decay, 0, math.inf, hi_open=True):
             raise param_error("b_decay", owner, "a finite float >= 0", m.b_decay)
-        if not _number_in(m.b_min, 0, m.b0):
+        if not number_in(m.b_min, 0, m.b0):
             raise param_error("b_min", owner, f"a float in [0, b0={m.b0}]", m.b_min)
     elif m.name == "minimax":
-        if not _number_in(m.mu, 0, math.inf, lo_open=True, hi_open=True):
+        if not number_in(m.mu, 0, math.inf, lo_open=True, hi_open=True):
             raise param_error("mu", owner, "a finite float in (0, inf)", m.mu)
-        if not _number_in(m.mu_growth, 1, math.inf, hi_open=True):
+        if not number_in(m.mu_growth, 1, math.inf, hi_open=True):
             raise param_error("mu_growth", owner, "a finite float >= 1", m.mu_growth)
         if not C.is_int(m.mu_every_epochs) or m.mu_every_epochs < 1:
             raise param_error("mu_every_epochs", owner, "an integer >= 1", m.mu_every_epochs)
-        if not _number_in(m.mu_max, m.mu, math.inf):
+        if not number_in(m.mu_max, m.mu, math.inf):
             raise param_error("mu_max", owner, f"a float >= mu={m.mu}", m.mu_max)
         if not isinstance(m.precondition, bool):
             raise param_error("precondition", owner, "true or false", m.precondition)
         if not isinstance(m.exact_penalty, bool):
             raise param_error("exact_penalty", owner, "true or false", m.exact_penalty)
-        if m.w_max is not None and not _number_in(m.w_max, 0, math.inf, lo_open=True):
+        if m.w_max is not None and not number_in(m.w_max, 0, math.inf, lo_open=True):
             raise param_error("w_max", owner, "a float in (0, inf] or null", m.w_max)
     elif m.batching not in ("uniform", "nearest"):
         raise param_error("batching", owner, "'uniform' or 'nearest'", m.batching)

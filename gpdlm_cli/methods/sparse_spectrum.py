@@ -22,12 +22,12 @@ regression with the trigonometric kernel estimate phi(x)^T Lambda phi(x') of m f
 
 from __future__ import annotations
 
-import math
 import time
 
 import torch
 
 from ..exceptions import UnsupportedCombination, param_error
+from ..validation import require_flag, require_float, require_int
 from . import components as C
 from .base import Method, Stage
 
@@ -36,22 +36,6 @@ MODELS = ("ssgp", "vssgp", "svbssgp")
 #: sVBSSGP's default Adam learning rate (when trainer.lr is null) and off-diagonal multiplier
 SVBSSGP_LR = 1e-2
 OFFDIAG_LR_SCALE = 1e-2
-
-
-def _int_at_least(m, key: str, low: int = 1) -> None:
-    if not C.is_int(m[key]) or m[key] < low:
-        raise param_error(key, f"model={m.name}", f"an integer >= {low}", m[key])
-
-
-def _positive(m, key: str) -> None:
-    v = m[key]
-    if not C.is_number(v) or v <= 0 or math.isinf(v):
-        raise param_error(key, f"model={m.name}", "a finite float in (0, inf)", v)
-
-
-def _flag(m, key: str) -> None:
-    if not isinstance(m[key], bool):
-        raise param_error(key, f"model={m.name}", "true or false", m[key])
 
 
 def gamma_values(m) -> list[float]:
@@ -81,18 +65,18 @@ def validate(cfg) -> None:
     if cfg.kernel.name != "rbf":  # the frequencies sample the Gaussian (RBF) kernel's spectral density
         raise UnsupportedCombination(f"model={m.name} approximates the rbf kernel (its frequencies sample the "
                                      f"Gaussian spectral density); got kernel={cfg.kernel.name}")
-    _int_at_least(m, "num_frequencies")
+    require_int(m, "num_frequencies", f"model={m.name}")
     for key in ("prior_lengthscale", "signal_init"):
-        _positive(m, key)
+        require_float(m, key, f"model={m.name}")
     for key in ("learn_signal", "learn_noise"):
-        _flag(m, key)
+        require_flag(m, key, f"model={m.name}")
     if m.name == "ssgp":
         if m.predict not in ("global", "local"):
             raise param_error("predict", "model=ssgp", "'global' or 'local'", m.predict)
-        _int_at_least(m, "partitions")
+        require_int(m, "partitions", f"model={m.name}")
     if m.name == "vssgp":
-        _positive(m, "init_scale")
-        _flag(m, "learn_lengthscale")
+        require_float(m, "init_scale", f"model={m.name}")
+        require_flag(m, "learn_lengthscale", f"model={m.name}")
         if m.q_weights not in ("optimal", "diag"):
             raise param_error("q_weights", "model=vssgp", "'optimal' or 'diag'", m.q_weights)
         if m.q_weights == "optimal" and float(cfg.objective.beta) != 1.0:
@@ -107,18 +91,18 @@ def validate(cfg) -> None:
     if m.name != "svbssgp":
         return
     for key in ("partitions", "blocks_per_step", "z_samples", "predict_samples"):
-        _int_at_least(m, key)
-    _int_at_least(m, "elbo_samples", 0)
+        require_int(m, key, f"model={m.name}")
+    require_int(m, "elbo_samples", f"model={m.name}", 0)
     if m.train_partitions is not None:
-        _int_at_least(m, "train_partitions")
+        require_int(m, "train_partitions", f"model={m.name}")
     if m.train_blocks not in ("random", "kmeans"):
         raise param_error("train_blocks", "model=svbssgp", "'random' or 'kmeans'", m.train_blocks)
     if m.train_blocks == "kmeans" and m.blocks_per_step != 1:
         raise UnsupportedCombination("model.train_blocks=kmeans takes one block per step; set model.blocks_per_step=1")
     if m.cov not in ("full", "block", "diag"):
         raise param_error("cov", "model=svbssgp", "'full', 'block' or 'diag'", m.cov)
-    _positive(m, "init_scale")
-    _flag(m, "rao_blackwell")
+    require_float(m, "init_scale", f"model={m.name}")
+    require_flag(m, "rao_blackwell", f"model={m.name}")
     gamma_values(m)
 
 

@@ -3,14 +3,9 @@ parameter groups, learning-rate schedules, budgets in iterations and epochs, sto
 deterministic and stochastic objectives, best-iterate restoration, hooks, and the stage runner."""
 
 from .loop import TrainerSettings, TrainResult, train
-from .optim import OPTIMIZERS, SCHEDULES, Schedule, default_lr as optimizer_default_lr, make_optimizer
+from .optim import OPTIMIZERS, SCHEDULES, Schedule, default_lr, make_optimizer
 from .stages import FitResult, run_stages, stage_settings
 from .stopping import STOP_RULES, BlockMeanRule, ConvergenceRule, NeverStop, make_rule
-
-
-def default_lr(batch_size, n, optimizer: str = "adam") -> float:
-    """The learning rate used when ``trainer.lr`` is null (see ``optim.default_lr``)."""
-    return optimizer_default_lr(optimizer, batch_size, n)
 
 
 __all__ = [

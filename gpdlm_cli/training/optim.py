@@ -21,8 +21,9 @@ OPTIMIZERS = ("adam", "adadelta", "sgd", "lbfgs")
 SCHEDULES = ("constant", "step", "robbins_monro")
 
 
-def default_lr(optimizer: str, batch_size: int | None, n: int) -> float:
-    """The learning rate when ``trainer.lr`` is null.
+def default_lr(batch_size: int | None, n: int, optimizer: str = "adam") -> float:
+    """The learning rate when ``trainer.lr`` is null, for minibatches of ``batch_size`` (None: full
+    batch) of ``n`` training rows.
 
     Adam: the DLM paper's rates (App. D), 0.1 full batch and 1e-3 for stochastic training;
     AdaDelta: 1.0 (Zeiler's, and torch's, default); SGD: 0.01; L-BFGS: 1.0 (the line search's

@@ -1,0 +1,227 @@
+"""The import graph of ``gpdlm_cli`` has no cycle, and no module imports from a layer above it.
+
+The graph is read from the source with ``ast`` (nothing is imported): one node per module (a
+package is its ``__init__``), one edge per import of another ``gpdlm_cli`` module -- at module level
+or inside a function, absolute or relative (resolved against the importing module's package), and
+``from package import name`` counts as an import of ``package.name`` when that is a module.
+Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``; those implicit edges are left out
+on purpose, or every package's ``__init__`` that re-exports its modules would close a cycle.
+
+**Layers**, bottom to top (README, "Layout"): a module may import its own layer and the layers
+below, never one above; modules of one layer may import each other (the cycle check covers them).
+A module's layer is that of the longest entry of ``LAYERS`` its dotted name starts with.
+
+0. ``exceptions``, ``validation``, ``files``, ``runtime`` (and the package's ``__init__``): the
+   standard library only
+1. ``data``, ``likelihoods``, ``features``, ``estimators``, ``metrics``, ``tracking`` (the MLflow
+   store client, run liveness and process signals -- the trainer defers signals, build flattens the
+   config with it): the building blocks
+2. ``models``
+3. ``objectives``
+4. ``training``
+5. ``methods``: the model families (``methods.components`` builds the shared parts from the config)
+6. ``build``: the composition root
+7. ``run``: what one run is (saved models, the multirun plan)
+8. ``tracking.sweep``: the sweep launcher (plans jobs with ``run.plan``)
+9. ``analysis``: reports from stored results (no torch)
+10. ``hydra_apps``: the Hydra entry points
+11. ``commands``: what the subcommands run
+12. ``cli`` and ``config_check``: the ``gpdlm`` dispatcher and its check of the overrides (which knows
+    the commands' own validators)
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import gpdlm_cli
+
+PACKAGE = Path(gpdlm_cli.__file__).resolve().parent
+ROOT = "gpdlm_cli"
+
+#: bottom to top; a module's layer is that of its first dotted part below gpdlm_cli
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("", "exceptions", "validation", "files", "runtime"),  # "": gpdlm_cli/__init__
+    ("data", "likelihoods", "features", "estimators", "metrics", "tracking"),
+    ("models",),
+    ("objectives",),
+    ("training",),
+    ("methods",),
+    ("build",),
+    ("run",),
+    ("tracking.sweep",),
+    ("analysis",),
+    ("hydra_apps",),
+    ("commands",),
+    ("cli", "config_check"),
+)
+
+#: import cycles among the commands that the branches removing them (compare <-> select,
+#: run_report <-> train, hydra_apps <-> commands) fix; the integrator empties this after merging
+#: them. Each entry is the sorted tuple of the modules of one strongly connected component.
+PENDING_COMMANDS_CYCLES: set[tuple[str, ...]] = {
+    ("gpdlm_cli.commands.compare", "gpdlm_cli.commands.select"),
+    ("gpdlm_cli.commands.run_report", "gpdlm_cli.commands.train"),
+}
+
+#: upward imports the same branches remove (importer, imported): hydra_apps -> commands (the run
+#: lifecycle moves to run/), analysis -> commands.runs (the run records move to analysis/)
+PENDING_COMMANDS_UPWARD: set[tuple[str, str]] = {
+    ("gpdlm_cli.hydra_apps", "gpdlm_cli.commands.bias"),
+    ("gpdlm_cli.hydra_apps", "gpdlm_cli.commands.run_report"),
+    ("gpdlm_cli.hydra_apps", "gpdlm_cli.commands.train"),
+    ("gpdlm_cli.analysis.claims", "gpdlm_cli.commands.runs"),
+    ("gpdlm_cli.analysis.render", "gpdlm_cli.commands.runs"),
+    ("gpdlm_cli.analysis.report", "gpdlm_cli.commands.runs"),
+}
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    mods = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _resolve(module: str, is_package: bool, level: int, name: str | None) -> str:
+    """The absolute name of ``from <level dots><name> import ...`` written in ``module``."""
+    if level == 0:
+        return name or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the gpdlm_cli modules it imports (module level and inside functions)."""
+    mods = module_files()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(mod, is_package, node.level, node.module)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for t in targets:
+                # the longest module prefix of the imported name (``import a.b.c`` imports a.b.c)
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t.startswith(ROOT + ".") and t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one module (the cycles)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def a_cycle(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
+    """One concrete cycle through the component (for the failure message)."""
+    inside = set(comp)
+    start = comp[0]
+    path, seen = [start], {start}
+    while True:
+        nxt = sorted(w for w in graph[path[-1]] if w in inside)
+        back = [w for w in nxt if w in seen]
+        if back:
+            return path[path.index(back[0]):] + [back[0]]
+        fresh = [w for w in nxt if w not in seen]
+        path.append(fresh[0])
+        seen.add(fresh[0])
+
+
+def layer_of(module: str) -> int:
+    """The layer of the longest ``LAYERS`` entry that ``module`` (below gpdlm_cli) starts with."""
+    rel = module[len(ROOT) + 1:] if module != ROOT else ""
+    best, best_len = None, -1
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (name == rel or (name and rel.startswith(name + "."))) and len(name) > best_len:
+                best, best_len = i, len(name)
+    assert best is not None, f"module {module} is in no layer of LAYERS: add its package to the list"
+    return best
+
+
+def test_the_ast_walk_sees_relative_absolute_and_function_local_imports():
+    graph = import_graph()
+    assert "gpdlm_cli.exceptions" in graph["gpdlm_cli.validation"]  # from .exceptions import ...
+    assert "gpdlm_cli.data.catalog" in graph["gpdlm_cli.data.registry"]  # from .catalog import (...)
+    assert "gpdlm_cli.data.registry" in graph["gpdlm_cli.data.splits"]  # inside a function
+    assert "gpdlm_cli.data.sources" in graph["gpdlm_cli.data.registry"]  # from . import sources
+    assert "gpdlm_cli.validation" in graph["gpdlm_cli.methods.components"]  # from ..validation import
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _resolve("gpdlm_cli.data.splits", False, 2, "exceptions") == "gpdlm_cli.exceptions"
+    assert _resolve("gpdlm_cli.data", True, 1, "table") == "gpdlm_cli.data.table"
+    assert layer_of("gpdlm_cli.tracking.sweep") > layer_of("gpdlm_cli.run.plan") > layer_of("gpdlm_cli.tracking")
+    assert layer_of("gpdlm_cli") == 0 and layer_of("gpdlm_cli.commands") == layer_of("gpdlm_cli.commands.train")
+
+
+def test_import_graph_has_no_cycle():
+    graph = import_graph()
+    comps = strongly_connected(graph)
+    new = [c for c in comps if tuple(c) not in PENDING_COMMANDS_CYCLES]
+    report = "\n".join(f"  {' -> '.join(a_cycle(graph, c))}   (component: {', '.join(c)})" for c in new)
+    assert not new, f"import cycles in gpdlm_cli:\n{report}"
+
+
+def test_no_module_imports_from_a_layer_above_it():
+    graph = import_graph()
+    for mod in graph:
+        layer_of(mod)  # every module has a layer
+    upward = sorted((m, t) for m, ts in graph.items() for t in ts
+                    if layer_of(t) > layer_of(m) and (m, t) not in PENDING_COMMANDS_UPWARD)
+    report = "\n".join(f"  {m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})" for m, t in upward)
+    assert not upward, f"imports from a layer above:\n{report}"
+
+
+def test_the_pending_allow_lists_name_only_commands_and_only_what_still_exists():
+    graph = import_graph()
+    comps = {tuple(c) for c in strongly_connected(graph)}
+    for comp in PENDING_COMMANDS_CYCLES:
+        assert comp in comps, f"{comp} is no longer a cycle: remove it from PENDING_COMMANDS_CYCLES"
+        assert all(m.startswith(ROOT + ".commands.") or m == ROOT + ".hydra_apps" for m in comp), comp
+    for m, t in PENDING_COMMANDS_UPWARD:
+        assert t in graph[m], f"{m} no longer imports {t}: remove it from PENDING_COMMANDS_UPWARD"
+        assert t.startswith(ROOT + ".commands."), (m, t)
