@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 # ----- run names -------------------------------------------------------------------------------------
-VARIANT_MODELS = ("dlm", "sq_dlm")  # the models with a joint and a fixed variant
 # keys the name always shows, and short prefixes for swept keys ("" = the value alone)
 NAMED = ("model", "model.name", "model.variant", "dataset", "dataset.name", "objective.beta", "seed")
 SHORT = {
@@ -55,8 +54,10 @@ def _lookup(cfg, key: str):
 
 def run_name_for(cfg, swept=()) -> str:
     """The default MLflow run name of a training run (see the module docstring)."""
+    from ..methods import has_variants
+
     model = cfg.model.name
-    variant = cfg.model.get("variant") if model in VARIANT_MODELS else None
+    variant = cfg.model.get("variant") if has_variants(model) else None
     parts = [f"{model}_{variant}" if variant else str(model), str(cfg.dataset.name), f"b{_fmt(float(cfg.objective.beta))}"]
     for key in swept:
         key = key.lstrip("+~")
@@ -100,7 +101,9 @@ def curve_info(cfg, task: str, y_std: float, lr=None) -> dict:
         bits.append("lr=" + "/".join(_fmt(float(v)) for v in lrs))
     bs = cfg.trainer.get("batch_size")
     bits.append(f"batch={bs}" if bs else "full batch")
-    variant = cfg.model.get("variant") if cfg.model.name in VARIANT_MODELS else None
+    from ..methods import has_variants
+
+    variant = cfg.model.get("variant") if has_variants(cfg.model.name) else None
     model = f"{cfg.model.name} ({variant})" if variant else str(cfg.model.name)
     subtitle = f"{model} on {cfg.dataset.name}, {cfg.likelihood.name} likelihood: " + ", ".join(bits)
     import numpy as np

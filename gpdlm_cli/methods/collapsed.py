@@ -12,6 +12,7 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("sgpr", "fitc")
+TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 
 def validate(cfg) -> None:

@@ -11,6 +11,7 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("exact",)
+TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 
 def validate(cfg) -> None:

@@ -46,6 +46,7 @@ from . import feature_maps as FM
 from .base import Method, Stage
 
 MODELS = ("scgd", "minimax", "bsgd")
+TAKES_FEATURES = True  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 
 def _number_in(value, lo, hi, *, lo_open=False, hi_open=False) -> bool:

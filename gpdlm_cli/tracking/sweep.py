@@ -37,10 +37,13 @@ STATUSES = ("finished", "failed", "killed", "skipped")
 
 def objective_metric(cfg) -> str:
     """The metric a sweep job returns to its sweeper: ``sweep.objective``; ``auto`` = the metric
-    ``gpdlm select`` selects by (val_mse for square-loss DLM, val_nll otherwise)."""
+    ``gpdlm select`` selects by: the one the model's family declares (``methods.selection_metric``:
+    val_mse for square-loss DLM, val_nll otherwise)."""
     name = str(cfg.sweep.get("objective", "auto"))
     if name == "auto":
-        return "val_mse" if cfg.model.name == "sq_dlm" else "val_nll"
+        from ..methods import selection_metric
+
+        return selection_metric(cfg.model.name)
     return name
 
 
