@@ -19,7 +19,7 @@ from gpdlm_cli.run.bias import run_bias
 from gpdlm_cli.exceptions import GpdlmError, NumericalError
 from gpdlm_cli.metrics import condition_statistics, coordinate_bias, gradient_statistics
 from gpdlm_cli.tracking import NullTracker
-from gpdlm_cli.tracking.sweep import config_hash
+from gpdlm_cli.tracking.identity import config_hash
 
 from .conftest import compose
 

@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from gpdlm_cli.analysis import claims as C
-from gpdlm_cli.commands.runs import ALIASES
+from gpdlm_cli.analysis.records import ALIASES
 
 from .conftest import compose
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..commands.runs import AnalysisError, canon, fmt_value
+from .records import AnalysisError, canon, fmt_value
 
 CLAIMS_DIR = Path(__file__).resolve().parents[1] / "claims"
 DATA_KINDS = ("paper", "mirror", "stand-in", "generator")

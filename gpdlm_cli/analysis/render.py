@@ -14,7 +14,8 @@ import html
 import io
 import math
 
-from ..commands import runs as R
+from . import records as R
+from . import tables as T
 from . import stats
 from .claims import SEP, is_number
 from .report import FAILS, HOLDS, NOT_MEASURED, Report, TableReport, Verdict, counts
@@ -138,7 +139,7 @@ def markdown(report: Report) -> str:
         out.append(f"> note: {note}")
     out += ["## Claims", ""]
     header, rows = verdict_rows(report)
-    out.append(R.markdown_table(header, rows))
+    out.append(T.markdown_table(header, rows))
     for v in report.verdicts:
         out += [f"### {v.claim.id}: {v.verdict}", "", f"{v.claim.statement} ({v.claim.source}; table {v.claim.table}, "
                 f"data: {v.claim.data}). {v.detail}.", ""]
@@ -163,7 +164,7 @@ def _md_table(tr: TableReport) -> list[str]:
         header = header + ["average rank"]
         for i, row in enumerate(body):
             row.append(rank_text(tr, i))
-    out.append(R.markdown_table(header, body))
+    out.append(T.markdown_table(header, body))
     for note in tr.notes:
         out.append(f"> note: {note}")
     out.append("")

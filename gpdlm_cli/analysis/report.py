@@ -1,7 +1,7 @@
 """A paper's tables and verdicts from an experiment's runs (``gpdlm report``).
 
 ``build(paper, records)`` turns the FINISHED training runs of one or more MLflow experiments (as
-``gpdlm_cli.commands.runs.load_runs`` reads them: reruns of one configuration counted once) into
+``gpdlm_cli.analysis.store.load_runs`` reads them: reruns of one configuration counted once) into
 
 * one ``TableReport`` per table of the claims file: every cell's runs (the table's ``match`` and
   the cell's labels, see ``claims``), one value per unit (seed or split; where a unit has several
@@ -22,7 +22,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from ..commands import runs as R
+from . import records as R
 from . import stats
 from .claims import Claim, Paper, PaperValue, Table, condition_holds, label_name
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import runs as R
+from ..analysis import records as R
+from ..analysis import store
+from ..analysis import tables as T
+from . import _cli
 
 FORMATS = {"md": "report.md", "latex": "report.tex", "html": "report.html"}
 
@@ -30,7 +33,7 @@ and give each claim its comparison, paired test and significance level: docs/ana
 def build_parser():
     from ..analysis import claims
 
-    p = R.make_parser("gpdlm report", "A paper's tables (mean ± SE, best, ranks, the paper's numbers) and a verdict "
+    p = _cli.make_parser("gpdlm report", "A paper's tables (mean ± SE, best, ranks, the paper's numbers) and a verdict "
                                       "per claim (holds / fails / not measured) from MLflow runs.")
     p.epilog = EPILOG
     p.add_argument("--claims", required=True, metavar="PAPER",
@@ -56,18 +59,18 @@ def main(argv: list[str]) -> int:
     paper = claims.load(args.claims)  # an unknown paper is an error before the store is opened
     if args.output and Path(args.output).is_dir():
         raise R.AnalysisError(f"--output {args.output} is a folder: give a file name")
-    client, uri = R.open_store(args.tracking_uri)
+    client, uri = store.open_store(args.tracking_uri)
     names = list(dict.fromkeys(R.split_list(args.experiment) or [R.DEFAULT_EXPERIMENT]))
-    exps = [R.get_experiment(client, name, uri) for name in names]
+    exps = [store.get_experiment(client, name, uri) for name in names]
     notes: list[str] = []
     records = []
     for exp in exps:
-        records += R.load_runs(client, exp, args.filter, notes=notes)
+        records += store.load_runs(client, exp, args.filter, notes=notes)
     report = rep.build(paper, records, names)
     for note in notes + report.notes:
         print(f"gpdlm: note: {note}", file=sys.stderr)
 
-    outdir = R.output_dir(args.out, "report")
+    outdir = store.output_dir(args.out, "report")
     figs = {}
     if args.format == "html":
         for tr in report.tables:
@@ -76,8 +79,8 @@ def main(argv: list[str]) -> int:
                 (outdir / f"{tr.table.id}_{i}.png").write_bytes(png)
     text = {"md": render.markdown, "latex": render.latex}.get(args.format, lambda r: render.html_page(r, figs))(report)
     (outdir / FORMATS[args.format]).write_text(text)
-    R.write_csv(outdir / "cells.csv", *render.cells_csv_rows(report))
-    R.write_csv(outdir / "verdicts.csv", *render.verdicts_csv_rows(report))
+    T.write_csv(outdir / "cells.csv", *render.cells_csv_rows(report))
+    T.write_csv(outdir / "verdicts.csv", *render.verdicts_csv_rows(report))
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text)
@@ -86,12 +89,12 @@ def main(argv: list[str]) -> int:
     keep = [i for i, h in enumerate(header) if h in ("claim", "verdict", "n", "p", "data", "statement")]
     short = [[row[i] if header[i] != "statement" else row[i][:90] for i in keep] for row in rows]
     c = rep.counts(report)
-    R.print_table(f"{paper.name}: {c[rep.HOLDS]} hold, {c[rep.FAILS]} fail, {c[rep.NOT_MEASURED]} not measured "
+    T.print_table(f"{paper.name}: {c[rep.HOLDS]} hold, {c[rep.FAILS]} fail, {c[rep.NOT_MEASURED]} not measured "
                   f"({len(records)} runs of {', '.join(names)})", [header[i] for i in keep], short, numeric_from=99)
     written = [FORMATS[args.format], "cells.csv", "verdicts.csv"] + [f"{k}_{i}.png" for k, v in figs.items() for i in range(len(v))]
     print(f"wrote {', '.join(written)} to {outdir}" + (f" and {args.output}" if args.output else ""))
     if not args.no_log:
-        rid = R.log_analysis_run(client, exps[0].experiment_id, "report", outdir, params={
+        rid = store.log_analysis_run(client, exps[0].experiment_id, "report", outdir, params={
             "claims": paper.name, "experiments": ",".join(names), "format": args.format, "filter": args.filter or "",
             "n_runs": len(records), "n_claims": len(report.verdicts), "holds": c[rep.HOLDS], "fails": c[rep.FAILS],
             "not_measured": c[rep.NOT_MEASURED],
@@ -101,4 +104,4 @@ def main(argv: list[str]) -> int:
 
 
 def cli() -> int:
-    return R.run_cli(main)
+    return _cli.run_cli(main)

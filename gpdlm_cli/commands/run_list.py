@@ -22,7 +22,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import runs as R
+from ..analysis import records as R
+from ..analysis import store
+from ..analysis import tables as T
+from . import _cli
 
 STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED", "SCHEDULED")
 DEFAULT_STALE = "30m"
@@ -94,9 +97,9 @@ def mark_failed(client, run, why: str) -> None:
 
 
 def build_parser():
-    p = R.make_parser("gpdlm runs", "List the runs of an experiment; find and close stale RUNNING runs.")
+    p = _cli.make_parser("gpdlm runs", "List the runs of an experiment; find and close stale RUNNING runs.")
     p.epilog = EPILOG
-    R.add_store_options(p)
+    _cli.add_store_options(p)
     p.add_argument("--status", nargs="+", type=str.upper, metavar="STATUS",
                    help=f"only runs with these statuses ({', '.join(STATUSES)})")
     p.add_argument("--limit", type=int, default=30, help="at most this many runs, newest first (default: 30; 0 = all)")
@@ -117,9 +120,9 @@ def main(argv: list[str]) -> int:
     if args.limit < 0:
         raise R.AnalysisError(f"--limit must be >= 0; got {args.limit}")
     after = parse_duration(args.stale_after)
-    client, uri = R.open_store(args.tracking_uri)
-    exp = R.get_experiment(client, args.experiment, uri)
-    found = R.search_all(client, exp.experiment_id, "attributes.status = 'RUNNING'" if args.stale else "")
+    client, uri = store.open_store(args.tracking_uri)
+    exp = store.get_experiment(client, args.experiment, uri)
+    found = store.search_all(client, exp.experiment_id, "attributes.status = 'RUNNING'" if args.stale else "")
     found = [r for r in found if r.data.tags.get("gpdlm.command") not in ("compare", "select")]
     if args.status:
         found = [r for r in found if r.info.status in args.status]
@@ -144,7 +147,7 @@ def main(argv: list[str]) -> int:
                     + [R.fmt_num(r.data.metrics[m]) if m in r.data.metrics else "-" for m in header[5:]])
     what = "stale RUNNING runs" if args.stale else "runs"
     shown = f"{len(found)} of {total}" if len(found) < total else f"{total}"
-    R.print_table(f"{exp.name}: {shown} {what} ({uri})", header, rows, numeric_from=5)
+    T.print_table(f"{exp.name}: {shown} {what} ({uri})", header, rows, numeric_from=5)
     for r in found:
         if marks[r.info.run_id].stale:
             print(f"{r.info.run_id[:8]} {r.info.run_name}: stale: {marks[r.info.run_id].why}")
@@ -158,4 +161,4 @@ def main(argv: list[str]) -> int:
 
 
 def cli() -> int:
-    return R.run_cli(main)
+    return _cli.run_cli(main)

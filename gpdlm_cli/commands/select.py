@@ -5,11 +5,12 @@
 
 For every group of runs with the same dataset, model, variant, likelihood, estimator, training
 size (metric ``n_train``) and seed -- plus any ``--also-by`` keys -- the run with the lowest
-validation metric is selected: ``val_mse`` for sq_dlm (square loss), ``val_nll`` for everything
-else (log-loss DLM, the ELBO, SGPR, FITC, exact); ``--val-metric`` overrides it for all models.
+validation metric is selected: the metric the model's family declares (run tag
+``gpdlm.selection_metric``: ``val_mse`` for sq_dlm (square loss), ``val_nll`` for everything else
+-- log-loss DLM, the ELBO, SGPR, FITC, exact); ``--val-metric`` overrides it for all models.
 Ties go to the larger beta (the more regularised model), then the earlier run, then the run id.
-Groups of model=svgp also get the row ``svgp (beta=1)``: the plain ELBO, whatever the validation
-set says.
+Groups of a model whose family declares a reference beta also get its row: ``svgp (beta=1)``, the
+plain ELBO, whatever the validation set says.
 
 Optuna studies (``gpdlm train -m hydra/sweeper=optuna ...``: a parent run tagged
 ``gpdlm.sweeper=optuna`` whose trials are its child runs) are understood: the searched keys
@@ -27,20 +28,25 @@ the training size grown by the validation rows; the test rows stay exactly the s
 checked before training) and tags the new run ``gpdlm.refit_of=<selected run id>``. A FINISHED
 refit that already exists is reused. Its results are in ``summary_refit.csv/.md`` and in the
 ``refit_*`` columns of ``selected.csv``.
+
+The selection is ``gpdlm_cli.analysis.selection``, the summary and figures ``analysis.summary``;
+this is their shell (and the refit).
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import runs as R
-
-SELECT_KEYS = ["dataset", "model", "variant", "likelihood", "estimator", "train_size", "seed"]
-SUMMARY_KEYS = ["dataset", "method", "variant", "likelihood", "estimator", "train_size"]
+from ..analysis import records as R
+from ..analysis import store
+from ..analysis import tables as T
+from ..analysis.records import RunRecord
+from ..analysis.selection import SELECT_KEYS, SUMMARY_KEYS, find_studies, select_records
+from ..analysis.summary import analyse, write_runs_csv
+from ..files import write_atomic
+from . import _cli
 
 EPILOG = """examples:
   gpdlm select
@@ -50,126 +56,8 @@ EPILOG = """examples:
 """
 
 
-@dataclass
-class Selection:
-    values: tuple  # the group's values of SELECT_KEYS + --also-by keys
-    method: str  # "dlm", "svgp", "svgp (beta=1)", ...
-    record: R.RunRecord  # the selected run (with extra['method'])
-    val_metric: str
-    val_value: float
-    n_candidates: int
-    betas: list
-
-
-def validation_metrics(model: str | None) -> list[str]:
-    """The selection criterion by model, with fallbacks that have the same arg-min."""
-    return ["val_mse", "val_rmse"] if model == "sq_dlm" else ["val_nll"]
-
-
-def _beta(r: R.RunRecord) -> float:
-    b = r.value("beta")
-    return b if isinstance(b, float) else math.nan
-
-
-def pick(candidates: list[R.RunRecord], metric: str) -> R.RunRecord:
-    """The arg-min of ``metric``; ties: larger beta, then earlier start, then run id."""
-    def key(r):
-        b = _beta(r)
-        return (r.metrics[metric], -b if not math.isnan(b) else math.inf, r.start_time, r.run_id)
-
-    return min(candidates, key=key)
-
-
-def _varying_params(runs: list[R.RunRecord], tuned=()) -> list[str]:
-    return R.varying_params(runs, ignore=set(tuned))
-
-
-@dataclass
-class Studies:
-    """The Optuna studies the runs come from: parent run id -> (searched keys, objective)."""
-
-    parents: dict
-
-    def of(self, r: R.RunRecord) -> tuple[list[str], str] | None:
-        return self.parents.get(r.tags.get("mlflow.parentRunId"))
-
-    def tuned(self, runs: list[R.RunRecord]) -> set[str]:
-        return {k for r in runs if self.of(r) for k in self.of(r)[0]}
-
-    def objective(self, runs: list[R.RunRecord]) -> str | None:
-        """The study objective shared by all ``runs`` (None if mixed, absent or ``auto``)."""
-        objs = {self.of(r)[1] if self.of(r) else None for r in runs}
-        obj = objs.pop() if len(objs) == 1 else None
-        return None if obj in (None, "", "auto") else obj
-
-
-def find_studies(client, experiment_id: str) -> Studies:
-    """The Optuna sweep parents of the experiment (``gpdlm.sweeper=optuna``)."""
-    found = R.search_all(client, experiment_id, "tags.`gpdlm.sweeper` = 'optuna'")
-    return Studies({r.info.run_id: ([k for k in r.data.tags.get("gpdlm.swept", "").split(",") if k],
-                                    r.data.tags.get("gpdlm.sweep_objective", "auto")) for r in found})
-
-
-def select_records(records: list[R.RunRecord], also_by: list[str] | None = None,
-                   val_metric: str | None = None, studies: Studies | None = None) -> tuple[list[Selection], list[str]]:
-    """The selected run of every group (and the beta=1 ELBO row of svgp groups), and notes about
-    groups that could not be selected or that hold repeated betas (keys an Optuna study searched
-    are what the selection is over, never a note)."""
-    studies = studies or Studies({})
-    keys = SELECT_KEYS + list(also_by or [])
-    selections: list[Selection] = []
-    notes: list[str] = []
-    repeated: dict[str, int] = {}
-    for values, runs in R.group_records(records, keys):
-        label = ", ".join(f"{k}={R.fmt_value(v)}" for k, v in zip(keys, values))
-        model = values[keys.index("model")]
-        study_metric = studies.objective(runs)
-        wanted = [val_metric] if val_metric else [study_metric] if study_metric else validation_metrics(model)
-        metric = next((m for m in wanted if any(_finite(r.metrics.get(m)) for r in runs)), None)
-        if metric is None:
-            notes.append(f"skipped group [{label}]: no run has a finite {' or '.join(wanted)}")
-            continue
-        cands = [r for r in runs if _finite(r.metrics.get(metric))]
-        by_beta: dict = {}
-        for r in cands:
-            by_beta.setdefault(r.value("beta"), []).append(r)
-        for rs in by_beta.values():
-            if len(rs) > 1:
-                tuned = studies.tuned(rs)
-                varying = _varying_params(rs, tuned)
-                if tuned and not varying:
-                    continue  # trials of a study that differ in what it searched
-                for k in varying or ["(none: repeated runs)"]:
-                    repeated[k] = repeated.get(k, 0) + 1
-        betas = sorted(by_beta, key=R.sort_key)
-        best = pick(cands, metric)
-        rows = [(R.fmt_value(model), best, cands)]
-        if model == "svgp":
-            ones = [r for r in cands if _beta(r) == 1.0]
-            if ones:
-                rows.append(("svgp (beta=1)", pick(ones, metric), ones))
-            else:
-                notes.append(f"no beta=1 run in group [{label}]: no 'svgp (beta=1)' row")
-        for method, run, pool in rows:
-            selections.append(Selection(values, method, run.with_extra(method=method), metric,
-                                        run.metrics[metric], len(pool), betas))
-    # rows by method (the ELBO at beta=1 after svgp), then the remaining keys and the seed
-    mi = keys.index("model")
-    selections.sort(key=lambda s: tuple(R.sort_key(s.method if i == mi else v) for i, v in enumerate(s.values)))
-    if repeated:
-        which = ", ".join(f"{k} ({n})" for k, n in sorted(repeated.items()))
-        notes.append("some groups hold several runs with the same beta; the best validation run of them was "
-                     f"used. Params that differ between such runs (groups affected): {which}; "
-                     "add them with --also-by to select separately")
-    return selections, notes
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
-
-
 # ----- refit ----------------------------------------------------------------------------------------
-def _load_config(client, record: R.RunRecord, tmp: Path):
+def _load_config(client, record: RunRecord, tmp: Path):
     """The selected run's composed config: its ``config.yaml`` artifact (or the file in its output
     folder)."""
     from omegaconf import OmegaConf
@@ -230,12 +118,12 @@ def refit_config(cfg, uri: str, experiment: str, run_name: str):
     return new, overrides
 
 
-def refit(client, uri: str, experiment, record: R.RunRecord, outdir: Path) -> tuple[R.RunRecord, bool]:
+def refit(client, uri: str, experiment, record: RunRecord, outdir: Path) -> tuple[RunRecord, bool]:
     """The refit run of ``record`` (an existing FINISHED one, or a new one); (record, reused)."""
     found = client.search_runs([experiment.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
                                filter_string=f"tags.`gpdlm.refit_of` = '{record.run_id}' and attributes.status = 'FINISHED'")
     if found:
-        return R.RunRecord.from_run(found[0]), True
+        return RunRecord.from_run(found[0]), True
     from ..run.train import run_train
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -244,7 +132,7 @@ def refit(client, uri: str, experiment, record: R.RunRecord, outdir: Path) -> tu
     original = record.tags.get("gpdlm.overrides", "").split()
     tracker = _tagging_tracker(uri, experiment.name, {"gpdlm.refit_of": record.run_id})
     run_train(new, outdir / "refit" / record.run_id, overrides=original + overrides, tracker=tracker)
-    return R.RunRecord.from_run(client.get_run(tracker.run_id)), False
+    return RunRecord.from_run(client.get_run(tracker.run_id)), False
 
 
 def _tagging_tracker(uri: str, experiment: str, extra_tags: dict):
@@ -261,16 +149,16 @@ def _tagging_tracker(uri: str, experiment: str, extra_tags: dict):
 
 # ----- the command ----------------------------------------------------------------------------------
 def build_parser():
-    p = R.make_parser("gpdlm select", "Pick beta by the validation metric per group and report test metrics.")
+    p = _cli.make_parser("gpdlm select", "Pick beta by the validation metric per group and report test metrics.")
     p.epilog = EPILOG
-    R.add_store_options(p)
+    _cli.add_store_options(p)
     p.add_argument("--filter", default="", metavar="EXPR", help="MLflow search filter for the candidate runs")
     p.add_argument("--also-by", action="append", metavar="KEYS",
                    help="extra comma-separated grouping keys (params that distinguish methods, e.g. model.num_inducing)")
     p.add_argument("--metric", nargs="+", action="extend", metavar="NAME",
                    help="test metrics to report (default: those of test_nll, test_rmse, test_error, test_mre that exist)")
-    p.add_argument("--val-metric", metavar="NAME", help="select every model by this metric (default: val_mse for "
-                                                        "sq_dlm, val_nll otherwise)")
+    p.add_argument("--val-metric", metavar="NAME", help="select every model by this metric (default: the one its "
+                                                        "family declares: val_mse for sq_dlm, val_nll otherwise)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: outputs/select/<timestamp>)")
     p.add_argument("--refit", action="store_true", help="retrain each selected configuration on train+validation")
     p.add_argument("--no-figures", action="store_true", help="tables only")
@@ -279,13 +167,11 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from .compare import analyse, write_runs_csv
-
     args = build_parser().parse_args(argv)
-    client, uri = R.open_store(args.tracking_uri)
-    exp = R.get_experiment(client, args.experiment, uri)
+    client, uri = store.open_store(args.tracking_uri)
+    exp = store.get_experiment(client, args.experiment, uri)
     notes: list[str] = []  # printed once the input is known to be good (bad input is one line)
-    records = R.load_runs(client, exp, args.filter, notes=notes)
+    records = store.load_runs(client, exp, args.filter, notes=notes)
     also = [k for k in R.split_list(args.also_by) if k not in SELECT_KEYS]
     R.check_keys(records, also, "--also-by")
     if args.val_metric and not any(args.val_metric in r.metrics for r in records):
@@ -304,10 +190,10 @@ def main(argv: list[str]) -> int:
     metrics = R.choose_metrics(selected, R.split_list(args.metric))
     for note in notes:
         print(f"gpdlm: note: {note}", file=sys.stderr)
-    outdir = R.output_dir(args.out, "select")
+    outdir = store.output_dir(args.out, "select")
     keys = SELECT_KEYS + also
 
-    refits: dict[str, R.RunRecord] = {}
+    refits: dict[str, RunRecord] = {}
     if args.refit:
         for s in selections:
             rid = s.record.run_id
@@ -339,12 +225,10 @@ def main(argv: list[str]) -> int:
             show += ["-" if rr.metrics.get(m) is None else R.fmt_num(rr.metrics[m]) for m in metrics] + [rr.run_id]
         csv_rows.append(line)
         disp.append(show)
-    R.write_csv(outdir / "selected.csv", header, csv_rows)
-    from ..files import write_atomic
-
-    write_atomic(outdir / "selected.md", R.markdown_table(header, disp))
+    T.write_csv(outdir / "selected.csv", header, csv_rows)
+    write_atomic(outdir / "selected.md", T.markdown_table(header, disp))
     short = [[c[:8] if h.endswith("run_id") else c for h, c in zip(header, row)] for row in disp]
-    R.print_table(f"{exp.name}: beta selected by validation ({len(selections)} rows from {len(records)} runs)",
+    T.print_table(f"{exp.name}: beta selected by validation ({len(selections)} rows from {len(records)} runs)",
                   header, short, numeric_from=len(keys))
 
     summary_keys = SUMMARY_KEYS + also
@@ -361,7 +245,7 @@ def main(argv: list[str]) -> int:
         files += [p.name for p in result_r["files"]]
     print(f"wrote {', '.join(files)} to {outdir}")
     if not args.no_log:
-        rid = R.log_analysis_run(client, exp.experiment_id, "select", outdir, params={
+        rid = store.log_analysis_run(client, exp.experiment_id, "select", outdir, params={
             "also_by": ",".join(also), "metrics": ",".join(metrics), "filter": args.filter or "",
             "val_metric": args.val_metric or "auto", "refit": args.refit, "n_runs": len(records),
             "n_selected": len(selections),
@@ -371,4 +255,4 @@ def main(argv: list[str]) -> int:
 
 
 def cli() -> int:
-    return R.run_cli(main)
+    return _cli.run_cli(main)

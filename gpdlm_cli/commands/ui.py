@@ -22,7 +22,9 @@ from __future__ import annotations
 import os
 import sys
 
-from . import runs as R
+from ..analysis import records as R
+from ..analysis import store
+from . import _cli
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5000
@@ -32,7 +34,7 @@ SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def build_parser():
-    p = R.make_parser("gpdlm ui", "Open the MLflow UI on gpdlm's tracking store (bound to 127.0.0.1 by default).")
+    p = _cli.make_parser("gpdlm ui", "Open the MLflow UI on gpdlm's tracking store (bound to 127.0.0.1 by default).")
     p.epilog = "examples:\n  gpdlm ui\n  gpdlm ui --port 5001\n  gpdlm ui --tracking-uri sqlite:///runs/mlflow.db"
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"interface to bind (default: {DEFAULT_HOST}, this machine only)")
@@ -60,8 +62,8 @@ def command(argv: list[str]) -> list[str]:
         raise R.AnalysisError(f"--workers must be >= 1; got {args.workers}")
     if not args.host.strip():
         raise R.AnalysisError("--host must not be empty")
-    uri = R.resolve_uri(args.tracking_uri)
-    db = R.sqlite_path(uri)
+    uri = store.resolve_uri(args.tracking_uri)
+    db = store.sqlite_path(uri)
     if db is not None and not db.exists():
         raise R.AnalysisError(f"no MLflow store at {db} (nothing tracked there yet): run 'gpdlm train' in that "
                               f"directory first, or pass --tracking-uri")
@@ -116,4 +118,4 @@ def main(argv: list[str]) -> int:
 
 
 def cli() -> int:
-    return R.run_cli(main)
+    return _cli.run_cli(main)

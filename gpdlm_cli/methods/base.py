@@ -10,7 +10,7 @@ all lists of stages with named parameter groups, per-stage trainer overrides and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -128,4 +128,58 @@ class Method:
         return names
 
 
-__all__ = ["Method", "Stage"]
+class Family(Protocol):
+    """A model family: a module ``gpdlm_cli/methods/<family>.py`` (a module satisfies this protocol
+    structurally; the package finds it by itself, see ``methods.FAMILIES``).
+
+    Required:
+
+    * ``MODELS``: the ``model.name`` values it serves, one ``conf/model/<name>.yaml`` each;
+    * ``validate(cfg)``: range checks and impossible combinations of its keys (no data);
+    * ``build(cfg, data, task) -> Method``: the model, its likelihood and its training stages.
+
+    Optional: ``check_sizes(cfg, n_train)`` (checks that need the training-set size), and the
+    declarations in ``DECLARATIONS`` (read with ``methods.declaration``), each either one value for
+    all of ``MODELS`` or a dict ``{model name: value}`` (models it leaves out get the default).
+    """
+
+    MODELS: tuple[str, ...]
+
+    def validate(self, cfg) -> None: ...
+
+    def build(self, cfg, data, task: str) -> Method: ...
+
+
+#: the optional declarations of a family and their defaults
+DECLARATIONS: dict[str, Any] = {
+    # the validation metric `gpdlm select` (and a sweep's `sweep.objective=auto`) selects by; recorded
+    # as the run tag gpdlm.selection_metric (square-loss DLM: val_mse)
+    "SELECTION_METRIC": "val_nll",
+    # a beta whose best run `gpdlm select` also reports as the row "<model> (beta=<b>)" (SVGP: the plain
+    # ELBO at beta=1); the run tag gpdlm.reference_beta ("none" when not declared)
+    "REFERENCE_BETA": None,
+    # the values of model.variant (more than one: run names and reports show the variant)
+    "VARIANTS": ("joint",),
+    # whether the family puts `features=` (an input map, e.g. features=nn) in front of its kernel
+    "TAKES_FEATURES": False,
+    # keys of the trainer config group that only this family reads (its training protocol)
+    "PROTOCOL_KEYS": (),
+    # whether it trains on several outputs (multi-output targets are refused otherwise)
+    "MULTI_OUTPUT": False,
+    # whether its predictions need the training data (a collapsed or exact posterior, feature-space
+    # weights solved from the data, a recurrent GP's training windows): a saved model then rebuilds
+    # from the run's fingerprinted data (run/saved_model.py)
+    "PREDICTS_FROM_TRAINING_DATA": False,
+    # whether model.num_inducing, when set, is its number of inducing points (run labels show M)
+    "INDUCING_POINTS": True,
+}
+
+
+def declared(family, key: str, model: str):
+    """The declaration ``key`` of ``family`` for ``model`` (its default when not declared)."""
+    default = DECLARATIONS[key]
+    value = getattr(family, key, default)
+    return value.get(model, default) if isinstance(value, dict) else value
+
+
+__all__ = ["DECLARATIONS", "Family", "Method", "Stage", "declared"]

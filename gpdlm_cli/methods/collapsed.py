@@ -12,6 +12,8 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("sgpr", "fitc")
+PREDICTS_FROM_TRAINING_DATA = True
+TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 
 def validate(cfg) -> None:

@@ -11,6 +11,9 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("exact",)
+PREDICTS_FROM_TRAINING_DATA = True
+INDUCING_POINTS = False
+TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 
 def validate(cfg) -> None:

@@ -22,6 +22,8 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("pic",)
+PREDICTS_FROM_TRAINING_DATA = True
+TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 #: PIC's default Adam learning rate (when trainer.lr is null), as sVBSSGP's
 PIC_LR = 1e-2

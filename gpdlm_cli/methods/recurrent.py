@@ -50,7 +50,12 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("gp_lstm", "gp_gru", "gp_rnn", "gp_narx", "lstm", "gru", "rnn", "narx")
+PREDICTS_FROM_TRAINING_DATA = {m: True for m in ("gp_lstm", "gp_gru", "gp_rnn", "gp_narx")}
 MULTI_OUTPUT = True  # independent GPs (or linear outputs) sharing one network
+TAKES_FEATURES = False  # the network is the model's own (model.network), not `features=`
+#: the trainer-group keys only this family reads (conf/trainer/*.yaml; base.DECLARATIONS)
+PROTOCOL_KEYS = ("algorithm", "kernel_refresh_every", "theta_steps", "final_theta_steps", "lr_over_tau",
+                 "refresh_check")
 ALGORITHMS = ("full", "alternating", "delayed")
 MODES = ("regression", "autoregression", "free_simulation")
 _DEFAULT_LR = 0.01  # Adam(0.01): App. E, Table 4

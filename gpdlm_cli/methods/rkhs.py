@@ -47,6 +47,8 @@ from . import feature_maps as FM
 from .base import Method, Stage
 
 MODELS = ("scgd", "minimax", "bsgd")
+PREDICTS_FROM_TRAINING_DATA = True
+TAKES_FEATURES = True  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 
 def validate(cfg) -> None:

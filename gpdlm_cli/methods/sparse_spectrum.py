@@ -32,6 +32,8 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("ssgp", "vssgp", "svbssgp")
+PREDICTS_FROM_TRAINING_DATA = True
+TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 #: sVBSSGP's default Adam learning rate (when trainer.lr is null) and off-diagonal multiplier
 SVBSSGP_LR = 1e-2

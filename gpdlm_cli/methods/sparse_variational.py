@@ -38,6 +38,10 @@ from . import feature_maps as FM
 from .base import Method, Stage
 
 MODELS = ("svgp", "dlm", "sq_dlm")
+SELECTION_METRIC = {"sq_dlm": "val_mse"}  # square loss: selected by validation MSE; the others by val_nll
+REFERENCE_BETA = {"svgp": 1.0}  # `gpdlm select` also reports the plain ELBO (beta=1)
+VARIANTS = {"dlm": ("joint", "fixed"), "sq_dlm": ("joint", "fixed")}  # svgp: joint only
+TAKES_FEATURES = True
 
 #: what each model's data term needs from the estimator
 _QUANTITY = {"svgp": "expected_log_prob", "dlm": "log_marginal", "sq_dlm": None}

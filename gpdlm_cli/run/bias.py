@@ -41,7 +41,7 @@ from .. import build
 from ..exceptions import ConfigError, UnsupportedCombination, param_error
 from ..files import write_atomic
 from ..metrics.bias import condition_statistics, coordinate_bias, gradient_statistics
-from ..tracking.sweep import config_hash
+from ..tracking.identity import config_hash
 from ..training import train
 from .lifecycle import TrackedRun, make_tracker, run_tags
 from .prepare import prepare

@@ -15,7 +15,6 @@ import math
 from pathlib import Path
 
 # ----- run names -------------------------------------------------------------------------------------
-VARIANT_MODELS = ("dlm", "sq_dlm")  # the models with a joint and a fixed variant
 # keys the name always shows, and short prefixes for swept keys ("" = the value alone)
 NAMED = ("model", "model.name", "model.variant", "dataset", "dataset.name", "objective.beta", "seed")
 SHORT = {
@@ -46,7 +45,9 @@ def _lookup(cfg, key: str):
 def run_name_for(cfg, swept=()) -> str:
     """The default MLflow run name of a training run (see the module docstring)."""
     model = cfg.model.name
-    variant = cfg.model.get("variant") if model in VARIANT_MODELS else None
+    from ..methods import has_variants
+
+    variant = cfg.model.get("variant") if has_variants(model) else None
     parts = [f"{model}_{variant}" if variant else str(model), str(cfg.dataset.name), f"b{_fmt(float(cfg.objective.beta))}"]
     for key in swept:
         key = key.lstrip("+~")
@@ -66,14 +67,18 @@ def curve_info(cfg, task: str, y_std: float, lr=None) -> dict:
     """Subtitle (the key settings) and the units of both axes of ``learning_curve.png``. ``lr``: one
     learning rate, or the distinct ones of the run's stages in order."""
     bits = [f"beta={_fmt(float(cfg.objective.beta))}"]
-    if cfg.model.get("num_inducing") is not None and cfg.model.name != "exact":
+    from ..methods import declaration
+
+    if cfg.model.get("num_inducing") is not None and declaration(str(cfg.model.name), "INDUCING_POINTS"):
         bits.append(f"M={cfg.model.num_inducing}")
     if lr is not None:
         lrs = lr if isinstance(lr, (list, tuple)) else [lr]
         bits.append("lr=" + "/".join(_fmt(float(v)) for v in lrs))
     bs = cfg.trainer.get("batch_size")
     bits.append(f"batch={bs}" if bs else "full batch")
-    variant = cfg.model.get("variant") if cfg.model.name in VARIANT_MODELS else None
+    from ..methods import has_variants
+
+    variant = cfg.model.get("variant") if has_variants(cfg.model.name) else None
     model = f"{cfg.model.name} ({variant})" if variant else str(cfg.model.name)
     subtitle = f"{model} on {cfg.dataset.name}, {cfg.likelihood.name} likelihood: " + ", ".join(bits)
     import numpy as np

@@ -13,7 +13,7 @@ by the fingerprint), and the saved state is copied over the fresh modules; then 
 ``finalize`` (square-loss DLM's predictive noise) runs as it did after training. Every family is
 rebuilt from the data: the collapsed models (SGPR, FITC), the exact GP, the RKHS closed form, the
 gamma family's k-means cells and the recurrent GPs' training embeddings all need the training rows
-to predict (``NEEDS_TRAINING_DATA``), and the others are rebuilt the same way for one code path.
+to predict (the family declares ``PREDICTS_FROM_TRAINING_DATA``), and the others are rebuilt the same way for one code path.
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ import torch
 
 from ..exceptions import GpdlmError
 from ..files import write_bytes_atomic
+from ..methods import declaration
 from ..training.reuse import loadmodule_state, module_state
 
 MODEL_FILE = "model.pt"
 FORMAT = 1
-NEEDS_TRAINING_DATA = ("sgpr", "fitc", "exact", "scgd", "minimax", "bsgd", "svbssgp", "ssgp", "vssgp", "pic",
-                       "gp_lstm", "gp_gru", "gp_rnn", "gp_narx")
 
 
 class ModelFileError(GpdlmError):
@@ -67,7 +66,7 @@ def save_model(path: str | os.PathLike, cfg, method, splits, target_names) -> Pa
         "target_names": [str(n) for n in target_names],
         "x_mean": floats(splits.x_mean), "x_std": floats(splits.x_std),
         "y_mean": floats(splits.y_mean), "y_std": floats(splits.y_std),
-        "needs_training_data": str(cfg.model.name) in NEEDS_TRAINING_DATA,
+        "needs_training_data": bool(declaration(str(cfg.model.name), "PREDICTS_FROM_TRAINING_DATA")),
         "threads": torch.get_num_threads(),  # CPU sums depend on it: eval uses the same count to reproduce bit for bit
         "versions": _versions(),
     }

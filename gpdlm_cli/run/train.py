@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..metrics import predictive_metrics
-from ..tracking.sweep import config_hash
+from ..tracking.identity import config_hash
 from ..training import run_stages
 from .artifacts import plot_learning_curve
 from .lifecycle import TrackedRun, make_tracker, run_tags
@@ -49,8 +49,11 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     if resume_state is not None and resume_state.get("config_hash") != chash:
         resume_state = None  # another configuration's checkpoint: start afresh (and overwrite it)
     extra_tags = {"gpdlm.resumed_from": str(resume_state.get("run_id"))} if resume_state is not None else {}
-    # the metric `gpdlm select` and sweeps pick beta by: the family's (val_nll unless it says otherwise)
-    extra_tags["gpdlm.selection_metric"] = str(getattr(p.family, "selection_metric", "val_nll"))
+    # what the family declares for analysis (the metric `gpdlm select` and sweeps pick beta by, the
+    # reference beta): run tags, so that analysis never imports a family (analysis.declarations)
+    from ..methods import declaration_tags
+
+    extra_tags.update(declaration_tags(str(cfg.model.name)))
     tags = run_tags("train", overrides=overrides, output_dir=output_dir, device=device,
                     fingerprint=splits.fingerprint, chash=chash, **method.tags, **extra_tags)
     run = TrackedRun(output_dir, tracker, cfg.tracking.get("run_name") or run_name_for(cfg))

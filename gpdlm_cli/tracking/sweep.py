@@ -17,7 +17,6 @@ run records the study: tags ``gpdlm.sweeper=optuna``, ``gpdlm.swept`` (the searc
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -25,10 +24,10 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
+from .identity import IGNORED_KEYS, config_hash  # noqa: F401 (re-exported)
 from .liveness import process_tags
 
 SWEEP_FILE = "gpdlm_sweep.json"
-IGNORED_KEYS = ("tracking", "progress", "sweep", "hydra")
 
 # filled in the launching process, read by the CLI to set its exit code
 OUTCOMES: list[dict] = []
@@ -37,10 +36,13 @@ STATUSES = ("finished", "failed", "killed", "skipped")
 
 def objective_metric(cfg) -> str:
     """The metric a sweep job returns to its sweeper: ``sweep.objective``; ``auto`` = the metric
-    ``gpdlm select`` selects by (val_mse for square-loss DLM, val_nll otherwise)."""
+    ``gpdlm select`` selects by: the one the model's family declares (``methods.selection_metric``:
+    val_mse for square-loss DLM, val_nll otherwise)."""
     name = str(cfg.sweep.get("objective", "auto"))
     if name == "auto":
-        return "val_mse" if cfg.model.name == "sq_dlm" else "val_nll"
+        from ..methods import selection_metric
+
+        return selection_metric(cfg.model.name)
     return name
 
 
@@ -112,17 +114,6 @@ def _is_sweep_value(v: str) -> bool:
 def sweeper_name(config) -> str:
     target = str(config.hydra.sweeper.get("_target_", ""))
     return "optuna" if "optuna" in target.lower() else target.rsplit(".", 1)[-1].removesuffix("Sweeper").lower() or "basic"
-
-
-def config_hash(cfg) -> str:
-    """SHA-256 (16 hex) of the resolved config without bookkeeping keys: two runs with the same
-    hash trained the same thing, whatever the tracking target or output folder."""
-    from omegaconf import OmegaConf
-
-    d = OmegaConf.to_container(cfg, resolve=True)
-    for k in IGNORED_KEYS:
-        d.pop(k, None)
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def read_context(sweep_dir) -> dict:

@@ -189,7 +189,7 @@ def test_every_page_of_search_results_is_read():
     """search_runs returns at most max_results runs per call: the loader follows page tokens."""
     from types import SimpleNamespace
 
-    from gpdlm_cli.commands.runs import load_runs
+    from gpdlm_cli.analysis.store import load_runs
 
     def run(i, status="FINISHED"):
         return SimpleNamespace(info=SimpleNamespace(run_id=f"r{i}", run_name="", start_time=i, status=status),

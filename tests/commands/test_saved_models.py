@@ -146,7 +146,7 @@ def test_predict_bad_input_is_one_line(args, match, trained, tmp_path, capsys, m
             "empty": str(tmp_path / "empty"), "good": str(tmp_path / "good.csv"), "corrupt": str(corrupt)}
     argv = [a.format(**subs) for a in args] + ["--tracking-uri", uri]
     capsys.readouterr()
-    from gpdlm_cli.commands.runs import run_cli
+    from gpdlm_cli.commands._cli import run_cli
 
     assert run_cli(evaluate.predict_main, argv) == 2
     assert match in one_line_error(capsys)

@@ -15,8 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from gpdlm_cli import cli
-from gpdlm_cli.commands.runs import RunRecord
-from gpdlm_cli.commands.select import select_records
+from gpdlm_cli.analysis.records import RunRecord
+from gpdlm_cli.analysis.selection import select_records
 
 from .conftest import make_experiment, make_run
 

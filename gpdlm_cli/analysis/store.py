@@ -1,0 +1,176 @@
+"""Reading gpdlm's training runs back from MLflow, for ``gpdlm compare``, ``select`` and ``report``.
+
+What is loaded: the FINISHED runs of one experiment that ``gpdlm train`` made (tag
+``gpdlm.command=train``), through ``MlflowClient.search_runs`` (every page), optionally narrowed
+by an MLflow filter expression. Sweep parents, ``compare``/``select`` runs and unfinished runs are
+left out -- and the unfinished training runs are counted in a note (RUNNING, possibly orphaned:
+``gpdlm runs --stale``; FAILED; KILLED) -- refits (tag ``gpdlm.refit_of``) only when asked for.
+Reruns of an identical configuration (the same ``gpdlm.config_hash``, seed included) count once:
+the latest of them is kept, so a rerun never passes for another seed.
+
+The analysis commands' own results (``outputs/<command>/<timestamp>``) are logged as a FINISHED
+run named after the command (``log_analysis_run``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from .records import AnalysisError, RunRecord
+
+# ----- the store -------------------------------------------------------------------------------------
+def resolve_uri(uri: str | None) -> str:
+    from ..tracking import resolve_tracking_uri
+
+    return resolve_tracking_uri(uri)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for other stores or in-memory SQLite)."""
+    if not uri.startswith("sqlite:"):
+        return None
+    rest = uri[len("sqlite:"):]
+    if not rest.startswith("///"):
+        return None
+    path = rest[3:].split("?", 1)[0]
+    if path in ("", ":memory:"):
+        return None
+    return Path(path)  # relative paths are relative to the working directory, as for SQLAlchemy
+
+
+def open_store(uri: str | None):
+    """(MlflowClient, uri). A SQLite file that does not exist is an error (never created here)."""
+    uri = resolve_uri(uri)
+    db = sqlite_path(uri)
+    if db is not None and not db.exists():
+        raise AnalysisError(f"no MLflow store at {db} (nothing tracked there yet): run 'gpdlm train' in "
+                            f"that directory first, or pass --tracking-uri")
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri), uri
+
+
+def get_experiment(client, name: str, uri: str):
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise AnalysisError(f"experiment '{name}' does not exist in {uri}; experiments there: "
+                            f"{', '.join(names) or '(none)'}")
+    return exp
+
+
+def search_all(client, experiment_id: str, filter_string: str = "") -> list:
+    """Every run of the experiment matching the filter (all pages)."""
+    from mlflow.exceptions import MlflowException
+
+    runs, token = [], None
+    while True:
+        try:
+            page = client.search_runs([experiment_id], filter_string=filter_string or "", max_results=1000,
+                                      page_token=token)
+        except MlflowException as e:
+            msg = str(e.message if hasattr(e, "message") else e).strip().splitlines()
+            raise AnalysisError(f"invalid --filter {filter_string!r}: {msg[0] if msg else 'rejected by MLflow'}") from None
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def is_training_run(run, include_refits: bool = False) -> bool:
+    tags = run.data.tags
+    return (run.info.status == "FINISHED" and tags.get("gpdlm.command") == "train"
+            and tags.get("gpdlm.sweep") != "parent"
+            and (include_refits or not tags.get("gpdlm.refit_of")))
+
+
+def load_runs(client, experiment, filter_string: str = "", include_refits: bool = False,
+              notes: list[str] | None = None) -> list[RunRecord]:
+    """The FINISHED training runs of ``experiment`` that match ``filter_string``, reruns of the same
+    configuration counted once; an error if none. What was left out and why is printed as notes
+    (or appended to ``notes``)."""
+    found = search_all(client, experiment.experiment_id, filter_string)
+    runs = [RunRecord.from_run(r) for r in found if is_training_run(r, include_refits)]
+    said = [skipped_note(found)] if skipped_note(found) else []
+    runs, reruns = drop_reruns(runs)
+    if reruns:
+        said.append(f"{reruns} rerun(s) of identical configurations (same gpdlm.config_hash) counted once: "
+                    f"the latest run of each is used")
+    for note in said:
+        if notes is None:
+            print(f"gpdlm: note: {note}", file=sys.stderr)
+        else:
+            notes.append(note)
+    if not runs:
+        where = f" matching --filter {filter_string!r}" if filter_string else ""
+        raise AnalysisError(f"no FINISHED training runs in experiment '{experiment.name}'{where}")
+    runs.sort(key=lambda r: (r.start_time, r.run_id))
+    return runs
+
+
+def skipped_note(found: list) -> str:
+    """'skipped N training runs: 2 RUNNING (...), 1 FAILED, ...' for the unfinished training runs
+    among ``found`` ('' when there are none)."""
+    counts: dict[str, int] = {}
+    for r in found:
+        if r.data.tags.get("gpdlm.command") == "train" and r.info.status != "FINISHED":
+            counts[r.info.status] = counts.get(r.info.status, 0) + 1
+    if not counts:
+        return ""
+    why = {"RUNNING": "still running or orphaned: see `gpdlm runs --stale`", "FAILED": "see their failure_reason",
+           "KILLED": "interrupted", "SCHEDULED": "not started"}
+    parts = [f"{n} {status} ({why.get(status, 'unfinished')})" for status, n in sorted(counts.items())]
+    return f"skipped {sum(counts.values())} unfinished training run(s): " + ", ".join(parts)
+
+
+def drop_reruns(records: list[RunRecord]) -> tuple[list[RunRecord], int]:
+    """Keep the latest run of every ``gpdlm.config_hash`` (runs without the tag are all kept);
+    (kept, number dropped)."""
+    latest: dict[str, RunRecord] = {}
+    kept = []
+    for r in records:
+        h = r.tags.get("gpdlm.config_hash")
+        if not h:
+            kept.append(r)
+        elif h not in latest or (r.start_time, r.run_id) > (latest[h].start_time, latest[h].run_id):
+            latest[h] = r
+    kept += list(latest.values())
+    return kept, len(records) - len(kept)
+
+
+# params that never distinguish what was trained
+# ----- outputs ---------------------------------------------------------------------------------------
+def output_dir(out: str | None, command: str) -> Path:
+    """--out, or ``outputs/<command>/<timestamp>`` (a suffix if that exists already)."""
+    if out:
+        path = Path(out)
+    else:
+        base = Path("outputs") / command / time.strftime("%Y-%m-%d_%H-%M-%S")
+        path, i = base, 1
+        while path.exists():
+            path = base.with_name(f"{base.name}-{i}")
+            i += 1
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def log_analysis_run(client, experiment_id: str, command: str, outdir: Path, params: dict, tags: dict | None = None) -> str:
+    """A FINISHED run named after ``command`` holding the files of ``outdir`` (not its subfolders)
+    as artifacts."""
+    from mlflow.entities import Param
+
+    run = client.create_run(experiment_id, run_name=command,
+                            tags={"gpdlm.command": command, **{k: str(v) for k, v in (tags or {}).items()}})
+    rid = run.info.run_id
+    try:
+        client.log_batch(rid, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        for f in sorted(outdir.iterdir()):
+            if f.is_file():
+                client.log_artifact(rid, str(f))
+    except BaseException:
+        client.set_terminated(rid, "FAILED")
+        raise
+    client.set_terminated(rid, "FINISHED")
+    return rid
