@@ -20,10 +20,9 @@ from gpdlm_cli import build
 from gpdlm_cli.commands.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.metrics import predictive_metrics
-from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
 
-from ..conftest import compose
+from ..conftest import NoRunTracker, compose
 from .test_spectral_math import np_feature_moments, np_features
 
 GAMMAS = ["0", "0.1", "0.3", "0.5", "1"]
@@ -225,11 +224,6 @@ def test_vssgp_is_within_3_percent_of_ssgp_at_the_same_budget():
         rmse[model] = metrics["test_rmse"]
     assert rmse["vssgp"] <= 1.03 * rmse["ssgp"], rmse
     assert all(r.converged for r in results.values()), {k: r.iterations for k, r in results.items()}
-
-
-class NoRunTracker(NullTracker):
-    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
-        raise AssertionError("an MLflow run was started for bad input")
 
 
 BAD = [
