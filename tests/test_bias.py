@@ -216,6 +216,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert not db.exists()
 
 
+@pytest.mark.slow
 def test_cli_multirun_over_estimators(tmp_path, mlflow_uri, monkeypatch, capsys):
     """`gpdlm bias -m ...` through the real dispatcher and Hydra, in-process (a subprocess would spend
     most of its time importing torch, mlflow, matplotlib and scikit-learn again)."""

@@ -161,6 +161,7 @@ def exclusive_holder(template_db, tmp_path):
     proc.wait()
 
 
+@pytest.mark.slow
 def test_a_locked_store_is_waited_for_then_one_line_naming_the_holder(exclusive_holder, tmp_path, capsys,
                                                                         monkeypatch):
     from gpdlm_cli.tracking import tracker

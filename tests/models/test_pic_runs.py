@@ -56,6 +56,7 @@ def test_dtc_is_svgp_with_the_uncollapsed_elbo_on_minibatches():
     assert settings.batch_size == 203 and splits.n_train // 203 == 10  # 10 steps per epoch, as PIC's 10 blocks
 
 
+@pytest.mark.slow
 def test_pic_learns_and_beats_ssgp_and_dtc_at_the_same_budget(tmp_path, mlflow_uri):
     """Measured (seed 0, test RMSE in units of the target's sd; a constant predictor scores ~1):
     PIC 0.24, SSGP 0.34 (10 full-batch steps), DTC++ = SVGP 0.52 (100 minibatch steps of 203 rows)."""
