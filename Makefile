@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpdlm-installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gpdlm train
 
+# the whole suite (~7 minutes on 2 cores)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS)
+
+# the fast lane: everything but the tests marked slow (subprocesses, smoke presets, runs over ~3 s)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

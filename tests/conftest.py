@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -54,13 +55,21 @@ def device():
     return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
 
 
-def compose(overrides=()):
-    """The composed gpdlm config, exactly as `gpdlm train` would build it."""
+def compose(overrides=(), *, hydra: bool = False):
+    """The composed gpdlm config, exactly as `gpdlm train` would build it (with its ``hydra`` node,
+    the launcher's and sweeper's settings, when ``hydra=True``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=False)
+        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def sweep_grid(overrides=()) -> dict[str, list[str]]:
+    """The grid `gpdlm train -m <overrides>` sweeps: the composed hydra.sweeper.params as {key: [values]}
+    (a preset's grid for ``["+experiment=NAME"]``)."""
+    cfg = compose(overrides, hydra=True)
+    return {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
 
 
 FAST = ["trainer.max_iters=60", "trainer.eval_every=30", "progress=false"]
@@ -89,3 +98,72 @@ def ar1_series(T: int, seed: int = 0):
     for t in range(1, T):
         y[t] = 0.5 * y[t - 1] + u[t]
     return u, y
+
+
+# ----- running `gpdlm` as a user does: in this process, or (slow) in a fresh interpreter ----------------
+REPO = Path(__file__).resolve().parents[1]
+
+
+def gpdlm_subprocess(args, cwd, *, env=None, timeout=None, **kwargs):
+    """``python -m gpdlm_cli.cli <args>`` in a fresh interpreter started in ``cwd`` (stdout/stderr
+    captured as text), importing this checkout's gpdlm_cli. Tests that use it are ``slow``."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=timeout, **kwargs)
+
+
+@dataclasses.dataclass
+class SmokeRuns:
+    """What one run of a smoke preset (`gpdlm train -m +experiment=<preset>`, tests/test_sweeps.py) leaves
+    for a family's checks: its MLflow store, its child runs, the command's stderr and its folder."""
+
+    preset: str
+    uri: str
+    experiment: str
+    children: list
+    stderr: str
+    cwd: Path
+
+
+def run_cli(argv, cwd, capsys) -> tuple[int, list[str]]:
+    """``gpdlm <argv>`` in this process (``cli.main``), from ``cwd``: (exit code, non-empty stderr
+    lines); a SystemExit (argparse, Hydra) gives its code."""
+    import sys
+
+    from gpdlm_cli import cli
+
+    old_cwd, old_argv = os.getcwd(), list(sys.argv)
+    os.chdir(cwd)
+    try:
+        try:
+            rc = cli.main(list(argv))
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else 1
+    finally:
+        os.chdir(old_cwd)
+        sys.argv = old_argv
+    err = capsys.readouterr().err
+    return rc, [ln for ln in err.splitlines() if ln.strip()]
+
+
+def assert_no_mlflow_run(db) -> None:
+    """No run in any experiment of the SQLite store ``db`` (nothing when the store was never created)."""
+    if Path(db).exists():
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(f"sqlite:///{db}")
+        assert all(not client.search_runs([e.experiment_id]) for e in client.search_experiments())
+
+
+from gpdlm_cli.tracking import NullTracker  # noqa: E402
+
+
+class NoRunTracker(NullTracker):
+    """The tracker of bad-input tests: starting a run is the failure."""
+
+    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
+        raise AssertionError("an MLflow run was started for bad input")

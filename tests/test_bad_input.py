@@ -16,7 +16,6 @@ must end with exactly one ``gpdlm: error:`` line, a non-zero exit, no run folder
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,8 @@ from omegaconf import OmegaConf
 from gpdlm_cli import cli
 from gpdlm_cli.config_check import composed
 from gpdlm_cli.tracking import flatten
+
+from .conftest import assert_no_mlflow_run, gpdlm_subprocess, run_cli
 
 CONF = Path(cli.__file__).resolve().parent / "conf"
 GROUPS = ("model", "kernel", "likelihood", "estimator", "features", "dataset", "trainer", "tracking")
@@ -110,34 +111,11 @@ def test_the_table_covers_every_key_of_the_schema():
     assert len(keys) > 150  # the default config alone has 76 keys
 
 
-def run_cli(argv, cwd: Path, capsys) -> tuple[int, list[str]]:
-    """``gpdlm <argv>`` in this process, from ``cwd``: (exit code, non-empty stderr lines)."""
-    import sys
-
-    old_cwd, old_argv = os.getcwd(), list(sys.argv)
-    os.chdir(cwd)
-    try:
-        try:
-            rc = cli.main(list(argv))
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else 1
-    finally:
-        os.chdir(old_cwd)
-        sys.argv = old_argv
-    err = capsys.readouterr().err
-    return rc, [ln for ln in err.splitlines() if ln.strip()]
-
-
 def assert_rejected(rc, lines, cwd: Path):
     assert rc != 0, lines
     assert len(lines) == 1 and lines[0].startswith("gpdlm: error: "), lines
     assert not (cwd / "outputs").exists() and not (cwd / "run").exists()
-    db = cwd / "mlflow.db"
-    if db.exists():
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(f"sqlite:///{db}")
-        assert all(not client.search_runs([e.experiment_id]) for e in client.search_experiments())
+    assert_no_mlflow_run(cwd / "mlflow.db")
 
 
 @pytest.mark.parametrize("command,groups,key,value", CASES)
@@ -181,14 +159,13 @@ def test_the_probes_bad_inputs_leave_no_outputs_folder(probe, tmp_path, capsys):
         assert "column 'b' has the non-finite value inf in row 17" in lines[0]
 
 
+@pytest.mark.slow
 def test_a_non_finite_csv_cell_from_the_command_line(tmp_path):
-    """The one subprocess case: `gpdlm train dataset=csv ...` with an inf cell (43 lines before)."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", "train", "dataset=csv", "dataset.target=y",
-                           _inf_csv(tmp_path), *BUDGET, "threads=1", "progress=false",
-                           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], cwd=tmp_path, capture_output=True, text=True)
+    """The one subprocess case of bad input: `gpdlm train dataset=csv ...` with an inf cell (43 lines
+    before) exits 2 with one line as a shell sees it, and leaves no run folder and no MLflow run."""
+    proc = gpdlm_subprocess(["train", "dataset=csv", "dataset.target=y", _inf_csv(tmp_path), *BUDGET, "threads=1",
+                             "progress=false", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], tmp_path)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2, lines
     assert_rejected(proc.returncode, lines, tmp_path)
     assert "column 'b' has the non-finite value inf in row 17 (1 such cell)" in lines[0]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import subprocess
 import sys
 
 import pytest
@@ -21,7 +20,7 @@ from gpdlm_cli.metrics import condition_statistics, coordinate_bias, gradient_st
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.tracking.identity import config_hash
 
-from .conftest import compose
+from .conftest import compose, run_cli
 
 # doctor visits: Poisson counts up to 53; 200 training rows, M = 10 (P = 10 + 55 = 65 parameters)
 POISSON = ["dataset=doctor_visits", "dataset.split.train_size=200", "model.num_inducing=10",
@@ -207,20 +206,17 @@ def test_bad_input_is_caught_before_any_run(tmp_path, overrides, message):
     assert tracker.status is None  # no run was started
 
 
-def _gpdlm(args, cwd):
-    return subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, capture_output=True, text=True)
-
-
-def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    """`gpdlm bias <bad>` through the dispatcher, in this process."""
     db = tmp_path / "mlflow.db"
-    proc = _gpdlm(["bias", "estimator=exact", f"tracking.uri=sqlite:///{db}"], tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    rc, lines = run_cli(["bias", "estimator=exact", f"tracking.uri=sqlite:///{db}"], tmp_path, capsys)
+    assert rc == 2, lines
     assert lines == ["gpdlm: error: gpdlm bias studies stochastic estimators: bmc, smooth_bmc, ups; got estimator=exact "
                      "(it is deterministic: no variance, and exact/quadrature are the reference)"]
     assert not db.exists()
 
 
+@pytest.mark.slow
 def test_cli_multirun_over_estimators(tmp_path, mlflow_uri, monkeypatch, capsys):
     """`gpdlm bias -m ...` through the real dispatcher and Hydra, in-process (a subprocess would spend
     most of its time importing torch, mlflow, matplotlib and scikit-learn again)."""

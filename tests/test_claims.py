@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from gpdlm_cli.analysis import claims as C
 from gpdlm_cli.analysis.records import ALIASES
 
-from .conftest import compose
+from .conftest import compose, sweep_grid
 
 # the paper texts beside the checkout (../shared/papers), or GPDLM_PAPERS_DIR
 PAPERS_DIR = Path(os.environ.get("GPDLM_PAPERS_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "papers"))
@@ -55,13 +55,8 @@ def _with_sweep_cached(overrides: tuple[str, ...], sweep: bool):
 def _with_sweep(overrides: list[str]):
     """The composed config of ``overrides`` and, where the preset sweeps, of its grid's first and its
     last values (a sweep may switch the config group, e.g. estimator=bmc,ups, and so add keys)."""
-    from hydra import compose as hcompose
-    from hydra import initialize_config_module
-
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        cfg = hcompose(config_name="config", overrides=list(overrides), return_hydra_config=True)
     given = {o.split("=", 1)[0] for o in overrides}
-    grid = {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items() if k not in given}
+    grid = {k: v for k, v in sweep_grid(overrides).items() if k not in given}
     out = [compose(overrides)]
     for pick in (0, -1):
         if grid:

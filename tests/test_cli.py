@@ -6,9 +6,10 @@ import subprocess
 import sys
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from gpdlm_cli import cli
+
+from .conftest import assert_no_mlflow_run, run_cli
 
 
 def test_help_lists_subcommands_and_imports_nothing_heavy():
@@ -30,10 +31,6 @@ def test_unknown_subcommand_is_a_one_line_error(capsys):
     assert err == ["gpdlm: error: unknown subcommand 'trian'; choose from: " + ", ".join(cli.SUBCOMMANDS)]
 
 
-def _gpdlm(args, cwd):
-    return subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, capture_output=True, text=True)
-
-
 BAD = [
     (["objective.beta=-1"], "the 'beta' parameter of objective must be a finite float in (0, inf); got -1"),
     (["objective.beta=nan"], "the 'beta' parameter of objective"),
@@ -48,19 +45,23 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(o) for o, _ in BAD])
-def test_bad_input_fails_before_any_run(tmp_path, overrides, message):
-    db = tmp_path / "mlflow.db"
-    proc = _gpdlm(["train", *overrides, f"tracking.uri=sqlite:///{db}", "progress=false"], tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    assert lines[-1].startswith("gpdlm: error: ") and message in lines[-1], proc.stderr
-    assert "Traceback" not in proc.stderr
-    outputs = tmp_path / "outputs"  # a rejected command leaves no run folder behind
+def assert_bad_input_left_nothing(rc, stderr_lines, message, cwd):
+    """Exit code 2, the message on the last stderr line (no traceback), no run folder and no MLflow run."""
+    assert rc == 2, stderr_lines
+    assert stderr_lines[-1].startswith("gpdlm: error: ") and message in stderr_lines[-1], stderr_lines
+    assert not any("Traceback" in ln for ln in stderr_lines), stderr_lines
+    outputs = cwd / "outputs"  # a rejected command leaves no run folder behind
     assert not outputs.exists() or list(outputs.rglob("*")) == [], list(outputs.rglob("*"))
-    if db.exists():  # nothing was started, so nothing can be left RUNNING
-        client = MlflowClient(f"sqlite:///{db}")
-        assert all(not client.search_runs([e.experiment_id]) for e in client.search_experiments())
+    assert_no_mlflow_run(cwd / "mlflow.db")  # nothing was started, so nothing can be left RUNNING
+
+
+@pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_input_fails_before_any_run(tmp_path, capsys, overrides, message):
+    """`gpdlm train <bad>` in this process (cli.main, from tmp_path); the exit status a shell sees from
+    a subprocess is checked once, in test_bad_input.test_a_non_finite_csv_cell_from_the_command_line."""
+    rc, lines = run_cli(["train", *overrides, f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "progress=false"],
+                        tmp_path, capsys)
+    assert_bad_input_left_nothing(rc, lines, message, tmp_path)
 
 
 def _options(group: str) -> list[str]:
@@ -69,10 +70,9 @@ def _options(group: str) -> list[str]:
     return sorted(f.stem for f in (Path(cli.__file__).resolve().parent / "conf" / group).glob("*.yaml"))
 
 
-def test_unknown_config_option_is_one_line_with_the_closest_names(tmp_path):
-    proc = _gpdlm(["train", "model=svgpp"], tmp_path)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
+def test_unknown_config_option_is_one_line_with_the_closest_names(tmp_path, capsys):
+    rc, lines = run_cli(["train", "model=svgpp"], tmp_path, capsys)
+    assert rc == 2
     assert len(lines) == 1 and lines[0].startswith("gpdlm: error: unknown model 'svgpp'; did you mean 'svgp'")
     assert lines[0].endswith(f"(choose from: {', '.join(_options('model'))})")
     assert not (tmp_path / "outputs").exists()

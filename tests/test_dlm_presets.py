@@ -13,7 +13,7 @@ import pytest
 from gpdlm_cli import build
 from gpdlm_cli.data import all_datasets
 
-from .conftest import compose
+from .conftest import compose, sweep_grid
 
 # the DLM paper's Table 2 (App. D), typed in from the paper: dataset -> M
 PAPER_TABLE2_M = {"pol": 100, "cadata": 206, "sarcos": 100, "song": 100, "banana": 53, "thyroid": 37,
@@ -44,13 +44,8 @@ DLM_PRESETS = {
 
 def compose_sweep(preset: str, overrides=()):
     """(config, {key: [values]}) of `gpdlm train -m +experiment=preset` (the sweeper's grid)."""
-    from hydra import compose as hcompose
-    from hydra import initialize_config_module
-
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        cfg = hcompose(config_name="config", overrides=[f"+experiment={preset}", *overrides], return_hydra_config=True)
-    grid = {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
-    return cfg, grid
+    overrides = [f"+experiment={preset}", *overrides]
+    return compose(overrides, hydra=True), sweep_grid(overrides)
 
 
 def jobs(preset: str, overrides=()):

@@ -111,6 +111,7 @@ def test_joint_square_loss_has_no_optimum_in_the_outputscale_but_has_one_with_it
     assert best[10.0][1] > best[0.1][1] + 1.0
 
 
+@pytest.mark.slow
 def test_fix_outputscale_holds_the_svgp_value_and_warns_on_a_beta_sweep(tmp_path, monkeypatch, capsys):
     runs = {b: _run(tmp_path / str(b), ["model=sq_dlm", "model.fix_outputscale=true", f"objective.beta={b}"])[0]
             for b in (0.01, 100.0)}

@@ -90,6 +90,7 @@ def test_threads_also_cap_the_blas_and_openmp_pools():
         assert pools and all(p["num_threads"] == 1 for p in pools), pools
 
 
+@pytest.mark.slow
 def test_runs_record_system_metrics(tmp_path):
     """tracking.system_metrics: MLflow's monitor samples CPU and memory into the run (system/*)."""
     from mlflow.tracking import MlflowClient

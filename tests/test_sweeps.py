@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import functools
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,14 @@ from mlflow.tracking import MlflowClient
 from gpdlm_cli.commands.sweep import beta_grid
 from gpdlm_cli.exceptions import ConfigError
 
-from .conftest import compose
+from .conftest import SmokeRuns, compose, gpdlm_subprocess, run_cli, sweep_grid
+from .recurrent import test_presets as recurrent_presets
+from .rkhs import test_preset as rkhs_preset
 
 TINY = ["trainer.max_iters=15", "model.num_inducing=10", "dataset.split.train_size=80", "progress=false"]
 # presets (files starting with "_" are fragments the presets include, not studies)
 PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "experiment").glob("*.yaml")
                  if not p.name.startswith("_"))
-
-
-def gpdlm(args, cwd):
-    return subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, capture_output=True, text=True)
 
 
 def runs(db, experiment):
@@ -53,11 +50,12 @@ def test_beta_grid_bad_input(kwargs, msg):
         beta_grid(100, **kwargs)
 
 
+@pytest.mark.slow
 def test_joblib_sweep_gives_children_under_one_parent_and_resumes(tmp_path):
     db = tmp_path / "mlflow.db"
     args = ["train", "-m", "objective.beta=0.1,1,10", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
             f"tracking.uri=sqlite:///{db}", "tracking.experiment=jl", *TINY]
-    proc = gpdlm(args, tmp_path)
+    proc = gpdlm_subprocess(args, tmp_path)
     assert proc.returncode == 0, proc.stderr
     parents, children = split_runs(runs(db, "jl"))
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
@@ -67,7 +65,7 @@ def test_joblib_sweep_gives_children_under_one_parent_and_resumes(tmp_path):
     assert len({r.data.tags["gpdlm.config_hash"] for r in children}) == 3
     assert parents[0].data.metrics["jobs_finished"] == 3
 
-    proc = gpdlm(args + ["sweep.skip_finished=true"], tmp_path)
+    proc = gpdlm_subprocess(args + ["sweep.skip_finished=true"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "0 finished, 3 skipped, 0 failed" in proc.stderr
     parents, children = split_runs(runs(db, "jl"))
@@ -75,13 +73,14 @@ def test_joblib_sweep_gives_children_under_one_parent_and_resumes(tmp_path):
     assert len(parents) == 2
 
 
+@pytest.mark.slow
 def test_failing_job_does_not_stop_the_others(tmp_path):
     """A job that fails on its data (a training size larger than the set) is reported and the
     others go on; the parent run ends FAILED with a failure_reason that names the job and why."""
     db = tmp_path / "mlflow.db"
     tiny = [a for a in TINY if not a.startswith("dataset.split.train_size")]
-    proc = gpdlm(["train", "-m", "dataset.split.train_size=80,5000,60", f"tracking.uri=sqlite:///{db}",
-                  "tracking.experiment=f", *tiny], tmp_path)
+    proc = gpdlm_subprocess(["train", "-m", "dataset.split.train_size=80,5000,60", f"tracking.uri=sqlite:///{db}",
+                             "tracking.experiment=f", *tiny], tmp_path)
     assert proc.returncode == 1
     assert "2 finished, 0 skipped, 1 failed" in proc.stderr
     assert "gpdlm: failed job 1 [dataset.split.train_size=5000" in proc.stderr and "has only 690 rows" in proc.stderr
@@ -93,37 +92,40 @@ def test_failing_job_does_not_stop_the_others(tmp_path):
     assert all(r.info.status == "FINISHED" for r in children)
 
 
-def test_a_bad_value_in_a_sweep_is_rejected_before_any_job(tmp_path):
-    proc = gpdlm(["train", "-m", "objective.beta=0.5,-1,2", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *TINY],
-                 tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+def test_a_bad_value_in_a_sweep_is_rejected_before_any_job(tmp_path, capsys):
+    rc, lines = run_cli(["train", "-m", "objective.beta=0.5,-1,2", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *TINY],
+                        tmp_path, capsys)
+    assert rc == 2
+    assert lines == [
         "gpdlm: error: the 'beta' parameter of objective must be a finite number >= 0; got -1 instead"]
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.slow
 def test_submitit_local_launcher(tmp_path):
     db = tmp_path / "mlflow.db"
-    proc = gpdlm(["train", "-m", "seed=0,1", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5",
-                  f"tracking.uri=sqlite:///{db}", "tracking.experiment=sub", *TINY], tmp_path)
+    proc = gpdlm_subprocess(["train", "-m", "seed=0,1", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5",
+                             f"tracking.uri=sqlite:///{db}", "tracking.experiment=sub", *TINY], tmp_path)
     assert proc.returncode == 0, proc.stderr
     parents, children = split_runs(runs(db, "sub"))
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
     assert sorted(r.data.params["seed"] for r in children) == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_sweep_beta_builds_the_grid_from_the_training_size(tmp_path):
     db = tmp_path / "mlflow.db"
-    proc = gpdlm(["sweep", "beta", "sweep.grid_min=10", f"tracking.uri=sqlite:///{db}", "tracking.experiment=sb", *TINY], tmp_path)
+    proc = gpdlm_subprocess(["sweep", "beta", "sweep.grid_min=10", f"tracking.uri=sqlite:///{db}", "tracking.experiment=sb",
+                             *TINY], tmp_path)
     assert proc.returncode == 0, proc.stderr
     _, children = split_runs(runs(db, "sb"))
     assert sorted(float(r.data.params["objective.beta"]) for r in children) == [10.0, 20.0, 40.0, 80.0]
 
 
-def test_sweep_beta_bad_input(tmp_path):
-    proc = gpdlm(["sweep", "beta", "sweep.grid_min=0", *TINY], tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == (
+def test_sweep_beta_bad_input(tmp_path, capsys):
+    rc, lines = run_cli(["sweep", "beta", "sweep.grid_min=0", *TINY], tmp_path, capsys)
+    assert rc == 2
+    assert lines[-1] == (
         "gpdlm: error: the 'grid_min' parameter of sweep must be a float in (0, inf); got 0 instead")
 
 
@@ -135,21 +137,37 @@ def test_preset_composes(preset):
     assert experiment.startswith(study.replace("regression_baselines", "regression_logloss")) or study.startswith(experiment + "_")
 
 
+# what a family checks in the runs of its smoke presets (beyond the count and status checked here);
+# each smoke preset runs once in the suite, in test_smoke_preset_runs below
+FAMILY_CHECKS = {
+    **{f"{p}_smoke": functools.partial(recurrent_presets.check_smoke_runs, p) for p in recurrent_presets.PRESETS},
+    "rkhs_batch_study_smoke": rkhs_preset.check_batch_smoke_runs,
+    "rkhs_gaussian_study_smoke": rkhs_preset.check_gaussian_smoke_runs,
+}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", [p for p in PRESETS if p.endswith("_smoke")])
 def test_smoke_preset_runs(tmp_path, preset):
-    from hydra import compose as hcompose
-    from hydra import initialize_config_module
-
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        cfg = hcompose(config_name="config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
+    """`gpdlm train -m +experiment=<preset>` as a user runs it (a subprocess): one FINISHED child run per
+    job of the preset's grid; then the family's own checks of those runs (FAMILY_CHECKS)."""
+    cfg = compose([f"+experiment={preset}"])
     expected = 1
-    for values in cfg.hydra.sweeper.params.values():
-        expected *= len(str(values).split(","))
+    for values in sweep_grid([f"+experiment={preset}"]).values():
+        expected *= len(values)
     db = tmp_path / "mlflow.db"
-    proc = gpdlm(["train", "-m", f"+experiment={preset}", f"tracking.uri=sqlite:///{db}", "progress=false"], tmp_path)
+    proc = gpdlm_subprocess(["train", "-m", f"+experiment={preset}", f"tracking.uri=sqlite:///{db}", "progress=false"],
+                            tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, children = split_runs(runs(db, cfg.tracking.experiment))
     assert len(children) == expected and all(r.info.status == "FINISHED" for r in children)
+    if preset in FAMILY_CHECKS:
+        FAMILY_CHECKS[preset](SmokeRuns(preset, f"sqlite:///{db}", cfg.tracking.experiment, children, proc.stderr,
+                                        tmp_path))
+
+
+def test_every_family_check_names_a_smoke_preset():
+    assert set(FAMILY_CHECKS) <= {p for p in PRESETS if p.endswith("_smoke")}
 
 
 @pytest.mark.parametrize("launcher,cores,expected", [

@@ -67,7 +67,7 @@ def test_same_seed_same_metrics(tmp_path, mlflow_uri):
     (["model=svgp", "objective.beta=0.1"], "test_rmse", 12.0),
     (["model=sgpr"], "test_rmse", 12.0),
     (["model=fitc"], "test_rmse", 12.0),
-    (["model=exact"], "test_rmse", 12.0),
+    pytest.param(["model=exact"], "test_rmse", 12.0, marks=pytest.mark.slow),
     (["model=sq_dlm"], "test_rmse", 12.0),
     (["model=sq_dlm", "model.variant=fixed"], "test_rmse", 12.0),
     (["model=dlm", "model.variant=fixed"], "test_rmse", 12.0),

@@ -18,6 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ..test_bad_input import run_cli
+from ..conftest import compose
 from .conftest import copy_store
 
 TINY = ["dataset=diabetes", "model.num_inducing=10", "dataset.split.train_size=60", "trainer.max_iters=6",
@@ -101,15 +102,14 @@ def test_result_files_are_written_atomically(tmp_path, full_disk_for):
 
 # ----- finding 3: unique run folders and a store created under a lock -----------------------------------
 def test_the_default_run_folder_has_microseconds():
-    from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        cfg = compose(config_name="config", return_hydra_config=True)
+    cfg = compose(hydra=True)
     for node in (cfg.hydra.run, cfg.hydra.sweep):
         assert OmegaConf.to_container(node, resolve=False)["dir"].endswith("${now:%H-%M-%S-%f}")
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_get_two_folders_and_one_store(tmp_path):
     """Two terminals (or a Slurm array) start `gpdlm train` at once in a fresh folder: each run has
     its own output folder whose files all come from it, and both reach a store neither had to
@@ -161,6 +161,7 @@ def exclusive_holder(template_db, tmp_path):
     proc.wait()
 
 
+@pytest.mark.slow
 def test_a_locked_store_is_waited_for_then_one_line_naming_the_holder(exclusive_holder, tmp_path, capsys,
                                                                         monkeypatch):
     from gpdlm_cli.tracking import tracker

@@ -38,6 +38,7 @@ def _only_run(uri, experiment):
     return runs[0] if len(runs) == 1 else None
 
 
+@pytest.mark.slow
 def test_sigterm_ends_the_run_killed_with_the_signal_as_reason(template_db, tmp_path):
     """What Slurm's scancel, `timeout` and `docker stop` send: the run must not stay RUNNING."""
     uri = copy_store(template_db, tmp_path)

@@ -19,15 +19,10 @@ from omegaconf import OmegaConf
 from gpdlm_cli.exceptions import ConfigError
 from gpdlm_cli.tracking.sweep import job_objective, objective_metric
 
-from ..conftest import compose
+from ..conftest import compose, gpdlm_subprocess
 from .conftest import copy_store
 
 TINY = ["trainer.max_iters=15", "model.num_inducing=10", "dataset.split.train_size=80", "progress=false", "threads=1"]
-
-
-def gpdlm(args, cwd, timeout=300):
-    return subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def _children_and_parent(uri, experiment):
@@ -51,11 +46,13 @@ def test_job_objective_is_the_configured_validation_metric():
         job_objective(compose(["sweep.objective=val_error"]), metrics, {})
 
 
+@pytest.mark.slow
 def test_optuna_study_trials_are_child_runs_and_return_their_metric(template_db, tmp_path):
     uri = copy_store(template_db, tmp_path)
-    proc = gpdlm(["train", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler.seed=0",
-                  "objective.beta=tag(log, interval(0.1, 10))", f"tracking.uri={uri}", "tracking.experiment=opt",
-                  "hydra.sweep.dir=study", *TINY], tmp_path)
+    proc = gpdlm_subprocess(["train", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
+                             "hydra.sweeper.sampler.seed=0", "objective.beta=tag(log, interval(0.1, 10))",
+                             f"tracking.uri={uri}", "tracking.experiment=opt", "hydra.sweep.dir=study", *TINY],
+                            tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     parents, children = _children_and_parent(uri, "opt")
     assert len(parents) == 1 and len(children) == 3
@@ -81,6 +78,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None
                     or importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None,
                     reason="Ray is an optional extra: pip install 'gpdlm[ray]'")

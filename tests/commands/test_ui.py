@@ -96,6 +96,7 @@ def test_default_store_missing_is_an_error(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.slow
 def test_the_server_really_starts_and_answers(ui_server):
     """`gpdlm ui`'s command line really serves: /health answers 200 on 127.0.0.1 (the server is
     started by the session fixture ``ui_server``, which also stops it)."""

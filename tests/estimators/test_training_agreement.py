@@ -24,11 +24,13 @@ def nll_by_estimator(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["bmc", "ups"])
 def test_sampled_gradients_reach_the_quadrature_solution(nll_by_estimator, estimator):
     assert abs(nll_by_estimator[estimator] - nll_by_estimator["quadrature"]) < TOLERANCE, nll_by_estimator
 
 
+@pytest.mark.slow
 def test_all_beat_the_constant_rate_poisson(nll_by_estimator):
     from scipy.stats import poisson
 

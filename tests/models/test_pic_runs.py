@@ -18,9 +18,8 @@ from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.metrics import predictive_metrics
 from gpdlm_cli.models import LocalCells
 from gpdlm_cli.run.saved_model import load_run
-from gpdlm_cli.tracking import NullTracker
 
-from ..conftest import compose
+from ..conftest import NoRunTracker, compose
 
 # 40 road segments x 54 slots (2,160 rows, 2,030 for training), p = 10 cells of ~200 rows
 SMALL = ["dataset=aimpeak", "dataset.n_segments=40", "progress=false"]
@@ -57,6 +56,7 @@ def test_dtc_is_svgp_with_the_uncollapsed_elbo_on_minibatches():
     assert settings.batch_size == 203 and splits.n_train // 203 == 10  # 10 steps per epoch, as PIC's 10 blocks
 
 
+@pytest.mark.slow
 def test_pic_learns_and_beats_ssgp_and_dtc_at_the_same_budget(tmp_path, mlflow_uri):
     """Measured (seed 0, test RMSE in units of the target's sd; a constant predictor scores ~1):
     PIC 0.24, SSGP 0.34 (10 full-batch steps), DTC++ = SVGP 0.52 (100 minibatch steps of 203 rows)."""
@@ -80,11 +80,6 @@ def test_pic_learns_and_beats_ssgp_and_dtc_at_the_same_budget(tmp_path, mlflow_u
                                y_std=loaded.splits.y_std)
     assert again["test_rmse"] == pytest.approx(pic["test_rmse"], rel=1e-12)
     assert again["test_nll"] == pytest.approx(pic["test_nll"], rel=1e-12)
-
-
-class NoRunTracker(NullTracker):
-    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
-        raise AssertionError("an MLflow run was started for bad input")
 
 
 BAD = [
@@ -111,11 +106,7 @@ def test_bad_input_fails_with_one_line_before_any_run(tmp_path, overrides, messa
 
 
 def _preset(name, *overrides):
-    from hydra import compose as hcompose
-    from hydra import initialize_config_module
-
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        return hcompose(config_name="config", overrides=[f"+experiment={name}", *overrides], return_hydra_config=True)
+    return compose([f"+experiment={name}", *overrides], hydra=True)
 
 
 def test_pic_aimpeak_preset_runs_both_baselines_on_svbssgp_aimpeaks_data_and_protocol():

@@ -6,14 +6,8 @@ import pytest
 
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
-from gpdlm_cli.tracking import NullTracker
 
-from ..conftest import compose
-
-
-class NoRunTracker(NullTracker):
-    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
-        raise AssertionError("an MLflow run was started for bad input")
+from ..conftest import NoRunTracker, compose
 
 
 BASE = ["model=gp_lstm", "trainer.max_iters=2", "progress=false", "tracking.enabled=false"]

@@ -132,6 +132,7 @@ def test_the_trainers_minibatch_steps_are_unbiased_for_dl_dw():
     assert float(z.abs().max()) < 4.5, float(z.abs().max())
 
 
+@pytest.mark.slow
 def test_the_papers_submatrix_estimator_is_biased_by_nb_minus_1_over_n_minus_1():
     """The sub-matrix estimator (Eq. C.15), (N/N_b) grad_W of -(1/2) sum_{i,j in B} A_ij K_ij / N with
     A = K^-1 y y^T K^-1 - K^-1 fixed on the full data, over R = 40,000 uniform batches of N_b = 32: its

@@ -1,18 +1,12 @@
 """Every gplstm preset composes to the paper's settings, and every smoke variant runs through
-`gpdlm train`'s real path into an MLflow store with the metrics the issue asks for."""
+`gpdlm train`'s real path into an MLflow store with the metrics the issue asks for (the runs are those of
+tests/test_sweeps.py::test_smoke_preset_runs, which calls ``check_smoke_runs``)."""
 
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
-import pytest
-from mlflow.tracking import MlflowClient
-
-from gpdlm_cli.run.train import run_train
-from gpdlm_cli.tracking import MlflowTracker
-
-from ..conftest import compose
+from ..conftest import compose, sweep_grid
 
 PRESETS = ("gplstm_sysid", "gplstm_driving", "gplstm_convergence", "gplstm_delay", "gplstm_scaling")
 ONE_STEP = {"test_rmse", "test_nll", "val_rmse", "train_seconds", "epoch_seconds", "test_ms_per_point"}
@@ -29,12 +23,7 @@ EXPECTED = {  # metrics beyond ONE_STEP, by preset and model
 
 
 def sweep_jobs(preset: str):
-    from hydra import compose as hcompose
-    from hydra import initialize_config_module
-
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        cfg = hcompose(config_name="config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
-    params = {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
+    params = sweep_grid([f"+experiment={preset}"])
     return [[f"{k}={v}" for k, v in zip(params, combo)] for combo in itertools.product(*params.values())]
 
 
@@ -58,18 +47,13 @@ def test_presets_set_the_papers_protocol():
     assert len(jobs) == 4 * 3 * 5 and all("trainer.algorithm=delayed" in j for j in jobs)
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_smoke_preset_logs_its_metrics(tmp_path, mlflow_uri, preset):
-    smoke = f"{preset}_smoke"
-    experiment = compose([f"+experiment={smoke}"]).tracking.experiment
-    jobs = sweep_jobs(smoke)
-    for i, job in enumerate(jobs):
-        cfg = compose([f"+experiment={smoke}", *job, "progress=false", "threads=1"])
-        run_train(cfg, Path(tmp_path) / str(i), overrides=job, tracker=MlflowTracker(mlflow_uri, experiment))
-    client = MlflowClient(mlflow_uri)
-    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
-    assert len(runs) == len(jobs) and all(r.info.status == "FINISHED" for r in runs)
-    for r in runs:
+def check_smoke_runs(preset: str, smoke) -> None:
+    """The runs of `gpdlm train -m +experiment=<preset>_smoke` (tests/test_sweeps.py::test_smoke_preset_runs,
+    which runs each smoke preset once, ``smoke`` a conftest.SmokeRuns) carry the metrics EXPECTED of
+    their preset and model."""
+    assert smoke.preset == f"{preset}_smoke"
+    assert len(smoke.children) == len(sweep_jobs(smoke.preset))
+    for r in smoke.children:
         model = r.data.params["model.name"]
         missing = (ONE_STEP | EXPECTED[preset][model]) - set(r.data.metrics)
         assert not missing, (model, sorted(missing))

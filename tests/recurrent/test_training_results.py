@@ -45,6 +45,7 @@ def actuator(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_gp_lstm_beats_the_lstm_on_the_same_windows(actuator):
     rmse = {m: np.mean([actuator[m, s]["test_rmse"] for s in SEEDS]) for m in ("lstm", "full")}
     nll = {m: np.mean([actuator[m, s]["test_nll"] for s in SEEDS]) for m in ("lstm", "full")}
@@ -53,6 +54,7 @@ def test_gp_lstm_beats_the_lstm_on_the_same_windows(actuator):
     assert all(actuator["full", s]["n_train"] == actuator["lstm", s]["n_train"] == 168 for s in SEEDS)
 
 
+@pytest.mark.slow
 def test_algorithm_2_reaches_full_batch_accuracy_with_the_same_epochs(actuator):
     full, delayed = actuator["full", 0], actuator["delayed", 0]
     assert delayed["test_rmse"] <= 1.1 * full["test_rmse"], (delayed["test_rmse"], full["test_rmse"])
@@ -61,6 +63,7 @@ def test_algorithm_2_reaches_full_batch_accuracy_with_the_same_epochs(actuator):
     assert delayed["noise"] >= 1e-3 and np.isfinite(delayed["embedding_drift_mean"])
 
 
+@pytest.mark.slow
 def test_free_simulation_degrades_with_the_horizon(tmp_path_factory):
     base = ["dataset=sysid_actuator", "dataset.n=700", "dataset.mode=free_simulation", "dataset.lag=10",
             "model.network.units=16", "trainer.eval_every=0", "trainer.stop_rule=none", "trainer.max_iters=null",

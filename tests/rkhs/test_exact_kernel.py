@@ -18,7 +18,7 @@ from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.tracking import NullTracker
 
-from ..conftest import compose
+from ..conftest import NoRunTracker, compose
 
 SMALL = ["dataset.split.train_size=200", "progress=false", "tracking.enabled=false", "threads=1"]
 EXACT = ["model=bsgd", "features=nn", "features.widths=[16,16]", "kernel=rbf", "trainer.batch_size=24"]
@@ -222,11 +222,6 @@ def test_gpdlm_train_runs_exact_kernel_bsgd_and_selects_its_best_iterate(tmp_pat
     assert evaluate.eval_main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "reproduced" in out and "CHANGED" not in out, out
-
-
-class NoRunTracker(NullTracker):
-    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
-        raise AssertionError("an MLflow run was started for bad input")
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -14,7 +14,7 @@ from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.tracking import NullTracker
 
-from ..conftest import compose
+from ..conftest import NoRunTracker, compose
 
 SMALL = ["dataset.split.train_size=200", "progress=false", "tracking.enabled=false", "threads=1"]
 
@@ -23,11 +23,6 @@ def run(tmp_path, *overrides):
     cfg = compose([*SMALL, *overrides])
     tracker = NullTracker()
     return run_train(cfg, tmp_path, tracker=tracker), tracker, cfg
-
-
-class NoRunTracker(NullTracker):
-    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
-        raise AssertionError("an MLflow run was started for bad input")
 
 
 BAD = [

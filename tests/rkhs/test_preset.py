@@ -1,37 +1,19 @@
-"""The study presets: `gpdlm train -m +experiment=rkhs_batch_study_smoke` end to end (a subprocess,
-as a user runs it), its runs in MLflow with the family's metrics; the Gaussian-kernel study's arms
-(in-process); the full presets' grids and the mirrored sets they sweep."""
+"""The study presets: the runs of `gpdlm train -m +experiment=rkhs_batch_study_smoke` and of
+rkhs_gaussian_study_smoke in MLflow with the family's metrics (checked on the one run of each smoke preset,
+tests/test_sweeps.py::test_smoke_preset_runs, a subprocess as a user runs it); the full presets' grids and
+the mirrored sets they sweep."""
 
 from __future__ import annotations
 
 import csv
 import inspect
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-import gpdlm_cli
-
-from ..conftest import compose
-
-ROOT = Path(gpdlm_cli.__file__).resolve().parents[1]
-
+from ..conftest import compose, sweep_grid
 
 PAPER_SETS = ["bike", "elevators", "keggdirected", "keggundirected", "kin40k", "pol", "protein", "tamielectric"]
-
-
-def sweep(preset: str) -> dict[str, list[str]]:
-    """The preset's hydra.sweeper.params as lists."""
-    from hydra import compose as hcompose
-    from hydra import initialize_config_module
-
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        cfg = hcompose(config_name="config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
-    return {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
 
 
 def test_full_preset_composes_the_papers_grid():
@@ -41,11 +23,11 @@ def test_full_preset_composes_the_papers_grid():
     whose M is the batch size. The methods: SCGD as gpdlm defines it (b_t = (t+1)^-1/2) and as the paper
     ran it (b_t = 0.9), MINIMAX with the exact penalty and with the paper's mu = 1, BSGD, SVGP.
     rkhs_batch_study_pol is the same on pol alone."""
-    grid = sweep("rkhs_batch_study")
+    grid = sweep_grid(["+experiment=rkhs_batch_study"])
     assert grid == {"dataset": PAPER_SETS, "dataset.split.mask": ["0", "1", "2", "3", "4"],
                     "model": ["scgd", "scgd_paper", "minimax", "minimax_paper", "bsgd", "svgp"],
                     "trainer.batch_size": ["32", "64", "128"], "trainer.lr": ["0.1", "0.3", "1.0"]}
-    assert sweep("rkhs_batch_study_pol") == {**grid, "dataset": ["pol"]}
+    assert sweep_grid(["+experiment=rkhs_batch_study_pol"]) == {**grid, "dataset": ["pol"]}
     from gpdlm_cli.run.plan import job_overrides  # what `gpdlm train -m` runs: the command line wins over the sweep
 
     assert len(job_overrides(["+experiment=rkhs_batch_study"])[0]) == 8 * 5 * 6 * 3 * 3
@@ -109,7 +91,7 @@ def test_gaussian_preset_composes_the_papers_arms():
     BSGD and SVGP (M = b) on the exact RBF kernel; BSGD's posterior is exact on up to 60,000 rows (every
     mirrored set) and the RFF arms log the exact kernel's NLML up to 20,000 rows. Without an arm the
     preset is SCGD on RFF; the optional same-kernel arms bsgd_rff and svgp_rff compose too."""
-    grid = sweep("rkhs_gaussian_study")
+    grid = sweep_grid(["+experiment=rkhs_gaussian_study"])
     assert grid == {"dataset": PAPER_SETS, "dataset.split.mask": ["0", "1", "2", "3", "4"], ARM_KEY: list(GAUSSIAN_ARMS),
                     "trainer.batch_size": ["16", "32", "64"], "trainer.lr": ["0.1", "0.3", "1.0"]}
     linear = compose(["+experiment=rkhs_batch_study"])
@@ -133,47 +115,46 @@ def test_gaussian_preset_composes_the_papers_arms():
         assert (cfg.model.name, cfg.kernel.name, cfg.kernel.num_features) == (model, "rff", 1000)
 
 
-def test_gaussian_smoke_preset_runs_every_arm(tmp_path, capsys):
-    """Every job of `gpdlm train -m +experiment=rkhs_gaussian_study_smoke` (the sweep expanded as -m expands
-    it; here run in-process): the six arms on 200 pol rows of mask 0 train and are told apart by
+GAUSSIAN_SMOKE_ARMS = [  # (model.name, kernel.name, tag gpdlm.rkhs_setting) of the six arms
+    ("scgd", "rff", "scgd unbiased in the limit: b_t = 1 (t+1)^-0.5"),
+    ("scgd", "rff", "scgd biased (the paper): b_t -> 0.9 constant"),
+    ("minimax", "rff", "minimax exact penalty: mu >= ||F|| ||c|| + L at every mu update"),
+    ("minimax", "rff", "minimax inexact penalty (the paper): mu = 1"),
+    ("bsgd", "rbf", "bsgd biased for b < n: the exact b x b NLML of each uniform batch (exact rbf kernel)"),
+    ("svgp", "rbf", None)]
+
+
+def check_gaussian_smoke_runs(smoke) -> None:
+    """Every job of `gpdlm train -m +experiment=rkhs_gaussian_study_smoke` (the runs of
+    tests/test_sweeps.py::test_smoke_preset_runs, which runs each smoke preset once; ``smoke`` a
+    conftest.SmokeRuns): the six arms on 200 pol rows of mask 0 train and are told apart by
     (model.name, kernel.name, tag gpdlm.rkhs_setting). The RKHS arms log train_nlml and
     train_nlml_exact_kernel -- for BSGD on the exact kernel the same number (its own kernel), for the RFF
     arms the exact kernel's NLML at their parameters -- and the best iterate; SVGP its test metrics with
-    M = 16. The paper's MINIMAX is the one arm that warns."""
-    from gpdlm_cli.run.train import run_train
-    from gpdlm_cli.run.plan import job_overrides
-    from gpdlm_cli.tracking import NullTracker
-
-    jobs, _ = job_overrides(["+experiment=rkhs_gaussian_study_smoke"])
-    assert len(jobs) == 6
+    M = 16. The paper's MINIMAX is the one arm that warns: one warning, which gives the run's final
+    mu = 1, and only the paper's arm ends at mu = 1."""
+    assert smoke.preset == "rkhs_gaussian_study_smoke"
+    assert len(smoke.children) == 6
     seen = {}
-    for overrides in jobs:
-        cfg = compose([*overrides, "progress=false", "threads=1", "tracking.enabled=false"])
-        tracker = NullTracker()
-        capsys.readouterr()
-        metrics = run_train(cfg, tmp_path / str(len(seen)), tracker=tracker)
-        warned = "gpdlm: warning: model=minimax" in capsys.readouterr().err
-        key = (cfg.model.name, cfg.kernel.name, tracker.tags.get("gpdlm.rkhs_setting"))
-        seen[key] = warned
-        assert (cfg.dataset.name, cfg.dataset.split.mask, metrics["n_train"]) == ("pol", 0, 200)
-        assert math.isfinite(metrics["test_rmse"]) and math.isfinite(metrics["test_nll"])
-        if cfg.model.name == "svgp":
-            assert cfg.model.num_inducing == 16
+    for r in smoke.children:
+        m, p = r.data.metrics, r.data.params
+        key = (p["model.name"], p["kernel.name"], r.data.tags.get("gpdlm.rkhs_setting"))
+        seen[key] = m.get("mu")
+        assert (p["dataset.name"], p["dataset.split.mask"], m["n_train"]) == ("pol", "0", 200)
+        assert math.isfinite(m["test_rmse"]) and math.isfinite(m["test_nll"])
+        if p["model.name"] == "svgp":
+            assert p["model.num_inducing"] == "16"
             continue
-        assert math.isfinite(metrics["train_nlml"]) and math.isfinite(metrics["train_nlml_exact_kernel"])
-        assert "best_iteration" in metrics
-        if cfg.kernel.name == "rbf":
-            assert metrics["train_nlml_exact_kernel"] == metrics["train_nlml"] and metrics["posterior_rows"] == 200
+        assert math.isfinite(m["train_nlml"]) and math.isfinite(m["train_nlml_exact_kernel"])
+        assert "best_iteration" in m
+        if p["kernel.name"] == "rbf":
+            assert m["train_nlml_exact_kernel"] == m["train_nlml"] and m["posterior_rows"] == 200
         else:
-            assert metrics["feature_dim"] == 32
-    assert sorted(seen) == sorted([
-        ("scgd", "rff", "scgd unbiased in the limit: b_t = 1 (t+1)^-0.5"),
-        ("scgd", "rff", "scgd biased (the paper): b_t -> 0.9 constant"),
-        ("minimax", "rff", "minimax exact penalty: mu >= ||F|| ||c|| + L at every mu update"),
-        ("minimax", "rff", "minimax inexact penalty (the paper): mu = 1"),
-        ("bsgd", "rbf", "bsgd biased for b < n: the exact b x b NLML of each uniform batch (exact rbf kernel)"),
-        ("svgp", "rbf", None)])
-    assert [k for k, warned in seen.items() if warned] == [("minimax", "rff", "minimax inexact penalty (the paper): mu = 1")]
+            assert m["feature_dim"] == 32
+    assert sorted(seen, key=str) == sorted(GAUSSIAN_SMOKE_ARMS, key=str)
+    warnings = [line for line in smoke.stderr.splitlines() if "gpdlm: warning: model=minimax" in line]
+    assert len(warnings) == 1 and "ended with mu = 1," in warnings[0], warnings
+    assert [k for k, mu in seen.items() if mu == 1.0] == [("minimax", "rff", "minimax inexact penalty (the paper): mu = 1")]
 
 
 SETTINGS = {
@@ -185,24 +166,20 @@ SETTINGS = {
 }
 
 
-def test_smoke_preset_runs_end_to_end_into_mlflow(tmp_path):
-    """Six child runs (scgd, scgd_paper, minimax, minimax_paper, bsgd, svgp on NN + linear kernel, batch
+def check_batch_smoke_runs(smoke) -> None:
+    """The runs of `gpdlm train -m +experiment=rkhs_batch_study_smoke` (tests/test_sweeps.py::
+    test_smoke_preset_runs runs each smoke preset once, as a user does; ``smoke`` a conftest.SmokeRuns):
+    six child runs (scgd, scgd_paper, minimax, minimax_paper, bsgd, svgp on NN + linear kernel, batch
     16, 200 rows of pol's mask 0 from the mirror), all FINISHED under one parent, the RKHS arms named by
     their tag gpdlm.rkhs_setting; they carry train_nlml (also as a per-epoch step metric), test RMSE/NLL,
     iter_ms, peak memory and best_iteration; SVGP its test metrics with M = 16. The paper's MINIMAX arm
     logs penalty_exact = 0 and is the one run that warns. `gpdlm compare --by tags.gpdlm.rkhs_setting,model`
     gives one row per arm, labelled by the setting."""
-    db = tmp_path / "mlflow.db"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", "train", "-m", "+experiment=rkhs_batch_study_smoke",
-                           f"tracking.uri=sqlite:///{db}", "progress=false", "threads=1"],
-                          cwd=tmp_path, capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    client = MlflowClient(f"sqlite:///{db}")
-    exp = client.get_experiment_by_name("rkhs_batch_study_smoke")
-    runs = client.search_runs([exp.experiment_id])
-    children = {r.data.tags.get("gpdlm.rkhs_setting", r.data.params["model.name"]): r for r in runs
-                if "mlflow.parentRunId" in r.data.tags}
+    assert (smoke.preset, smoke.experiment) == ("rkhs_batch_study_smoke", "rkhs_batch_study_smoke")
+    client = MlflowClient(smoke.uri)
+    parents = {r.data.tags["mlflow.parentRunId"] for r in smoke.children}
+    assert len(parents) == 1 and client.get_run(parents.pop()).info.status == "FINISHED"
+    children = {r.data.tags.get("gpdlm.rkhs_setting", r.data.params["model.name"]): r for r in smoke.children}
     assert sorted(children) == sorted([*SETTINGS, "svgp"])
     for name, r in children.items():
         m, p = r.data.metrics, r.data.params
@@ -222,13 +199,13 @@ def test_smoke_preset_runs_end_to_end_into_mlflow(tmp_path):
         assert m["train_nlml"] <= min(h.value for h in history) + 1e-12
     paper = children["minimax inexact penalty (the paper): mu = 1"].data.metrics
     assert paper["mu"] == 1.0 and paper["penalty_exact"] == 0.0
-    warnings = [line for line in proc.stderr.splitlines() if "gpdlm: warning: model=minimax" in line]
+    warnings = [line for line in smoke.stderr.splitlines() if "gpdlm: warning: model=minimax" in line]
     assert len(warnings) == 1 and "ended with mu = 1," in warnings[0]
 
     from gpdlm_cli import cli
 
-    out = tmp_path / "compare"
-    assert cli.main(["compare", "--tracking-uri", f"sqlite:///{db}", "--experiment", "rkhs_batch_study_smoke",
+    out = smoke.cwd / "compare"
+    assert cli.main(["compare", "--tracking-uri", smoke.uri, "--experiment", "rkhs_batch_study_smoke",
                      "--by", "tags.gpdlm.rkhs_setting,model", "--metric", "train_nlml", "--out", str(out),
                      "--no-figures", "--no-log"]) == 0
     with open(out / "compare.csv", newline="") as f:

@@ -5,6 +5,7 @@ optima, so only a seed-averaged ranking is sound."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
@@ -21,6 +22,7 @@ def best_train_nlml(tmp_path, model: str, seed: int) -> float:
     return run_train(cfg, tmp_path / f"{model}{seed}", tracker=NullTracker())["train_nlml_norm"]
 
 
+@pytest.mark.slow
 def test_scgd_beats_bsgd_at_batch_16_on_network_features(tmp_path):
     """300 concrete rows, a 32-32 ReLU network with the linear kernel (d = 32, b = 16 < d), Adam
     lr 0.01, 80 epochs (1,440 steps), the best per-epoch full-data NLML (standardised units), seeds

@@ -20,10 +20,9 @@ from gpdlm_cli import build
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.metrics import predictive_metrics
-from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
 
-from ..conftest import compose
+from ..conftest import NoRunTracker, compose
 from .test_spectral_math import np_feature_moments, np_features
 
 GAMMAS = ["0", "0.1", "0.3", "0.5", "1"]
@@ -54,6 +53,7 @@ def aimpeak_runs():
     return [_train_and_evaluate(seed) for seed in (0, 1, 2)]
 
 
+@pytest.mark.slow
 def test_rmse_is_monotone_in_gamma_and_local_beats_global(aimpeak_runs):
     """Measured (km/h, seeds 0/1/2): gamma = 0: 4.37/4.39/4.60, gamma = 1: 5.45/5.61/6.17."""
     gaps = []
@@ -65,6 +65,7 @@ def test_rmse_is_monotone_in_gamma_and_local_beats_global(aimpeak_runs):
     assert np.mean(gaps) > 0.8, gaps
 
 
+@pytest.mark.slow
 def test_training_learns_the_global_fit_and_raises_the_elbo(aimpeak_runs):
     """gamma = 1 (phi^T s, the global model) from the untrained prior draw (~ the constant
     predictor, 14-15 km/h) to ~5.5 km/h; the full-data ELBO per datum rises after epoch 1."""
@@ -78,6 +79,7 @@ def test_training_learns_the_global_fit_and_raises_the_elbo(aimpeak_runs):
 SMALL = ["dataset=aimpeak", "dataset.n_segments=40", "progress=false"]
 
 
+@pytest.mark.slow
 def test_svbssgp_run_is_tracked_with_metrics_per_gamma_and_monitors(tmp_path, mlflow_uri):
     over = SMALL + ["model=svbssgp", "model.partitions=10", "model.gammas=[0,1]", "model.predict_samples=5",
                     "trainer.max_iters=null", "trainer.max_epochs=2", "trainer.eval_every=0", "trainer.eval_every_epochs=1",
@@ -214,6 +216,7 @@ def test_ssgp_and_vssgp_default_to_lbfgs_with_fixed_lengthscales_and_the_optimal
         assert cfg.dataset == paper.dataset and cfg.model.num_frequencies == paper.model.num_frequencies == 20
 
 
+@pytest.mark.slow
 def test_vssgp_is_within_3_percent_of_ssgp_at_the_same_budget():
     """Both baselines with their defaults on a 120-segment network (~6,100 training rows), split seed
     1: the review's pair check. Measured (km/h): ssgp 4.883, vssgp 4.797 (ratio 0.982; seeds 0, 2, 3,
@@ -225,11 +228,6 @@ def test_vssgp_is_within_3_percent_of_ssgp_at_the_same_budget():
         rmse[model] = metrics["test_rmse"]
     assert rmse["vssgp"] <= 1.03 * rmse["ssgp"], rmse
     assert all(r.converged for r in results.values()), {k: r.iterations for k, r in results.items()}
-
-
-class NoRunTracker(NullTracker):
-    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
-        raise AssertionError("an MLflow run was started for bad input")
 
 
 BAD = [

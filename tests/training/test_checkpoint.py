@@ -98,6 +98,7 @@ def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path, monkeypa
     assert _strip(other) == _strip(fresh)
 
 
+@pytest.mark.slow
 def test_gpdlm_resume_continues_a_run_killed_by_sigterm(tmp_path):
     """The whole path through the CLI: `gpdlm train` in a subprocess, SIGTERM once a checkpoint exists,
     the run ends KILLED; `gpdlm resume FOLDER` ends with the uninterrupted run's metrics."""

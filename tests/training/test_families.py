@@ -18,7 +18,7 @@ from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.run.prepare import prepare
 
-from ..conftest import compose, fast
+from ..conftest import NoRunTracker, compose, fast
 
 CONF = Path(build.__file__).resolve().parent / "conf" / "model"
 
@@ -155,11 +155,6 @@ def test_method_dependent_trainer_errors(tmp_path, toy_family, overrides, messag
 
 
 # ----- the trainer on the real families ------------------------------------------------------------------
-class NoRunTracker(NullTracker):
-    def run(self, *a, **k):  # pragma: no cover - reaching it is the failure
-        raise AssertionError("an MLflow run was started for bad input")
-
-
 BAD = [
     (["trainer.optimizer=nosuch"], "the 'optimizer' parameter of trainer must be one of adam, adadelta, sgd, lbfgs; got 'nosuch'"),
     (["trainer.optimizer=lbfgs", "trainer.batch_size=100"], "trainer.optimizer=lbfgs needs a deterministic full-batch objective"),

@@ -46,6 +46,7 @@ def test_fast_uses_lbfgs_exactly_on_deterministic_full_batch_stages(overrides, e
     assert set(paper.values()) == {"adam"}, paper  # trainer=paper (the default) never switches
 
 
+@pytest.mark.slow
 def test_fast_reaches_the_paper_optimum_or_lower_in_fewer_iterations(tmp_path):
     """SGPR on 200 concrete rows: the paper's Adam protocol (1000 iterations) against trainer=fast."""
     runs = {}

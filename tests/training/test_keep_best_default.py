@@ -36,6 +36,7 @@ def test_auto_resolves_to_the_family_protocol(overrides, expected):
     assert _resolved(overrides) == expected
 
 
+@pytest.mark.slow
 def test_default_gp_lstm_run_on_actuator_ends_on_its_best_validation_iterate(tmp_path):
     """Full-batch GP-LSTM on the Actuator windows overfits after a few hundred steps (the learned noise
     falls towards 0.007 of the standardised variance). The default run restores the evaluation point

@@ -63,6 +63,7 @@ def test_a_corrupt_cache_file_is_retrained_not_trusted(tmp_path):
     assert "gpdlm.reused_stage" not in _Tags.last and _same(cold, again)
 
 
+@pytest.mark.slow
 def test_warm_start_starts_each_beta_from_the_previous_end_state(tmp_path):
     clear_warm_starts()
     fast = ["model=dlm", "trainer=fast", "trainer.max_iters=80", "sweep.share_stages=false"]
