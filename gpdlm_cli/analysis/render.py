@@ -137,6 +137,7 @@ def markdown(report: Report) -> str:
             f"Cells: mean ± standard error over {', '.join(p.units)} (n units), {NOTE_BEST}.", ""]
     for note in report.notes:
         out.append(f"> note: {note}")
+    out += _md_provenance(report)
     out += ["## Claims", ""]
     header, rows = verdict_rows(report)
     out.append(T.markdown_table(header, rows))
@@ -149,6 +150,29 @@ def markdown(report: Report) -> str:
     for tr in report.tables:
         out += _md_table(tr)
     return "\n".join(out) + "\n"
+
+
+def provenance_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """One row per experiment read: runs, protocol, datasets, code commit, dates, training time."""
+    def counted(d: dict) -> str:
+        return ", ".join(f"{k} ({n})" for k, n in d.items()) or "-"
+
+    header = ["experiment", "runs", "protocol (runs)", "datasets (runs)", "code commit (runs)", "first run",
+              "last run", "training hours"]
+    rows = [[p.experiment, str(p.n_runs), counted(p.protocols), counted(p.datasets), counted(p.commits), p.first,
+             p.last, f"{p.train_hours:.2f}"] for p in report.provenance]
+    return header, rows
+
+
+def _md_provenance(report: Report) -> list[str]:
+    out = []
+    if report.study.strip():
+        out += ["## The study", "", report.study.strip(), ""]
+    if report.provenance:
+        out += ["## The runs read", "", "Read from the runs' own tags, params and metrics (training hours: the sum "
+                "of their `train_seconds`, one process each).", ""]
+        out += [T.markdown_table(*provenance_rows(report)), ""]
+    return out
 
 
 def _md_table(tr: TableReport) -> list[str]:
@@ -214,6 +238,8 @@ def latex(report: Report) -> str:
            tex(f"Experiment(s): {', '.join(report.experiments) or '-'}; {report.n_runs} runs. Claims: {c[HOLDS]} hold, "
                f"{c[FAILS]} fail, {c[NOT_MEASURED]} not measured. Cells: mean ± standard error over "
                f"{', '.join(p.units)}, {NOTE_BEST}.") + "", ""]
+    header, rows = provenance_rows(report)
+    out += [f"% runs read -- {'; '.join(f'{h}: {v}' for h, v in zip(header, row))}" for row in rows]
     for tr in report.tables:
         t = tr.table
         header, rows = table_grid(tr)
@@ -393,6 +419,13 @@ def html_page(report: Report, figs: dict | None = None) -> str:
                f"training runs. Claims: {c[HOLDS]} hold, {c[FAILS]} fail, {c[NOT_MEASURED]} not measured. Cells: mean "
                f"± standard error over {_h(', '.join(p.units))}; {_h(NOTE_BEST)}.</p>")
     out += [f'<p class="note">note: {_h(n)}</p>' for n in report.notes]
+    if report.study.strip():
+        out += ["<h2>The study</h2>", f"<pre>{_h(report.study.strip())}</pre>"]
+    if report.provenance:
+        header, rows = provenance_rows(report)
+        out += ["<h2>The runs read</h2>", "<table><tr>" + "".join(f"<th>{_h(x)}</th>" for x in header) + "</tr>"]
+        out += ["<tr>" + "".join(f"<td>{_h(x)}</td>" for x in row) + "</tr>" for row in rows]
+        out.append("</table>")
     out.append("<h2>Claims</h2>")
     header, rows = verdict_rows(report)
     out.append("<table><tr>" + "".join(f"<th>{_h(x)}</th>" for x in header) + "</tr>")

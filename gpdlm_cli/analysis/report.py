@@ -103,6 +103,42 @@ class Report:
     verdicts: list
     n_runs: int
     notes: list = field(default_factory=list)
+    provenance: list = field(default_factory=list)  # one `Provenance` per experiment read
+    study: str = ""  # the study's own notes (commands, budget, reductions: `gpdlm report --study FILE`)
+
+
+@dataclass
+class Provenance:
+    """How the runs of one experiment were made, read from the runs themselves (tags, params,
+    metrics): what a results page must say next to its numbers."""
+
+    experiment: str
+    n_runs: int
+    protocols: dict      # tag gpdlm.protocol -> runs (paper, fast; "-" for runs older than the tag)
+    datasets: dict       # param dataset.name -> runs
+    commits: dict        # tag gpdlm.git_commit -> runs (the code that trained them)
+    first: str           # UTC date-times of the first and last run start
+    last: str
+    train_hours: float   # the sum of the runs' train_seconds, in hours
+
+
+def provenance(experiment: str, records: list) -> Provenance:
+    """The `Provenance` of ``records``, the FINISHED training runs of ``experiment``."""
+    import datetime as dt
+    from collections import Counter
+
+    def stamp(ms: int) -> str:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ms else "-"
+
+    starts = sorted(r.start_time for r in records)
+    seconds = sum(float(r.metrics.get("train_seconds", 0.0)) for r in records
+                  if _finite(r.metrics.get("train_seconds", 0.0)))
+    count = lambda values: dict(Counter(values).most_common())  # noqa: E731
+    return Provenance(experiment, len(records),
+                      count(r.tags.get("gpdlm.protocol", "-") for r in records),
+                      count(r.params.get("dataset.name", "-") for r in records),
+                      count((r.tags.get("gpdlm.git_commit") or "-")[:10] for r in records),
+                      stamp(starts[0]) if starts else "-", stamp(starts[-1]) if starts else "-", seconds / 3600.0)
 
 
 # ----- matching runs to cells --------------------------------------------------------------------------
@@ -344,14 +380,16 @@ def _aggregate(claim: Claim, comps: list[Comparison]) -> Verdict:
 
 
 # ----- the whole report -------------------------------------------------------------------------------
-def build(paper: Paper, records: list, experiments: list[str] | None = None) -> Report:
+def build(paper: Paper, records: list, experiments: list[str] | None = None, provenance: list | None = None,
+          study: str = "") -> Report:
     tables = [build_table(t, records, paper.units) for t in paper.tables.values()]
     by_id = {tr.table.id: tr for tr in tables}
     verdicts = [evaluate(c, by_id.get(c.table)) for c in paper.claims]
     notes = []
     if records and not any(tr.n_runs for tr in tables):
         notes.append(f"no run matches any table of the {paper.name} claims: is this the right paper?")
-    return Report(paper, list(experiments or []), tables, verdicts, len(records), notes)
+    return Report(paper, list(experiments or []), tables, verdicts, len(records), notes, list(provenance or []),
+                  study)
 
 
 def counts(report: Report) -> dict[str, int]:

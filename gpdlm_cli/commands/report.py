@@ -48,6 +48,8 @@ def build_parser():
     p.add_argument("--out", metavar="DIR", help="output folder (default: outputs/report/<timestamp>)")
     p.add_argument("--filter", default="", metavar="EXPR", help="MLflow search filter on the runs read")
     p.add_argument("--no-log", action="store_true", help="do not create the `report` MLflow run")
+    p.add_argument("--study", metavar="FILE", help="a Markdown file with the study's commands, protocol, budget and "
+                                                   "reductions, printed at the top of the report")
     return p
 
 
@@ -57,16 +59,23 @@ def main(argv: list[str]) -> int:
 
     args = build_parser().parse_args(argv)
     paper = claims.load(args.claims)  # an unknown paper is an error before the store is opened
+    study = ""
+    if args.study:
+        if not Path(args.study).is_file():
+            raise R.AnalysisError(f"--study {args.study}: no such file")
+        study = Path(args.study).read_text()
     if args.output and Path(args.output).is_dir():
         raise R.AnalysisError(f"--output {args.output} is a folder: give a file name")
     client, uri = store.open_store(args.tracking_uri)
     names = list(dict.fromkeys(R.split_list(args.experiment) or [R.DEFAULT_EXPERIMENT]))
     exps = [store.get_experiment(client, name, uri) for name in names]
     notes: list[str] = []
-    records = []
-    for exp in exps:
-        records += store.load_runs(client, exp, args.filter, notes=notes)
-    report = rep.build(paper, records, names)
+    records, made = [], []
+    for name, exp in zip(names, exps):
+        runs = store.load_runs(client, exp, args.filter, notes=notes)
+        records += runs
+        made.append(rep.provenance(name, runs))
+    report = rep.build(paper, records, names, made, study)
     for note in notes + report.notes:
         print(f"gpdlm: note: {note}", file=sys.stderr)
 

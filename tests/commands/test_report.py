@@ -323,3 +323,29 @@ def test_the_papers_own_average_ranks_from_its_printed_table():
     for method, per_column in by_hand.items():
         assert ranks[method] == pytest.approx(sum(per_column) / 6), method
     assert tr.ranked_rows == 0 and all(r is None for r in tr.ranks)  # no runs: nothing of gpdlm's to rank
+
+
+def test_the_report_says_how_its_runs_were_made(store, tmp_path):
+    """`## The study` (--study FILE, verbatim) and `## The runs read`: per experiment the runs, their
+    protocol, datasets and code commit (counted from tags/params), the first and last start (UTC)
+    and the summed train_seconds in hours."""
+    client, uri = store["client"], store["uri"]
+    exp = make_experiment(client, uri, "provenance_report")
+    t0 = 1795579200000  # 2026-11-25 04:00 UTC in ms
+    for i, (protocol, commit, seconds) in enumerate([("fast", "abcdef1234567", 1800), ("fast", "abcdef1234567", 1800),
+                                                      ("paper", "0123456789ab", 3600)]):
+        make_run(client, exp, {"dataset.name": "pol", "model.name": "dlm", "model.variant": "joint",
+                               "objective.beta": 1.0, "seed": i, "dataset.split.train_size": 100},
+                 {"test_nll": 1.0, "val_nll": 1.0, "n_train": 100, "train_seconds": seconds},
+                 tags={"gpdlm.protocol": protocol, "gpdlm.git_commit": commit}, start_time=t0 + i * 75 * 60000)
+    study = tmp_path / "study.md"
+    study.write_text("Commands:\n\n    gpdlm sweep beta +experiment=x sweep.factor=4\n\nBudget: 3 seeds (the paper: 5).\n")
+    argv = ["report", "--tracking-uri", uri, "--experiment", "provenance_report", "--claims", store["claims"],
+            "--out", str(tmp_path / "r"), "--no-log", "--study", str(study)]
+    assert cli.main(argv) == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## The study\n\nCommands:\n\n    gpdlm sweep beta +experiment=x sweep.factor=4\n\nBudget: 3 seeds" in md
+    assert ("| provenance_report | 3 | fast (2), paper (1) | pol (3) | abcdef1234 (2), 0123456789 (1) | "
+            "2026-11-25 04:00 UTC | 2026-11-25 06:30 UTC | 2.00 |") in md
+    assert md.index("## The runs read") < md.index("## Claims")
+    assert cli.main([*argv[:-2], "--study", str(tmp_path / "missing.md")]) == 2
