@@ -122,6 +122,17 @@ def test_sweep_beta_builds_the_grid_from_the_training_size(tmp_path):
     assert sorted(float(r.data.params["objective.beta"]) for r in children) == [10.0, 20.0, 40.0, 80.0]
 
 
+def test_a_warm_started_beta_path_runs_upwards():
+    """With sweep.warm_start=true `gpdlm sweep beta` lists the grid from small beta up (each beta
+    starts where the smaller one ended); cold sweeps keep the paper's order, n down to grid_min."""
+    from gpdlm_cli.commands.sweep import sweep_overrides
+
+    cold = sweep_overrides("beta", ["sweep.grid_min=10", *TINY])
+    warm = sweep_overrides("beta", ["sweep.grid_min=10", "sweep.warm_start=true", *TINY])
+    assert cold[1] == "objective.beta=80.0,40.0,20.0,10.0"
+    assert warm[1] == "objective.beta=10.0,20.0,40.0,80.0"
+
+
 def test_sweep_beta_bad_input(tmp_path, capsys):
     rc, lines = run_cli(["sweep", "beta", "sweep.grid_min=0", *TINY], tmp_path, capsys)
     assert rc == 2

@@ -4,7 +4,9 @@ The grid depends on the training size n (paper, Sec. 6 / App. D): beta = n, n/f,
 ``sweep.grid_min`` (default 0.01, always included), with f = ``sweep.factor`` (default 2). gpdlm
 composes the config with the given overrides, loads the dataset to learn n, builds the grid and
 launches ``gpdlm train -m objective.beta=<grid> <overrides>`` -- so launchers, parent/child runs,
-``sweep.skip_finished`` and the failure summary all work as for any sweep.
+``sweep.skip_finished`` and the failure summary all work as for any sweep. With
+``sweep.warm_start=true`` the grid runs upwards (0.01, ..., n), each beta starting where the smaller
+one ended.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ def sweep_overrides(kind: str, overrides: list[str]) -> list[str]:
     build.validate_config(cfg)
     _, splits, _ = build.load_data(cfg)
     grid = beta_grid(splits.n_train, cfg.sweep.grid_min, cfg.sweep.factor)
+    if cfg.sweep.get("warm_start", False):
+        # a warm-started path runs from small beta up: measured on pol (README "Warm-started beta
+        # paths"), the descending path gets stuck at large beta's noise-only optimum
+        grid = sorted(grid)
     return ["-m", "objective.beta=" + ",".join(_format(b) for b in grid), *overrides]
 
 
