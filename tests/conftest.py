@@ -118,7 +118,7 @@ def gpdlm_subprocess(args, cwd, *, env=None, timeout=None, **kwargs):
 
 @dataclasses.dataclass
 class SmokeRuns:
-    """What one run of a smoke preset (`gpdlm train -m +experiment=<preset>`, tests/test_sweeps.py) leaves
+    """What one run of a smoke preset (`gpdlm train -m +experiment=<preset>`, tests/run/test_sweeps.py) leaves
     for a family's checks: its MLflow store, its child runs, the command's stderr and its folder."""
 
     preset: str

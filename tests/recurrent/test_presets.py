@@ -1,6 +1,6 @@
 """Every gplstm preset composes to the paper's settings, and every smoke variant runs through
 `gpdlm train`'s real path into an MLflow store with the metrics the issue asks for (the runs are those of
-tests/test_sweeps.py::test_smoke_preset_runs, which calls ``check_smoke_runs``)."""
+tests/run/test_sweeps.py::test_smoke_preset_runs, which calls ``check_smoke_runs``)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_presets_set_the_papers_protocol():
 
 
 def check_smoke_runs(preset: str, smoke) -> None:
-    """The runs of `gpdlm train -m +experiment=<preset>_smoke` (tests/test_sweeps.py::test_smoke_preset_runs,
+    """The runs of `gpdlm train -m +experiment=<preset>_smoke` (tests/run/test_sweeps.py::test_smoke_preset_runs,
     which runs each smoke preset once, ``smoke`` a conftest.SmokeRuns) carry the metrics EXPECTED of
     their preset and model."""
     assert smoke.preset == f"{preset}_smoke"

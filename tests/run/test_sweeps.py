@@ -11,13 +11,13 @@ from mlflow.tracking import MlflowClient
 from gpdlm_cli.commands.sweep import beta_grid
 from gpdlm_cli.exceptions import ConfigError
 
-from .conftest import SmokeRuns, compose, gpdlm_subprocess, run_cli, sweep_grid
-from .recurrent import test_presets as recurrent_presets
-from .rkhs import test_preset as rkhs_preset
+from ..conftest import SmokeRuns, compose, gpdlm_subprocess, run_cli, sweep_grid
+from ..recurrent import test_presets as recurrent_presets
+from ..rkhs import test_preset as rkhs_preset
 
 TINY = ["trainer.max_iters=15", "model.num_inducing=10", "dataset.split.train_size=80", "progress=false"]
 # presets (files starting with "_" are fragments the presets include, not studies)
-PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "experiment").glob("*.yaml")
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml")
                  if not p.name.startswith("_"))
 
 

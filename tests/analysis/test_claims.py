@@ -18,10 +18,10 @@ from omegaconf import OmegaConf
 from gpdlm_cli.analysis import claims as C
 from gpdlm_cli.analysis.records import ALIASES
 
-from .conftest import compose, sweep_grid
+from ..conftest import compose, sweep_grid
 
 # the paper texts beside the checkout (../shared/papers), or GPDLM_PAPERS_DIR
-PAPERS_DIR = Path(os.environ.get("GPDLM_PAPERS_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "papers"))
+PAPERS_DIR = Path(os.environ.get("GPDLM_PAPERS_DIR", Path(__file__).resolve().parents[2].parent / "shared" / "papers"))
 PAPERS = C.available()
 
 

@@ -20,7 +20,7 @@ from gpdlm_cli.metrics import condition_statistics, coordinate_bias, gradient_st
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.tracking.identity import config_hash
 
-from .conftest import compose, run_cli
+from ..conftest import compose, run_cli
 
 # doctor visits: Poisson counts up to 53; 200 training rows, M = 10 (P = 10 + 55 = 65 parameters)
 POISSON = ["dataset=doctor_visits", "dataset.split.train_size=200", "model.num_inducing=10",

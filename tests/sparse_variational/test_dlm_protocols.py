@@ -17,7 +17,7 @@ from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
 from gpdlm_cli.run.prepare import prepare
 
-from .conftest import compose, fast
+from ..conftest import compose, fast
 
 
 def _run(tmp_path, overrides):

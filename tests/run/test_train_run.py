@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import NumericalError
 
-from .conftest import compose, fast
+from ..conftest import compose, fast
 
 REGRESSION_METRICS = {"test_nll", "test_rmse", "test_mse", "test_nll_norm", "test_rmse_norm", "val_nll", "val_rmse",
                       "val_mse", "train_seconds", "iter_ms", "iterations", "converged"}

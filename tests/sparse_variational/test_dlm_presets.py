@@ -13,7 +13,7 @@ import pytest
 from gpdlm_cli import build
 from gpdlm_cli.data import all_datasets
 
-from .conftest import compose, sweep_grid
+from ..conftest import compose, sweep_grid
 
 # the DLM paper's Table 2 (App. D), typed in from the paper: dataset -> M
 PAPER_TABLE2_M = {"pol": 100, "cadata": 206, "sarcos": 100, "song": 100, "banana": 53, "thyroid": 37,
