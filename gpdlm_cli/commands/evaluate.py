@@ -182,9 +182,11 @@ def predict_main(argv: list[str]) -> int:
     folder, _ = run_folder(a.run, a.tracking_uri)
     run = load_run(folder)
     meta, method = run.meta, run.method
+    if str(run.table.task) == "sequence" and method.predict is not None:
+        return predict_series(run, Path(a.input), Path(a.output), a.level)
     if str(run.table.task) == "sequence" or method.evaluate is not None:
-        raise R.AnalysisError(f"model={run.cfg.model.name} predicts in its own way (sequences, the gamma family, "
-                              f"sq_dlm's completion); gpdlm predict takes the other tabular models for now "
+        raise R.AnalysisError(f"model={run.cfg.model.name} predicts in its own way (the gamma family, "
+                              f"sq_dlm's completion); gpdlm predict takes the other models for now "
                               f"(gpdlm eval recomputes its metrics)")
     X = read_inputs(Path(a.input), meta["feature_names"])
     x_mean, x_std = np.asarray(meta["x_mean"]), np.asarray(meta["x_std"])
@@ -192,7 +194,7 @@ def predict_main(argv: list[str]) -> int:
     lik = method.likelihood
     mu, var = predictive_marginals(method.model, x)
     out = {}
-    z = float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + a.level / 2)))
+    z = float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + a.level / 2, dtype=torch.float64)))
     task = run.splits.task
     if task == "regression":
         y_mean, y_std = float(meta["y_mean"][0]), float(meta["y_std"][0])
@@ -219,6 +221,122 @@ def predict_main(argv: list[str]) -> int:
     frame = pd.DataFrame({k: v.detach().cpu().numpy() for k, v in out.items()})
     frame.to_csv(a.output, index=False)
     print(f"gpdlm predict: {len(frame)} rows -> {a.output} ({', '.join(frame.columns)}; model={run.cfg.model.name})")
+    return 0
+
+
+def series_layout(cfg, feature_names: list[str], target_names: list[str]):
+    """(inputs, targets, past, lag, lag_step, stride, mode) of a run's windows, read from its window
+    columns ``col[t-k]`` and its dataset options; a one-line error when the columns are not the
+    windows ``data.sequences.window_names`` makes of one series with these options."""
+    import re
+
+    from ..data.sequences import window_names
+
+    taps: dict[str, list[int]] = {}
+    for name in feature_names:
+        m = re.fullmatch(r"(?P<c>.+)\[t-(?P<k>\d+)\]", str(name))
+        if m is None:
+            raise R.AnalysisError(f"the run's feature {name!r} is not a window tap 'channel[t-k]'")
+        taps.setdefault(m["c"], []).append(int(m["k"]))
+    inputs = [c for c, ks in taps.items() if 0 in ks]
+    past = [c for c in taps if c not in inputs and c not in target_names]
+    has_targets = any(t in taps for t in target_names)
+    mode = str(cfg.dataset.get("mode") or ("autoregression" if has_targets else "regression"))
+    lag, lag_step, stride = (int(cfg.dataset.get(k) or 1) for k in ("lag", "lag_step", "stride"))
+    names = window_names(inputs, target_names, lag, "regression" if not has_targets else mode, past_names=past,
+                         lag_step=lag_step)
+    if names != [str(n) for n in feature_names]:
+        raise R.AnalysisError(f"the windows of dataset={cfg.dataset.name} are not those of one series with lag={lag}, "
+                              f"lag_step={lag_step}: gpdlm predict cannot rebuild them from a CSV of the series")
+    return inputs, list(target_names), past, lag, lag_step, stride, mode
+
+
+def read_series(path: Path, required: list[str], optional: list[str], *, gaps_after: dict[str, int] | None = None):
+    """The CSV's columns by name as a DataFrame of floats, in time order (the file's row order).
+    ``required`` must be there, ``optional`` may be; any other column is an error. A column of
+    ``gaps_after`` (name -> r) may hold empty cells from row r on (free simulation's outputs
+    after the first L rows); every other cell must be a finite number."""
+    import numpy as np
+    import pandas as pd
+
+    if not path.is_file():
+        raise R.AnalysisError(f"--input {path} does not exist")
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:
+        raise R.AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
+    missing = [c for c in required if c not in df.columns]
+    extra = [c for c in df.columns if c not in required and c not in optional]
+    if missing or extra:
+        takes = ", ".join(required) + (f" (and optionally {', '.join(optional)})" if optional else "")
+        raise R.AnalysisError(f"--input {path}: the model reads a series with the columns {takes}; "
+                              + (f"missing {', '.join(missing)}" if missing else "")
+                              + ("; " if missing and extra else "") + (f"unexpected {', '.join(map(str, extra))}" if extra else ""))
+    if len(df) == 0:
+        raise R.AnalysisError(f"--input {path} has no rows")
+    out = {}
+    for c in [c for c in required + optional if c in df.columns]:
+        values = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(values)
+        r = (gaps_after or {}).get(c)
+        if r is not None:
+            bad[r:] &= df[c].iloc[r:].notna().to_numpy()  # an empty cell is allowed there, text is not
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise R.AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
+        out[c] = values
+    return pd.DataFrame(out)
+
+
+def predict_series(run, inp: Path, output: Path, level: float) -> int:
+    """``gpdlm predict`` for the recurrent family: the CSV holds the series (the run's input and
+    output columns by name, in time order); the windows are built as the run built them
+    (``data.sequences.make_windows`` with its lag, lag_step, stride and mode) and predicted as its
+    evaluation predicts them (``Method.predict``): ``regression`` reads the inputs only;
+    ``autoregression`` the outputs' true past values from the CSV; ``free_simulation`` the outputs of
+    the first L rows only, then feeds back its own predictive means (later output cells may be
+    empty). One row per time step t with a full window (t = L, L + stride, ...; ``t`` is the
+    0-based row of the CSV): the predictive mean, variance (latent + noise) and central ``level``
+    interval of every output in its own units."""
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from ..data.sequences import make_windows
+
+    meta, method = run.meta, run.method
+    inputs, targets, past, lag, lag_step, stride, mode = series_layout(run.cfg, meta["feature_names"], meta["target_names"])
+    needs_outputs = mode != "regression"
+    required = inputs + past + (targets if needs_outputs else [])
+    optional = [] if needs_outputs else targets
+    gaps = {t: lag for t in targets} if mode == "free_simulation" else None
+    df = read_series(inp, required, optional, gaps_after=gaps)
+    if len(df) <= lag:
+        raise R.AnalysisError(f"--input {inp} has {len(df)} rows; a window of model={run.cfg.model.name} needs "
+                              f"lag={lag} earlier rows, so the series must have more than {lag}")
+    Y = df[targets].to_numpy(float) if all(t in df for t in targets) else np.zeros((len(df), len(targets)))
+    if mode == "free_simulation":
+        Y = np.where(np.isnan(Y), 0.0, Y)  # overwritten by the rollout before any window reads them
+    X, _, t_idx = make_windows(df[inputs].to_numpy(float), Y, lag, "regression" if not needs_outputs else mode,
+                               past=df[past].to_numpy(float) if past else None, lag_step=lag_step, stride=stride)
+    x_mean, x_std = np.asarray(meta["x_mean"]), np.asarray(meta["x_std"])
+    ref = run.data.x_train
+    x = torch.as_tensor((X - x_mean) / x_std, dtype=ref.dtype, device=ref.device)
+    with torch.no_grad():
+        mu, var = method.predict(x)
+    z = float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + level / 2, dtype=torch.float64)))
+    frame = {"t": t_idx}
+    for k, name in enumerate(targets):
+        noise = method.model.likelihoods[k].noise.detach().to(var.dtype).reshape(-1)[0]
+        y_mean, y_std = float(meta["y_mean"][k]), float(meta["y_std"][k])
+        m = (mu[:, k] * y_std + y_mean).cpu().numpy()
+        s = ((var[:, k] + noise).sqrt() * y_std).cpu().numpy()
+        pre = "" if len(targets) == 1 else f"{name}_"
+        frame.update({pre + "mean": m, pre + "variance": s**2, pre + "lower": m - z * s, pre + "upper": m + z * s})
+    out = pd.DataFrame(frame)
+    out.to_csv(output, index=False)
+    print(f"gpdlm predict: {len(out)} steps -> {output} ({mode}, lag={lag}; {', '.join(out.columns)}; "
+          f"model={run.cfg.model.name})")
     return 0
 
 

@@ -94,7 +94,10 @@ class Method:
       ``metrics.predictive_metrics`` of ``model``/``likelihood``; ``evaluation_metrics`` names what
       it reports (without the val_/test_ prefix; None = the standard names of the task);
     * ``diagnostics() -> dict``: extra final metrics (e.g. learned outputscale);
-    * ``tags``: strings recorded as MLflow tags (e.g. which ELBO form was used).
+    * ``tags``: strings recorded as MLflow tags (e.g. which ELBO form was used);
+    * ``predict(x) -> (mu, var)``: latent predictive means and variances (n, d), standardised units,
+      for families whose ``model.marginals`` is not how they predict (the recurrent family: one-step,
+      or the free-simulation rollout from the first window); used by ``gpdlm predict``.
     """
 
     name: str
@@ -110,6 +113,7 @@ class Method:
     evaluation_metrics: tuple[str, ...] | None = None
     diagnostics: Callable[[], dict] | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    predict: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     @property
     def modules(self) -> list[torch.nn.Module]:

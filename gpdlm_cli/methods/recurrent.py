@@ -479,6 +479,14 @@ def build(cfg, data, task: str) -> Method:
             out.update(simulation_metrics(smu, svar, ye, likelihoods, y_std, prefix, horizons, ahead))
         return out
 
+    def predict(xe):
+        """(mu, var) of the latent outputs (n, d) at time-ordered windows ``xe``: one-step predictions,
+        or in free simulation the rollout from the L true past targets of ``xe``'s first window."""
+        condition()
+        if mode == "free_simulation":
+            return simulate(model.marginals_all, xe, feedback)
+        return model.marginals_all(xe)
+
     names = ["nll", "nll_norm", "mse", "rmse", "rmse_norm", *CALIBRATION]
     if mode == "free_simulation":
         names += ["sim_rmse", "sim_nll"] + [f"sim_rmse_h{h}" for h in horizons]
@@ -495,7 +503,7 @@ def build(cfg, data, task: str) -> Method:
                     **series_statistics(cfg)}
 
         return Method(name, model, likelihoods[0], [stage], evaluate=evaluate, evaluation_metrics=tuple(names),
-                      diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY)
+                      diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY, predict=predict)
 
     # ----- GP models: pre-training, the algorithm, final theta steps ------------------------------------
     kiss = m.gp.inference == "kiss"
@@ -566,7 +574,8 @@ def build(cfg, data, task: str) -> Method:
             f"dense: W K_UU W^T formed and factorised by Cholesky (n_train={n} < model.gp.kiss_dense_below="
             f"{model.kiss_dense_below})")
     return Method(name, model, likelihoods[0], stages, monitors=monitors, evaluate=evaluate,
-                  evaluation_metrics=tuple(names), diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY)
+                  evaluation_metrics=tuple(names), diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY,
+                  predict=predict)
 
 
 def _nan(v):

@@ -151,3 +151,70 @@ def test_predict_bad_input_is_one_line(args, match, trained, tmp_path, capsys, m
     assert run_cli(evaluate.predict_main, argv) == 2
     assert match in one_line_error(capsys)
     assert not (tmp_path / "y.csv").exists()
+
+
+# ----- sequence models: predict from a CSV of the series ----------------------------------------
+SEQ = ["model=gp_lstm", "dataset=sysid_actuator", "dataset.n=200", "model.network.units=4", "trainer.max_iters=15",
+       "trainer.final_theta_steps=2", "trainer.eval_every=0", "progress=false", "threads=1", "tracking.enabled=false"]
+
+
+@pytest.fixture(scope="module")
+def sequence_runs(tmp_path_factory):
+    from gpdlm_cli.tracking import NullTracker
+
+    d = tmp_path_factory.mktemp("seq")
+    out = {}
+    for mode in ("regression", "autoregression", "free_simulation"):
+        cfg = compose(SEQ + [f"dataset.mode={mode}"])
+        out[mode] = (d / mode, run_train(cfg, d / mode, tracker=NullTracker()), cfg)
+    return out
+
+
+def _test_series(cfg):
+    """The run's own test series, made here from the generator: the test part of sysid_actuator is
+    the last test_fraction of the n steps, preceded by the lag steps its first window reads."""
+    from gpdlm_cli.data.sequences import actuator_like
+
+    n, lag = int(cfg.dataset.n), int(cfg.dataset.lag)
+    df = actuator_like(n, int(cfg.dataset.seed))
+    cut = int(round(n * (1 - float(cfg.dataset.test_fraction))))
+    return df.iloc[cut - lag:].reset_index(drop=True), lag
+
+
+@pytest.mark.parametrize("mode", ["regression", "autoregression", "free_simulation"])
+def test_predict_on_the_test_series_reproduces_the_sequence_test_metrics(mode, sequence_runs, tmp_path):
+    folder, metrics, cfg = sequence_runs[mode]
+    series, lag = _test_series(cfg)
+    y = series["pressure"].to_numpy()[lag:]
+    csv = series.copy()
+    if mode == "regression":  # the inputs alone
+        csv = csv[["valve"]]
+    if mode == "free_simulation":  # only the first L outputs are read: the rest may be unknown
+        csv.loc[lag:, "pressure"] = np.nan
+    csv.to_csv(tmp_path / "series.csv", index=False)
+    assert evaluate.predict_main([str(folder), "--input", str(tmp_path / "series.csv"), "--output", str(tmp_path / "out.csv")]) == 0
+    p = pd.read_csv(tmp_path / "out.csv")
+    assert list(p["t"]) == list(range(lag, len(series)))
+    nll = -scipy.stats.norm(p["mean"], np.sqrt(p["variance"])).logpdf(y).mean()
+    rmse = math.sqrt(((p["mean"] - y) ** 2).mean())
+    key = "test_sim_" if mode == "free_simulation" else "test_"
+    assert rmse == pytest.approx(metrics[key + "rmse"], abs=1e-9)
+    assert nll == pytest.approx(metrics[key + "nll"], abs=1e-9)
+    z = scipy.stats.norm.ppf(0.95)
+    assert np.allclose(p["upper"] - p["mean"], z * np.sqrt(p["variance"]), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("drop, match", [("valve", "missing valve"), ("pressure", "missing pressure"),
+                                         (None, "unexpected extra")])
+def test_predict_sequence_bad_series_is_one_line(drop, match, sequence_runs, tmp_path, capsys):
+    from gpdlm_cli.commands._cli import run_cli
+
+    folder, _, cfg = sequence_runs["autoregression"]
+    series, _ = _test_series(cfg)
+    bad = series.drop(columns=[drop]) if drop else series.assign(extra=1.0)
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    capsys.readouterr()
+    assert run_cli(evaluate.predict_main, [str(folder), "--input", str(tmp_path / "bad.csv"), "--output",
+                                           str(tmp_path / "y.csv")]) == 2
+    assert match in one_line_error(capsys)
+    assert not (tmp_path / "y.csv").exists()
