@@ -81,7 +81,7 @@ def _tag_submitit(handler, signame: str):
             handler(signum, frame)
         except BaseException as e:
             if isinstance(e, SystemExit):
-                why = "requeued by submitit (the job restarts from the beginning as a new run)"
+                why = "requeued by submitit (the job continues from its checkpoint, if it wrote one, as a new run)"
             else:
                 why = f"not requeued: {str(e).strip() or type(e).__name__}"
             setattr(e, KILLED_REASON, f"preempted or timed out ({signame} from the scheduler); {why}")
@@ -109,25 +109,63 @@ def install_signal_handlers() -> bool:
     return True
 
 
+class _Gate:
+    """The handler ``deferred_signals`` puts in front of a signal's own handler (once; later blocks
+    reuse it): inside a block it only records the signal, outside it calls the handler at once."""
+
+    def __init__(self, handler):
+        self.handler = handler
+
+    def __call__(self, signum, frame):
+        if _held["depth"] > 0:
+            if signum not in _held["pending"]:
+                _held["pending"].append(signum)
+            return
+        _deliver(self.handler, signum, frame)
+
+
+_held: dict = {"depth": 0, "pending": []}
+
+
+def _deliver(handler, signum, frame) -> None:
+    if callable(handler):
+        handler(signum, frame)
+    elif handler in (signal.SIG_DFL, None):  # the default action (e.g. SIGUSR2 outside submitit: terminate)
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+
 @contextlib.contextmanager
 def deferred_signals(user_signals: bool = False):
     """Hold back SIGINT, SIGTERM and SIGHUP (and SIGUSR1/2, submitit's preemption signals, with
     ``user_signals``) while the block runs (a training iteration, ending a run, writing its last
-    files); a signal that arrives meanwhile is delivered when the block ends. A no-op outside the
-    main thread or where the platform cannot block signals."""
-    names = ("SIGINT",) + HANDLED + (("SIGUSR1", "SIGUSR2") if user_signals else ())
-    sigs = {getattr(signal, n) for n in names if hasattr(signal, n)}
-    can = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-    # read the old mask without changing it first: a handler that runs between the two calls (a signal
-    # that arrived just before) must not leave the signals blocked for the rest of the process
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, ()) if can else None
+    files); a signal that arrives meanwhile is delivered when the (outermost) block ends, to the
+    handler in place. A no-op outside the main thread.
+
+    Held back in Python, not by a signal mask: Python runs every handler in the main thread, and
+    ``pthread_sigmask`` holds a signal back only where the *receiving* thread blocks it -- a
+    process-directed signal (``kill``, submitit's SIGUSR2, Slurm's SIGTERM) goes to any thread that
+    does not, e.g. MLflow's logging threads, and its handler then ran in the middle of the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    for n in ("SIGINT",) + HANDLED + (("SIGUSR1", "SIGUSR2") if user_signals else ()):
+        sig = getattr(signal, n, None)
+        if sig is not None:
+            current = signal.getsignal(sig)
+            if not isinstance(current, _Gate):
+                signal.signal(sig, _Gate(current))
+    _held["depth"] += 1
     try:
-        if can:
-            signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
         yield
     finally:
-        if can:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _held["depth"] -= 1
+        if _held["depth"] == 0 and _held["pending"]:
+            todo = list(_held["pending"])
+            _held["pending"].clear()
+            for sig in todo:  # delivered now (the handler's exception is raised from here)
+                h = signal.getsignal(sig)
+                _deliver(h.handler if isinstance(h, _Gate) else h, sig, None)
 
 
 __all__ = ["Terminated", "deferred_signals", "exit_code", "install_signal_handlers", "killed_reason"]

@@ -127,3 +127,30 @@ def test_gpdlm_resume_continues_a_run_killed_by_sigterm(tmp_path):
     resumed = json.loads((folder / "metrics.json").read_text())
     assert _strip(resumed) == _strip(full)
     assert not (folder / FILE).exists()
+
+
+
+def test_a_signal_received_by_another_thread_waits_for_the_end_of_the_block():
+    """Python runs signal handlers in the main thread whichever thread the kernel hands the signal to;
+    a process-directed SIGTERM/SIGUSR2 lands on any thread that does not block it (MLflow's logging
+    threads in a tracked run). deferred_signals must still hold it until its block ends."""
+    import threading
+    import time
+
+    from gpdlm_cli.tracking.signals import deferred_signals
+
+    install_signal_handlers()
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    done = []
+    try:
+        with pytest.raises(Terminated):
+            with deferred_signals(user_signals=True):
+                signal.pthread_kill(other.ident, signal.SIGTERM)  # the signal reaches the other thread
+                time.sleep(0.05)  # many bytecodes later: the handler would have run by now
+                done.append("the whole block")
+        assert done == ["the whole block"]
+    finally:
+        stop.set()
+        other.join()
