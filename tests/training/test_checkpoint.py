@@ -129,6 +129,61 @@ def test_gpdlm_resume_continues_a_run_killed_by_sigterm(tmp_path):
     assert not (folder / FILE).exists()
 
 
+@pytest.mark.slow
+def test_a_preempted_submitit_job_is_requeued_and_resumes_from_its_checkpoint(tmp_path):
+    """The whole path under submitit: `gpdlm train -m hydra/launcher=submitit_local`, SIGUSR2 (submitit's
+    preemption signal) to the job's task once a checkpoint exists; submitit's handler requeues the job
+    (the local executor restarts the task on exit code 144, as Slurm requeues a preempted job), the
+    requeued job finds the checkpoint in its output folder, continues as a new MLflow run linked to the
+    KILLED one (``gpdlm.resumed_from``) and ends with the uninterrupted run's metrics. (submitit's local
+    environment reports every SIGUSR2 as a time-out, "Job has timed out": it spends one of the job's
+    timeout requeues, and the launcher's ``checkpoint`` resubmits the same job.)"""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+    from mlflow.tracking import MlflowClient
+
+    from ..conftest import REPO
+
+    ov = ["model=dlm", "model.num_inducing=12", "trainer.batch_size=32", "dataset.split.train_size=150",
+          "trainer.max_iters=2000", "trainer.eval_every=10", "trainer.checkpoint_every=1", "progress=false", "threads=1",
+          "tracking.enabled=false", "trainer.stop_rule=none"]
+    full = run_train(compose(ov), tmp_path / "full", tracker=NullTracker())
+    sweep = tmp_path / "sweep"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", "-m", "seed=0", *ov, "tracking.enabled=true",
+                             f"tracking.uri={uri}", "tracking.experiment=preempted", "hydra/launcher=submitit_local",
+                             "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    folder = sweep / "0"
+    deadline = time.monotonic() + 180
+    while not (folder / FILE).exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert (folder / FILE).exists(), proc.communicate()
+    tasks = [p for p in psutil.Process(proc.pid).children(recursive=True)
+             if "submitit.core._submit" in " ".join(p.cmdline())]
+    assert len(tasks) == 1, tasks
+    tasks[0].send_signal(signal.SIGUSR2)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    logs = "".join(p.read_text(errors="replace") for p in (sweep / ".submitit").rglob("*_log.*"))
+    assert "Caught signal SIGUSR2" in logs and "Requeued job" in logs, logs[-3000:]
+    resumed = json.loads((folder / "metrics.json").read_text())
+    assert _strip(resumed) == _strip(full)
+    assert not (folder / FILE).exists()
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("preempted")
+    jobs = {r.info.run_id: r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("gpdlm.sweep") != "parent"}
+    killed = [r for r in jobs.values() if r.info.status == "KILLED"]
+    finished = [r for r in jobs.values() if r.info.status == "FINISHED"]
+    assert len(killed) == 1 and len(finished) == 1, [(r.info.status, r.data.tags) for r in jobs.values()]
+    assert finished[0].data.tags.get("gpdlm.resumed_from") == killed[0].info.run_id  # continued, not restarted
+    assert finished[0].data.metrics["test_nll"] == full["test_nll"]
+
 
 def test_a_signal_received_by_another_thread_waits_for_the_end_of_the_block():
     """Python runs signal handlers in the main thread whichever thread the kernel hands the signal to;
