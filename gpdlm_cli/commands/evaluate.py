@@ -20,7 +20,9 @@ import math
 from pathlib import Path
 
 from ..files import write_atomic
-from . import runs as R
+from ..analysis.records import AnalysisError, split_list
+from ..analysis.store import get_experiment, is_training_run, open_store, search_all
+from ._cli import make_parser, run_cli
 
 EPILOG_EVAL = """examples:
   gpdlm eval --experiment regression_logloss_pol              # every FINISHED run of the experiment
@@ -38,7 +40,7 @@ def run_folder(ref: str, uri: str | None) -> tuple[Path, str | None]:
     p = Path(ref)
     if p.is_dir():
         return p, None
-    client, uri = R.open_store(uri)
+    client, uri = open_store(uri)
     from mlflow.exceptions import MlflowException
 
     run = None
@@ -52,10 +54,10 @@ def run_folder(ref: str, uri: str | None) -> tuple[Path, str | None]:
                 run = found[0]
                 break
     if run is None:
-        raise R.AnalysisError(f"no run '{ref}': not a folder, nor a run id or run name in {uri}")
+        raise AnalysisError(f"no run '{ref}': not a folder, nor a run id or run name in {uri}")
     folder = run.data.tags.get("gpdlm.output_dir")
     if not folder or not Path(folder).is_dir():
-        raise R.AnalysisError(f"run {run.info.run_id} has no output folder on this machine ({folder or 'no gpdlm.output_dir tag'})")
+        raise AnalysisError(f"run {run.info.run_id} has no output folder on this machine ({folder or 'no gpdlm.output_dir tag'})")
     return Path(folder), run.info.run_id
 
 
@@ -72,14 +74,14 @@ def evaluate_folder(folder: Path, split: str = "all", metrics: list[str] | None 
     if metrics:
         unknown = [m for m in metrics if m not in values]
         if unknown:
-            raise R.AnalysisError(f"--metric {unknown[0]} is not a metric of this run's model; it has: "
+            raise AnalysisError(f"--metric {unknown[0]} is not a metric of this run's model; it has: "
                                   f"{', '.join(sorted(values))}")
         values = {k: values[k] for k in metrics}
     return values
 
 
 def eval_main(argv: list[str]) -> int:
-    p = R.make_parser("gpdlm eval", "recompute metrics from saved models and back-fill them into their runs")
+    p = make_parser("gpdlm eval", "recompute metrics from saved models and back-fill them into their runs")
     p.epilog = EPILOG_EVAL
     p.add_argument("runs", nargs="*", help="run ids, run names or output folders (default: --experiment's runs)")
     p.add_argument("--experiment", default=None, help="every FINISHED training run of this MLflow experiment")
@@ -87,22 +89,22 @@ def eval_main(argv: list[str]) -> int:
     p.add_argument("--split", choices=("val", "test", "all"), default="all")
     p.add_argument("--tracking-uri", default=None, metavar="URI")
     a = p.parse_args(argv)
-    metrics = R.split_list(a.metric)
+    metrics = split_list(a.metric)
     if bool(a.runs) == bool(a.experiment):
-        raise R.AnalysisError("gpdlm eval: give run ids/names/folders or --experiment NAME (one of the two)")
+        raise AnalysisError("gpdlm eval: give run ids/names/folders or --experiment NAME (one of the two)")
     targets: list[tuple[Path, str | None]] = []
     if a.experiment:
-        client, uri = R.open_store(a.tracking_uri)
-        exp = R.get_experiment(client, a.experiment, uri)
-        for run in R.search_all(client, exp.experiment_id):
-            if R.is_training_run(run):
+        client, uri = open_store(a.tracking_uri)
+        exp = get_experiment(client, a.experiment, uri)
+        for run in search_all(client, exp.experiment_id):
+            if is_training_run(run):
                 targets.append((Path(run.data.tags.get("gpdlm.output_dir", "")), run.info.run_id))
         if not targets:
-            raise R.AnalysisError(f"experiment '{a.experiment}' has no FINISHED training run")
+            raise AnalysisError(f"experiment '{a.experiment}' has no FINISHED training run")
     else:
         targets = [run_folder(ref, a.tracking_uri) for ref in a.runs]
     results = [(folder, rid, evaluate_folder(folder, a.split, metrics)) for folder, rid in targets]  # all before writing
-    client = R.open_store(a.tracking_uri)[0] if any(rid for _, rid, _ in results) else None
+    client = open_store(a.tracking_uri)[0] if any(rid for _, rid, _ in results) else None
     changed = 0
     for folder, rid, values in results:
         old = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
@@ -140,25 +142,25 @@ def read_inputs(path: Path, feature_names: list[str]):
     import pandas as pd
 
     if not path.is_file():
-        raise R.AnalysisError(f"--input {path} does not exist")
+        raise AnalysisError(f"--input {path} does not exist")
     try:
         df = pd.read_csv(path)
     except Exception as e:
-        raise R.AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
+        raise AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
     missing = [c for c in feature_names if c not in df.columns]
     extra = [c for c in df.columns if c not in feature_names]
     if missing or extra:
-        raise R.AnalysisError(f"--input {path}: the model takes the {len(feature_names)} columns "
+        raise AnalysisError(f"--input {path}: the model takes the {len(feature_names)} columns "
                               f"{', '.join(feature_names)}; " + (f"missing {', '.join(missing)}" if missing else "")
                               + ("; " if missing and extra else "") + (f"unexpected {', '.join(map(str, extra))}" if extra else ""))
     if len(df) == 0:
-        raise R.AnalysisError(f"--input {path} has no rows")
+        raise AnalysisError(f"--input {path} has no rows")
     for c in feature_names:
         values = pd.to_numeric(df[c], errors="coerce")
         bad = values.isna() | ~np.isfinite(values.fillna(0).to_numpy(dtype=float))
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise R.AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
+            raise AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
     return df[feature_names].to_numpy(dtype=float)
 
 
@@ -169,7 +171,7 @@ def predict_main(argv: list[str]) -> int:
     from ..metrics import predictive_marginals
     from ..run.saved_model import load_run
 
-    p = R.make_parser("gpdlm predict", "apply a run's saved model to new rows")
+    p = make_parser("gpdlm predict", "apply a run's saved model to new rows")
     p.epilog = EPILOG_PREDICT
     p.add_argument("run", help="run id, run name or output folder")
     p.add_argument("--input", required=True, help="CSV with the training table's feature columns")
@@ -178,14 +180,14 @@ def predict_main(argv: list[str]) -> int:
     p.add_argument("--tracking-uri", default=None, metavar="URI")
     a = p.parse_args(argv)
     if not 0 < a.level < 1:
-        raise R.AnalysisError(f"--level must be in (0, 1); got {a.level}")
+        raise AnalysisError(f"--level must be in (0, 1); got {a.level}")
     folder, _ = run_folder(a.run, a.tracking_uri)
     run = load_run(folder)
     meta, method = run.meta, run.method
     if str(run.table.task) == "sequence" and method.predict is not None:
         return predict_series(run, Path(a.input), Path(a.output), a.level)
     if str(run.table.task) == "sequence" or method.evaluate is not None:
-        raise R.AnalysisError(f"model={run.cfg.model.name} predicts in its own way (the gamma family, "
+        raise AnalysisError(f"model={run.cfg.model.name} predicts in its own way (the gamma family, "
                               f"sq_dlm's completion); gpdlm predict takes the other models for now "
                               f"(gpdlm eval recomputes its metrics)")
     X = read_inputs(Path(a.input), meta["feature_names"])
@@ -236,7 +238,7 @@ def series_layout(cfg, feature_names: list[str], target_names: list[str]):
     for name in feature_names:
         m = re.fullmatch(r"(?P<c>.+)\[t-(?P<k>\d+)\]", str(name))
         if m is None:
-            raise R.AnalysisError(f"the run's feature {name!r} is not a window tap 'channel[t-k]'")
+            raise AnalysisError(f"the run's feature {name!r} is not a window tap 'channel[t-k]'")
         taps.setdefault(m["c"], []).append(int(m["k"]))
     inputs = [c for c, ks in taps.items() if 0 in ks]
     past = [c for c in taps if c not in inputs and c not in target_names]
@@ -246,7 +248,7 @@ def series_layout(cfg, feature_names: list[str], target_names: list[str]):
     names = window_names(inputs, target_names, lag, "regression" if not has_targets else mode, past_names=past,
                          lag_step=lag_step)
     if names != [str(n) for n in feature_names]:
-        raise R.AnalysisError(f"the windows of dataset={cfg.dataset.name} are not those of one series with lag={lag}, "
+        raise AnalysisError(f"the windows of dataset={cfg.dataset.name} are not those of one series with lag={lag}, "
                               f"lag_step={lag_step}: gpdlm predict cannot rebuild them from a CSV of the series")
     return inputs, list(target_names), past, lag, lag_step, stride, mode
 
@@ -260,20 +262,20 @@ def read_series(path: Path, required: list[str], optional: list[str], *, gaps_af
     import pandas as pd
 
     if not path.is_file():
-        raise R.AnalysisError(f"--input {path} does not exist")
+        raise AnalysisError(f"--input {path} does not exist")
     try:
         df = pd.read_csv(path)
     except Exception as e:
-        raise R.AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
+        raise AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
     missing = [c for c in required if c not in df.columns]
     extra = [c for c in df.columns if c not in required and c not in optional]
     if missing or extra:
         takes = ", ".join(required) + (f" (and optionally {', '.join(optional)})" if optional else "")
-        raise R.AnalysisError(f"--input {path}: the model reads a series with the columns {takes}; "
+        raise AnalysisError(f"--input {path}: the model reads a series with the columns {takes}; "
                               + (f"missing {', '.join(missing)}" if missing else "")
                               + ("; " if missing and extra else "") + (f"unexpected {', '.join(map(str, extra))}" if extra else ""))
     if len(df) == 0:
-        raise R.AnalysisError(f"--input {path} has no rows")
+        raise AnalysisError(f"--input {path} has no rows")
     out = {}
     for c in [c for c in required + optional if c in df.columns]:
         values = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
@@ -283,7 +285,7 @@ def read_series(path: Path, required: list[str], optional: list[str], *, gaps_af
             bad[r:] &= df[c].iloc[r:].notna().to_numpy()  # an empty cell is allowed there, text is not
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            raise R.AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
+            raise AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
         out[c] = values
     return pd.DataFrame(out)
 
@@ -312,7 +314,7 @@ def predict_series(run, inp: Path, output: Path, level: float) -> int:
     gaps = {t: lag for t in targets} if mode == "free_simulation" else None
     df = read_series(inp, required, optional, gaps_after=gaps)
     if len(df) <= lag:
-        raise R.AnalysisError(f"--input {inp} has {len(df)} rows; a window of model={run.cfg.model.name} needs "
+        raise AnalysisError(f"--input {inp} has {len(df)} rows; a window of model={run.cfg.model.name} needs "
                               f"lag={lag} earlier rows, so the series must have more than {lag}")
     Y = df[targets].to_numpy(float) if all(t in df for t in targets) else np.zeros((len(df), len(targets)))
     if mode == "free_simulation":
@@ -366,16 +368,16 @@ def resume_main(argv: list[str]) -> int:
     from ..run.lifecycle import make_tracker
     from ..run.train import run_train
 
-    p = R.make_parser("gpdlm resume", "continue a stopped run from its checkpoint (same folder, a new linked MLflow run)")
+    p = make_parser("gpdlm resume", "continue a stopped run from its checkpoint (same folder, a new linked MLflow run)")
     p.add_argument("run", help="run id, run name or output folder of a KILLED (or FAILED) run")
     p.add_argument("--tracking-uri", default=None, metavar="URI")
     a = p.parse_args(argv)
     folder, _ = run_folder(a.run, a.tracking_uri)
     if read_checkpoint(folder / FILE) is None:
-        raise R.AnalysisError(f"{folder} has no readable {FILE}: the run finished, was stopped before its first "
+        raise AnalysisError(f"{folder} has no readable {FILE}: the run finished, was stopped before its first "
                               f"checkpoint, or ran with trainer.checkpoint_every=0; retrain it")
     if not (folder / "config.yaml").is_file():
-        raise R.AnalysisError(f"{folder} has no config.yaml: not a gpdlm run folder")
+        raise AnalysisError(f"{folder} has no config.yaml: not a gpdlm run folder")
     cfg = OmegaConf.load(folder / "config.yaml")
     if a.tracking_uri:
         cfg.tracking.uri = a.tracking_uri
@@ -387,12 +389,12 @@ def resume_main(argv: list[str]) -> int:
 
 
 def resume_cli() -> int:
-    return R.run_cli(resume_main)
+    return run_cli(resume_main)
 
 
 def eval_cli() -> int:
-    return R.run_cli(eval_main)
+    return run_cli(eval_main)
 
 
 def predict_cli() -> int:
-    return R.run_cli(predict_main)
+    return run_cli(predict_main)

@@ -1,0 +1,14 @@
+#!/bin/bash
+# Regenerate the four reports of docs/results/ from the MLflow store of the studies
+# (`GPDLM_STUDY_STORE`, default sqlite:///mlflow.db in the folder the studies ran in).
+# The studies' commands are in docs/results/studies/<paper>.md.
+set -e
+cd "$(dirname "$0")/../.."
+URI=${GPDLM_STUDY_STORE:-sqlite:///$PWD/mlflow.db}
+R="gpdlm report --tracking-uri $URI --no-log"
+$R --claims dlm --experiment regression_logloss_pol --experiment classification \
+   --study docs/results/studies/dlm.md --output docs/results/dlm.md
+$R --claims rkhs --experiment rkhs_batch_study_pol --study docs/results/studies/rkhs.md --output docs/results/rkhs.md
+$R --claims gplstm --experiment gplstm_sysid --study docs/results/studies/gplstm.md --output docs/results/gplstm.md
+$R --claims svbssgp --experiment svbssgp_aimpeak --experiment pic_aimpeak \
+   --study docs/results/studies/svbssgp.md --output docs/results/svbssgp.md
