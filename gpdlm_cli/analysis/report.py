@@ -166,12 +166,18 @@ def _finite(x) -> bool:
 
 
 def _labels(table: Table, records: list) -> dict:
+    """Each dimension's labels: the declared ones, or for ``values: auto`` the values of the runs
+    that belong to the table -- those matching a label of every declared dimension (so the pol
+    runs' training sizes do not become rows of a classification table read from the same store)."""
+    declared = [dim for dim in table.dimensions.values() if not dim.auto and any(lab.match for lab in dim.labels)]
+    inside = [r for r in records
+              if all(any(lab.match and matches(r, lab.match) for lab in dim.labels) for dim in declared)]
     out = {}
     for name, dim in table.dimensions.items():
         if not dim.auto:
             out[name] = [lab.name for lab in dim.labels]
         else:
-            vals = {r.value(dim.key) for r in records} - {None}
+            vals = {r.value(dim.key) for r in inside} - {None}
             out[name] = [label_name(v) for v in sorted(vals, key=R.sort_key)]
     return out
 

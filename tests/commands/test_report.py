@@ -349,3 +349,22 @@ def test_the_report_says_how_its_runs_were_made(store, tmp_path):
             "2026-11-25 04:00 UTC | 2026-11-25 06:30 UTC | 2.00 |") in md
     assert md.index("## The runs read") < md.index("## Claims")
     assert cli.main([*argv[:-2], "--study", str(tmp_path / "missing.md")]) == 2
+
+
+def test_auto_rows_come_from_the_tables_own_runs(store, tmp_path):
+    """`values: auto` takes the values of the runs that belong to the table (matching a label of every
+    declared dimension): a run of another dataset at another training size, read in the same report
+    (e.g. pol regression next to the classification sets), adds no row."""
+    client, uri = store["client"], store["uri"]
+    exp = make_experiment(client, uri, "foreign_sizes")
+    make_run(client, exp, {"dataset.name": "other", "model.name": "dlm", "model.variant": "joint",
+                           "objective.beta": 1.0, "seed": 0, "dataset.split.train_size": 999},
+             {"test_nll": 9.0, "val_nll": 9.0, "n_train": 999})
+    argv = ["report", "--tracking-uri", uri, "--experiment", EXP, "--experiment", "foreign_sizes",
+            "--claims", store["claims"], "--out", str(tmp_path), "--no-log"]
+    assert cli.main(argv) == 0
+    md = (tmp_path / "report.md").read_text()
+    lines = md.splitlines()
+    table = [ln for ln in lines[lines.index("### Table 1: test NLL"):] if ln.startswith("|")][:7]
+    assert [ln.split(" | ")[1] for ln in table[2:6]] == ["100", "200", "100", "200"]
+    assert "999" not in md.split("## Tables")[1]
