@@ -104,6 +104,7 @@ def cases():
 CASES = cases()
 
 
+@pytest.mark.slow
 def test_the_table_covers_every_key_of_the_schema():
     keys = {p.values[2] for p in CASES}
     uncovered = [k for k, (_, v) in schema().items() if k not in keys]

@@ -87,6 +87,7 @@ def _has(cfgs, key: str) -> bool:
 
 
 @pytest.mark.parametrize("name", PAPERS)
+@pytest.mark.slow
 def test_every_table_and_claim_names_a_preset_that_composes(name):
     paper = C.load(name)
     checked = 0

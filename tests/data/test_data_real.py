@@ -88,6 +88,7 @@ def _train(tmp_path, overrides):
     return run_train(cfg, tmp_path, overrides=list(overrides))
 
 
+@pytest.mark.slow
 def test_train_on_pol_with_published_mask_0(mirror, tmp_path):
     metrics = _train(tmp_path, ["dataset=pol", "dataset.split.mask=0", "model=svgp"])
     with gzip.open(mirror / UCI / "pol" / "test_mask.csv.gz", "rt") as f:

@@ -11,6 +11,7 @@ from gpdlm_cli.data.sequences import actuator_like, drives_like, table1_statisti
 
 
 @pytest.mark.parametrize("gen,lag,corr,snr", [(actuator_like, 32, 0.0938, 12.47), (drives_like, 16, 0.7994, 25.72)])
+@pytest.mark.slow
 def test_sysid_generators_have_the_statistics_of_table_1(gen, lag, corr, snr):
     """Table 1's definitions: mean |corr(u, y)| (over seeds 0-9: the generators' calibration) and
     the kernel-ridge SNR (mean over seeds 0-2; single seeds scatter by +-40%)."""

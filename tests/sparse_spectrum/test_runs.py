@@ -179,6 +179,7 @@ BASELINES = {  # 60 L-BFGS iterations (the default optimiser) or 150 Adam steps
 
 
 @pytest.mark.parametrize("name", sorted(BASELINES))
+@pytest.mark.slow
 def test_baseline_metrics_are_the_dense_predictive_of_the_trained_model(name):
     """test_rmse and test_nll of a trained SSGP / VSSGP (on the 40-segment network) equal the dense
     numpy predictive computed from its parameters: the n x n finite-kernel GP for SSGP (on the test

@@ -49,6 +49,7 @@ def _strip(m):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_sigterm_then_resume_equals_the_uninterrupted_run(name, tmp_path, monkeypatch):
     install_signal_handlers()
     ov = BASE + CASES[name]

@@ -190,6 +190,7 @@ def _final_objective(cfg):
     return value, fit
 
 
+@pytest.mark.slow
 def test_lbfgs_trains_sgpr_to_a_lower_objective_than_adam_and_converges():
     common = ["model=sgpr", "model.num_inducing=20", "progress=false", "trainer.eval_every=0"]
     adam, adam_fit = _final_objective(compose(common + ["trainer.max_iters=300"]))

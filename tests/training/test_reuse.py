@@ -32,6 +32,7 @@ def _same(a, b):
     return {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
 
 
+@pytest.mark.slow
 def test_shared_svgp_stage_is_restored_bit_for_bit(tmp_path):
     cold = _run(tmp_path, ["objective.beta=0.5", "sweep.share_stages=false"], "cold")
     _Tags.last = {}
