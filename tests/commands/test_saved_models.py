@@ -29,6 +29,8 @@ CASES = {
     "probit": ["model=dlm", "dataset=breast_cancer", "model.num_inducing=12"],
     "count": ["model=dlm", "dataset=doctor_visits", "model.num_inducing=12"],
     "scgd": ["model=scgd", "features=nn", "trainer.batch_size=32"],
+    "ssgp": ["model=ssgp", "model.num_frequencies=10"],  # the sparse-spectrum family (global predictive)
+    "pic": ["model=pic", "model.num_inducing=12", "model.partitions=5"],  # PIC++: the test point's block plus the global part
 }
 
 
