@@ -136,17 +136,24 @@ def _same(a, b) -> bool:
 
 
 # ----- gpdlm predict -----------------------------------------------------------------------------
-def read_inputs(path: Path, feature_names: list[str]):
-    """The CSV's feature columns in training order as a float array; one-line errors for bad files."""
-    import numpy as np
+def _read_csv(path: Path):
+    """The --input CSV as a DataFrame; a missing or unreadable file is a one-line error."""
     import pandas as pd
 
     if not path.is_file():
         raise AnalysisError(f"--input {path} does not exist")
     try:
-        df = pd.read_csv(path)
+        return pd.read_csv(path)
     except Exception as e:
         raise AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
+
+
+def read_inputs(path: Path, feature_names: list[str]):
+    """The CSV's feature columns in training order as a float array; one-line errors for bad files."""
+    import numpy as np
+    import pandas as pd
+
+    df = _read_csv(path)
     missing = [c for c in feature_names if c not in df.columns]
     extra = [c for c in df.columns if c not in feature_names]
     if missing or extra:
@@ -261,12 +268,7 @@ def read_series(path: Path, required: list[str], optional: list[str], *, gaps_af
     import numpy as np
     import pandas as pd
 
-    if not path.is_file():
-        raise AnalysisError(f"--input {path} does not exist")
-    try:
-        df = pd.read_csv(path)
-    except Exception as e:
-        raise AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
+    df = _read_csv(path)
     missing = [c for c in required if c not in df.columns]
     extra = [c for c in df.columns if c not in required and c not in optional]
     if missing or extra:
