@@ -142,6 +142,9 @@ def provenance(experiment: str, records: list) -> Provenance:
 
 
 # ----- matching runs to cells --------------------------------------------------------------------------
+COMMAND = "tags.gpdlm.command"
+
+
 def _same(have, want) -> bool:
     if want is None:
         return have is None or have in ("None", "null")
@@ -183,8 +186,10 @@ def _labels(table: Table, records: list) -> dict:
 
 
 def build_table(table: Table, records: list, units: list[str]) -> TableReport:
-    """The cells of ``table`` from ``records`` (the experiment's training runs)."""
-    mine = [r for r in records if matches(r, table.match)]
+    """The cells of ``table`` from ``records`` (the experiment's training runs). A table reads the
+    runs of ``gpdlm train`` unless its ``match`` names another command (``tags.gpdlm.command: bias``)."""
+    mine = [r for r in records if matches(r, table.match)
+            and (COMMAND in table.match or r.tags.get("gpdlm.command", "train") == "train")]
     labels = _labels(table, mine)
     row_keys = list(itertools.product(*(labels[d] for d in table.rows)))
     col_keys = list(itertools.product(*(labels[d] for d in table.columns)))

@@ -79,20 +79,23 @@ def search_all(client, experiment_id: str, filter_string: str = "") -> list:
             return runs
 
 
-def is_training_run(run, include_refits: bool = False) -> bool:
+def is_training_run(run, include_refits: bool = False, commands: tuple[str, ...] = ("train",)) -> bool:
+    """A FINISHED child or single run of one of ``commands`` (``gpdlm.command``: train, bias), not a sweep
+    parent, and not a ``select --refit`` rerun unless ``include_refits``."""
     tags = run.data.tags
-    return (run.info.status == "FINISHED" and tags.get("gpdlm.command") == "train"
+    return (run.info.status == "FINISHED" and tags.get("gpdlm.command") in commands
             and tags.get("gpdlm.sweep") != "parent"
             and (include_refits or not tags.get("gpdlm.refit_of")))
 
 
 def load_runs(client, experiment, filter_string: str = "", include_refits: bool = False,
-              notes: list[str] | None = None) -> list[RunRecord]:
+              notes: list[str] | None = None, commands: tuple[str, ...] = ("train",)) -> list[RunRecord]:
     """The FINISHED training runs of ``experiment`` that match ``filter_string``, reruns of the same
-    configuration counted once; an error if none. What was left out and why is printed as notes
-    (or appended to ``notes``)."""
+    configuration counted once; an error if none. ``commands`` widens "training" to other run kinds
+    (``gpdlm report`` also reads ``gpdlm bias`` runs, for the tables that ask for them). What was left
+    out and why is printed as notes (or appended to ``notes``)."""
     found = search_all(client, experiment.experiment_id, filter_string)
-    runs = [RunRecord.from_run(r) for r in found if is_training_run(r, include_refits)]
+    runs = [RunRecord.from_run(r) for r in found if is_training_run(r, include_refits, commands)]
     said = [skipped_note(found)] if skipped_note(found) else []
     runs, reruns = drop_reruns(runs)
     if reruns:

@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     notes: list[str] = []
     records, made = [], []
     for name, exp in zip(names, exps):
-        runs = store.load_runs(client, exp, args.filter, notes=notes)
+        runs = store.load_runs(client, exp, args.filter, notes=notes, commands=("train", "bias"))
         records += runs
         made.append(rep.provenance(name, runs))
     report = rep.build(paper, records, names, made, study)

@@ -145,6 +145,8 @@ def store(module_uri, tmp_path_factory):
     for status in ("FAILED", "RUNNING"):
         make_run(client, exp, trap, {"test_nll": 1e6, "val_nll": -1e6, "n_train": 100}, status=status)
     make_run(client, exp, trap, {"test_nll": 1e6, "val_nll": -1e6, "n_train": 100}, command="compare")
+    # a `gpdlm bias` run: read by the report, but only by a table whose match names the bias command
+    make_run(client, exp, trap, {"test_nll": 1e6, "val_nll": -1e6, "n_train": 100}, command="bias")
     make_experiment(client, module_uri, "empty")
     claims = tmp_path_factory.mktemp("claims") / "synth.yaml"
     claims.write_text(CLAIMS)
@@ -270,11 +272,12 @@ def test_the_report_is_logged_to_mlflow(store, tmp_path, capsys):
     client = store["client"]
     runs = client.search_runs([store["exp"]], filter_string="tags.`gpdlm.command` = 'report'")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].info.run_name == "report"
-    assert runs[0].data.params["holds"] == "2" and runs[0].data.params["n_runs"] == "48"
+    # 48 training runs and the one bias run (read, and used by no table here)
+    assert runs[0].data.params["holds"] == "2" and runs[0].data.params["n_runs"] == "49"
     assert {a.path for a in client.list_artifacts(runs[0].info.run_id)} == {"report.md", "cells.csv", "verdicts.csv"}
     # the report run itself is never read back as a training run
     assert _report(store, tmp_path / "again", "--no-log") == 0
-    assert "(48 runs of synth_report)" in capsys.readouterr().out
+    assert "(49 runs of synth_report)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args,message", [
@@ -368,3 +371,66 @@ def test_auto_rows_come_from_the_tables_own_runs(store, tmp_path):
     table = [ln for ln in lines[lines.index("### Table 1: test NLL"):] if ln.startswith("|")][:7]
     assert [ln.split(" | ")[1] for ln in table[2:6]] == ["100", "200", "100", "200"]
     assert "999" not in md.split("## Tables")[1]
+
+
+BIAS_CLAIMS = """
+paper: synth_bias
+units: [seed]
+tables:
+  - id: bias
+    title: "Gradient bias"
+    preset: bias_study_smoke
+    match: {tags.gpdlm.command: bias}
+    metric: mean_block_bias_debiased_rel
+    rows: [dataset]
+    columns: [method]
+    dimensions:
+      dataset: {key: dataset.name, values: [doctor_visits]}
+      method:
+        values:
+          uPS-10: {match: {estimator.name: ups, estimator.num_samples: 10}}
+          bMC-10: {match: {estimator.name: bmc, estimator.num_samples: 10}}
+  - id: train_only
+    title: "Training runs"
+    preset: count_smoke
+    metric: mean_block_bias_debiased_rel
+    rows: [dataset]
+    columns: [method]
+    dimensions:
+      dataset: {key: dataset.name, values: [doctor_visits]}
+      method:
+        values:
+          uPS-10: {match: {estimator.name: ups, estimator.num_samples: 10}}
+claims:
+  - id: ups-less-bias
+    statement: uPS-10 has a smaller bias than bMC-10
+    table: bias
+    data: stand-in
+    better: {method: uPS-10}
+    than: {method: bMC-10}
+"""
+
+
+def test_a_table_that_asks_for_bias_runs_reads_them(store, tmp_path):
+    """`gpdlm report` reads `gpdlm bias` runs (the DLM paper's Fig. 9 table) only for a table whose match
+    names the bias command; the other tables ignore them. Paired one-sided t-test over 3 seeds by hand."""
+    client, uri = store["client"], store["uri"]
+    exp = make_experiment(client, uri, "synth_bias")
+    ups, bmc = [0.010, 0.020, 0.015], [0.30, 0.25, 0.41]
+    for seed in SEEDS:
+        for name, vals in (("ups", ups), ("bmc", bmc)):
+            make_run(client, exp, {"dataset.name": "doctor_visits", "model.name": "dlm", "estimator.name": name,
+                                   "estimator.num_samples": 10, "seed": seed},
+                     {"mean_block_bias_debiased_rel": vals[seed]}, command="bias")
+    claims = tmp_path / "synth_bias.yaml"
+    claims.write_text(BIAS_CLAIMS)
+    argv = ["report", "--tracking-uri", uri, "--experiment", "synth_bias", "--claims", str(claims),
+            "--out", str(tmp_path / "out"), "--no-log"]
+    assert cli.main(argv) == 0
+    cells = {(r["table"], r["column"]): r for r in _rows(tmp_path / "out" / "cells.csv")}
+    assert float(cells[("bias", "uPS-10")]["mean"]) == pytest.approx(statistics.fmean(ups), rel=1e-12)
+    assert float(cells[("bias", "bMC-10")]["mean"]) == pytest.approx(statistics.fmean(bmc), rel=1e-12)
+    assert cells[("train_only", "uPS-10")]["mean"] == "" and cells[("train_only", "uPS-10")]["n"] == "0"
+    verdict = {r["claim"]: r for r in _rows(tmp_path / "out" / "verdicts.csv")}["ups-less-bias"]
+    assert verdict["verdict"] == "holds"
+    assert float(verdict["p"]) == pytest.approx(_p_less(ups, bmc), rel=1e-9)

@@ -154,20 +154,33 @@ FAMILY_CHECKS = {
     **{f"{p}_smoke": functools.partial(recurrent_presets.check_smoke_runs, p) for p in recurrent_presets.PRESETS},
     "rkhs_batch_study_smoke": rkhs_preset.check_batch_smoke_runs,
     "rkhs_gaussian_study_smoke": rkhs_preset.check_gaussian_smoke_runs,
+    "bias_study_smoke": lambda smoke: _check_bias_smoke_runs(smoke),  # defined below
 }
+
+
+def _check_bias_smoke_runs(smoke):
+    """The bias preset's runs are `gpdlm bias` runs with the statistic the DLM report's Fig. 9 table reads,
+    one per (estimator, L), at the preset's R."""
+    assert {r.data.tags.get("gpdlm.command") for r in smoke.children} == {"bias"}
+    got = {(r.data.params["estimator.name"], r.data.params["estimator.num_samples"]) for r in smoke.children}
+    assert got == {("bmc", "1"), ("bmc", "10"), ("ups", "1"), ("ups", "10")}
+    for r in smoke.children:
+        assert r.data.metrics["repetitions"] == 10 and r.data.metrics["mean_block_bias_debiased_rel"] >= 0.0
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", [p for p in PRESETS if p.endswith("_smoke")])
 def test_smoke_preset_runs(tmp_path, preset):
-    """`gpdlm train -m +experiment=<preset>` as a user runs it (a subprocess): one FINISHED child run per
-    job of the preset's grid; then the family's own checks of those runs (FAMILY_CHECKS)."""
+    """`gpdlm train -m +experiment=<preset>` as a user runs it (a subprocess; `gpdlm bias` for the bias_*
+    presets): one FINISHED child run per job of the preset's grid; then the family's own checks of those
+    runs (FAMILY_CHECKS)."""
     cfg = compose([f"+experiment={preset}"])
     expected = 1
     for values in sweep_grid([f"+experiment={preset}"]).values():
         expected *= len(values)
     db = tmp_path / "mlflow.db"
-    proc = gpdlm_subprocess(["train", "-m", f"+experiment={preset}", f"tracking.uri=sqlite:///{db}", "progress=false"],
+    command = "bias" if preset.startswith("bias_") else "train"
+    proc = gpdlm_subprocess([command, "-m", f"+experiment={preset}", f"tracking.uri=sqlite:///{db}", "progress=false"],
                             tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, children = split_runs(runs(db, cfg.tracking.experiment))
