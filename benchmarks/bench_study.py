@@ -3,6 +3,7 @@
     python -m benchmarks study                     # projection for every DLM study preset (pol by default)
     python benchmarks/bench_study.py --project regression_logloss_pol --sizes 500 2000
     python benchmarks/bench_study.py --equivalence --sizes 500 --seeds 0 1 2 --betas 4 --models dlm svgp
+    python benchmarks/bench_study.py --from-store sqlite:////work/studies/mlflow.db   # pair real runs of both protocols
 
 * **Projection.** The study's jobs are those of `gpdlm sweep beta` for every (model, training size, seed)
   of the preset (the paper's grid n, n/2, ..., 0.01). For each (model, size) shape, one job is *run*
@@ -153,6 +154,59 @@ def equivalence(preset: str, sizes, seeds, betas: int, models) -> list[dict]:
     return rows
 
 
+def from_store(uri: str, fast_experiment: str, paper_experiment: str) -> list[dict]:
+    """Equivalence and cost from real runs already in a store: every job of ``paper_experiment`` (the
+    paper protocol) is paired with the run of ``fast_experiment`` (the fast protocol) of the same model,
+    variant, training size, seed and beta. Per job: the final per-datum objective of both (fast <= paper +
+    1e-3 is the target) and both training times; per (model, size): the beta validation selects among
+    the paired betas under each protocol, its test NLL (mean +- SE over seeds), and the measured seconds
+    per job, whose ratio is the speed-up of the fast protocol on that job shape."""
+    from gpdlm_cli.analysis import store
+
+    client, uri = store.open_store(uri)
+    def runs(name):
+        return store.load_runs(client, store.get_experiment(client, name, uri), notes=[])
+    key = ("model.name", "model.variant", "train_size", "seed", "objective.beta")
+    fast = {tuple(r.value(k) for k in key): r for r in runs(fast_experiment)}
+    rows = []
+    for r in runs(paper_experiment):
+        k = tuple(r.value(x) for x in key)
+        f = fast.get(k)
+        if f is None or r.tags.get("gpdlm.protocol") != "paper" or f.tags.get("gpdlm.protocol") != "fast":
+            continue
+        rows.append({"model": f"{k[0]}_{k[1]}", "n": int(k[2]), "seed": int(k[3]), "beta": float(k[4]),
+                     "paper_loss": r.metrics["final_loss"], "fast_loss": f.metrics["final_loss"],
+                     "paper_iters": r.metrics["iterations"], "fast_iters": f.metrics["iterations"],
+                     "paper_s": r.metrics["train_seconds"], "fast_s": f.metrics["train_seconds"],
+                     "paper_val_nll": r.metrics["val_nll"], "fast_val_nll": f.metrics["val_nll"],
+                     "paper_test_nll": r.metrics["test_nll"], "fast_test_nll": f.metrics["test_nll"]})
+    rows.sort(key=lambda r: (r["model"], r["n"], r["seed"], -r["beta"]))
+    print(f"{'model':<11} {'n':>5} {'seed':>4} {'beta':>9} | {'paper loss':>10} {'its':>5} {'s':>6} | "
+          f"{'fast loss':>10} {'its':>5} {'s':>6} | fast - paper")
+    for r in rows:
+        d = r["fast_loss"] - r["paper_loss"]
+        print(f"{r['model']:<11} {r['n']:>5} {r['seed']:>4} {r['beta']:>9.4g} | {r['paper_loss']:>10.5f} "
+              f"{r['paper_iters']:>5.0f} {r['paper_s']:>6.1f} | {r['fast_loss']:>10.5f} {r['fast_iters']:>5.0f} "
+              f"{r['fast_s']:>6.1f} | {d:+.5f} {'ok' if d <= 1e-3 else 'HIGHER'}")
+    ok = sum(r["fast_loss"] <= r["paper_loss"] + 1e-3 for r in rows)
+    print(f"fast <= paper + 1e-3 per datum in {ok} of {len(rows)} jobs")
+    for model, n in sorted({(r["model"], r["n"]) for r in rows}):
+        mine = [r for r in rows if r["model"] == model and r["n"] == n]
+        line = [f"{model:<11} n={n:<5}"]
+        for proto in ("paper", "fast"):
+            picks = []
+            for seed in sorted({r["seed"] for r in mine}):
+                best = min((r for r in mine if r["seed"] == seed), key=lambda r: r[f"{proto}_val_nll"])
+                picks.append((best["beta"], best[f"{proto}_test_nll"]))
+            t = [p[1] for p in picks]
+            se = statistics.stdev(t) / len(t) ** 0.5 if len(t) > 1 else float("nan")
+            line.append(f"{proto}: betas {[f'{p[0]:g}' for p in picks]} test NLL {statistics.fmean(t):.4f} +- {se:.4f}")
+        ps, fs = statistics.fmean(r["paper_s"] for r in mine), statistics.fmean(r["fast_s"] for r in mine)
+        line.append(f"s/job paper {ps:.1f}, fast {fs:.1f}: x{ps / max(fs, 1e-9):.1f}")
+        print("  ".join(line))
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="bench_study", description=__doc__.splitlines()[0])
     p.add_argument("--project", nargs="*", default=None, help="presets to project (default: regression_logloss_pol)")
@@ -164,10 +218,16 @@ def main(argv=None):
                                                            "projection: the first of the path)")
     p.add_argument("--models", nargs="*", default=["dlm", "svgp"])
     p.add_argument("--csv", default=None)
+    p.add_argument("--from-store", default=None, metavar="URI",
+                   help="pair the paper protocol's runs with the fast protocol's in this MLflow store (no training)")
+    p.add_argument("--fast-experiment", default="regression_logloss_pol")
+    p.add_argument("--paper-experiment", default="protocol_equivalence_pol")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
     torch.set_num_threads(1)
     t0 = time.time()
-    if a.equivalence:
+    if a.from_store:
+        rows = from_store(a.from_store, a.fast_experiment, a.paper_experiment)
+    elif a.equivalence:
         rows = equivalence(a.preset, a.sizes or [500], a.seeds if a.seeds is not None else [0], a.betas, a.models)
     else:
         rows = []
