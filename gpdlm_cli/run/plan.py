@@ -48,7 +48,6 @@ def _duration(s: float) -> str:
 def job_overrides(overrides: list[str]) -> tuple[list[list[str]], object]:
     """(the override list of every job, the composed config of the first job with Hydra's keys)."""
     from hydra import compose, initialize_config_module
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -57,9 +56,19 @@ def job_overrides(overrides: list[str]) -> tuple[list[list[str]], object]:
              for o in cmd]
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=first, return_hydra_config=True)
-    params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.get("params") or {}).items()]
-    jobs = BasicSweeper.split_arguments(parser.parse_overrides(params) + cmd, None)[0]
-    return jobs, cfg
+    return sweep_jobs(overrides, cfg.hydra.sweeper.get("params")), cfg
+
+
+def sweep_jobs(overrides: list[str], params) -> list[list[str]]:
+    """The override list of every job of a basic sweep: the command line's ``overrides`` and the
+    preset's ``hydra.sweeper.params`` (no config composed: safe inside a running Hydra app)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    cmd = parser.parse_overrides([o for o in overrides if o != "-m"])
+    params = [f"{k}={v}" for k, v in (params or {}).items()]
+    return [list(j) for j in BasicSweeper.split_arguments(parser.parse_overrides(params) + cmd, None)[0]]
 
 
 def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int = 5) -> SweepPlan:
@@ -121,4 +130,4 @@ def _gen():
     return torch.Generator().manual_seed(0)
 
 
-__all__ = ["SweepPlan", "job_overrides", "plan"]
+__all__ = ["SweepPlan", "job_overrides", "plan", "sweep_jobs"]

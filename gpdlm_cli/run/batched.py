@@ -1,0 +1,246 @@
+"""``sweep.batched=true``: the jobs of a multirun that share one *shape* train as one batched model
+(issue 21, item 4; the batched model is ``training.batched``).
+
+A shape is everything in the config but ``seed`` and ``objective.beta`` (and the bookkeeping keys
+``config_hash`` ignores): the seeds and betas of one model, dataset and training size. With the
+basic launcher every job runs in this process, in order. The first job of a shape composes the
+configs of all the sweep's jobs of its shape (the job list is in the sweep's context file,
+``gpdlm_sweep.json``, written by ``tracking.sweep.SweepCallback``), prepares each one as its own run
+would (split, standardisation, k-means inducing inputs, initial hyperparameters), trains them
+together, and leaves each member's end state, learning curves and fit summary in an in-process store
+under its config hash. Every job -- the first included -- then takes its own member from the store
+and goes on as a separate run does: the final evaluation, ``metrics.json``, MLflow child run,
+saved model; its run carries the tag ``gpdlm.batched=<B>`` (the size of its batch).
+
+In scope: ``model=svgp`` (the collapsed ELBO) and ``model=dlm`` with ``model.variant=joint`` (the
+closed-form Gaussian DLM), ``likelihood=gaussian``, ``kernel=rbf``, zero mean, no features, the full
+batch, ``trainer=paper`` with Adam and a constant learning rate, no ``keep_best``. Anything else --
+or a batch that cannot be built or fails numerically -- is trained separately, job by job, exactly
+as without ``sweep.batched``, with one line in the log and the tag ``gpdlm.batched=separate``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from ..tracking.identity import IGNORED_KEYS, config_hash
+
+
+@dataclass
+class BatchedOutcome:
+    """A job's share of its batch: ``fit`` (a ``training.FitResult``) and ``state`` (its modules'
+    end state) when it was trained batched; ``fit`` None when it trains separately (``note`` says why)."""
+
+    tag: str  # the value of the run tag gpdlm.batched: "<B>" or "separate"
+    fit: object = None
+    state: dict | None = None
+    steps: dict = field(default_factory=dict)
+    note: str | None = None
+
+
+# config hash -> the job's outcome, filled by the first job of its shape, taken by the job itself
+_STORE: dict[str, BatchedOutcome] = {}
+_NOTED: set[str] = set()  # shapes whose fall-back note was printed
+
+
+def clear_batched() -> None:
+    _STORE.clear()
+    _NOTED.clear()
+
+
+def shape_key(cfg) -> str:
+    """The config hash without ``seed`` and ``objective.beta``: the jobs one batch can hold."""
+    from omegaconf import OmegaConf
+
+    d = OmegaConf.to_container(cfg, resolve=True)
+    for k in IGNORED_KEYS + ("seed",):
+        d.pop(k, None)
+    d.get("objective", {}).pop("beta", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def out_of_scope(cfg) -> str | None:
+    """Why this config cannot be trained batched (one phrase), or None (see the module docstring)."""
+    m, t = cfg.model, cfg.trainer
+    if m.name not in ("svgp", "dlm"):
+        return f"model={m.name} has no batched form (svgp and dlm do)"
+    if m.get("variant", "joint") != "joint":
+        return f"model.variant={m.variant} is not batched (its SVGP stage is shared instead: sweep.share_stages)"
+    if str(cfg.features.get("name", "none")) != "none":
+        return "features=nn is not batched"
+    if cfg.likelihood.name != "gaussian":
+        return f"likelihood={cfg.likelihood.name} is not batched (Gaussian only)"
+    if cfg.kernel.name != "rbf":
+        return f"kernel={cfg.kernel.name} is not batched (rbf only)"
+    if cfg.estimator.name not in ("auto", "exact"):
+        return f"estimator={cfg.estimator.name} samples: not batched (closed form only)"
+    if m.get("mean", "auto") not in ("auto", "zero"):
+        return f"model.mean={m.mean} is not batched (zero mean only)"
+    if m.name == "svgp" and m.get("elbo", "auto") == "uncollapsed":
+        return "model.elbo=uncollapsed is not batched (the collapsed ELBO is)"
+    if t.get("protocol", "paper") != "paper":
+        return (f"trainer.protocol={t.protocol} uses L-BFGS, whose shared line search on the summed objective "
+                "would couple the members: not batched")
+    if t.optimizer != "adam":
+        return f"trainer.optimizer={t.optimizer} is not batched (Adam only)"
+    if t.batch_size is not None:
+        return "minibatches (trainer.batch_size) are not batched (full batch only)"
+    if t.schedule != "constant":
+        return f"trainer.schedule={t.schedule} is not batched (constant only)"
+    if t.get("keep_best") not in (None, "auto", "none"):
+        return "trainer.keep_best is not batched"
+    if t.stop_rule not in ("auto", "window", "none"):
+        return f"trainer.stop_rule={t.stop_rule} is not batched"
+    return None
+
+
+def _hydra():
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+    except Exception:  # not under Hydra (tests, API use): nothing to batch with
+        return None
+    return hc if hc.mode == RunMode.MULTIRUN else None
+
+
+def _compose_jobs(jobs: list[list[str]]) -> list:
+    """Each job's config as ``gpdlm train`` composes it, from inside a running Hydra app (its global
+    state and the job's ``HydraConfig`` are put back afterwards)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup, saved = get_gh_backup(), HydraConfig.instance().cfg
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+            return [compose(config_name="config", overrides=list(j)) for j in jobs]
+    finally:
+        restore_gh_from_backup(backup)
+        HydraConfig.instance().cfg = saved
+
+
+def batched_member(cfg, tracker=None) -> BatchedOutcome | None:
+    """This job's outcome under ``sweep.batched=true``: taken from the store (a member of a batch
+    trained by an earlier job of its shape), trained now with the rest of its shape, or a note to
+    train separately. None outside a multirun (a single run has nothing to batch with)."""
+    hc = _hydra()
+    if hc is None:
+        return None
+    key = config_hash(cfg)
+    if key in _STORE:
+        return _STORE.pop(key)
+    reason = out_of_scope(cfg)
+    if reason is not None:
+        return _separate(cfg, reason)
+    from ..tracking.sweep import read_context
+
+    jobs = read_context(hc.sweep.dir).get("jobs")
+    if not jobs:
+        return _separate(cfg, "the sweep's job list is unknown (gpdlm_sweep.json has none)")
+    shape = shape_key(cfg)
+    configs, seen = [], set()
+    for c in _compose_jobs(jobs):
+        k = config_hash(c)
+        if shape_key(c) != shape or k in _STORE or k in seen:
+            continue
+        if k != key and cfg.sweep.get("skip_finished", False) and tracker is not None and \
+                tracker.has_finished_run("gpdlm.config_hash", k):
+            continue  # its job will be skipped: no need to train it
+        seen.add(k)
+        configs.append(c)
+    if key not in seen:
+        return _separate(cfg, "this job is not in the sweep's job list")
+    if len(configs) == 1:
+        return _separate(cfg, "no other job of the sweep has this job's shape (only seed and objective.beta may differ)")
+    configs.sort(key=lambda c: config_hash(c) != key)  # this job's member first
+    return _train_group(cfg, key, configs)
+
+
+def _separate(cfg, reason: str) -> BatchedOutcome:
+    note = f"sweep.batched: {reason}; trained separately"
+    shape = shape_key(cfg)
+    if shape not in _NOTED:
+        _NOTED.add(shape)
+        print(f"gpdlm: {note}", file=sys.stderr)
+    return BatchedOutcome("separate", note=note)
+
+
+def _train_group(cfg, key: str, configs: list) -> BatchedOutcome:
+    """Prepare every member as its own run would, train them batched, store each member's outcome."""
+    from ..exceptions import GpdlmError
+    from ..objectives import DLM
+    from ..objectives.collapsed_elbo import CollapsedELBO
+    from ..training import FitResult, stage_settings
+    from ..training.batched import Member, NotBatchable, train_batched
+    from ..training.reuse import module_state
+    from .prepare import prepare
+    from .train import evaluator
+
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):  # torch's global RNG: as this job left it (a separate run follows)
+        members, prepared, keys = [], [], []
+        try:
+            for c in configs:
+                k = config_hash(c)
+                try:
+                    p = prepare(c)
+                except GpdlmError:
+                    if k == key:
+                        raise
+                    continue  # that job reports its own error when it runs
+                method = p.method
+                if len(method.stages) != 1 or method.stages[0].prepare is not None or method.stages[0].solve is not None:
+                    raise NotBatchable(f"model={c.model.name} trains in stages")
+                stage = method.stages[0]
+                kind = "collapsed" if isinstance(stage.objective, CollapsedELBO) else \
+                    "dlm" if isinstance(stage.objective, DLM) else None
+                if kind is None or stage.stochastic or getattr(stage, "blocks", None) is not None or stage.wants_index:
+                    raise NotBatchable(f"the {stage.name} stage has no batched form")
+                method.model._ensure_initialised()  # q(u)'s start, drawn from torch's RNG as the separate run draws it
+                s = stage_settings(p.settings, stage, p.n_train)
+                evaluate = evaluator(method, p.data, p.splits.y_std) if (s.eval_every or s.eval_every_epochs) else None
+                members.append(Member(kind, method.model, method.likelihood, p.data.x_train, p.data.y_train,
+                                      float(c.objective.beta), stage.groups, list(stage.hooks), evaluate))
+                prepared.append((p, s))
+                keys.append(k)
+            settings = [s for _, s in prepared]
+            s0 = settings[0]
+            if any(s != s0 for s in settings[1:]):
+                raise NotBatchable("the members' trainer settings differ")
+            if s0.optimizer != "adam" or not s0.schedule.constant or s0.keep_best:
+                raise NotBatchable("only Adam with a constant learning rate and no keep_best is batched")
+            cap = s0.max_iters if s0.max_iters is not None else s0.max_epochs
+            if s0.max_epochs:
+                cap = min(cap, s0.max_epochs)  # full batch: one iteration is one epoch
+            if cap is None:
+                raise NotBatchable("no iteration budget")
+            fits = train_batched(members, max_iters=int(cap), lr=s0.lr, lr_scale=s0.lr_scale,
+                                 eps=s0.optimizer_options.get("eps"), stop=s0.stop, stop_rule=s0.stop_rule,
+                                 check_every=s0.check_every, eval_every=s0.eval_every,
+                                 eval_every_epochs=s0.eval_every_epochs)
+        except NotBatchable as e:
+            for c in configs:
+                _STORE.setdefault(config_hash(c), BatchedOutcome("separate", note=f"sweep.batched: {e}; trained separately"))
+            print(f"gpdlm: sweep.batched: {e}; {len(configs)} jobs trained separately", file=sys.stderr)
+            return _STORE.pop(key)
+    size = str(len(members))
+    for k, (p, _), f in zip(keys, prepared, fits):
+        stage = p.method.stages[0]
+        fit = FitResult(iterations=f.iterations, train_seconds=f.train_seconds, iter_ms=f.iter_ms,
+                        converged=f.converged, epochs=float(f.iterations), stop_rules=[f.stop_rule],
+                        optimizers=[f"{stage.name}:adam"], losses=list(f.losses))
+        _STORE[k] = BatchedOutcome(size, fit=fit, state=module_state(p.method.modules), steps=f.steps)
+    print(f"gpdlm: sweep.batched: trained {size} jobs of model={cfg.model.name} as one batched model", file=sys.stderr)
+    return _STORE.pop(key)
+
+
+__all__ = ["BatchedOutcome", "batched_member", "clear_batched", "out_of_scope", "shape_key"]
