@@ -65,24 +65,18 @@ def shape_key(cfg) -> str:
 
 
 def out_of_scope(cfg) -> str | None:
-    """Why this config cannot be trained batched (one phrase), or None (see the module docstring)."""
-    m, t = cfg.model, cfg.trainer
-    if m.name not in ("svgp", "dlm"):
-        return f"model={m.name} has no batched form (svgp and dlm do)"
-    if m.get("variant", "joint") != "joint":
-        return f"model.variant={m.variant} is not batched (its SVGP stage is shared instead: sweep.share_stages)"
-    if str(cfg.features.get("name", "none")) != "none":
-        return "features=nn is not batched"
-    if cfg.likelihood.name != "gaussian":
-        return f"likelihood={cfg.likelihood.name} is not batched (Gaussian only)"
-    if cfg.kernel.name != "rbf":
-        return f"kernel={cfg.kernel.name} is not batched (rbf only)"
-    if cfg.estimator.name not in ("auto", "exact"):
-        return f"estimator={cfg.estimator.name} samples: not batched (closed form only)"
-    if m.get("mean", "auto") not in ("auto", "zero"):
-        return f"model.mean={m.mean} is not batched (zero mean only)"
-    if m.name == "svgp" and m.get("elbo", "auto") == "uncollapsed":
-        return "model.elbo=uncollapsed is not batched (the collapsed ELBO is)"
+    """Why this config cannot be trained batched (one phrase), or None: the model's family says what
+    it can batch (its ``batched_scope(cfg)``; none = nothing), the trainer must be Adam on the full
+    batch with a constant rate (see the module docstring)."""
+    from ..methods import REGISTRY
+
+    scope = getattr(REGISTRY.get(cfg.model.name), "batched_scope", None)
+    if scope is None:
+        return f"model={cfg.model.name} has no batched form"
+    reason = scope(cfg)
+    if reason is not None:
+        return reason
+    t = cfg.trainer
     if t.get("protocol", "paper") != "paper":
         return (f"trainer.protocol={t.protocol} uses L-BFGS, whose shared line search on the summed objective "
                 "would couple the members: not batched")
@@ -110,24 +104,6 @@ def _hydra():
     return hc if hc.mode == RunMode.MULTIRUN else None
 
 
-def _compose_jobs(jobs: list[list[str]]) -> list:
-    """Each job's config as ``gpdlm train`` composes it, from inside a running Hydra app (its global
-    state and the job's ``HydraConfig`` are put back afterwards)."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.initialize import get_gh_backup, restore_gh_from_backup
-
-    backup, saved = get_gh_backup(), HydraConfig.instance().cfg
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-            return [compose(config_name="config", overrides=list(j)) for j in jobs]
-    finally:
-        restore_gh_from_backup(backup)
-        HydraConfig.instance().cfg = saved
-
-
 def batched_member(cfg, tracker=None) -> BatchedOutcome | None:
     """This job's outcome under ``sweep.batched=true``: taken from the store (a member of a batch
     trained by an earlier job of its shape), trained now with the rest of its shape, or a note to
@@ -148,7 +124,9 @@ def batched_member(cfg, tracker=None) -> BatchedOutcome | None:
         return _separate(cfg, "the sweep's job list is unknown (gpdlm_sweep.json has none)")
     shape = shape_key(cfg)
     configs, seen = [], set()
-    for c in _compose_jobs(jobs):
+    from .plan import compose_jobs
+
+    for c in compose_jobs(jobs):
         k = config_hash(c)
         if shape_key(c) != shape or k in _STORE or k in seen:
             continue
@@ -201,8 +179,8 @@ def _train_group(cfg, key: str, configs: list) -> BatchedOutcome:
                 if len(method.stages) != 1 or method.stages[0].prepare is not None or method.stages[0].solve is not None:
                     raise NotBatchable(f"model={c.model.name} trains in stages")
                 stage = method.stages[0]
-                kind = "collapsed" if isinstance(stage.objective, CollapsedELBO) else \
-                    "dlm" if isinstance(stage.objective, DLM) else None
+                kind = "collapsed_elbo" if isinstance(stage.objective, CollapsedELBO) else \
+                    "log_loss" if isinstance(stage.objective, DLM) else None
                 if kind is None or stage.stochastic or getattr(stage, "blocks", None) is not None or stage.wants_index:
                     raise NotBatchable(f"the {stage.name} stage has no batched form")
                 method.model._ensure_initialised()  # q(u)'s start, drawn from torch's RNG as the separate run draws it

@@ -12,12 +12,12 @@ stopped member's parameters are restored after every later step (frozen), while 
 
 Objectives (the same functions as the separate path computes, written batched):
 
-* ``collapsed`` -- the collapsed (beta-)ELBO of SVGP with a Gaussian likelihood (Titsias, 2009; DLM
+* ``collapsed_elbo`` -- the collapsed (beta-)ELBO of SVGP with a Gaussian likelihood (Titsias, 2009; DLM
   paper, App. D), ``objectives.CollapsedELBO``: with A = L^{-1} K_uf, r = y,
   k_i = K_ii - |A_i|^2, m~* = (A A^T + beta s2 I)^{-1} A r and S~* = (I + A A^T / (beta s2))^{-1},
   loss = -(1/N) [ -N/2 log(2 pi s2) - (|r - A^T m~*|^2 + tr(A^T S~* A) + sum_i k_i) / (2 s2)
   - beta KL(N(m~*, S~*) || N(0, I)) ].
-* ``dlm`` -- the closed-form log-loss DLM with a Gaussian likelihood (DLM paper, Sec. 2),
+* ``log_loss`` -- the closed-form log-loss DLM with a Gaussian likelihood (DLM paper, Sec. 2),
   ``objectives.DLM``: loss = (1/N) [ sum_i -log N(y_i | mu_i, var_i + s2) + beta KL(q(u) || p(u)) ]
   with the whitened marginals mu_i = A_i^T m~, var_i = K_ii + jitter - |A_i|^2 + |L_S^T A_i|^2.
 
@@ -38,7 +38,7 @@ import torch
 
 from .stopping import ConvergenceRule, NeverStop, make_rule
 
-KINDS = ("collapsed", "dlm")
+KINDS = ("collapsed_elbo", "log_loss")
 
 # the (qualified) parameter names of a SparseVariationalGP with ScaleKernel(RBF), zero mean, and
 # gpdlm's GaussianLikelihood
@@ -60,7 +60,7 @@ class Member:
     """One configuration of the batch: its model (``SparseVariationalGP``), likelihood, training
     data, beta, the stage's named parameter groups and hooks, and its ``evaluate`` (or None)."""
 
-    kind: str  # collapsed | dlm
+    kind: str  # collapsed_elbo | log_loss
     model: object
     likelihood: object
     x: torch.Tensor
@@ -179,7 +179,7 @@ class BatchedSVGP:
 
     def losses(self) -> torch.Tensor:
         """The B members' per-datum losses (a B-vector; its sum is what the optimiser minimises)."""
-        return self._collapsed() if self.kind == "collapsed" else self._dlm()
+        return self._collapsed() if self.kind == "collapsed_elbo" else self._log_loss()
 
     def _collapsed(self) -> torch.Tensor:
         x, r, beta = self.x, self.y, self.beta
@@ -205,7 +205,7 @@ class BatchedSVGP:
         kl = 0.5 * (torch.diagonal(S, dim1=-2, dim2=-1).sum(-1) + (m**2).sum(-1) - M - logdet_S)
         return -(expected - beta * kl) / n
 
-    def _dlm(self) -> torch.Tensor:
+    def _log_loss(self) -> torch.Tensor:
         from gpytorch.variational.variational_strategy import ComputePredictiveUpdates
 
         x, y, beta = self.x, self.y, self.beta

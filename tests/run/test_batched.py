@@ -51,6 +51,8 @@ def test_a_batched_sweep_gives_each_member_the_metrics_of_its_separate_run(tmp_p
     assert not any("sweep.batched" in ln for ln in lines)
     lines = _sweep(tmp_path, capsys, mlflow_uri, f"bat-{model}", [f"model={model}", "sweep.batched=true"])
     assert f"gpdlm: sweep.batched: trained 4 jobs of model={model} as one batched model" in lines
+    [announced] = [ln for ln in lines if ln.startswith("gpdlm: sweep of 4 jobs")]  # the start-of-multirun line
+    assert announced.endswith("launcher basic, batched: 1 group of 4 members"), announced
     client, separate = _children(mlflow_uri, f"sep-{model}")
     _, batched = _children(mlflow_uri, f"bat-{model}")
     assert sorted(separate) == sorted(batched) and len(batched) == 4
@@ -81,7 +83,7 @@ def _members(model, configs):
         p = prepare(compose([f"model={model}", f"seed={seed}", f"objective.beta={beta}", *SMALL, "tracking.enabled=false"]))
         p.method.model._ensure_initialised()
         stage = p.method.stages[0]
-        out.append(Member("collapsed" if model == "svgp" else "dlm", p.method.model, p.method.likelihood,
+        out.append(Member("collapsed_elbo" if model == "svgp" else "log_loss", p.method.model, p.method.likelihood,
                           p.data.x_train, p.data.y_train, beta, stage.groups, list(stage.hooks)))
     return out
 
@@ -108,7 +110,7 @@ def _dense_losses(member, jitter):
     L = np.linalg.cholesky(Kuu)
     A = np.linalg.solve(L, _rbf(Z, X, ls, os))  # M x n
     k = np.clip(os - (A**2).sum(0), 0, None)
-    if member.kind == "collapsed":
+    if member.kind == "collapsed_elbo":
         # max_q E_q[log p(y|f)] - beta KL(q||p) = beta log E_p(u)[exp(g(u)/beta)] (Gibbs), g Gaussian in u:
         #   = -n/2 log(2 pi s2) + beta n/2 log(2 pi beta s2) - sum k / (2 s2) + beta log N(y | 0, A^T A + beta s2 I)
         value = (-0.5 * n * math.log(2 * math.pi * s2) + 0.5 * beta * n * math.log(2 * math.pi * beta * s2)
@@ -206,3 +208,17 @@ def test_batched_is_refused_with_another_launcher_and_with_warm_starts(tmp_path)
         assert not trained
         [outcome] = read_outcomes(tmp_path / phrase[:3])
         assert outcome["status"] == "failed" and phrase in outcome["reason"] and "\n" not in outcome["reason"]
+
+
+def test_the_plan_says_what_is_batched():
+    from gpdlm_cli.run.plan import plan
+
+    grid = ["model=svgp,dlm,sgpr", *GRID, *SMALL]
+    assert plan(grid).summary().endswith(", not batched")
+    p = plan(grid + ["sweep.batched=true"])
+    assert (p.batch_sizes, p.separate) == ([4, 4], 4)  # svgp and dlm: one batch each; sgpr has no batched form
+    assert p.summary().endswith(", batched: 2 groups of 4 members, 4 jobs separately")
+    p = plan(["model=svgp", "seed=0,1,2", "dataset.split.train_size=150,200", "sweep.batched=true"])
+    assert p.summary().endswith(", batched: 2 groups of 3 members")  # two training sizes: two shapes
+    p = plan(["model=svgp", "seed=0", "dataset.split.train_size=150,200", "sweep.batched=true"])
+    assert p.summary().endswith(", batched: none (2 jobs trained separately)")
