@@ -86,13 +86,12 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
 
         checkpoint = Checkpointer(output_dir / CHECKPOINT_FILE, int(cfg.trainer.get("checkpoint_every", 5)), run_state,
                                   state=resume_state) if int(cfg.trainer.get("checkpoint_every", 5)) > 0 else None
-        batched = None
-        if cfg.sweep.get("batched", False):  # a member of a batch trained by the first job of its shape
-            from .batched import batched_member
-
-            with run.interruptible(curve_so_far, info):
-                batched = batched_member(cfg, tracker)
         with run.interruptible(curve_so_far, info):  # a run stopped from outside leaves a self-explaining folder
+            batched = None
+            if cfg.sweep.get("batched", False):  # a member of a batch trained by the first job of its shape
+                from .batched import batched_member
+
+                batched = batched_member(cfg, tracker)
             if batched is not None and batched.fit is not None:
                 from ..training.reuse import loadmodule_state
 
