@@ -43,9 +43,9 @@ class BatchedOutcome:
     note: str | None = None
 
 
-# config hash -> the job's outcome, filled by the first job of its shape, taken by the job itself
-_STORE: dict[str, BatchedOutcome] = {}
-_NOTED: set[str] = set()  # shapes whose fall-back note was printed
+# (sweep folder, config hash) -> the job's outcome, filled by the first job of its shape, taken by the job itself
+_STORE: dict[tuple[str, str], BatchedOutcome] = {}
+_NOTED: set[tuple[str, str]] = set()  # (sweep folder, shape) whose fall-back note was printed
 
 
 def clear_batched() -> None:
@@ -111,24 +111,24 @@ def batched_member(cfg, tracker=None) -> BatchedOutcome | None:
     hc = _hydra()
     if hc is None:
         return None
-    key = config_hash(cfg)
-    if key in _STORE:
-        return _STORE.pop(key)
+    sweep, key = str(hc.sweep.dir), config_hash(cfg)
+    if (sweep, key) in _STORE:
+        return _STORE.pop((sweep, key))
     reason = out_of_scope(cfg)
     if reason is not None:
-        return _separate(cfg, reason)
+        return _separate(sweep, cfg, reason)
     from ..tracking.sweep import read_context
 
     jobs = read_context(hc.sweep.dir).get("jobs")
     if not jobs:
-        return _separate(cfg, "the sweep's job list is unknown (gpdlm_sweep.json has none)")
+        return _separate(sweep, cfg, "the sweep's job list is unknown (gpdlm_sweep.json has none)")
     shape = shape_key(cfg)
     configs, seen = [], set()
     from .plan import compose_jobs
 
     for c in compose_jobs(jobs):
         k = config_hash(c)
-        if shape_key(c) != shape or k in _STORE or k in seen:
+        if shape_key(c) != shape or (sweep, k) in _STORE or k in seen:
             continue
         if k != key and cfg.sweep.get("skip_finished", False) and tracker is not None and \
                 tracker.has_finished_run("gpdlm.config_hash", k):
@@ -136,23 +136,23 @@ def batched_member(cfg, tracker=None) -> BatchedOutcome | None:
         seen.add(k)
         configs.append(c)
     if key not in seen:
-        return _separate(cfg, "this job is not in the sweep's job list")
+        return _separate(sweep, cfg, "this job is not in the sweep's job list")
     if len(configs) == 1:
-        return _separate(cfg, "no other job of the sweep has this job's shape (only seed and objective.beta may differ)")
+        return _separate(sweep, cfg, "no other job of the sweep has this job's shape (only seed and objective.beta may differ)")
     configs.sort(key=lambda c: config_hash(c) != key)  # this job's member first
-    return _train_group(cfg, key, configs)
+    return _train_group(sweep, cfg, key, configs)
 
 
-def _separate(cfg, reason: str) -> BatchedOutcome:
+def _separate(sweep: str, cfg, reason: str) -> BatchedOutcome:
     note = f"sweep.batched: {reason}; trained separately"
-    shape = shape_key(cfg)
+    shape = (sweep, shape_key(cfg))
     if shape not in _NOTED:
         _NOTED.add(shape)
         print(f"gpdlm: {note}", file=sys.stderr)
     return BatchedOutcome("separate", note=note)
 
 
-def _train_group(cfg, key: str, configs: list) -> BatchedOutcome:
+def _train_group(sweep: str, cfg, key: str, configs: list) -> BatchedOutcome:
     """Prepare every member as its own run would, train them batched, store each member's outcome."""
     from ..exceptions import GpdlmError
     from ..objectives import DLM
@@ -207,18 +207,18 @@ def _train_group(cfg, key: str, configs: list) -> BatchedOutcome:
                                  eval_every_epochs=s0.eval_every_epochs)
         except NotBatchable as e:
             for c in configs:
-                _STORE.setdefault(config_hash(c), BatchedOutcome("separate", note=f"sweep.batched: {e}; trained separately"))
+                _STORE.setdefault((sweep, config_hash(c)), BatchedOutcome("separate", note=f"sweep.batched: {e}; trained separately"))
             print(f"gpdlm: sweep.batched: {e}; {len(configs)} jobs trained separately", file=sys.stderr)
-            return _STORE.pop(key)
+            return _STORE.pop((sweep, key))
     size = str(len(members))
     for k, (p, _), f in zip(keys, prepared, fits):
         stage = p.method.stages[0]
         fit = FitResult(iterations=f.iterations, train_seconds=f.train_seconds, iter_ms=f.iter_ms,
                         converged=f.converged, epochs=float(f.iterations), stop_rules=[f.stop_rule],
                         optimizers=[f"{stage.name}:adam"], losses=list(f.losses))
-        _STORE[k] = BatchedOutcome(size, fit=fit, state=module_state(p.method.modules), steps=f.steps)
+        _STORE[(sweep, k)] = BatchedOutcome(size, fit=fit, state=module_state(p.method.modules), steps=f.steps)
     print(f"gpdlm: sweep.batched: trained {size} jobs of model={cfg.model.name} as one batched model", file=sys.stderr)
-    return _STORE.pop(key)
+    return _STORE.pop((sweep, key))
 
 
 __all__ = ["BatchedOutcome", "batched_member", "clear_batched", "out_of_scope", "shape_key"]

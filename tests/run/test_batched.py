@@ -222,3 +222,24 @@ def test_the_plan_says_what_is_batched():
     assert p.summary().endswith(", batched: 2 groups of 3 members")  # two training sizes: two shapes
     p = plan(["model=svgp", "seed=0", "dataset.split.train_size=150,200", "sweep.batched=true"])
     assert p.summary().endswith(", batched: none (2 jobs trained separately)")
+
+
+@pytest.mark.slow
+def test_a_batch_that_fails_falls_back_to_separate_runs(tmp_path, capsys, mlflow_uri, monkeypatch):
+    """A batch that cannot train (here: made to raise NotBatchable, as a non-PD matrix or a NaN loss
+    does) trains every job of its shape separately, each saying so once, with the separate metrics."""
+    import gpdlm_cli.training.batched as TB
+
+    def fail(*args, **kwargs):
+        raise NotBatchable("member 1's loss became non-finite (its separate run reports where)")
+
+    monkeypatch.setattr(TB, "train_batched", fail)
+    lines = _sweep(tmp_path, capsys, mlflow_uri, "fails", ["model=dlm", "trainer.max_iters=30"])
+    lines = _sweep(tmp_path, capsys, mlflow_uri, "fails-b", ["model=dlm", "trainer.max_iters=30", "sweep.batched=true"])
+    assert [ln for ln in lines if "sweep.batched" in ln] == [
+        "gpdlm: sweep.batched: member 1's loss became non-finite (its separate run reports where); 4 jobs trained separately"]
+    _, separate = _children(mlflow_uri, "fails")
+    _, fallen = _children(mlflow_uri, "fails-b")
+    for key, run in fallen.items():
+        assert run.data.tags["gpdlm.batched"] == "separate"
+        assert run.data.metrics["test_nll"] == separate[key].data.metrics["test_nll"]  # bit for bit: the same path
