@@ -25,6 +25,7 @@ import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -93,6 +94,18 @@ def out_of_scope(cfg) -> str | None:
     return None
 
 
+#: the sweep's context file, written by ``tracking.sweep.SweepCallback`` (``SWEEP_FILE``, a layer above)
+SWEEP_CONTEXT = "gpdlm_sweep.json"
+
+
+def _sweep_context(sweep_dir) -> dict:
+    p = Path(sweep_dir) / SWEEP_CONTEXT
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def _hydra():
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -104,10 +117,12 @@ def _hydra():
     return hc if hc.mode == RunMode.MULTIRUN else None
 
 
-def batched_member(cfg, tracker=None) -> BatchedOutcome | None:
+def batched_member(cfg, evaluator, tracker=None) -> BatchedOutcome | None:
     """This job's outcome under ``sweep.batched=true``: taken from the store (a member of a batch
     trained by an earlier job of its shape), trained now with the rest of its shape, or a note to
-    train separately. None outside a multirun (a single run has nothing to batch with)."""
+    train separately. None outside a multirun (a single run has nothing to batch with).
+    ``evaluator(method, data, y_std)``: a run's evaluation (``run.train.evaluator``), for the
+    members' intermediate evaluations."""
     hc = _hydra()
     if hc is None:
         return None
@@ -117,14 +132,12 @@ def batched_member(cfg, tracker=None) -> BatchedOutcome | None:
     reason = out_of_scope(cfg)
     if reason is not None:
         return _separate(sweep, cfg, reason)
-    from ..tracking.sweep import read_context
-
-    jobs = read_context(hc.sweep.dir).get("jobs")
+    jobs = _sweep_context(hc.sweep.dir).get("jobs")
     if not jobs:
         return _separate(sweep, cfg, "the sweep's job list is unknown (gpdlm_sweep.json has none)")
     shape = shape_key(cfg)
     configs, seen = [], set()
-    from .plan import compose_jobs
+    from .compose import compose_jobs
 
     for c in compose_jobs(jobs):
         k = config_hash(c)
@@ -140,7 +153,7 @@ def batched_member(cfg, tracker=None) -> BatchedOutcome | None:
     if len(configs) == 1:
         return _separate(sweep, cfg, "no other job of the sweep has this job's shape (only seed and objective.beta may differ)")
     configs.sort(key=lambda c: config_hash(c) != key)  # this job's member first
-    return _train_group(sweep, cfg, key, configs)
+    return _train_group(sweep, cfg, key, configs, evaluator)
 
 
 def _separate(sweep: str, cfg, reason: str) -> BatchedOutcome:
@@ -152,7 +165,7 @@ def _separate(sweep: str, cfg, reason: str) -> BatchedOutcome:
     return BatchedOutcome("separate", note=note)
 
 
-def _train_group(sweep: str, cfg, key: str, configs: list) -> BatchedOutcome:
+def _train_group(sweep: str, cfg, key: str, configs: list, evaluator) -> BatchedOutcome:
     """Prepare every member as its own run would, train them batched, store each member's outcome."""
     from ..exceptions import GpdlmError
     from ..objectives import DLM
@@ -161,7 +174,6 @@ def _train_group(sweep: str, cfg, key: str, configs: list) -> BatchedOutcome:
     from ..training.batched import Member, NotBatchable, train_batched
     from ..training.reuse import module_state
     from .prepare import prepare
-    from .train import evaluator
 
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):  # torch's global RNG: as this job left it (a separate run follows)

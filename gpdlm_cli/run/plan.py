@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
@@ -69,6 +68,8 @@ def job_overrides(overrides: list[str]) -> tuple[list[list[str]], object]:
     cmd = parser.parse_overrides([o for o in overrides if o != "-m"])
     first = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_discrete_sweep() else o.input_line
              for o in cmd]
+    from .compose import config_module
+
     with config_module():
         cfg = compose(config_name="config", overrides=first, return_hydra_config=True)
     return sweep_jobs(overrides, cfg.hydra.sweeper.get("params")), cfg
@@ -100,37 +101,11 @@ def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int
     return p
 
 
-@contextmanager
-def config_module():
-    """``initialize_config_module`` for gpdlm's configs that also works inside a running Hydra app
-    (a multirun's callback or job): Hydra's global state and ``HydraConfig`` are put back after."""
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.initialize import get_gh_backup, restore_gh_from_backup
-
-    backup, saved = get_gh_backup(), HydraConfig.instance().cfg
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-            yield
-    finally:
-        restore_gh_from_backup(backup)
-        HydraConfig.instance().cfg = saved
-
-
-def compose_jobs(jobs: list[list[str]]) -> list:
-    """Each job's config as ``gpdlm train`` composes it (``config_module``: also from inside a job)."""
-    from hydra import compose
-
-    with config_module():
-        return [compose(config_name="config", overrides=list(j)) for j in jobs]
-
-
 def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
     """``sweep.batched``: (the member count of every batch, the number of jobs trained separately) --
     jobs grouped by ``run.batched.shape_key``; a job out of scope or alone in its shape is separate."""
     from .batched import out_of_scope, shape_key
+    from .compose import compose_jobs
 
     shapes: dict[str, int] = {}
     separate = 0
@@ -149,6 +124,7 @@ def _estimate(p: SweepPlan, k: int) -> float:
 
     from ..training import run_stages, stage_settings
     from ..training.stages import uses_lbfgs
+    from .compose import config_module
     from .prepare import prepare
 
     total, shared_seen = 0.0, set()
@@ -192,4 +168,4 @@ def _gen():
     return torch.Generator().manual_seed(0)
 
 
-__all__ = ["SweepPlan", "batch_groups", "compose_jobs", "config_module", "job_overrides", "plan", "sweep_jobs"]
+__all__ = ["SweepPlan", "batch_groups", "job_overrides", "plan", "sweep_jobs"]

@@ -148,6 +148,10 @@ def test_the_batched_losses_are_the_dense_formulas(model):
 
 
 def test_out_of_scope_configs_say_why_and_the_shape_ignores_only_seed_and_beta():
+    from gpdlm_cli.run.batched import SWEEP_CONTEXT
+    from gpdlm_cli.tracking.sweep import SWEEP_FILE
+
+    assert SWEEP_CONTEXT == SWEEP_FILE  # the jobs read the file the sweep callback writes
     base = compose(["model=svgp", *SMALL])
     assert out_of_scope(base) is None and out_of_scope(compose(["model=dlm", *SMALL])) is None
     for overrides, phrase in [(["model=sgpr"], "model=sgpr has no batched form"), (["model=dlm_fixed"], "model.variant=fixed"),
