@@ -76,13 +76,14 @@ def validate(cfg) -> None:
 
 def batched_scope(cfg) -> str | None:
     """``sweep.batched`` (``run.batched``, ``training.batched``): why this config has no batched form,
-    or None. Batched: svgp (the collapsed ELBO) and joint dlm (closed form), Gaussian likelihood,
-    rbf kernel, zero mean, no input features, a closed-form estimator."""
+    or None. Batched: svgp (the collapsed ELBO) and dlm (closed form; the fixed variant's DLM stage,
+    after its SVGP stage trained per member), Gaussian likelihood, rbf kernel, zero mean, no input
+    features, a closed-form estimator."""
     m = cfg.model
     if m.name not in ("svgp", "dlm"):
         return f"model={m.name} has no batched form (svgp and dlm do)"
-    if m.get("variant", "joint") != "joint":
-        return f"model.variant={m.variant} is not batched (its SVGP stage is shared instead: sweep.share_stages)"
+    if m.name == "svgp" and m.get("variant", "joint") != "joint":
+        return "model=svgp has only the joint variant"
     if FM.uses_features(cfg):
         return "input features (features=nn) are not batched"
     if cfg.likelihood.name != "gaussian":

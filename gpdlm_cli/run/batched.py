@@ -12,8 +12,10 @@ under its config hash. Every job -- the first included -- then takes its own mem
 and goes on as a separate run does: the final evaluation, ``metrics.json``, MLflow child run,
 saved model; its run carries the tag ``gpdlm.batched=<B>`` (the size of its batch).
 
-In scope: ``model=svgp`` (the collapsed ELBO) and ``model=dlm`` with ``model.variant=joint`` (the
-closed-form Gaussian DLM), ``likelihood=gaussian``, ``kernel=rbf``, zero mean, no features, the full
+In scope (the family says: ``methods.sparse_variational.batched_scope``): ``model=svgp`` (the
+collapsed ELBO) and ``model=dlm`` (the closed-form Gaussian DLM; ``dlm_fixed``: each member's SVGP
+stage is trained first as its own run trains it -- shared across betas by ``sweep.share_stages`` --
+then the DLM stage of all members batched), ``likelihood=gaussian``, ``kernel=rbf``, zero mean, no features, the full
 batch, ``trainer=paper`` with Adam and a constant learning rate, no ``keep_best``. Anything else --
 or a batch that cannot be built or fails numerically -- is trained separately, job by job, exactly
 as without ``sweep.batched``, with one line in the log and the tag ``gpdlm.batched=separate``.
@@ -117,12 +119,13 @@ def _hydra():
     return hc if hc.mode == RunMode.MULTIRUN else None
 
 
-def batched_member(cfg, evaluator, tracker=None) -> BatchedOutcome | None:
+def batched_member(cfg, evaluator, tracker=None, stage_cache=None) -> BatchedOutcome | None:
     """This job's outcome under ``sweep.batched=true``: taken from the store (a member of a batch
     trained by an earlier job of its shape), trained now with the rest of its shape, or a note to
     train separately. None outside a multirun (a single run has nothing to batch with).
     ``evaluator(method, data, y_std)``: a run's evaluation (``run.train.evaluator``), for the
-    members' intermediate evaluations."""
+    members' intermediate evaluations; ``stage_cache(cfg)``: the run's ``StageCache`` (or None) for
+    the stages before the batched one (the fixed variant's SVGP stage, shared across betas)."""
     hc = _hydra()
     if hc is None:
         return None
@@ -153,7 +156,7 @@ def batched_member(cfg, evaluator, tracker=None) -> BatchedOutcome | None:
     if len(configs) == 1:
         return _separate(sweep, cfg, "no other job of the sweep has this job's shape (only seed and objective.beta may differ)")
     configs.sort(key=lambda c: config_hash(c) != key)  # this job's member first
-    return _train_group(sweep, cfg, key, configs, evaluator)
+    return _train_group(sweep, cfg, key, configs, evaluator, stage_cache)
 
 
 def _separate(sweep: str, cfg, reason: str) -> BatchedOutcome:
@@ -165,12 +168,13 @@ def _separate(sweep: str, cfg, reason: str) -> BatchedOutcome:
     return BatchedOutcome("separate", note=note)
 
 
-def _train_group(sweep: str, cfg, key: str, configs: list, evaluator) -> BatchedOutcome:
-    """Prepare every member as its own run would, train them batched, store each member's outcome."""
+def _train_group(sweep: str, cfg, key: str, configs: list, evaluator, stage_cache=None) -> BatchedOutcome:
+    """Prepare every member as its own run would, train its earlier stages (if any) as its own run
+    would, train the last stage of all members batched, store each member's outcome."""
     from ..exceptions import GpdlmError
     from ..objectives import DLM
     from ..objectives.collapsed_elbo import CollapsedELBO
-    from ..training import FitResult, stage_settings
+    from ..training import FitResult, run_stages, stage_settings
     from ..training.batched import Member, NotBatchable, train_batched
     from ..training.reuse import module_state
     from .prepare import prepare
@@ -188,21 +192,38 @@ def _train_group(sweep: str, cfg, key: str, configs: list, evaluator) -> Batched
                         raise
                     continue  # that job reports its own error when it runs
                 method = p.method
-                if len(method.stages) != 1 or method.stages[0].prepare is not None or method.stages[0].solve is not None:
-                    raise NotBatchable(f"model={c.model.name} trains in stages")
-                stage = method.stages[0]
+                *earlier, stage = method.stages
+                if stage.solve is not None or any(st.solve is not None for st in earlier):
+                    raise NotBatchable(f"model={c.model.name} solves a stage in closed form")
                 kind = "collapsed_elbo" if isinstance(stage.objective, CollapsedELBO) else \
                     "log_loss" if isinstance(stage.objective, DLM) else None
                 if kind is None or stage.stochastic or getattr(stage, "blocks", None) is not None or stage.wants_index:
                     raise NotBatchable(f"the {stage.name} stage has no batched form")
+                evaluate = evaluator(method, p.data, p.splits.y_std)
+                pre, pre_steps = FitResult(), {}
+                if earlier:  # trained as the member's own run trains them (the stage cache shares them across betas)
+                    if method.estimator is not None:
+                        method.estimator.seed(c.seed, p.device)
+                    est_gen = method.estimator.random.generator(p.device) if hasattr(method.estimator, "random") else None
+
+                    def collect(series, into=pre_steps):
+                        for name, pts in series.items():
+                            into.setdefault(name, []).extend(pts)
+
+                    pre = run_stages(earlier, p.data.x_train, p.data.y_train, p.settings,
+                                     generator=torch.Generator().manual_seed(c.seed), evaluate=evaluate,
+                                     log_steps=collect, modules=method.modules,
+                                     cache=stage_cache(c) if stage_cache is not None else None, generators=[est_gen])
+                if stage.prepare is not None:
+                    stage.prepare()
                 method.model._ensure_initialised()  # q(u)'s start, drawn from torch's RNG as the separate run draws it
                 s = stage_settings(p.settings, stage, p.n_train)
-                evaluate = evaluator(method, p.data, p.splits.y_std) if (s.eval_every or s.eval_every_epochs) else None
                 members.append(Member(kind, method.model, method.likelihood, p.data.x_train, p.data.y_train,
-                                      float(c.objective.beta), stage.groups, list(stage.hooks), evaluate))
-                prepared.append((p, s))
+                                      float(c.objective.beta), stage.groups, list(stage.hooks),
+                                      evaluate if (s.eval_every or s.eval_every_epochs) else None))
+                prepared.append((p, s, pre, pre_steps))
                 keys.append(k)
-            settings = [s for _, s in prepared]
+            settings = [s for _, s, _, _ in prepared]
             s0 = settings[0]
             if any(s != s0 for s in settings[1:]):
                 raise NotBatchable("the members' trainer settings differ")
@@ -216,19 +237,26 @@ def _train_group(sweep: str, cfg, key: str, configs: list, evaluator) -> Batched
             fits = train_batched(members, max_iters=int(cap), lr=s0.lr, lr_scale=s0.lr_scale,
                                  eps=s0.optimizer_options.get("eps"), stop=s0.stop, stop_rule=s0.stop_rule,
                                  check_every=s0.check_every, eval_every=s0.eval_every,
-                                 eval_every_epochs=s0.eval_every_epochs)
+                                 eval_every_epochs=s0.eval_every_epochs,
+                                 step_offsets=[pre.iterations for _, _, pre, _ in prepared])
         except NotBatchable as e:
             for c in configs:
                 _STORE.setdefault((sweep, config_hash(c)), BatchedOutcome("separate", note=f"sweep.batched: {e}; trained separately"))
             print(f"gpdlm: sweep.batched: {e}; {len(configs)} jobs trained separately", file=sys.stderr)
             return _STORE.pop((sweep, key))
     size = str(len(members))
-    for k, (p, _), f in zip(keys, prepared, fits):
-        stage = p.method.stages[0]
-        fit = FitResult(iterations=f.iterations, train_seconds=f.train_seconds, iter_ms=f.iter_ms,
-                        converged=f.converged, epochs=float(f.iterations), stop_rules=[f.stop_rule],
-                        optimizers=[f"{stage.name}:adam"], losses=list(f.losses))
-        _STORE[(sweep, k)] = BatchedOutcome(size, fit=fit, state=module_state(p.method.modules), steps=f.steps)
+    for k, (p, _, pre, pre_steps), f in zip(keys, prepared, fits):
+        stage = p.method.stages[-1]
+        stage_ms = ([pre.iter_ms] if pre.optimizers else []) + [f.iter_ms]  # run_stages: the median over trained stages
+        fit = FitResult(iterations=pre.iterations + f.iterations, train_seconds=pre.train_seconds + f.train_seconds,
+                        iter_ms=sorted(stage_ms)[len(stage_ms) // 2], converged=pre.converged and f.converged,
+                        epochs=pre.epochs + f.iterations, stop_rules=pre.stop_rules + [f.stop_rule],
+                        optimizers=pre.optimizers + [f"{stage.name}:adam"], reused=list(pre.reused),
+                        losses=pre.losses + list(f.losses))
+        steps = {name: list(pts) for name, pts in pre_steps.items()}
+        for name, pts in f.steps.items():
+            steps.setdefault(name, []).extend(pts)
+        _STORE[(sweep, k)] = BatchedOutcome(size, fit=fit, state=module_state(p.method.modules), steps=steps)
     print(f"gpdlm: sweep.batched: trained {size} jobs of model={cfg.model.name} as one batched model", file=sys.stderr)
     return _STORE.pop((sweep, key))
 

@@ -91,7 +91,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
             if cfg.sweep.get("batched", False):  # a member of a batch trained by the first job of its shape
                 from .batched import batched_member
 
-                batched = batched_member(cfg, evaluator, tracker)
+                batched = batched_member(cfg, evaluator, tracker, stage_cache=lambda c: reuse_for(c)[0])
             if batched is not None and batched.fit is not None:
                 from ..training.reuse import loadmodule_state
 

@@ -250,13 +250,15 @@ class BatchedSVGP:
 
 def train_batched(members: list[Member], *, max_iters: int, lr: float, lr_scale: dict | None = None,
                   eps: float | None = None, stop: ConvergenceRule | None = None, stop_rule: str = "auto",
-                  check_every: int = 10, eval_every: int = 0, eval_every_epochs: int | None = None) -> list[MemberFit]:
+                  check_every: int = 10, eval_every: int = 0, eval_every_epochs: int | None = None,
+                  step_offsets: list[int] | None = None) -> list[MemberFit]:
     """Train the members as one batched model with one Adam optimiser (see the module docstring).
 
     ``max_iters``, ``lr`` (times ``lr_scale[group]``), ``eps``, the stopping rule (``stop_rule``:
     auto/window/none, with ``stop``'s window and tol), ``check_every`` and ``eval_every`` (full batch: one
     iteration is one epoch, so ``eval_every_epochs`` counts iterations too) are a
     separate run's ``TrainerSettings``: each member stops, evaluates and logs as its own run would.
+    ``step_offsets``: per member, the iterations of its earlier stages (its learning curves go on from there).
     Members are written back into their own modules at every evaluation and at the end (then the
     stage's ``training_end`` hooks run). Raises ``NotBatchable`` (the caller trains the members
     separately) when the batched model does not apply or a member's loss is not finite."""
@@ -281,6 +283,7 @@ def train_batched(members: list[Member], *, max_iters: int, lr: float, lr_scale:
     steps: list[dict] = [{} for _ in range(B)]
     eval_hooks = [[h for h in m.hooks if hasattr(h, "before_evaluate")] for m in members]
     chunks = batch.chunks()
+    offsets = list(step_offsets) if step_offsets is not None else [0] * B
     it = 0
     t = time.perf_counter()
     while it < max_iters and any(active):
@@ -326,7 +329,7 @@ def train_batched(members: list[Member], *, max_iters: int, lr: float, lr_scale:
                 for h in eval_hooks[b]:
                     h.before_evaluate()
                 for k, v in members[b].evaluate().items():
-                    steps[b].setdefault(k, []).append((it, v))
+                    steps[b].setdefault(k, []).append((offsets[b] + it, v))
                 t += time.perf_counter() - t_eval  # evaluation time is not training time
             if converged[b]:
                 active[b] = False
@@ -338,7 +341,7 @@ def train_batched(members: list[Member], *, max_iters: int, lr: float, lr_scale:
                 h.training_end()
         n_it = iterations[b]
         vals = losses[b, :n_it].tolist()
-        steps[b]["train_loss"] = [(i + 1, v) for i, v in enumerate(vals)]
+        steps[b]["train_loss"] = [(offsets[b] + i + 1, v) for i, v in enumerate(vals)]
         out.append(MemberFit(losses=vals, iterations=n_it, converged=converged[b], train_seconds=seconds[b],
                              iter_ms=1000 * seconds[b] / max(n_it, 1), steps=steps[b], stop_rule=rule.name))
     return out
