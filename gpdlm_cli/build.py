@@ -46,7 +46,7 @@ def validate_config(cfg):
     family.validate(cfg)
     validate_trainer(cfg.trainer)
     s = cfg.get("sweep") or {}
-    for key in ("share_stages", "warm_start"):
+    for key in ("share_stages", "warm_start", "batched"):
         if not isinstance(s.get(key, False), bool):
             raise param_error(key, "sweep", "true or false", s.get(key))
     validate_dataset_keys(cfg.dataset)

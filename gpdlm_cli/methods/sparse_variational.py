@@ -74,6 +74,31 @@ def validate(cfg) -> None:
                                      "(the fixed variant freezes every hyperparameter already)")
 
 
+def batched_scope(cfg) -> str | None:
+    """``sweep.batched`` (``run.batched``, ``training.batched``): why this config has no batched form,
+    or None. Batched: svgp (the collapsed ELBO) and dlm (closed form; the fixed variant's DLM stage,
+    after its SVGP stage trained per member), Gaussian likelihood, rbf kernel, zero mean, no input
+    features, a closed-form estimator."""
+    m = cfg.model
+    if m.name not in ("svgp", "dlm"):
+        return f"model={m.name} has no batched form (svgp and dlm do)"
+    if m.name == "svgp" and m.get("variant", "joint") != "joint":
+        return "model=svgp has only the joint variant"
+    if FM.uses_features(cfg):
+        return "input features (features=nn) are not batched"
+    if cfg.likelihood.name != "gaussian":
+        return f"likelihood={cfg.likelihood.name} is not batched (Gaussian only)"
+    if cfg.kernel.name != "rbf":
+        return f"kernel={cfg.kernel.name} is not batched (rbf only)"
+    if m.name == "dlm" and cfg.estimator.name not in ("auto", "exact"):
+        return f"estimator={cfg.estimator.name} samples: not batched (closed form only)"
+    if m.get("mean", "auto") not in ("auto", "zero"):
+        return f"model.mean={m.mean} is not batched (zero mean only)"
+    if m.name == "svgp" and m.get("elbo", "auto") == "uncollapsed":
+        return "model.elbo=uncollapsed is not batched (the collapsed ELBO is)"
+    return None
+
+
 def check_sizes(cfg, n_train: int) -> None:
     C.check_inducing(cfg.model, n_train)
 

@@ -73,6 +73,8 @@ class CollapsedELBO(Objective):
         with torch.no_grad():  # predict with the optimal q(u) of the current hyperparameters
             model.q_u.variational_mean.copy_(m)
             model.q_u.chol_variational_covar.copy_(L_S)
+            # q(u) is set: the model's first prediction must not re-initialise it to the prior
+            model.variational_strategy.variational_params_initialized.fill_(1)
         return -(expected - beta * kl) / self.num_data
 
     @torch.no_grad()

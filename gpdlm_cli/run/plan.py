@@ -26,12 +26,26 @@ class SweepPlan:
     parallel: int
     per_shape: dict = field(default_factory=dict)  # shape -> (seconds per job, iterations, ms/iteration)
     estimate_s: float | None = None
+    batched: bool = False  # sweep.batched
+    batch_sizes: list[int] = field(default_factory=list)  # sweep.batched: the members of each batch (run.batched)
+    separate: int = 0  # sweep.batched: jobs trained one by one (out of scope, or alone in their shape)
+
+    def batching(self) -> str:
+        """``not batched``, or ``batched: K groups of B members`` (and how many jobs train separately)."""
+        if not self.batched:
+            return "not batched"
+        if not self.batch_sizes:
+            return f"batched: none ({self.separate} jobs trained separately)"
+        lo, hi = min(self.batch_sizes), max(self.batch_sizes)
+        k = len(self.batch_sizes)
+        line = f"batched: {k} group{'s' if k > 1 else ''} of {lo if lo == hi else f'{lo}-{hi}'} members"
+        return line + (f", {self.separate} jobs separately" if self.separate else "")
 
     def summary(self) -> str:
         shared = "shared beta-free stages" if self.share_stages else "no shared stages"
         warm = ", warm-started beta paths" if self.warm_start else ""
         line = (f"gpdlm: sweep of {len(self.jobs)} jobs, trainer.protocol={self.protocol}, {shared}{warm}, "
-                f"launcher {self.launcher}" + (f" x{self.parallel}" if self.parallel > 1 else "") + ", not batched")
+                f"launcher {self.launcher}" + (f" x{self.parallel}" if self.parallel > 1 else "") + f", {self.batching()}")
         if self.estimate_s is not None:
             line += f"; estimated wall time on this machine: {_duration(self.estimate_s)} (an upper bound)"
         return line
@@ -47,19 +61,30 @@ def _duration(s: float) -> str:
 
 def job_overrides(overrides: list[str]) -> tuple[list[list[str]], object]:
     """(the override list of every job, the composed config of the first job with Hydra's keys)."""
-    from hydra import compose, initialize_config_module
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra import compose
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
     cmd = parser.parse_overrides([o for o in overrides if o != "-m"])
     first = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_discrete_sweep() else o.input_line
              for o in cmd]
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+    from .compose import config_module
+
+    with config_module():
         cfg = compose(config_name="config", overrides=first, return_hydra_config=True)
-    params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.get("params") or {}).items()]
-    jobs = BasicSweeper.split_arguments(parser.parse_overrides(params) + cmd, None)[0]
-    return jobs, cfg
+    return sweep_jobs(overrides, cfg.hydra.sweeper.get("params")), cfg
+
+
+def sweep_jobs(overrides: list[str], params) -> list[list[str]]:
+    """The override list of every job of a basic sweep: the command line's ``overrides`` and the
+    preset's ``hydra.sweeper.params`` (no config composed: safe inside a running Hydra app)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    cmd = parser.parse_overrides([o for o in overrides if o != "-m"])
+    params = [f"{k}={v}" for k, v in (params or {}).items()]
+    return [list(j) for j in BasicSweeper.split_arguments(parser.parse_overrides(params) + cmd, None)[0]]
 
 
 def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int = 5) -> SweepPlan:
@@ -68,20 +93,42 @@ def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int
     n_jobs = cfg.hydra.launcher.get("n_jobs") or 1
     p = SweepPlan(jobs, str(cfg.trainer.get("protocol", "paper")), bool(cfg.sweep.get("share_stages", True)),
                   bool(cfg.sweep.get("warm_start", False)), launcher or "basic", int(n_jobs) if n_jobs > 0 else 1)
+    if cfg.sweep.get("batched", False):
+        p.batched = True
+        p.batch_sizes, p.separate = batch_groups(jobs)
     if estimate:
         p.estimate_s = _estimate(p, sample_iterations)
     return p
 
 
+def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
+    """``sweep.batched``: (the member count of every batch, the number of jobs trained separately) --
+    jobs grouped by ``run.batched.shape_key``; a job out of scope or alone in its shape is separate."""
+    from .batched import out_of_scope, shape_key
+    from .compose import compose_jobs
+
+    shapes: dict[str, int] = {}
+    separate = 0
+    for cfg in compose_jobs(jobs):
+        if out_of_scope(cfg) is not None:
+            separate += 1
+        else:
+            key = shape_key(cfg)
+            shapes[key] = shapes.get(key, 0) + 1
+    sizes = [n for n in shapes.values() if n > 1]
+    return sizes, separate + sum(n for n in shapes.values() if n == 1)
+
+
 def _estimate(p: SweepPlan, k: int) -> float:
-    from hydra import compose, initialize_config_module
+    from hydra import compose
 
     from ..training import run_stages, stage_settings
     from ..training.stages import uses_lbfgs
+    from .compose import config_module
     from .prepare import prepare
 
     total, shared_seen = 0.0, set()
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+    with config_module():
         for job in p.jobs:
             cfg = compose(config_name="config", overrides=list(job))
             shape = (f"{cfg.model.name}" + (f"_{cfg.model.variant}" if cfg.model.get("variant") else ""), cfg.dataset.name, cfg.dataset.split.get("train_size"), cfg.trainer.batch_size,
@@ -121,4 +168,4 @@ def _gen():
     return torch.Generator().manual_seed(0)
 
 
-__all__ = ["SweepPlan", "job_overrides", "plan"]
+__all__ = ["SweepPlan", "batch_groups", "job_overrides", "plan", "sweep_jobs"]

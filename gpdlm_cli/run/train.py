@@ -87,9 +87,27 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         checkpoint = Checkpointer(output_dir / CHECKPOINT_FILE, int(cfg.trainer.get("checkpoint_every", 5)), run_state,
                                   state=resume_state) if int(cfg.trainer.get("checkpoint_every", 5)) > 0 else None
         with run.interruptible(curve_so_far, info):  # a run stopped from outside leaves a self-explaining folder
-            fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=generator,
-                             evaluate=evaluate, log_steps=log_steps, modules=method.modules,
-                             cache=cache, warm=warm, generators=[est_gen], checkpoint=checkpoint)
+            batched = None
+            if cfg.sweep.get("batched", False):  # a member of a batch trained by the first job of its shape
+                from .batched import batched_member
+
+                batched = batched_member(cfg, evaluator, tracker, stage_cache=lambda c: reuse_for(c)[0])
+            if batched is not None and batched.fit is not None:
+                from ..training.reuse import loadmodule_state
+
+                loadmodule_state(method.modules, batched.state)
+                log_steps(batched.steps)
+                fit = batched.fit
+            else:
+                fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=generator,
+                                 evaluate=evaluate, log_steps=log_steps, modules=method.modules,
+                                 cache=cache, warm=warm, generators=[est_gen], checkpoint=checkpoint)
+        if batched is not None:
+            tracker.set_tags({"gpdlm.batched": batched.tag})
+            if batched.note:
+                from .artifacts import append_log
+
+                append_log(output_dir, batched.note, level="INFO")
         history["loss"] = fit.losses
         if fit.reused:
             tracker.set_tags({"gpdlm.reused_stage": ",".join(fit.reused)})

@@ -171,6 +171,13 @@ class SweepCallback(Callback):
             self.parent_run_id = run.info.run_id
             context.update(parent_run_id=self.parent_run_id, uri=uri, experiment=str(config.tracking.experiment))
             _ACTIVE.append(self)
+        if config.get("sweep", {}).get("batched", False) and sweeper == "basic":
+            try:  # sweep.batched: the first job of a shape trains every job of its shape (run.batched)
+                from ..run.plan import sweep_jobs
+
+                context["jobs"] = sweep_jobs(list(config.hydra.overrides.task), config.hydra.sweeper.get("params"))
+            except Exception:  # the jobs then train separately, saying why
+                pass
         from ..files import write_atomic
 
         write_atomic(sweep_dir / SWEEP_FILE, json.dumps(context))
