@@ -44,6 +44,9 @@ class FeatureInputGP(torch.nn.Module):
     def inducing_points(self) -> torch.Tensor:
         return self.gp.inducing_points
 
+    def set_whitened_q(self, mean: torch.Tensor, chol_covar: torch.Tensor) -> None:
+        self.gp.set_whitened_q(mean, chol_covar)
+
     def reset_variational(self, covariance_scale: float = 1.0) -> None:
         self.gp.reset_variational(covariance_scale)
 

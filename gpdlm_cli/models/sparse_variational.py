@@ -102,6 +102,14 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
         """m~ = L^{-1} m, so m^T K_uu^{-1} m = |m~|^2."""
         return self.q_u.variational_mean
 
+    @torch.no_grad()
+    def set_whitened_q(self, mean: torch.Tensor, chol_covar: torch.Tensor) -> None:
+        """Write q(u~) = N(m~, L_S L_S^T) and mark it set, so the next prediction does not
+        re-initialise it to the prior (gpytorch initialises q(u) at its first call otherwise)."""
+        self.q_u.variational_mean.copy_(mean)
+        self.q_u.chol_variational_covar.copy_(chol_covar)
+        self.variational_strategy.variational_params_initialized.fill_(1)
+
     def variational_parameters(self):
         return list(self.q_u.parameters())
 

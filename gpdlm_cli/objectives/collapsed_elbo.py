@@ -70,11 +70,9 @@ class CollapsedELBO(Objective):
         M = A.shape[0]
         logdet_S = -2 * torch.log(torch.diagonal(L_B)).sum()
         kl = 0.5 * (torch.diagonal(S).sum() + (m**2).sum() - M - logdet_S)
-        with torch.no_grad():  # predict with the optimal q(u) of the current hyperparameters
-            model.q_u.variational_mean.copy_(m)
-            model.q_u.chol_variational_covar.copy_(L_S)
-            # q(u) is set: the model's first prediction must not re-initialise it to the prior
-            model.variational_strategy.variational_params_initialized.fill_(1)
+        # predict with the optimal q(u) of the current hyperparameters; marked set, so the model's
+        # first prediction does not re-initialise it to the prior
+        model.set_whitened_q(m.detach(), L_S.detach())
         return -(expected - beta * kl) / self.num_data
 
     @torch.no_grad()
