@@ -8,7 +8,7 @@ URI=${GPDLM_STUDY_STORE:-sqlite:///$PWD/mlflow.db}
 R="gpdlm report --tracking-uri $URI --no-log"
 $R --claims dlm --experiment regression_logloss_pol --experiment regression_sqloss_pol --experiment classification \
    --experiment count --experiment count_curves --experiment airline_curves --experiment sampling_methods \
-   --experiment bias_study --study docs/results/studies/dlm.md --output docs/results/dlm.md
+   --experiment bias_study --experiment regression_bmc --study docs/results/studies/dlm.md --output docs/results/dlm.md
 $R --claims rkhs --experiment rkhs_batch_study_pol --study docs/results/studies/rkhs.md --output docs/results/rkhs.md
 $R --claims gplstm --experiment gplstm_sysid --experiment gplstm_convergence \
    --study docs/results/studies/gplstm.md --output docs/results/gplstm.md
