@@ -23,7 +23,6 @@ as without ``sweep.batched``, with one line in the log and the tag ``gpdlm.batch
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from ..tracking.identity import IGNORED_KEYS, config_hash
+from ..tracking.identity import config_hash
 
 
 @dataclass
@@ -58,13 +57,7 @@ def clear_batched() -> None:
 
 def shape_key(cfg) -> str:
     """The config hash without ``seed`` and ``objective.beta``: the jobs one batch can hold."""
-    from omegaconf import OmegaConf
-
-    d = OmegaConf.to_container(cfg, resolve=True)
-    for k in IGNORED_KEYS + ("seed",):
-        d.pop(k, None)
-    d.get("objective", {}).pop("beta", None)
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return config_hash(cfg, without=("seed", "objective.beta"))
 
 
 def out_of_scope(cfg) -> str | None:
