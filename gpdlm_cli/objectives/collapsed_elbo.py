@@ -28,18 +28,23 @@ from ..models.linalg import safe_cholesky
 from .base import Objective
 
 
-def optimal_whitened_q(A: torch.Tensor, r: torch.Tensor, noise: torch.Tensor, beta: float):
-    """(m~*, chol S~*) and the pieces of the bound: returns m, L_S, and B = I + A A^T/(beta s2)."""
-    M = A.shape[0]
-    eye = torch.eye(M, dtype=A.dtype, device=A.device)
-    B = eye + (A @ A.T) / (beta * noise)
-    L_B = safe_cholesky(B, what="I + A A^T / (beta s2)")
-    # m~* = (A A^T + beta s2 I)^{-1} A r = B^{-1} A r / (beta s2)
-    m = torch.cholesky_solve((A @ r).unsqueeze(-1), L_B).squeeze(-1) / (beta * noise)
-    # S~* = B^{-1}: its Cholesky factor is L_B^{-T} up to an orthogonal factor; use chol(B^{-1})
+def collapsed_bound(A: torch.Tensor, r: torch.Tensor, k: torch.Tensor, noise: torch.Tensor, beta, L_B: torch.Tensor):
+    """The beta-ELBO at its optimal q(u) (module docstring), batched over leading dimensions.
+
+    A: L^{-1} K_uf (... x M x N); r: y - mean (... x N); k: K_ii - Q_ii (... x N); noise, beta: s2 and beta
+    (scalars or ...); L_B: the Cholesky factor of B = I + A A^T / (beta s2). Returns
+    (sum_i E_q[log N(y_i | f_i, s2)] - beta KL, m~* = B^{-1} A r / (beta s2), S~* = B^{-1}).
+    ``CollapsedELBO`` and the batched trainer (``training.batched``) both evaluate it."""
+    n, M = r.shape[-1], A.shape[-2]
+    bs2 = torch.as_tensor(beta * noise)
+    m = torch.cholesky_solve((A @ r.unsqueeze(-1)), L_B).squeeze(-1) / bs2[..., None]
     S = torch.cholesky_inverse(L_B)
-    L_S = safe_cholesky(0.5 * (S + S.T), what="S~*")
-    return m, L_S, S, L_B
+    resid = r - (A.mT @ m.unsqueeze(-1)).squeeze(-1)
+    expected = (-0.5 * n * math.log(2 * math.pi) - 0.5 * n * torch.log(noise)
+                - ((resid**2).sum(-1) + (A * (S @ A)).sum((-2, -1)) + k.sum(-1)) / (2 * noise))
+    logdet_S = -2 * torch.log(torch.diagonal(L_B, dim1=-2, dim2=-1)).sum(-1)
+    kl = 0.5 * (torch.diagonal(S, dim1=-2, dim2=-1).sum(-1) + (m**2).sum(-1) - M - logdet_S)
+    return expected - beta * kl, m, S
 
 
 class CollapsedELBO(Objective):
@@ -57,23 +62,18 @@ class CollapsedELBO(Objective):
 
     def forward(self, x, y):
         model, beta = self.model, self.beta
-        n = y.shape[0]
         noise = self.likelihood.noise
         A = model.interpolation(x).T  # L^{-1} K_uf  (M x N)
         r = y - model.prior_mean(x)
-        kff = model.prior_variance(x)
-        k = (kff - (A**2).sum(0)).clamp_min(0)
-        m, L_S, S, L_B = optimal_whitened_q(A, r, noise, beta)
-        resid = r - A.T @ m
-        expected = (-0.5 * n * math.log(2 * math.pi) - 0.5 * n * torch.log(noise)
-                    - ((resid**2).sum() + (A * (S @ A)).sum() + k.sum()) / (2 * noise))
-        M = A.shape[0]
-        logdet_S = -2 * torch.log(torch.diagonal(L_B)).sum()
-        kl = 0.5 * (torch.diagonal(S).sum() + (m**2).sum() - M - logdet_S)
-        # predict with the optimal q(u) of the current hyperparameters; marked set, so the model's
-        # first prediction does not re-initialise it to the prior
+        k = (model.prior_variance(x) - (A**2).sum(0)).clamp_min(0)
+        eye = torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
+        L_B = safe_cholesky(eye + (A @ A.T) / (beta * noise), what="I + A A^T / (beta s2)")
+        value, m, S = collapsed_bound(A, r, k, noise, beta, L_B)
+        # S~* = B^{-1}: its Cholesky factor; predict with the optimal q(u) of the current hyperparameters,
+        # marked set, so the model's first prediction does not re-initialise it to the prior
+        L_S = safe_cholesky(0.5 * (S + S.T), what="S~*")
         model.set_whitened_q(m.detach(), L_S.detach())
-        return -(expected - beta * kl) / self.num_data
+        return -value / self.num_data
 
     @torch.no_grad()
     def refresh(self, x, y) -> None:
@@ -102,4 +102,4 @@ class RefreshOptimalQ:
         pass
 
 
-__all__ = ["CollapsedELBO", "RefreshOptimalQ", "optimal_whitened_q"]
+__all__ = ["CollapsedELBO", "RefreshOptimalQ", "collapsed_bound"]

@@ -38,6 +38,7 @@ from typing import Callable
 
 import torch
 
+from ..objectives.collapsed_elbo import collapsed_bound
 from .stopping import ConvergenceRule, NeverStop, make_rule
 
 KINDS = ("collapsed_elbo", "log_loss")
@@ -206,21 +207,12 @@ class BatchedSVGP:
         A = torch.linalg.solve_triangular(L, self._kernel(sl, self.values[Z][sl], x), upper=False)  # b x M x N
         os = self.os_transform(self.values[RAW_OS][sl])
         k = (os[:, None] - (A**2).sum(-2)).clamp_min(0)  # K_ii - Q_ii
-        M = A.shape[-2]
-        eye = torch.eye(M, dtype=A.dtype, device=A.device)
-        bs2 = (beta * noise)[:, None, None]
-        Bm = eye + (A @ A.mT) / bs2
-        L_B, info = torch.linalg.cholesky_ex(Bm)
+        eye = torch.eye(A.shape[-2], dtype=A.dtype, device=A.device)
+        L_B, info = torch.linalg.cholesky_ex(eye + (A @ A.mT) / (beta * noise)[:, None, None])
         if bool(info.any()):
             raise NotBatchable("I + A A^T / (beta s2) is not positive definite for a member")
-        m = torch.cholesky_solve((A @ r.unsqueeze(-1)), L_B).squeeze(-1) / (beta * noise)[:, None]
-        S = torch.cholesky_inverse(L_B)
-        resid = r - (A.mT @ m.unsqueeze(-1)).squeeze(-1)
-        expected = (-0.5 * n * math.log(2 * math.pi) - 0.5 * n * torch.log(noise)
-                    - ((resid**2).sum(-1) + (A * (S @ A)).sum((-2, -1)) + k.sum(-1)) / (2 * noise))
-        logdet_S = -2 * torch.log(torch.diagonal(L_B, dim1=-2, dim2=-1)).sum(-1)
-        kl = 0.5 * (torch.diagonal(S, dim1=-2, dim2=-1).sum(-1) + (m**2).sum(-1) - M - logdet_S)
-        return -(expected - beta * kl) / n
+        value, _, _ = collapsed_bound(A, r, k, noise, beta, L_B)
+        return -value / n
 
     def _log_loss(self, sl: slice) -> torch.Tensor:
         from gpytorch.variational.variational_strategy import ComputePredictiveUpdates
