@@ -4,6 +4,7 @@
     python benchmarks/bench_study.py --project regression_logloss_pol --sizes 500 2000
     python benchmarks/bench_study.py --equivalence --sizes 500 --seeds 0 1 2 --betas 4 --models dlm svgp
     python benchmarks/bench_study.py --from-store sqlite:////work/studies/mlflow.db   # pair real runs of both protocols
+    python benchmarks/bench_study.py --from-store URI --fast-experiment protocol_equivalence_pol  # both in one experiment
 
 * **Projection.** The study's jobs are those of `gpdlm sweep beta` for every (model, training size, seed)
   of the preset (the paper's grid n, n/2, ..., 0.01). For each (model, size) shape, one job is *run*
@@ -167,7 +168,7 @@ def from_store(uri: str, fast_experiment: str, paper_experiment: str) -> list[di
     def runs(name):
         return store.load_runs(client, store.get_experiment(client, name, uri), notes=[])
     key = ("model.name", "model.variant", "train_size", "seed", "objective.beta")
-    fast = {tuple(r.value(k) for k in key): r for r in runs(fast_experiment)}
+    fast = {tuple(r.value(k) for k in key): r for r in runs(fast_experiment) if r.tags.get("gpdlm.protocol") == "fast"}
     rows = []
     for r in runs(paper_experiment):
         k = tuple(r.value(x) for x in key)

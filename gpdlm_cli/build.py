@@ -178,6 +178,12 @@ def validate_trainer(t) -> None:
     ft = t.get("fast_tol", 1e-4)
     if not is_number(ft) or not 0 <= ft < math.inf:
         raise param_error("fast_tol", "trainer (protocol=fast)", "a finite float >= 0", ft)
+    fa = t.get("fast_adam_iters", 200)
+    if not is_int(fa) or fa < 0:
+        raise param_error("fast_adam_iters", "trainer (protocol=fast)", "an integer >= 0 (0 = L-BFGS from the start)", fa)
+    fg = t.get("fast_grad_tol", 1e-4)
+    if fg is not None and (not is_number(fg) or not 0 <= fg < math.inf):
+        raise param_error("fast_grad_tol", "trainer (protocol=fast)", "a finite float >= 0 or null (no gradient test)", fg)
     keep = t.get("keep_best")
     if keep is not None and (not isinstance(keep, str) or not keep):
         raise param_error("keep_best", "trainer", "'auto', a metric name (e.g. val_nll) or null", keep)
@@ -351,6 +357,8 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
         fast_window=int(t.get("fast_window", 10)),
         fast_tol=float(t.get("fast_tol", 1e-4)),
         fast_max_iters=int(t.get("fast_max_iters", 1000)),
+        fast_adam_iters=int(t.get("fast_adam_iters", 200)),
+        fast_grad_tol=None if t.get("fast_grad_tol", 1e-4) is None else float(t.get("fast_grad_tol", 1e-4)),
     )
 
 

@@ -170,7 +170,8 @@ def _dry_run(name: str, rest: list[str]) -> int:
     for shape, stages in p.per_shape.items():
         model, dataset, n, batch, m = shape
         parts = ", ".join(f"{s}: {cap} it x {ms:.1f} ms" + (" (L-BFGS)" if lb else "") + (" shared" if sh else "")
-                          for s, sh, cap, ms, lb in stages)
+                          + (f", {secs:.0f} s with its first-order start" if secs > cap * ms / 1000 + 1e-9 else "")
+                          for s, sh, cap, ms, lb, secs in stages)
         print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}): {parts}")
     return 0
 

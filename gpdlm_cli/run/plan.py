@@ -24,7 +24,7 @@ class SweepPlan:
     warm_start: bool
     launcher: str
     parallel: int
-    per_shape: dict = field(default_factory=dict)  # shape -> (seconds per job, iterations, ms/iteration)
+    per_shape: dict = field(default_factory=dict)  # shape -> [(stage, shareable, iterations, ms/iteration, L-BFGS, seconds)]
     estimate_s: float | None = None
     batched: bool = False  # sweep.batched
     batch_sizes: list[int] = field(default_factory=list)  # sweep.batched: the members of each batch (run.batched)
@@ -123,7 +123,7 @@ def _estimate(p: SweepPlan, k: int) -> float:
     from hydra import compose
 
     from ..training import run_stages, stage_settings
-    from ..training.stages import uses_lbfgs
+    from ..training.stages import first_order_prefix, uses_lbfgs
     from .compose import config_module
     from .prepare import prepare
 
@@ -142,23 +142,30 @@ def _estimate(p: SweepPlan, k: int) -> float:
                         continue
                     s = stage_settings(settings, stage, splits.n_train)
                     cap = s.max_iters or (s.max_epochs or 1) * max(1, splits.n_train // (s.batch_size or splits.n_train))
-                    quick = dataclasses.replace(settings, max_iters=2, max_epochs=None, eval_every=0,
+                    quick = dataclasses.replace(settings, max_iters=2, max_epochs=None, eval_every=0, fast_adam_iters=0,
                                                 eval_every_epochs=None, keep_best=None, stop_rule="none", progress=False)
-                    run_stages([stage], data.x_train, data.y_train, quick, generator=_gen())  # warm-up: caches, first calls
-                    t0 = time.perf_counter()
-                    run_stages([stage], data.x_train, data.y_train, dataclasses.replace(quick, max_iters=k),
-                               generator=_gen())
-                    ms = 1000 * (time.perf_counter() - t0) / k
+
+                    def ms_per_iteration(q):
+                        run_stages([stage], data.x_train, data.y_train, q, generator=_gen())  # warm-up: caches, first calls
+                        t0 = time.perf_counter()
+                        run_stages([stage], data.x_train, data.y_train, dataclasses.replace(q, max_iters=k), generator=_gen())
+                        return 1000 * (time.perf_counter() - t0) / k
+
+                    ms = ms_per_iteration(quick)
+                    seconds = cap * ms / 1000
+                    prefix = first_order_prefix(settings, stage, splits.n_train)
+                    if prefix is not None:  # the fast protocol's first-order start, at the paper optimiser's speed
+                        seconds += prefix.max_iters * ms_per_iteration(dataclasses.replace(quick, protocol="paper")) / 1000
                     stages.append((stage.name, bool(getattr(stage, "shareable", False)), cap, ms,
-                                   uses_lbfgs(stage, settings, splits.n_train) and s.protocol == "fast"))
+                                   uses_lbfgs(stage, settings, splits.n_train) and s.protocol == "fast", seconds))
                 p.per_shape[shape] = stages
-            for name, shareable, cap, ms, _ in p.per_shape[shape]:
+            for name, shareable, cap, ms, _, seconds in p.per_shape[shape]:
                 key = (shape, name, cfg.seed, cfg.dataset.split.get("train_size"))
                 if shareable and p.share_stages:
                     if key in shared_seen:
                         continue
                     shared_seen.add(key)
-                total += cap * ms / 1000
+                total += seconds
     return total / max(1, p.parallel)
 
 

@@ -129,6 +129,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
             "converged": int(fit.converged),
             "n_train": splits.n_train,
         })
+        if fit.grad_max_abs is not None:  # the fast protocol's gradient test (training.loop.train)
+            metrics["grad_max_abs"] = fit.grad_max_abs
         if settings.keep_best:
             metrics["best_iteration"] = fit.best_iteration if fit.best_iteration is not None else fit.iterations
         if method.estimator is not None:

@@ -52,6 +52,9 @@ class TrainerSettings:
     fast_window: int = 10  # fast: L-BFGS stops when max - min of the loss over this many iterations
     fast_tol: float = 1e-4  # ... is <= this (per datum)
     fast_max_iters: int = 1000  # fast: L-BFGS iteration cap (max_iters is an Adam budget)
+    fast_grad_tol: float | None = 1e-4  # fast: ... and the gradient's largest component is <= this (per datum)
+    fast_adam_iters: int = 200  # fast: first-order steps (the paper's optimiser) before L-BFGS, from a cold start
+    grad_tol: float | None = None  # stop only when, as well, max_i |d loss / d theta_i| <= grad_tol (see train)
 
 
 @dataclass
@@ -66,6 +69,7 @@ class TrainResult:
     optimizer: str = "adam"
     best_iteration: int | None = None  # global step of the restored iterate (keep_best)
     best_value: float | None = None
+    grad_max_abs: float | None = None  # max_i |d loss / d theta_i| at the last iterate (when grad_tol is set)
 
 
 def _progress_bar(total: int, desc: str, enabled: bool):
@@ -74,6 +78,12 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
+
+
+def gradient_max_abs(loss: torch.Tensor, params: list[torch.Tensor]) -> float:
+    """max_i |d loss / d theta_i| over every element of ``params`` (one host read)."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return float(torch.stack([g.detach().abs().max() for g in grads if g is not None]).max())
 
 
 class _Snapshot:
@@ -126,7 +136,13 @@ def train(
     iteration, the losses so far, the batch permutation and position, the optimiser's state, the best
     iterate's snapshot, the time spent, the hooks' states -- goes to ``checkpoint.save``; ``resume``
     (such a state) continues from it. An iteration is never split: termination signals wait for the
-    iteration in progress (``deferred_signals``), so a checkpoint always holds a whole number of steps."""
+    iteration in progress (``deferred_signals``), so a checkpoint always holds a whole number of steps.
+
+    ``settings.grad_tol`` adds a gradient test to the stopping rule (the fast protocol's L-BFGS stages):
+    when the rule fires, the gradient of the objective on the current batch is evaluated once more and
+    the loop stops only if ``max_i |d loss / d theta_i| <= grad_tol`` (the infinity norm scipy's L-BFGS-B
+    uses for its ``pgtol`` test, here on the per-datum loss and the unconstrained parameters); otherwise
+    it goes on until the rule fires again or the budget ends. The last value is ``grad_max_abs``."""
     from linear_operator.utils.errors import NanError, NotPSDError
 
     from ..tracking.signals import deferred_signals, killed_reason
@@ -176,6 +192,9 @@ def train(
     bar = _progress_bar(cap, desc, settings.progress)
     perm, pos = None, n
     it, it_chunk, converged, flushed = 0, 0, False, 0
+    trained = [p for g in opt_groups for p in g["params"]]
+    grad_max_abs = None
+    xb, yb, idx = x, y, None
     eval_seconds = 0.0
     t_start = t_chunk = time.perf_counter()
     prior_seconds = 0.0  # training time of earlier segments of this stage (a resumed run)
@@ -286,6 +305,9 @@ def train(
                             bar.set_postfix(loss=f"{window[-1].item():.4f}", refresh=False)
                             bar.refresh()
                         converged = rule.converged(window)
+                        if converged and settings.grad_tol is not None:
+                            grad_max_abs = gradient_max_abs(call(xb, yb, idx), trained)
+                            converged = grad_max_abs <= settings.grad_tol
                     last = converged or it == cap  # the caller evaluates the final model itself
                     due = (settings.eval_every and it % settings.eval_every == 0) or (
                         settings.eval_every_epochs and it % steps_per_epoch == 0
@@ -322,6 +344,8 @@ def train(
             bar.close()
     for h in end_hooks:
         h.training_end()
+    if settings.grad_tol is not None and not converged and it > 0:  # stopped by the budget: measure it too
+        grad_max_abs = gradient_max_abs(call(xb, yb, idx), trained)
     flush(it)
     seconds = prior_seconds + time.perf_counter() - t_start - eval_seconds  # training only, every segment
     if snapshot is not None and evaluate is not None:
@@ -339,6 +363,7 @@ def train(
         optimizer=settings.optimizer,
         best_iteration=best["iteration"],
         best_value=best["value"],
+        grad_max_abs=grad_max_abs,
     )
     for h in hooks:  # e.g. a family's time per epoch (evaluation excluded)
         if hasattr(h, "stage_end"):

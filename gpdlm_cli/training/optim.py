@@ -46,9 +46,13 @@ def make_optimizer(name: str, groups: list[dict], *, momentum: float = 0.0, rho:
         if len(groups) != 1:  # torch's L-BFGS works on one flat vector with one step size
             raise ValueError("lbfgs takes a single parameter group")
         # one outer iteration per call; max_eval bounds the line search of that iteration (torch's
-        # default, 1.25 max_iter, would leave it no evaluation at all)
+        # default, 1.25 max_iter, would leave it no evaluation at all). tolerance_change=0: torch's
+        # default (1e-9, absolute) skips the step whenever the directional derivative g.d > -1e-9, which
+        # on a per-datum loss happens at gradients of ~1e-5: L-BFGS stands still there and only the
+        # stopping rule notices (a 12-parameter least squares stalled at max|g| 5.7e-6; with 0 it reaches
+        # torch's tolerance_grad, 1e-7). Stopping is the loop's business (rule, gradient test, budget).
         return torch.optim.LBFGS(groups[0]["params"], lr=groups[0]["lr"], max_iter=1, max_eval=26,
-                                 history_size=lbfgs_history, line_search_fn="strong_wolfe")
+                                 history_size=lbfgs_history, line_search_fn="strong_wolfe", tolerance_change=0.0)
     raise ValueError(f"unknown optimizer {name!r}")
 
 

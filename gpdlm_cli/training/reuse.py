@@ -102,16 +102,18 @@ class WarmStart:
         self.path_key, self.beta = path_key, float(beta)
         self.started_from: float | None = None
 
-    def restore(self, stage_name: str, modules) -> None:
+    def restore(self, stage_name: str, modules) -> bool:
+        """Load the stage's end state from the previous job of the path; whether there was one."""
         entry = _WARM.get(self.path_key, {}).get(stage_name)
         if entry is None:
-            return
+            return False
         beta, state = entry
         try:
             loadmodule_state(modules, state)
         except KeyError:
-            return
+            return False
         self.started_from = beta
+        return True
 
     def save(self, stage_name: str, modules) -> None:
         _WARM.setdefault(self.path_key, {})[stage_name] = (self.beta, module_state(modules))

@@ -32,11 +32,25 @@ def test_the_estimate_counts_a_shared_stage_once_per_key():
     p = plan(["model=dlm_fixed", "objective.beta=0.5,1,2", "dataset.split.train_size=100", "model.num_inducing=10",
               "trainer.max_iters=40", "threads=1"], estimate=True, sample_iterations=3)
     (stages,) = p.per_shape.values()
-    by_name = {name: (cap, ms) for name, _, cap, ms, _ in stages}
+    by_name = {name: (cap, ms) for name, _, cap, ms, _, _ in stages}
     expected = (by_name["svgp"][0] * by_name["svgp"][1] + 3 * by_name["dlm"][0] * by_name["dlm"][1]) / 1000
     assert p.estimate_s == pytest.approx(expected)
     p_off = plan(["model=dlm_fixed", "objective.beta=0.5,1,2", "sweep.share_stages=false"])
     assert not p_off.share_stages and len(p_off.jobs) == 3
+
+
+def test_the_fast_estimate_adds_the_first_order_start_of_each_lbfgs_stage():
+    common = ["model=svgp", "objective.beta=0.5,1", "dataset.split.train_size=100", "model.num_inducing=10",
+              "trainer=fast", "threads=1"]
+    for adam in (0, 50):
+        p = plan(common + [f"trainer.fast_adam_iters={adam}"], estimate=True, sample_iterations=3)
+        ((name, _, cap, ms, lbfgs, seconds),) = next(iter(p.per_shape.values()))
+        assert name == "svgp" and lbfgs and cap == 1000
+        if adam == 0:
+            assert seconds == pytest.approx(cap * ms / 1000)
+        else:
+            assert seconds > cap * ms / 1000  # plus 50 Adam iterations at their own measured speed
+        assert p.estimate_s == pytest.approx(2 * seconds)
 
 
 def test_dry_run_needs_a_multirun(capsys):

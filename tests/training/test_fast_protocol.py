@@ -3,6 +3,7 @@ the paper's first-order protocol everywhere else, and an optimum at least as goo
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gpdlm_cli import build
@@ -54,11 +55,124 @@ def test_fast_reaches_the_paper_optimum_or_lower_in_fewer_iterations(tmp_path):
         cfg = compose(BASE + ["model=sgpr", "model.num_inducing=15", f"trainer={protocol}", "trainer.max_iters=1000"])
         runs[protocol] = run_train(cfg, tmp_path / protocol, tracker=NullTracker())
     assert runs["fast"]["final_loss"] <= runs["paper"]["final_loss"] + 1e-3 / 1  # per datum
-    assert runs["fast"]["iterations"] < runs["paper"]["iterations"] / 4
+    assert runs["fast"]["iterations"] - 200 < runs["paper"]["iterations"] / 4  # 200 Adam steps, then L-BFGS
     assert runs["fast"]["converged"] == 1
+    assert runs["fast"]["grad_max_abs"] <= 1e-4  # the gradient test of trainer.fast_grad_tol
+    assert "grad_max_abs" not in runs["paper"]  # Adam's window rule has no gradient test
 
 
-@pytest.mark.parametrize("override", ["trainer.protocol=quick", "trainer.fast_window=1", "trainer.fast_tol=-1"])
+@pytest.mark.parametrize("override", ["trainer.protocol=quick", "trainer.fast_window=1", "trainer.fast_tol=-1",
+                                      "trainer.fast_grad_tol=-1", "trainer.fast_grad_tol=inf",
+                                      "trainer.fast_adam_iters=-1", "trainer.fast_adam_iters=0.5"])
 def test_bad_protocol_settings_fail_before_training(override):
     with pytest.raises(GpdlmError, match=override.split("=")[0].split(".")[1]):
         build.validate_config(compose(BASE + [override]))
+
+
+def test_fast_stages_carry_the_gradient_test_and_paper_stages_do_not():
+    for protocol, expected in (("fast", 3e-5), ("paper", None)):
+        cfg = compose(BASE + ["model=svgp", "model.num_inducing=15", f"trainer={protocol}", "trainer.fast_grad_tol=3e-5"])
+        prepared = prepare(cfg)
+        (stage,) = [s for s in prepared.method.stages if s.solve is None]
+        assert stage_settings(prepared.settings, stage, prepared.splits.n_train).grad_tol == expected
+    cfg = compose(BASE + ["model=svgp", "trainer=fast", "trainer.fast_grad_tol=null"])
+    prepared = prepare(cfg)
+    assert all(stage_settings(prepared.settings, s, prepared.splits.n_train).grad_tol is None
+               for s in prepared.method.stages if s.solve is None)
+
+
+def _least_squares(seed=0, n=40, d=12):
+    """0.5 mean((A theta - b)^2) with singular values 1 ... 1e-2: L-BFGS needs tens of iterations."""
+    rng = np.random.default_rng(seed)
+    u, _ = np.linalg.qr(rng.normal(size=(n, d)))
+    v, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    a = u @ np.diag(np.logspace(0, -2, d)) @ v.T * np.sqrt(n)
+    b = rng.normal(size=n)
+    return a, b
+
+
+@pytest.mark.parametrize("grad_tol", [None, 1e-3, 1e-7])
+def test_lbfgs_stops_only_when_the_gradient_is_small_as_well(grad_tol):
+    """The window rule set to fire at its first check (tol 1e9): without a gradient test L-BFGS stops
+    after ``window`` iterations; with ``grad_tol`` it stops at the first check where the gradient's
+    largest component, recomputed here with numpy from the final parameters, is <= grad_tol."""
+    import torch
+
+    from gpdlm_cli.training import ConvergenceRule, TrainerSettings, train
+
+    a, b = _least_squares()
+    at, bt = torch.tensor(a), torch.tensor(b)
+    theta = torch.nn.Parameter(torch.zeros(a.shape[1], dtype=torch.float64))
+
+    def objective(x, y):
+        return 0.5 * ((at @ theta - bt) ** 2).mean()
+
+    settings = TrainerSettings(max_iters=500, optimizer="lbfgs", lr=1.0, check_every=10, eval_every=0, progress=False,
+                               stop=ConvergenceRule(window=10, tol=1e9), stop_rule="window", grad_tol=grad_tol)
+    x = torch.zeros(a.shape[0], 1, dtype=torch.float64)
+    res = train(objective, [theta], x, x[:, 0], settings, generator=torch.Generator().manual_seed(0))
+    g = a.T @ (a @ theta.detach().numpy() - b) / a.shape[0]  # the gradient, independently
+    if grad_tol is None:
+        assert res.iterations == 10 and res.converged and res.grad_max_abs is None
+        assert np.abs(g).max() > 1e-3  # not converged in the gradient's sense
+    else:
+        assert res.converged and res.iterations < 500 and res.iterations % 10 == 0
+        assert np.abs(g).max() <= grad_tol
+        assert res.grad_max_abs == pytest.approx(np.abs(g).max(), rel=1e-9, abs=1e-15)
+        if grad_tol == 1e-7:
+            assert res.iterations > 10
+
+
+def test_lbfgs_stopped_by_its_budget_reports_the_gradient():
+    import torch
+
+    from gpdlm_cli.training import ConvergenceRule, TrainerSettings, train
+
+    a, b = _least_squares(seed=1)
+    at, bt = torch.tensor(a), torch.tensor(b)
+    theta = torch.nn.Parameter(torch.zeros(a.shape[1], dtype=torch.float64))
+    settings = TrainerSettings(max_iters=5, optimizer="lbfgs", lr=1.0, check_every=10, eval_every=0, progress=False,
+                               stop=ConvergenceRule(window=10, tol=1e9), stop_rule="window", grad_tol=1e-12)
+    x = torch.zeros(a.shape[0], 1, dtype=torch.float64)
+    res = train(lambda x, y: 0.5 * ((at @ theta - bt) ** 2).mean(), [theta], x, x[:, 0], settings,
+                generator=torch.Generator().manual_seed(0))
+    g = a.T @ (a @ theta.detach().numpy() - b) / a.shape[0]
+    assert res.iterations == 5 and not res.converged
+    assert res.grad_max_abs == pytest.approx(np.abs(g).max(), rel=1e-9)
+
+
+def _fit(overrides, warm=None):
+    import torch
+
+    from gpdlm_cli.training import run_stages
+
+    prepared = prepare(compose(BASE + ["model=svgp", "model.num_inducing=15", "trainer.max_iters=400"] + overrides))
+    fit = run_stages(prepared.method.stages, prepared.data.x_train, prepared.data.y_train, prepared.settings,
+                     generator=torch.Generator().manual_seed(0), modules=prepared.method.modules, warm=warm)
+    return fit
+
+
+def test_a_cold_lbfgs_stage_first_follows_the_paper_protocol_for_fast_adam_iters_steps():
+    """The first-order start is the paper protocol's own path: its 50 losses equal the first 50 of a
+    trainer=paper run from the same seed, and L-BFGS continues from there (optimizers tag adam50+lbfgs)."""
+    paper = _fit(["trainer=paper"])
+    fast = _fit(["trainer=fast", "trainer.fast_adam_iters=50"])
+    assert fast.optimizers == ["svgp:adam50+lbfgs"] and paper.optimizers == ["svgp:adam"]
+    assert fast.losses[:50] == pytest.approx(paper.losses[:50], rel=1e-12)
+    assert fast.iterations > 50 and fast.losses[-1] <= paper.losses[-1] + 1e-6
+    none = _fit(["trainer=fast", "trainer.fast_adam_iters=0"])
+    assert none.optimizers == ["svgp:lbfgs"] and none.losses[0] == pytest.approx(paper.losses[0], rel=1e-12)
+    assert none.losses[1] != pytest.approx(paper.losses[1], rel=1e-6)  # L-BFGS from the first step
+
+
+def test_a_warm_started_stage_skips_the_first_order_start():
+    from gpdlm_cli.training.reuse import WarmStart, clear_warm_starts
+
+    clear_warm_starts()
+    try:
+        first = _fit(["trainer=fast", "trainer.fast_adam_iters=50", "objective.beta=1"], warm=WarmStart("path", 1.0))
+        second = _fit(["trainer=fast", "trainer.fast_adam_iters=50", "objective.beta=0.5"], warm=WarmStart("path", 0.5))
+    finally:
+        clear_warm_starts()
+    assert first.optimizers == ["svgp:adam50+lbfgs"] and first.warm_started_from is None
+    assert second.optimizers == ["svgp:lbfgs"] and second.warm_started_from == 1.0
