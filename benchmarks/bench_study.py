@@ -7,13 +7,13 @@
     python benchmarks/bench_study.py --from-store URI --fast-experiment protocol_equivalence_pol  # both in one experiment
 
 * **Projection.** The study's jobs are those of `gpdlm sweep beta` for every (model, training size, seed)
-  of the preset (the paper's grid n, n/2, ..., 0.01). For each (model, size) shape, one job is *run*
-  under both protocols from the same start: the paper protocol's per-iteration time is measured over
-  its first iterations and multiplied by its budget (`trainer.max_iters`, which Adam's window rule
-  rarely cuts short: the README); the fast path is run to its own end (L-BFGS to its tolerance,
-  `fast_max_iters` at most), cold and warm-started from the previous beta of the path, so its wall
-  time is measured, not assumed. Shared stages are counted once per (size, seed). The projection is
-  per job x jobs on this machine's cores, sequential.
+  of the preset (the paper's grid n, n/2, ..., 0.01). For each (model, size) shape the paper protocol's
+  per-iteration time is measured over 30 iterations and multiplied by its budget (`trainer.max_iters`),
+  scaled by the share of it the real paper-protocol runs of a store used (`--paper-share-store`: the
+  window rule ends SVGP early at large beta); the fast protocol is run to its own end (first-order
+  start, L-BFGS to its tests, `fast_max_iters` at most) on `--betas` betas spread over the grid, cold
+  (`--warm`: along the path), so its wall time is measured, not assumed. The projection is per job x
+  jobs on one core, sequential.
 * **Equivalence.** Real runs of the paper protocol and the fast path on the same jobs: the final
   per-datum objective of each (fast <= paper + 1e-3 is the target), and per (model, size) the beta that
   validation selects and its test NLL, mean over seeds.
@@ -69,10 +69,34 @@ def train_once(overrides, *, protocol: str, warm=None, max_iters=None):
     return m["final_loss"], m["iterations"], m["train_seconds"], m
 
 
-def project(preset: str, sizes, seeds, sample_betas: int) -> list[dict]:
+def paper_iteration_share(uri: str | None, experiment: str = "protocol_equivalence_pol") -> dict[str, float]:
+    """Per model name, the mean iterations of the paper-protocol runs in ``experiment`` over their cap
+    (the window rule ends some jobs early: SVGP at large beta); {} without a store."""
+    if not uri:
+        return {}
+    from gpdlm_cli.analysis import store
+
+    client, uri = store.open_store(uri)
+    share: dict[str, list[float]] = {}
+    for r in store.load_runs(client, store.get_experiment(client, experiment, uri), notes=[]):
+        if r.tags.get("gpdlm.protocol") == "paper" and "iterations" in r.metrics:
+            share.setdefault(str(r.value("model.name")), []).append(r.metrics["iterations"] / 5000)
+    return {k: statistics.fmean(v) for k, v in share.items()}
+
+
+def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float] | None = None,
+            warm: bool = False) -> list[dict]:
+    """Projected wall time of the preset's whole beta-sweep grid on one core, both protocols.
+
+    Per (model, size): the paper protocol's ms per iteration (30 iterations of one job) times its
+    budget ``trainer.max_iters`` -- times the share of the budget its real runs used (``share``, per
+    model name, from a store; 1 without) --, and the fast protocol run to its own end on
+    ``sample_betas`` betas spread over the grid (cold starts; ``warm``: along the path instead), their
+    mean. Shared stages (dlm_fixed's SVGP stage) are counted in every job under both protocols."""
     from gpdlm_cli.commands.sweep import beta_grid
     from gpdlm_cli.training.reuse import clear_warm_starts
 
+    share = share or {}
     axes = preset_axes(preset)
     models = axes.get("model", ["dlm"])
     sizes = sizes or [int(s) for s in axes.get("dataset.split.train_size", ["2000"])]
@@ -83,33 +107,29 @@ def project(preset: str, sizes, seeds, sample_betas: int) -> list[dict]:
     rows = []
     for n in sizes:
         grid = beta_grid(n, 0.01, 2.0)
+        k = min(sample_betas, len(grid))
+        pick = [grid[round(i * (len(grid) - 1) / max(1, k - 1))] for i in range(k)]
         for model in models:
             ov = base + [f"model={model}", f"dataset.split.train_size={n}", "seed=0"]
-            # paper protocol: measured ms/iteration x its budget
-            _, it, secs, _ = train_once(ov + [f"objective.beta={grid[0]:g}"], protocol="paper", max_iters=30)
-            paper_job = secs / it * paper_cap
-            # fast path: run to its own end, cold, then warm along the first betas of the path
+            mname = str(compose(ov).model.name)
+            _, it, secs, _ = train_once(ov + [f"objective.beta={grid[len(grid) // 2]:g}"], protocol="paper", max_iters=30)
+            paper_job = secs / it * paper_cap * share.get(mname, 1.0)
             clear_warm_starts()
-            warm_secs, cold_secs, shared_secs = [], None, 0.0
-            for i, b in enumerate(grid[:sample_betas]):
-                loss, it, secs, m = train_once(ov + [f"objective.beta={b:g}"], protocol="fast", warm=True)
-                if i == 0:
-                    cold_secs = secs
-                else:
-                    warm_secs.append(secs)
-            warm_job = statistics.median(warm_secs) if warm_secs else cold_secs
+            fast = [train_once(ov + [f"objective.beta={b:g}"], protocol="fast", warm=warm or None) for b in pick]
+            fast_job = statistics.fmean(f[2] for f in fast)
             jobs = len(grid) * n_seeds
-            fast_total = n_seeds * (cold_secs + (len(grid) - 1) * warm_job)
             rows.append({"preset": preset, "model": model, "n": n, "jobs": jobs, "paper_s_per_job": paper_job,
-                         "paper_total_h": jobs * paper_job / 3600, "fast_cold_s": cold_secs, "fast_warm_s": warm_job,
-                         "fast_total_h": fast_total / 3600, "speedup": jobs * paper_job / max(fast_total, 1e-9)})
+                         "paper_total_h": jobs * paper_job / 3600, "fast_s_per_job": fast_job,
+                         "fast_iters": statistics.fmean(f[1] for f in fast),
+                         "fast_total_h": jobs * fast_job / 3600, "speedup": paper_job / max(fast_job, 1e-9)})
             r = rows[-1]
-            print(f"{preset:<26} {model:<12} n={n:<5} jobs={jobs:<4} paper {r['paper_total_h']:7.2f} h   "
-                  f"fast {r['fast_total_h']:6.3f} h (cold {cold_secs:6.1f} s, warm {warm_job:6.1f} s)   "
-                  f"x{r['speedup']:.1f}", flush=True)
+            print(f"{preset:<26} {model:<12} n={n:<5} jobs={jobs:<4} paper {paper_job:7.1f} s/job {r['paper_total_h']:7.2f} h   "
+                  f"fast {fast_job:6.1f} s/job ({r['fast_iters']:.0f} it) {r['fast_total_h']:6.2f} h   x{r['speedup']:.1f}",
+                  flush=True)
     total_p = sum(r["paper_total_h"] for r in rows)
     total_f = sum(r["fast_total_h"] for r in rows)
-    print(f"{preset}: paper protocol {total_p:.1f} h, fast path {total_f:.2f} h on 1 core: x{total_p / max(total_f, 1e-9):.1f}")
+    print(f"{preset}: {sum(r['jobs'] for r in rows)} jobs, paper protocol {total_p:.1f} h, fast {total_f:.2f} h "
+          f"on 1 core (x{total_p / max(total_f, 1e-9):.1f}); on 2 cores (2 joblib workers) about half of each")
     return rows
 
 
@@ -221,6 +241,10 @@ def main(argv=None):
     p.add_argument("--csv", default=None)
     p.add_argument("--from-store", default=None, metavar="URI",
                    help="pair the paper protocol's runs with the fast protocol's in this MLflow store (no training)")
+    p.add_argument("--paper-share-store", default=None, metavar="URI",
+                   help="projection: scale the paper budget by the iterations its runs in this store used "
+                        "(experiment protocol_equivalence_pol)")
+    p.add_argument("--warm", action="store_true", help="projection: fast jobs warm-started along the path")
     p.add_argument("--fast-experiment", default="regression_logloss_pol")
     p.add_argument("--paper-experiment", default="protocol_equivalence_pol")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
@@ -232,8 +256,9 @@ def main(argv=None):
         rows = equivalence(a.preset, a.sizes or [500], a.seeds if a.seeds is not None else [0], a.betas, a.models)
     else:
         rows = []
+        share = paper_iteration_share(a.paper_share_store)
         for preset in a.project or ["regression_logloss_pol"]:
-            rows += project(preset, a.sizes, a.seeds, a.betas)
+            rows += project(preset, a.sizes, a.seeds, a.betas, share, warm=a.warm)
     if a.csv and rows:
         with open(a.csv, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -176,3 +176,44 @@ def test_a_warm_started_stage_skips_the_first_order_start():
         clear_warm_starts()
     assert first.optimizers == ["svgp:adam50+lbfgs"] and first.warm_started_from is None
     assert second.optimizers == ["svgp:lbfgs"] and second.warm_started_from == 1.0
+
+
+def test_lbfgs_answers_the_repeated_start_of_each_step_from_its_last_evaluation():
+    """gpdlm's L-BFGS iterates are bit-identical to torch's LBFGS driven by a plain closure, with fewer
+    objective evaluations (the start of each step repeats the previous line search's last point)."""
+    import torch
+
+    from gpdlm_cli.training import ConvergenceRule, TrainerSettings, train
+
+    a, b = _least_squares(seed=2)
+    at, bt = torch.tensor(a), torch.tensor(b)
+    counts = {"gpdlm": 0, "plain": 0}
+
+    def objective_for(theta, who):
+        def objective(x=None, y=None):
+            counts[who] += 1
+            return 0.5 * ((at @ torch.tanh(theta) - bt) ** 2).mean()  # not a quadratic: real line searches
+        return objective
+
+    theta = torch.nn.Parameter(torch.full((a.shape[1],), 0.1, dtype=torch.float64))
+    settings = TrainerSettings(max_iters=40, optimizer="lbfgs", lr=1.0, check_every=10, eval_every=0, progress=False,
+                               stop=ConvergenceRule(window=10, tol=0.0), stop_rule="none")
+    x = torch.zeros(a.shape[0], 1, dtype=torch.float64)
+    res = train(objective_for(theta, "gpdlm"), [theta], x, x[:, 0], settings, generator=torch.Generator().manual_seed(0))
+
+    ref = torch.nn.Parameter(torch.full((a.shape[1],), 0.1, dtype=torch.float64))
+    opt = torch.optim.LBFGS([ref], lr=1.0, max_iter=1, max_eval=26, history_size=100, line_search_fn="strong_wolfe",
+                            tolerance_change=0.0)
+    f = objective_for(ref, "plain")
+
+    def closure():
+        opt.zero_grad()
+        v = f()
+        v.backward()
+        return v
+
+    plain_losses = [float(opt.step(closure).detach()) for _ in range(40)]
+    assert res.iterations == 40
+    assert torch.equal(theta.detach(), ref.detach())
+    assert res.losses == plain_losses
+    assert counts["gpdlm"] <= counts["plain"] - 30, counts  # about one evaluation saved per iteration
