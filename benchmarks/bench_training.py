@@ -61,20 +61,16 @@ def plain_loop(x, y, Z, objective: str):
 
 def gpdlm_loop(x, y, Z, objective: str):
     """gpdlm's objective and training loop (build_method + training.train), as `gpdlm train` runs them."""
-    from omegaconf import OmegaConf
+    from hydra import compose, initialize_config_module
 
     from gpdlm_cli import build
     from gpdlm_cli.build import Tensors
     from gpdlm_cli.training import ConvergenceRule, TrainerSettings, train
 
-    cfg = OmegaConf.create({
-        "seed": 0, "objective": {"beta": 1.0},
-        "model": {"name": objective, "variant": "joint", "num_inducing": M, "inducing_init": "random",
-                  "learn_inducing": True, "mean": "zero", "jitter": 1e-6},
-        "likelihood": {"name": "gaussian", "noise_init": 0.1},
-        "estimator": {"name": "exact"},
-        "kernel": {"name": "rbf", "ard": False, "lengthscale": 1.0, "outputscale": 1.0},
-    })
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):  # the real config
+        cfg = compose(config_name="config", overrides=[
+            f"model={objective}", f"model.num_inducing={M}", "model.inducing_init=random", "objective.beta=1.0",
+            f"trainer.batch_size={BATCH}", "likelihood.noise_init=0.1", f"dtype={str(x.dtype).split('.')[-1]}"])
     t = Tensors(x, y, x[:0], y[:0], x[:0], y[:0])
     method = build.build_method(cfg, t, "regression")
     with torch.no_grad():
