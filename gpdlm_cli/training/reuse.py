@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -51,6 +52,15 @@ def loadmodule_state(modules, state: dict[str, torch.Tensor]) -> None:
                 t.copy_(state[key].to(device=t.device, dtype=t.dtype))
 
 
+@dataclass
+class CachedStage:
+    """What a restored stage brings besides its end state: every training loss (its learning curve,
+    the fast protocol's first-order start included) and whether its stopping rule ended it."""
+
+    losses: list[float]
+    converged: bool
+
+
 class StageCache:
     """Trained end states of shareable stages, on disk under ``directory`` (see the module docstring)."""
 
@@ -61,14 +71,15 @@ class StageCache:
     def path(self, stage_name: str) -> Path:
         return self.directory / f"{self.key}-{stage_name}.pt"
 
-    def load(self, stage_name: str, modules, generators=()) -> list[float] | None:
-        """Restore the stage's end state if cached and return the stage's training losses (its
-        learning curve), else leave everything as it is and return None."""
+    def load(self, stage_name: str, modules, generators=()) -> CachedStage | None:
+        """Restore the stage's end state if cached and return its learning curve and convergence,
+        else leave everything as it is and return None."""
         p = self.path(stage_name)
         if not p.exists():
             return None
         try:
             blob = torch.load(p, map_location="cpu", weights_only=True)
+            converged = bool(blob["converged"])
             loadmodule_state(modules, blob["modules"])
             for g, s in zip(generators, blob["generators"]):
                 if g is not None and s is not None:
@@ -77,10 +88,11 @@ class StageCache:
         except Exception:  # unreadable or from another layout: train the stage instead
             return None
         self.reused.append(f"{stage_name}:{self.key}")
-        return losses
+        return CachedStage(losses, converged)
 
-    def save(self, stage_name: str, modules, generators=(), losses=()) -> None:
+    def save(self, stage_name: str, modules, generators=(), losses=(), *, converged: bool = True) -> None:
         blob = {"modules": module_state(modules), "losses": torch.tensor(list(losses), dtype=torch.float64),
+                "converged": bool(converged),
                 "generators": [g.get_state() if g is not None else None for g in generators]}
         buf = io.BytesIO()
         torch.save(blob, buf)
@@ -123,4 +135,4 @@ def clear_warm_starts() -> None:
     _WARM.clear()
 
 
-__all__ = ["StageCache", "WarmStart", "clear_warm_starts"]
+__all__ = ["CachedStage", "StageCache", "WarmStart", "clear_warm_starts"]

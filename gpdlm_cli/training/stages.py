@@ -138,10 +138,13 @@ def run_stages(
             continue
         shared = cache is not None and getattr(stage, "shareable", False) and not resuming
         cached = cache.load(stage.name, modules, generators) if shared else None
-        if cached is not None:  # the stage's end state and learning curve; no time spent
+        if cached is not None:  # the stage's end state, learning curve and convergence; no time spent
             out.reused.append(cache.reused[-1])
-            out.iterations += len(cached)
-            out.losses.extend(cached)
+            if log_steps is not None and cached.losses:
+                log_steps({"train_loss": [(out.iterations + i + 1, v) for i, v in enumerate(cached.losses)]})
+            out.iterations += len(cached.losses)
+            out.losses.extend(cached.losses)
+            out.converged = out.converged and cached.converged
             continue
         warmed = warm.restore(stage.name, modules) if warm is not None and not resuming else False
         s = stage_settings(settings, stage, x.shape[0])
@@ -176,7 +179,8 @@ def run_stages(
         if result.grad_max_abs is not None:
             out.grad_max_abs = result.grad_max_abs
         if shared:
-            cache.save(stage.name, modules, generators, result.losses)
+            cache.save(stage.name, modules, generators, (first.losses if prefix is not None else []) + result.losses,
+                       converged=result.converged)
         if warm is not None:
             warm.save(stage.name, modules)
     if warm is not None:

@@ -33,14 +33,17 @@ def _same(a, b):
 
 
 @pytest.mark.slow
-def test_shared_svgp_stage_is_restored_bit_for_bit(tmp_path):
-    cold = _run(tmp_path, ["objective.beta=0.5", "sweep.share_stages=false"], "cold")
+@pytest.mark.parametrize("protocol", ["paper", "fast"])
+def test_shared_svgp_stage_is_restored_bit_for_bit(tmp_path, protocol):
+    """Under trainer=fast the restored curve includes the stage's first-order start (200 Adam steps)."""
+    p = [f"trainer={protocol}"]
+    cold = _run(tmp_path, p + ["objective.beta=0.5", "sweep.share_stages=false"], "cold")
     _Tags.last = {}
-    _run(tmp_path, ["objective.beta=2.0"], "first")  # trains the SVGP stage and stores it
+    _run(tmp_path, p + ["objective.beta=2.0"], "first")  # trains the SVGP stage and stores it
     assert "gpdlm.reused_stage" not in _Tags.last
     assert len(list((tmp_path / "cache" / "stages").glob("*-svgp.pt"))) == 1
     _Tags.last = {}
-    reused = _run(tmp_path, ["objective.beta=0.5"], "second")  # another beta: the stage is loaded, not trained
+    reused = _run(tmp_path, p + ["objective.beta=0.5"], "second")  # another beta: the stage is loaded, not trained
     assert _Tags.last["gpdlm.reused_stage"].startswith("svgp:")
     assert _same(cold, reused), (cold, reused)
     assert reused["iterations"] == cold["iterations"]  # the learning curve includes the restored stage
@@ -78,3 +81,34 @@ def test_warm_start_starts_each_beta_from_the_previous_end_state(tmp_path):
     assert w2["first_loss"] < cold[1]["first_loss"] - 0.1
     assert w2["final_loss"] < cold[1]["final_loss"]
     clear_warm_starts()
+
+
+def test_a_restored_stage_keeps_its_learning_curve_and_its_convergence(tmp_path):
+    """The SVGP stage alone, stopped by a 7-iteration budget (not converged): restored from the cache it
+    reports converged=False and logs the same train_loss steps as when it was trained."""
+    import torch
+
+    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.training import run_stages
+    from gpdlm_cli.training.reuse import StageCache
+
+    def fit():
+        prepared = prepare(compose(BASE + ["trainer.max_iters=7", "objective.beta=0.5"]))
+        logged = {}
+
+        def log_steps(series):
+            for k, v in series.items():
+                logged.setdefault(k, []).extend(v)
+
+        (svgp, *_) = [st for st in prepared.method.stages if st.solve is None]
+        out = run_stages([svgp], prepared.data.x_train, prepared.data.y_train, prepared.settings,
+                         generator=torch.Generator().manual_seed(0), modules=prepared.method.modules,
+                         cache=StageCache(tmp_path, "k"), log_steps=log_steps)
+        return out, logged
+
+    trained, trained_log = fit()
+    restored, restored_log = fit()
+    assert trained.reused == [] and restored.reused == ["svgp:k"]
+    assert not trained.converged and not restored.converged
+    assert trained.iterations == restored.iterations == 7
+    assert restored_log["train_loss"] == trained_log["train_loss"] and len(trained_log["train_loss"]) == 7
