@@ -45,8 +45,9 @@ def stage_settings(settings: TrainerSettings, stage, n: int | None = None) -> Tr
     over ``fast_window`` iterations *and* the largest component of its gradient is at most
     ``fast_grad_tol`` (per datum; ``None``: no gradient test), or for ``fast_max_iters`` iterations:
     the same objective as the paper's first-order protocol, minimised to a tighter tolerance in far
-    fewer iterations (README "Fast protocol"). Every other stage keeps the paper's optimiser,
-    schedule and stopping rule."""
+    fewer iterations (README "Fast protocol"); ``run_stages`` first gives such a stage, when it starts
+    cold, ``fast_adam_iters`` steps of the paper's optimiser (``first_order_prefix``). Every other
+    stage keeps the paper's optimiser, schedule and stopping rule."""
     changes = dict(stage.overrides)
     defaults = getattr(stage, "lr_scale", None)
     if defaults:
