@@ -358,7 +358,7 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
         fast_tol=float(t.get("fast_tol", 1e-4)),
         fast_max_iters=int(t.get("fast_max_iters", 1000)),
         fast_adam_iters=int(t.get("fast_adam_iters", 200)),
-        fast_grad_tol=None if t.get("fast_grad_tol", 1e-4) is None else float(t.get("fast_grad_tol", 1e-4)),
+        fast_grad_tol=None if (g := t.get("fast_grad_tol", 1e-4)) is None else float(g),
     )
 
 

@@ -35,6 +35,13 @@ class FitResult:
     grad_max_abs: float | None = None  # max_i |d loss / d theta_i| at the end of the last stage with a gradient test
     losses: list[float] = field(default_factory=list)
 
+    def add(self, result) -> None:
+        """Count one ``train`` call (a ``TrainResult``): its iterations, time, epochs and losses."""
+        self.iterations += result.iterations
+        self.train_seconds += result.train_seconds
+        self.epochs += result.epochs
+        self.losses.extend(result.losses)
+
 
 def stage_settings(settings: TrainerSettings, stage, n: int | None = None) -> TrainerSettings:
     """The run's settings with the stage's overrides and its default lr_scale (config wins).
@@ -155,10 +162,7 @@ def run_stages(
                 stage.objective, stage.groups or stage.params, x, y, prefix, generator=generator, log_steps=log_steps,
                 step_offset=out.iterations, desc=f"{stage.name} (first-order start)", stochastic=stage.stochastic,
                 hooks=stage.hooks, modules=modules, wants_index=stage.wants_index)
-            out.iterations += first.iterations
-            out.train_seconds += first.train_seconds
-            out.epochs += first.epochs
-            out.losses.extend(first.losses)
+            out.add(first)
         result = train(
             stage.objective, stage.groups or stage.params, x, y, s, generator=generator,
             evaluate=evaluate if (s.eval_every or s.eval_every_epochs) else None, log_steps=log_steps,
@@ -166,15 +170,12 @@ def run_stages(
             modules=modules, wants_index=stage.wants_index, blocks=getattr(stage, "blocks", None),
             checkpoint=checkpoint, resume=state["loop"] if resuming else None,
         )
-        out.iterations += result.iterations
-        out.train_seconds += result.train_seconds
-        out.epochs += result.epochs
+        out.add(result)
         iter_ms.append(result.iter_ms)
         out.converged = out.converged and result.converged
         out.stop_rules.append(result.stop_rule)
         out.optimizers.append(f"{stage.name}:{first.optimizer}{first.iterations}+{result.optimizer}" if prefix is not None
                               else f"{stage.name}:{result.optimizer}")
-        out.losses.extend(result.losses)
         if result.best_iteration is not None:
             out.best_iteration = result.best_iteration
         if result.grad_max_abs is not None:
