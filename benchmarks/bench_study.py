@@ -149,38 +149,55 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
     return rows
 
 
-def equivalence(preset: str, sizes, seeds, betas: int, models) -> list[dict]:
+def equivalence(preset: str, sizes, seeds, betas: int, models=None, warm: bool = False, extra=()) -> list[dict]:
+    """Both protocols on the same jobs of ``preset``, in this process: per job the final per-datum
+    objective of each (the target: fast <= paper + 1e-3), their iterations and seconds; per (model, size)
+    the beta validation selects under each protocol and its test NLL, mean over seeds.
+
+    ``models`` default to the preset's; ``betas`` betas spread over the paper's grid for each size (0: the
+    preset's own ``objective.beta``, for the presets without a beta sweep: SGPR, FITC, SSGP, ...). Fast
+    jobs start cold, as a plain ``gpdlm train trainer=fast`` does (``warm``: along the path of picked betas,
+    upwards from the smallest, as ``sweep.warm_start=true`` runs it)."""
     from gpdlm_cli.commands.sweep import beta_grid
     from gpdlm_cli.training.reuse import clear_warm_starts
 
     rows = []
-    base = [f"+experiment={preset}"]
+    base = [f"+experiment={preset}", *extra]
+    axes = preset_axes(preset)
+    models = models or axes.get("model") or [None]
     for n in sizes:
-        grid = beta_grid(n, 0.01, 2.0)
-        pick = [grid[round(i * (len(grid) - 1) / max(1, betas - 1))] for i in range(betas)] if betas < len(grid) else grid
+        if betas:
+            grid = beta_grid(n, 0.01, 2.0)
+            pick = [grid[round(i * (len(grid) - 1) / max(1, betas - 1))] for i in range(betas)] if betas < len(grid) else grid
+            pick = sorted(pick) if warm else pick
+        else:
+            pick = [None]
         for model in models:
             for seed in seeds:
                 clear_warm_starts()
                 for b in pick:
-                    ov = base + [f"model={model}", f"dataset.split.train_size={n}", f"seed={seed}", f"objective.beta={b:g}"]
+                    ov = base + ([f"model={model}"] if model else []) + [f"dataset.split.train_size={n}", f"seed={seed}"]
+                    ov += [f"objective.beta={b:g}"] if b is not None else []
                     lp, ip, sp, mp = train_once(ov, protocol="paper")
-                    lf, i_f, sf, mf = train_once(ov, protocol="fast", warm=True)
-                    rows.append({"model": model, "n": n, "seed": seed, "beta": b, "paper_loss": lp, "fast_loss": lf,
+                    lf, i_f, sf, mf = train_once(ov, protocol="fast", warm=True if warm else None)
+                    beta = float(b) if b is not None else float(compose(ov).objective.beta)
+                    rows.append({"preset": preset, "model": model or str(compose(ov).model.name), "n": n, "seed": seed,
+                                 "beta": beta, "paper_loss": lp, "fast_loss": lf,
                                  "paper_iters": ip, "fast_iters": i_f, "paper_s": sp, "fast_s": sf,
-                                 "paper_val_nll": mp["val_nll"], "fast_val_nll": mf["val_nll"],
-                                 "paper_test_nll": mp["test_nll"], "fast_test_nll": mf["test_nll"]})
+                                 "paper_val_nll": mp.get("val_nll", float("nan")), "fast_val_nll": mf.get("val_nll", float("nan")),
+                                 "paper_test_nll": mp.get("test_nll", float("nan")), "fast_test_nll": mf.get("test_nll", float("nan"))})
                     r = rows[-1]
                     ok = "ok" if lf <= lp + 1e-3 else "HIGHER"
-                    print(f"{model:<10} n={n:<5} seed={seed} beta={b:<9.4g} paper {lp:9.5f} ({ip} it, {sp:6.1f} s)  "
+                    print(f"{preset:<24} {r['model']:<12} n={n:<5} seed={seed} beta={beta:<9.4g} paper {lp:9.5f} ({ip} it, {sp:6.1f} s)  "
                           f"fast {lf:9.5f} ({i_f} it, {sf:6.1f} s)  {ok}", flush=True)
     # selection: per (model, n, seed) the beta with the lowest val_nll, its test NLL, mean over seeds
-    for model in models:
+    for model in sorted({r["model"] for r in rows}):
         for n in sizes:
             for proto in ("paper", "fast"):
                 picks = []
                 for seed in seeds:
                     rs = [r for r in rows if r["model"] == model and r["n"] == n and r["seed"] == seed]
-                    if rs:
+                    if len(rs) > 1:
                         best = min(rs, key=lambda r: r[f"{proto}_val_nll"])
                         picks.append((best["beta"], best[f"{proto}_test_nll"]))
                 if picks:
@@ -188,6 +205,11 @@ def equivalence(preset: str, sizes, seeds, betas: int, models) -> list[dict]:
                     se = statistics.stdev(t) / len(t) ** 0.5 if len(t) > 1 else float("nan")
                     print(f"select {model:<10} n={n:<5} {proto:<5}: betas {[p[0] for p in picks]}, test NLL "
                           f"{statistics.mean(t):.4f} +- {se:.4f}")
+    higher = [r for r in rows if r["fast_loss"] > r["paper_loss"] + 1e-3]
+    if rows:
+        sp, sf = sum(r["paper_s"] for r in rows), sum(r["fast_s"] for r in rows)
+        print(f"{preset}: fast <= paper + 1e-3 per datum in {len(rows) - len(higher)} of {len(rows)} jobs; "
+              f"seconds paper {sp:.0f}, fast {sf:.0f} (x{sp / max(sf, 1e-9):.1f})")
     return rows
 
 
@@ -251,9 +273,9 @@ def main(argv=None):
     p.add_argument("--preset", default="regression_logloss_pol")
     p.add_argument("--sizes", nargs="*", type=int, default=None)
     p.add_argument("--seeds", nargs="*", type=int, default=None)
-    p.add_argument("--betas", type=int, default=4, help="betas per path (equivalence: spread over the grid; "
-                                                           "projection: the first of the path)")
-    p.add_argument("--models", nargs="*", default=["dlm", "svgp"])
+    p.add_argument("--betas", type=int, default=4, help="betas per (model, size, seed), spread over the paper's grid "
+                                                           "(equivalence: 0 = the preset's own beta)")
+    p.add_argument("--models", nargs="*", default=None, help="equivalence: default the preset's models")
     p.add_argument("--csv", default=None)
     p.add_argument("--from-store", default=None, metavar="URI",
                    help="pair the paper protocol's runs with the fast protocol's in this MLflow store (no training)")
@@ -261,8 +283,8 @@ def main(argv=None):
                    help="projection: scale the paper budget by the iterations its runs in this store used "
                         "(experiment protocol_equivalence_pol)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="projection: overrides added to every job (e.g. dataset=doctor_visits)")
-    p.add_argument("--warm", action="store_true", help="projection: fast jobs warm-started along the path")
+                   help="overrides added to every job (e.g. dataset=doctor_visits)")
+    p.add_argument("--warm", action="store_true", help="fast jobs warm-started along the path")
     p.add_argument("--fast-experiment", default="regression_logloss_pol")
     p.add_argument("--paper-experiment", default="protocol_equivalence_pol")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
@@ -271,7 +293,8 @@ def main(argv=None):
     if a.from_store:
         rows = from_store(a.from_store, a.fast_experiment, a.paper_experiment)
     elif a.equivalence:
-        rows = equivalence(a.preset, a.sizes or [500], a.seeds if a.seeds is not None else [0], a.betas, a.models)
+        rows = equivalence(a.preset, a.sizes or [500], a.seeds if a.seeds is not None else [0], a.betas, a.models,
+                           warm=a.warm, extra=a.set)
     else:
         rows = []
         share = paper_iteration_share(a.paper_share_store)
