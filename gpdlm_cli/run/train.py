@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -116,6 +117,16 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         tracker.set_tags({"gpdlm.stop_rule": ",".join(fit.stop_rules) or "none",
                           "gpdlm.protocol": settings.protocol, "gpdlm.optimizers": ",".join(fit.optimizers) or "none",
                           "gpdlm.keep_best": settings.keep_best or "none"})
+        if fit.lbfgs_budget_hit:  # the fast protocol's budget ended a stage: say so where people look
+            from .artifacts import append_log
+
+            grad = "" if fit.grad_max_abs is None else f", largest gradient component {fit.grad_max_abs:.2g} per datum"
+            note = (f"trainer=fast: L-BFGS stage {', '.join(fit.lbfgs_budget_hit)} stopped at its budget "
+                    f"(trainer.fast_max_iters) before its convergence tests held{grad}; trainer=paper can end lower "
+                    "on such jobs (README 'Fast protocol')")
+            print(f"gpdlm: {note}", file=sys.stderr)
+            append_log(output_dir, note, level="WARNING")
+            tracker.set_tags({"gpdlm.lbfgs_budget_hit": ",".join(fit.lbfgs_budget_hit)})
         if method.finalize:
             method.finalize(data.x_train, data.y_train)
 

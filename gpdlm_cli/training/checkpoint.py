@@ -55,7 +55,7 @@ class Checkpointer:
                 "iterations": f.iterations, "train_seconds": f.train_seconds, "epochs": f.epochs,
                 "converged": f.converged, "best_iteration": f.best_iteration, "stop_rules": list(f.stop_rules),
                 "optimizers": list(f.optimizers), "losses": torch.tensor(f.losses, dtype=torch.float64),
-                "iter_ms": list(getattr(f, "stage_iter_ms", [])),
+                "iter_ms": list(getattr(f, "stage_iter_ms", [])), "lbfgs_budget_hit": list(f.lbfgs_budget_hit),
             },
             **self.run_state(),
         }

@@ -33,6 +33,7 @@ class FitResult:
     warm_started_from: float | None = None  # the beta whose end state this run started from
     stage_iter_ms: list[float] = field(default_factory=list)  # per finished stage (a checkpoint's copy)
     grad_max_abs: float | None = None  # max_i |d loss / d theta_i| at the end of the last stage with a gradient test
+    lbfgs_budget_hit: list[str] = field(default_factory=list)  # L-BFGS stages its budget stopped before its tests held
     losses: list[float] = field(default_factory=list)
 
     def add(self, result) -> None:
@@ -129,6 +130,7 @@ def run_stages(
         out.iterations, out.train_seconds, out.epochs = int(f["iterations"]), float(f["train_seconds"]), float(f["epochs"])
         out.converged, out.best_iteration = bool(f["converged"]), f["best_iteration"]
         out.stop_rules, out.optimizers = list(f["stop_rules"]), list(f["optimizers"])
+        out.lbfgs_budget_hit = list(f.get("lbfgs_budget_hit", []))
         out.losses, iter_ms = [float(v) for v in f["losses"].tolist()], list(f["iter_ms"])
     for i, stage in enumerate(stages):
         if checkpoint is not None:
@@ -180,6 +182,8 @@ def run_stages(
             out.best_iteration = result.best_iteration
         if result.grad_max_abs is not None:
             out.grad_max_abs = result.grad_max_abs
+        if result.optimizer == "lbfgs" and not result.converged:
+            out.lbfgs_budget_hit.append(stage.name)
         if shared:
             cache.save(stage.name, modules, generators, (first.losses if prefix is not None else []) + result.losses,
                        converged=result.converged)

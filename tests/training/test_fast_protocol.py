@@ -208,3 +208,20 @@ def test_lbfgs_answers_the_repeated_start_of_each_step_from_its_last_evaluation(
     assert torch.equal(theta.detach(), ref.detach())
     assert res.losses == plain_losses
     assert counts["gpdlm"] <= counts["plain"] - 30, counts  # about one evaluation saved per iteration
+
+
+def test_a_run_whose_lbfgs_budget_ends_a_stage_says_so(tmp_path, capsys):
+    """trainer=fast: an L-BFGS stage stopped by fast_max_iters (its tests not met) is named on the console,
+    in gpdlm.log and in the tag gpdlm.lbfgs_budget_hit; one that converges is not."""
+    short, tags = tmp_path / "short", NullTracker()
+    over = ["model=svgp", "model.num_inducing=15", "trainer=fast", "trainer.fast_adam_iters=10"]
+    m = run_train(compose(BASE + over + ["trainer.fast_max_iters=3"]), short, tracker=tags)
+    assert m["converged"] == 0 and m["iterations"] == 13
+    assert tags.tags["gpdlm.lbfgs_budget_hit"] == "svgp"
+    err = capsys.readouterr().err
+    assert "L-BFGS stage svgp stopped at its budget" in err and f"{m['grad_max_abs']:.2g} per datum" in err
+    assert "[WARNING] - trainer=fast: L-BFGS stage svgp stopped" in (short / "gpdlm.log").read_text()
+    done, tags = tmp_path / "done", NullTracker()
+    m = run_train(compose(BASE + over), done, tracker=tags)
+    assert m["converged"] == 1 and "gpdlm.lbfgs_budget_hit" not in tags.tags
+    assert "stopped at its budget" not in capsys.readouterr().err
