@@ -322,6 +322,8 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
     else:  # the DLM paper's windows (App. D); L-BFGS iterations are line searches: a shorter window
         window = 10 if optimizer == "lbfgs" else (50 if task == "regression" else 20)
     uses = {"adam": ("eps",), "adadelta": ("rho", "eps"), "sgd": ("momentum",), "lbfgs": ("lbfgs_history",)}[optimizer]
+    if t.get("protocol", "paper") == "fast" and "lbfgs_history" not in uses:  # its L-BFGS stages use it too
+        uses = (*uses, "lbfgs_history")
     defaults = {"momentum": 0.0, "rho": 0.9, "eps": None, "lbfgs_history": 100}
     options = {k: t.get(k, defaults[k]) for k in uses}
     schedule = Schedule(kind=t.get("schedule", "constant"), every_epochs=int(t.get("step_epochs", 10)),

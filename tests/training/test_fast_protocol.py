@@ -225,3 +225,17 @@ def test_a_run_whose_lbfgs_budget_ends_a_stage_says_so(tmp_path, capsys):
     m = run_train(compose(BASE + over), done, tracker=tags)
     assert m["converged"] == 1 and "gpdlm.lbfgs_budget_hit" not in tags.tags
     assert "stopped at its budget" not in capsys.readouterr().err
+
+
+def test_lbfgs_history_reaches_the_fast_protocols_lbfgs_stages():
+    """trainer.lbfgs_history was dropped under trainer=fast (the options kept only Adam's keys), so every
+    fast L-BFGS stage kept 100 pairs whatever the key said."""
+    cfg = compose(BASE + ["model=svgp", "model.num_inducing=15", "trainer=fast", "trainer.lbfgs_history=7"])
+    prepared = prepare(cfg)
+    (stage,) = [s for s in prepared.method.stages if s.solve is None]
+    s = stage_settings(prepared.settings, stage, prepared.splits.n_train)
+    assert s.optimizer == "lbfgs" and s.optimizer_options == {"lbfgs_history": 7}
+    fit = _fit(["trainer=fast", "trainer.fast_adam_iters=0", "trainer.lbfgs_history=1", "trainer.fast_max_iters=30"])
+    default = _fit(["trainer=fast", "trainer.fast_adam_iters=0", "trainer.fast_max_iters=30"])
+    assert fit.losses[:2] == pytest.approx(default.losses[:2], rel=1e-12)  # the same first step
+    assert fit.losses[5] != pytest.approx(default.losses[5], rel=1e-9)  # then one curvature pair against 100
