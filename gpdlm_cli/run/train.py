@@ -140,6 +140,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
             "converged": int(fit.converged),
             "n_train": splits.n_train,
         })
+        if len(fit.stage_final_loss) > 1:  # multi-stage protocols (the fixed variants): each stage's own end
+            metrics.update({f"final_loss_{name}": v for name, v in fit.stage_final_loss.items()})
         if fit.grad_max_abs is not None:  # the fast protocol's gradient test (training.loop.train)
             metrics["grad_max_abs"] = fit.grad_max_abs
         if settings.keep_best:

@@ -34,6 +34,7 @@ class FitResult:
     stage_iter_ms: list[float] = field(default_factory=list)  # per finished stage (a checkpoint's copy)
     grad_max_abs: float | None = None  # max_i |d loss / d theta_i| at the end of the last stage with a gradient test
     lbfgs_budget_hit: list[str] = field(default_factory=list)  # L-BFGS stages its budget stopped before its tests held
+    stage_final_loss: dict[str, float] = field(default_factory=dict)  # per iterative stage, its last loss (per datum)
     losses: list[float] = field(default_factory=list)
 
     def add(self, result) -> None:
@@ -131,6 +132,7 @@ def run_stages(
         out.converged, out.best_iteration = bool(f["converged"]), f["best_iteration"]
         out.stop_rules, out.optimizers = list(f["stop_rules"]), list(f["optimizers"])
         out.lbfgs_budget_hit = list(f.get("lbfgs_budget_hit", []))
+        out.stage_final_loss = dict(f.get("stage_final_loss", {}))
         out.losses, iter_ms = [float(v) for v in f["losses"].tolist()], list(f["iter_ms"])
     for i, stage in enumerate(stages):
         if checkpoint is not None:
@@ -154,6 +156,8 @@ def run_stages(
                 log_steps({"train_loss": [(out.iterations + i + 1, v) for i, v in enumerate(cached.losses)]})
             out.iterations += len(cached.losses)
             out.losses.extend(cached.losses)
+            if cached.losses:
+                out.stage_final_loss[stage.name] = float(cached.losses[-1])
             out.converged = out.converged and cached.converged
             continue
         warmed = warm.restore(stage.name, modules) if warm is not None and not resuming else False
@@ -173,6 +177,8 @@ def run_stages(
             checkpoint=checkpoint, resume=state["loop"] if resuming else None,
         )
         out.add(result)
+        if out.losses:
+            out.stage_final_loss[stage.name] = float(out.losses[-1])
         iter_ms.append(result.iter_ms)
         out.converged = out.converged and result.converged
         out.stop_rules.append(result.stop_rule)

@@ -112,3 +112,14 @@ def test_a_restored_stage_keeps_its_learning_curve_and_its_convergence(tmp_path)
     assert not trained.converged and not restored.converged
     assert trained.iterations == restored.iterations == 7
     assert restored_log["train_loss"] == trained_log["train_loss"] and len(trained_log["train_loss"]) == 7
+
+
+def test_a_multi_stage_run_reports_each_stages_final_objective(tmp_path):
+    """dlm_fixed logs final_loss_svgp and final_loss_dlm: its first stage is the SVGP model at beta = 1
+    (same objective, initialisation and stopping), so final_loss_svgp equals that model's final_loss; a
+    one-stage model logs only final_loss."""
+    fixed = _run(tmp_path, ["objective.beta=0.5", "sweep.share_stages=false"], "fixed")
+    svgp = _run(tmp_path, ["model=svgp", "objective.beta=1.0", "sweep.share_stages=false"], "svgp")
+    assert fixed["final_loss_svgp"] == pytest.approx(svgp["final_loss"], rel=1e-12)
+    assert fixed["final_loss_dlm"] == fixed["final_loss"] != fixed["final_loss_svgp"]
+    assert not any(k.startswith("final_loss_") for k in svgp)
