@@ -21,7 +21,8 @@
 * **Equivalence.** Real runs of the paper protocol and the fast protocol (cold, as `gpdlm train
   trainer=fast` runs a job) on the same jobs of any preset (`--preset`, its models by default; `--betas
   0`: the preset's own beta): the final per-datum objective of each (fast <= paper + 1e-3 is the
-  target), and per (model, size) the beta that validation selects and its test NLL, mean over seeds.
+  target; for the fixed variants also each stage's, since the second stage's objective depends on where
+  the first ended), and per (model, size) the beta that validation selects and its test NLL, mean over seeds.
 
 Both print a table; `--csv FILE` also writes the rows, so a long measurement can run in chunks
 (`--sizes`, `--seeds`, `--betas`, `--models` select one) and be gathered afterwards.
@@ -228,9 +229,12 @@ def equivalence(preset: str, sizes, seeds, betas: int, models=None, warm: bool =
                                  "paper_val_nll": mp.get("val_nll", float("nan")), "fast_val_nll": mf.get("val_nll", float("nan")),
                                  "paper_test_nll": mp.get("test_nll", float("nan")), "fast_test_nll": mf.get("test_nll", float("nan"))})
                     r = rows[-1]
+                    stages = sorted(k for k in mp if k.startswith("final_loss_"))  # multi-stage (fixed variants)
+                    r["stages"] = ";".join(f"{k[11:]}={mp[k]:.6g}/{mf.get(k, float('nan')):.6g}" for k in stages)
                     ok = "ok" if lf <= lp + 1e-3 else "HIGHER"
+                    per_stage = f"  per stage paper/fast: {r['stages']}" if stages else ""
                     print(f"{preset:<24} {r['model']:<12} n={n:<5} seed={seed} beta={beta:<9.4g} paper {lp:9.5f} ({ip} it, {sp:6.1f} s)  "
-                          f"fast {lf:9.5f} ({i_f} it, {sf:6.1f} s)  {ok}", flush=True)
+                          f"fast {lf:9.5f} ({i_f} it, {sf:6.1f} s)  {ok}{per_stage}", flush=True)
     # selection: per (model, n, seed) the beta with the lowest val_nll, its test NLL, mean over seeds
     for model in sorted({r["model"] for r in rows}):
         for n in sizes:
