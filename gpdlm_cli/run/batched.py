@@ -245,7 +245,8 @@ def _train_group(sweep: str, cfg, key: str, configs: list, evaluator, stage_cach
                         iter_ms=sorted(stage_ms)[len(stage_ms) // 2], converged=pre.converged and f.converged,
                         epochs=pre.epochs + f.iterations, stop_rules=pre.stop_rules + [f.stop_rule],
                         optimizers=pre.optimizers + [f"{stage.name}:adam"], reused=list(pre.reused),
-                        losses=pre.losses + list(f.losses))
+                        losses=pre.losses + list(f.losses),
+                        stage_final_loss={**pre.stage_final_loss, **({stage.name: float(f.losses[-1])} if f.losses else {})})
         steps = {name: list(pts) for name, pts in pre_steps.items()}
         for name, pts in f.steps.items():
             steps.setdefault(name, []).extend(pts)
