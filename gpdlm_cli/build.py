@@ -204,11 +204,12 @@ def configure_threads(setting, parallel_jobs: int = 1) -> int:
 
     Oversubscribed cores are catastrophic for OpenMP (spinning threads: 10x slower seen on 2 cores
     with two 2-thread jobs), so parallel sweep jobs share the cores instead of each taking all."""
-    from .runtime import threads_setting
+    from .runtime import threads_setting, tune_allocator
 
     _check_threads(setting)
     n = threads_setting(setting, parallel_jobs)
     torch.set_num_threads(n)
+    tune_allocator()  # every run's process, however it was started (runtime.py: page faults)
     try:  # numpy/scipy BLAS and scikit-learn's OpenMP (k-means) get the same cap inside a sweep job
         from threadpoolctl import threadpool_limits
 
