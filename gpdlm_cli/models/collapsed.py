@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from .kernels import dense_covariance, diagonal_covariance
 from .linalg import safe_cholesky, tri_solve
 
 
@@ -41,10 +42,10 @@ class CollapsedSparseGP(torch.nn.Module):
         Z, s2 = self.Z, self.likelihood.noise
         M = Z.shape[0]
         eye = torch.eye(M, dtype=Z.dtype, device=Z.device)
-        Kuu = self.covar_module(Z).to_dense() + self.jitter * eye
+        Kuu = dense_covariance(self.covar_module, Z) + self.jitter * eye
         L = safe_cholesky(Kuu)
-        V = tri_solve(L, self.covar_module(Z, x).to_dense())  # L^{-1} K_uf  (M x N)
-        kff = self.covar_module(x, diag=True)
+        V = tri_solve(L, dense_covariance(self.covar_module, Z, x))  # L^{-1} K_uf  (M x N)
+        kff = diagonal_covariance(self.covar_module, x)
         qff = (V**2).sum(0)
         lam = s2 + ((kff - qff).clamp_min(0) if self.kind == "fitc" else torch.zeros_like(kff))
         A = V / lam.sqrt()
@@ -71,9 +72,9 @@ class CollapsedSparseGP(torch.nn.Module):
     def marginals(self, x_star):
         """Predictive mean and variance of the latent f at x_star (given the stored training data)."""
         L, A, LB, lam, r, c, kff, qff = self._factors(self.train_x, self.train_y)
-        Vs = tri_solve(L, self.covar_module(self.Z, x_star).to_dense())  # L^{-1} K_u*
+        Vs = tri_solve(L, dense_covariance(self.covar_module, self.Z, x_star))  # L^{-1} K_u*
         W = tri_solve(LB, Vs)
         mean = self.mean_module(x_star) + W.T @ c
-        kss = self.covar_module(x_star, diag=True)
+        kss = diagonal_covariance(self.covar_module, x_star)
         var = kss - (Vs**2).sum(0) + (W**2).sum(0)
         return mean, var.clamp_min(1e-12)

@@ -13,6 +13,7 @@ import gpytorch
 import torch
 from gpytorch.variational.variational_strategy import ComputePredictiveUpdates
 
+from .kernels import dense_covariance, diagonal_covariance
 from .linalg import safe_cholesky, tri_solve
 
 
@@ -40,19 +41,20 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
         Whitened (Hensman et al., 2015), with K_uu + jitter I = L L^T, A = L^{-1} K_ux, q(u~) = N(m~, S),
         S = L_S L_S^T:  mu = m(x) + A^T m~,  var_i = K_ii + jitter - |A_i|^2 + |L_S^T A_i|^2.
         The same numbers as gpytorch's ``VariationalStrategy`` (to ~1e-13 in float64, tested), written
-        directly in torch: no linear-operator objects, distributions or settings on the hot path
-        (``benchmarks/bench_training.py`` measures the difference)."""
+        directly in torch: no linear-operator objects, distributions or settings on the hot path, and
+        the kernel matrices of ``kernels.dense_covariance`` (``benchmarks/bench_training.py`` measures
+        the difference)."""
         self._ensure_initialised()
         Z = self.inducing_points
         L = self._kuu_cholesky(Z)
         m, L_S = self.q_u.variational_mean, self.q_u.chol_variational_covar.tril()
         eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device)
         # gpytorch's fused update (its backward costs two O(M^2 N) products instead of four)
-        dmu, dvar = ComputePredictiveUpdates.apply(L, self.covar_module(Z, x).to_dense(), L_S @ L_S.mT - eye, m)
-        return self.mean_module(x) + dmu, self.covar_module(x, diag=True) + self.jitter + dvar
+        dmu, dvar = ComputePredictiveUpdates.apply(L, dense_covariance(self.covar_module, Z, x), L_S @ L_S.mT - eye, m)
+        return self.mean_module(x) + dmu, diagonal_covariance(self.covar_module, x) + self.jitter + dvar
 
     def _kuu_cholesky(self, Z: torch.Tensor) -> torch.Tensor:
-        Kuu = self.covar_module(Z).to_dense()
+        Kuu = dense_covariance(self.covar_module, Z)
         eye = torch.eye(Z.shape[-2], dtype=Kuu.dtype, device=Kuu.device)
         from linear_operator.utils.errors import NotPSDError
 
@@ -80,7 +82,7 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
 
     def prior_variance(self, x: torch.Tensor) -> torch.Tensor:
         """K_ii, the prior variance at each row of x (the kernel's diagonal)."""
-        return self.covar_module(x, diag=True)
+        return diagonal_covariance(self.covar_module, x)
 
     def kl_divergence(self) -> torch.Tensor:
         """KL(q(u) || p(u)) = KL(N(m~, S) || N(0, I)) = (tr S + |m~|^2 - M - log det S) / 2 (whitened),
@@ -129,4 +131,4 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
     def interpolation(self, x: torch.Tensor) -> torch.Tensor:
         """B = K_xu L^{-T} (N x M): mu = mean(x) + B m~ in whitened coordinates."""
         Z = self.inducing_points
-        return tri_solve(self._kuu_cholesky(Z), self.covar_module(Z, x).to_dense()).transpose(-1, -2)
+        return tri_solve(self._kuu_cholesky(Z), dense_covariance(self.covar_module, Z, x)).transpose(-1, -2)

@@ -208,10 +208,11 @@ class BatchedSVGP:
         os = self.os_transform(self.values[RAW_OS][sl])
         k = (os[:, None] - (A**2).sum(-2)).clamp_min(0)  # K_ii - Q_ii
         eye = torch.eye(A.shape[-2], dtype=A.dtype, device=A.device)
-        L_B, info = torch.linalg.cholesky_ex(eye + (A @ A.mT) / (beta * noise)[:, None, None])
+        AAt = A @ A.mT
+        L_B, info = torch.linalg.cholesky_ex(eye + AAt / (beta * noise)[:, None, None])
         if bool(info.any()):
             raise NotBatchable("I + A A^T / (beta s2) is not positive definite for a member")
-        value, _, _ = collapsed_bound(A, r, k, noise, beta, L_B)
+        value, _, _ = collapsed_bound(A, r, k, noise, beta, L_B, AAt)
         return -value / n
 
     def _log_loss(self, sl: slice) -> torch.Tensor:

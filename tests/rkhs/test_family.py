@@ -148,13 +148,16 @@ BEFORE_FEATURES = {
 
 @pytest.mark.parametrize("model,extra", [("svgp", ["trainer.batch_size=50"]), ("dlm", ["kernel.ard=true"])])
 def test_features_none_keeps_existing_runs_bit_identical(tmp_path, model, extra):
-    """A 40-iteration svgp (minibatch) and dlm (ARD, full batch) run on 200 concrete rows give exactly
-    the metrics recorded before feature maps were added (rel 1e-13: same floats on this build)."""
+    """A 40-iteration svgp (minibatch) and dlm (ARD, full batch) run on 200 concrete rows give the
+    metrics recorded before feature maps were added: to rel 1e-6, since the hot path computes the RBF
+    itself (``models/kernels.py``, 2026-11-27; before it these were the same floats, rel 1e-13): its
+    last-bit rounding differs from gpytorch's, and 40 Adam steps carry that to 5e-10 (svgp) and 5e-8
+    (dlm) relative."""
     metrics, _, cfg = run(tmp_path, f"model={model}", *extra, "model.num_inducing=10", "trainer.max_iters=40",
                           "trainer.eval_every=20")
     assert cfg.features.name == "none"
     for k, v in BEFORE_FEATURES[model].items():
-        assert metrics[k] == pytest.approx(v, rel=1e-13), k
+        assert metrics[k] == pytest.approx(v, rel=1e-6), k
 
 
 def test_svgp_and_dlm_on_network_features(tmp_path):
