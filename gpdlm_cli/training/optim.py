@@ -51,7 +51,9 @@ def make_optimizer(name: str, groups: list[dict], *, momentum: float = 0.0, rho:
         # on a per-datum loss happens at gradients of ~1e-5: L-BFGS stands still there and only the
         # stopping rule notices (a 12-parameter least squares stalled at max|g| 5.7e-6; with 0 it reaches
         # torch's tolerance_grad, 1e-7). Stopping is the loop's business (rule, gradient test, budget).
-        return torch.optim.LBFGS(groups[0]["params"], lr=groups[0]["lr"], max_iter=1, max_eval=26,
+        from .lbfgs import CompactLBFGS  # torch's LBFGS with a closed-form two-loop recursion (lbfgs.py)
+
+        return CompactLBFGS(groups[0]["params"], lr=groups[0]["lr"], max_iter=1, max_eval=26,
                                  history_size=lbfgs_history, line_search_fn="strong_wolfe", tolerance_change=0.0)
     raise ValueError(f"unknown optimizer {name!r}")
 

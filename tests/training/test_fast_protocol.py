@@ -170,11 +170,13 @@ def test_a_warm_started_stage_skips_the_first_order_start():
 
 
 def test_lbfgs_answers_the_repeated_start_of_each_step_from_its_last_evaluation():
-    """gpdlm's L-BFGS iterates are bit-identical to torch's LBFGS driven by a plain closure, with fewer
-    objective evaluations (the start of each step repeats the previous line search's last point)."""
+    """The trainer's L-BFGS iterates are bit-identical to the same optimiser (``CompactLBFGS``) driven by
+    a plain closure, with fewer objective evaluations (the start of each step repeats the previous line
+    search's last point). ``tests/training/test_compact_lbfgs.py`` compares it with torch's LBFGS."""
     import torch
 
     from gpdlm_cli.training import ConvergenceRule, TrainerSettings, train
+    from gpdlm_cli.training.lbfgs import CompactLBFGS
 
     a, b = _least_squares(seed=2)
     at, bt = torch.tensor(a), torch.tensor(b)
@@ -193,8 +195,8 @@ def test_lbfgs_answers_the_repeated_start_of_each_step_from_its_last_evaluation(
     res = train(objective_for(theta, "gpdlm"), [theta], x, x[:, 0], settings, generator=torch.Generator().manual_seed(0))
 
     ref = torch.nn.Parameter(torch.full((a.shape[1],), 0.1, dtype=torch.float64))
-    opt = torch.optim.LBFGS([ref], lr=1.0, max_iter=1, max_eval=26, history_size=100, line_search_fn="strong_wolfe",
-                            tolerance_change=0.0)
+    opt = CompactLBFGS([ref], lr=1.0, max_iter=1, max_eval=26, history_size=100, line_search_fn="strong_wolfe",
+                       tolerance_change=0.0)
     f = objective_for(ref, "plain")
 
     def closure():
