@@ -84,7 +84,9 @@ def _announce(config) -> None:
     try:
         from ..run.plan import plan
 
-        print(plan(list(config.hydra.overrides.task)).summary(), file=sys.stderr)
+        # the launcher is a Hydra override (hydra/launcher=joblib, hydra.launcher.n_jobs=2), not a task one
+        launcher = [o for o in config.hydra.overrides.hydra if str(o).startswith(("hydra/launcher", "hydra.launcher"))]
+        print(plan(list(config.hydra.overrides.task) + launcher).summary(), file=sys.stderr)
     except Exception:  # the plan is a courtesy; Hydra itself reports bad sweeps
         pass
 

@@ -56,3 +56,19 @@ def test_the_fast_estimate_adds_the_first_order_start_of_each_lbfgs_stage():
 def test_dry_run_needs_a_multirun(capsys):
     assert cli.main(["train", "model=dlm", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip().startswith("gpdlm: error: --dry-run describes a multirun")
+
+
+def test_the_start_of_multirun_line_names_the_launcher_of_the_hydra_overrides(capsys):
+    """hydra/launcher=joblib and hydra.launcher.n_jobs are Hydra overrides, not task ones: the line at
+    the start of a multirun says `launcher joblib x2` (it said `launcher basic` until 2026-11-27)."""
+    from omegaconf import OmegaConf
+
+    from gpdlm_cli.tracking import sweep
+
+    config = OmegaConf.create({"hydra": {
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"},
+        "overrides": {"task": ["model=svgp", "objective.beta=0.5,1", "dataset.split.train_size=100", "trainer=fast"],
+                      "hydra": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.mode=MULTIRUN"]}}})
+    sweep._announce(config)
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("gpdlm: sweep of 2 jobs, trainer.protocol=fast") and "launcher joblib x2" in line, line
