@@ -24,6 +24,10 @@ CASES = {
     "bmc_estimator_stream": ["model=dlm", "dataset=doctor_visits", "estimator=bmc", "model.num_inducing=12"],
     "scgd_hooks": ["model=scgd", "features=nn", "trainer.batch_size=32"],
     "minimax_dual_generator": ["model=minimax", "features=nn", "trainer.batch_size=32"],
+    # trainer=fast: killed inside the L-BFGS stage (after its 10-step first-order start); CompactLBFGS's
+    # state (ring buffer of curvature pairs, their products) goes through the checkpoint
+    "fast_lbfgs_stage": ["model=dlm", "model.num_inducing=12", "trainer=fast", "trainer.fast_adam_iters=10",
+                         "trainer.fast_max_iters=60"],
 }
 
 
