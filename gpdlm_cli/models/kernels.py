@@ -35,7 +35,7 @@ def _lean_rbf(kernel) -> bool:
 
 def dense_covariance(kernel, x1: torch.Tensor, x2: torch.Tensor | None = None) -> torch.Tensor:
     """K(x1, x2) as a dense N1 x N2 tensor (K(x1, x1) when ``x2`` is None)."""
-    if not _lean_rbf(kernel):
+    if not _lean_rbf(kernel) or x1.dim() != 2 or (x2 is not None and x2.dim() != 2):  # batched inputs: gpytorch
         return kernel(x1, x1 if x2 is None else x2).to_dense()
     ls = kernel.base_kernel.lengthscale  # 1 x 1 or 1 x D
     a = x1 / ls
@@ -80,7 +80,7 @@ class _ScaledRBF(torch.autograd.Function):
 
 def diagonal_covariance(kernel, x: torch.Tensor) -> torch.Tensor:
     """K(x_i, x_i) for each row of x (a stationary ScaleKernel(RBF): s_f^2 everywhere)."""
-    if not _lean_rbf(kernel):
+    if not _lean_rbf(kernel) or x.dim() != 2:
         return kernel(x, diag=True)
     return kernel.outputscale.expand(x.shape[:-1])
 
