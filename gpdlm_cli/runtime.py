@@ -4,7 +4,7 @@ Measured on 2 cores (issue 13; ``python -m benchmarks contention`` re-measures):
 takes 1.3-2.0 ms with 2 threads on a quiet machine, but with 3 competing busy processes 15.3 ms
 against 6.2 ms with 1 thread -- OpenMP's threads spin (libgomp: 300,000 spins) waiting for a
 core that another process holds. On this project's loaded machine the default demo took 126
-ms/iteration with 2 threads and 29 ms with 1. Two defaults follow:
+ms/iteration with 2 threads and 29 ms with 1. Three defaults follow:
 
 * ``threads=auto`` takes the cores that are free when the run starts: the available cores (the
   CPU affinity mask, which Slurm and taskset set), divided among parallel sweep jobs, minus the
@@ -20,7 +20,7 @@ ms/iteration with 2 threads and 29 ms with 1. Two defaults follow:
   every allocation above 128 KiB-32 MiB with a fresh ``mmap`` and returns it at ``free``, so each M x N
   temporary of a GP step (3.2 MB at N = 4,000, M = 100) is faulted in and zeroed by the kernel again
   at every step: 3,500-7,000 page faults and 5-14 ms of system time per SVGP/DLM evaluation on pol at
-  N = 4,000, measured (``benchmarks/bench_training.py`` re-measures). With the mmap threshold at glibc's
+  N = 4,000 (measured 2026-11-27; ``tests/test_runtime.py`` checks the mechanism). With the mmap threshold at glibc's
   maximum (32 MiB) and the heap kept (trim threshold 256 MiB) the faults drop to ~0 and an evaluation
   is 15-25% faster. Set ``GPDLM_MALLOC_TUNE=0`` (or any ``MALLOC_*_`` variable of your own) to keep
   glibc's defaults.

@@ -54,7 +54,7 @@ def make_optimizer(name: str, groups: list[dict], *, momentum: float = 0.0, rho:
         from .lbfgs import CompactLBFGS  # torch's LBFGS with a closed-form two-loop recursion (lbfgs.py)
 
         return CompactLBFGS(groups[0]["params"], lr=groups[0]["lr"], max_iter=1, max_eval=26,
-                                 history_size=lbfgs_history, line_search_fn="strong_wolfe", tolerance_change=0.0)
+                            history_size=lbfgs_history, line_search_fn="strong_wolfe", tolerance_change=0.0)
     raise ValueError(f"unknown optimizer {name!r}")
 
 
