@@ -2,6 +2,8 @@
 
     python -m benchmarks study                     # projection for every DLM study preset (pol by default)
     python benchmarks/bench_study.py --project regression_logloss_pol --sizes 500 2000
+    git worktree add /tmp/before c51649a   # the paper protocol as gpdlm ran it at another commit, same run:
+    python benchmarks/bench_study.py --project regression_logloss_pol --betas 3 --paper-share dlm=0.73 svgp=0.58 --paper-code /tmp/before
     python benchmarks/bench_study.py --equivalence --sizes 500 --seeds 0 1 2 --betas 4 --models dlm svgp
     python benchmarks/bench_study.py --equivalence --preset classification --sizes 500 --seeds 0 1 --betas 3
     python benchmarks/bench_study.py --equivalence --preset count --set dataset=doctor_visits --models svgp
@@ -93,6 +95,22 @@ def paper_iteration_share(uri: str | None, experiment: str = "protocol_equivalen
     return {k: statistics.fmean(v) for k, v in share.items()}
 
 
+def paper_seconds_per_iteration_at(code_dir: str, overrides, iterations: int = 30) -> float:
+    """Seconds per iteration of the paper protocol on the job ``overrides`` (``iterations`` of them) with
+    the gpdlm code of another checkout (``git worktree add DIR COMMIT``), in a fresh process: how the
+    same job ran before a change, measured in the same run as the current code."""
+    import json
+    import os
+    import subprocess
+
+    code = (f"import sys, json; sys.path.insert(0, {code_dir!r}); from benchmarks.bench_study import train_once; "
+            f"_, it, secs, _ = train_once({list(overrides)!r}, protocol='paper', max_iters={iterations}); "
+            f"print(json.dumps(secs / it))")
+    env = {**os.environ, "PYTHONPATH": code_dir}
+    out = subprocess.run([sys.executable, "-c", code], cwd=code_dir, env=env, capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 def lbfgs_stages(overrides) -> list[bool]:
     """Per iterative stage of the job, whether ``trainer=fast`` trains it with L-BFGS."""
     from gpdlm_cli.run.prepare import prepare
@@ -113,7 +131,7 @@ def shareable_stages(overrides) -> bool:
 
 
 def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float] | None = None,
-            warm: bool = False, extra=(), models=None) -> list[dict]:
+            warm: bool = False, extra=(), models=None, paper_code: str | None = None) -> list[dict]:
     """Projected wall time of the preset's whole beta-sweep grid on one core, both protocols.
 
     Per (model, size): the paper protocol's ms per iteration (30 iterations of one job) times its
@@ -125,7 +143,9 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
     cache and once restoring the stage -- and every sampled job restores it; the fast protocol alone
     (``fast_s_per_job``) counts the stage in every job, the fast path (``fast_path_s_per_job``: the fast
     protocol with shared stages, what the issue measures against today's protocol) once per grid. The
-    paper side counts it in every job (today's protocol trains it for every beta)."""
+    paper side counts it in every job (today's protocol trains it for every beta). ``paper_code``: a
+    checkout of earlier gpdlm code whose paper protocol is timed the same way in a subprocess
+    (``paper_ref_*``: the protocol as it ran before the hot-path work measured here)."""
     from gpdlm_cli.commands.sweep import beta_grid
     from gpdlm_cli.training.reuse import clear_warm_starts
 
@@ -163,10 +183,13 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
             fast_job = statistics.fmean(f[2] for f in fast) + stage_s
             if not any(kinds):  # every stage stochastic: both protocols train it the same way
                 paper_job, note = fast_job, "  (no L-BFGS stage: the same protocol)"
-                path_job = fast_job
+                path_job, ref_job = fast_job, None
             else:
-                _, it, secs, _ = train_once(ov + [f"objective.beta={grid[len(grid) // 2]:g}"], protocol="paper", max_iters=30)
+                mid = ov + [f"objective.beta={grid[len(grid) // 2]:g}"]
+                _, it, secs, _ = train_once(mid, protocol="paper", max_iters=30)
                 paper_job = secs / it * paper_cap * share.get(mname, 1.0)
+                ref_job = (paper_seconds_per_iteration_at(paper_code, mid) * paper_cap * share.get(mname, 1.0)
+                           if paper_code else None)
                 note = "" if all(kinds) else "  (a stochastic stage too: the paper side assumes its full budget, an upper bound)"
 
             jobs = len(grid) * n_seeds
@@ -175,16 +198,23 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
                          "fast_iters": statistics.fmean(f[1] for f in fast),
                          "fast_total_h": jobs * fast_job / 3600, "speedup": paper_job / max(fast_job, 1e-9),
                          "shared_stage_s": stage_s, "fast_path_s_per_job": path_job,
-                         "fast_path_total_h": jobs * path_job / 3600, "path_speedup": paper_job / max(path_job, 1e-9)})
+                         "fast_path_total_h": jobs * path_job / 3600, "path_speedup": paper_job / max(path_job, 1e-9),
+                         "paper_ref_s_per_job": ref_job if ref_job is not None else paper_job,
+                         "paper_ref_total_h": jobs * (ref_job if ref_job is not None else paper_job) / 3600})
             r = rows[-1]
             shared = (f"   fast path (stage of {stage_s:.1f} s shared by {len(grid)} betas) {path_job:6.1f} s/job "
                       f"{r['fast_path_total_h']:6.2f} h   x{r['path_speedup']:.1f}") if stage_s else ""
-            print(f"{preset:<26} {model:<12} n={n:<5} jobs={jobs:<4} paper {paper_job:7.1f} s/job {r['paper_total_h']:7.2f} h   "
+            ref = f"paper at {paper_code} {ref_job:7.1f} s/job   " if ref_job is not None else ""
+            print(f"{preset:<26} {model:<12} n={n:<5} jobs={jobs:<4} {ref}paper {paper_job:7.1f} s/job {r['paper_total_h']:7.2f} h   "
                   f"fast {fast_job:6.1f} s/job ({r['fast_iters']:.0f} it) {r['fast_total_h']:6.2f} h   x{r['speedup']:.1f}{shared}{note}",
                   flush=True)
     total_p = sum(r["paper_total_h"] for r in rows)
     total_f = sum(r["fast_total_h"] for r in rows)
     total_s = sum(r["fast_path_total_h"] for r in rows)
+    if paper_code:
+        total_r = sum(r["paper_ref_total_h"] for r in rows)
+        print(f"{preset}: paper protocol with the code at {paper_code} {total_r:.1f} h: x{total_r / max(total_f, 1e-9):.1f} "
+              f"against the fast protocol, x{total_r / max(total_s, 1e-9):.1f} against the fast path")
     print(f"{preset}: {sum(r['jobs'] for r in rows)} jobs, paper protocol {total_p:.1f} h, fast protocol {total_f:.2f} h "
           f"(x{total_p / max(total_f, 1e-9):.1f}), fast path with shared stages {total_s:.2f} h (x{total_p / max(total_s, 1e-9):.1f}) "
           f"on 1 core; on 2 cores (2 joblib workers) about half of each")
@@ -329,6 +359,11 @@ def main(argv=None):
                         "(experiment protocol_equivalence_pol)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="overrides added to every job (e.g. dataset=doctor_visits)")
+    p.add_argument("--paper-share", nargs="*", default=[], metavar="MODEL=SHARE",
+                   help="projection: the paper budget's share its real runs used, per model name (e.g. dlm=0.73 "
+                        "svgp=0.58, the 114 runs of README 'Fast protocol'), where no --paper-share-store is at hand")
+    p.add_argument("--paper-code", default=None, metavar="DIR",
+                   help="projection: also time the paper protocol with the gpdlm code of this checkout (a subprocess)")
     p.add_argument("--warm", action="store_true", help="fast jobs warm-started along the path")
     p.add_argument("--fast-experiment", default="regression_logloss_pol")
     p.add_argument("--paper-experiment", default="protocol_equivalence_pol")
@@ -343,8 +378,10 @@ def main(argv=None):
     else:
         rows = []
         share = paper_iteration_share(a.paper_share_store)
+        share.update({k: float(v) for k, v in (kv.split("=", 1) for kv in a.paper_share)})
         for preset in a.project or ["regression_logloss_pol"]:
-            rows += project(preset, a.sizes, a.seeds, a.betas, share, warm=a.warm, extra=a.set, models=a.models)
+            rows += project(preset, a.sizes, a.seeds, a.betas, share, warm=a.warm, extra=a.set, models=a.models,
+                            paper_code=a.paper_code)
     if a.csv and rows:
         with open(a.csv, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

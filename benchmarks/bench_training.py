@@ -2,7 +2,13 @@
 
 Same data (N=20000, D=8), M=200, minibatch 1000, same dtype, Adam; both measured side by side in
 one process, interleaved, median of repeats. Target: gpdlm within 1.15x of the plain loop.
-Also times `gpdlm train` end to end for the default demo.
+Also times `gpdlm train` end to end for the default demo, and the fast protocol's hot path:
+
+* one full-batch evaluation (objective and gradient) of the collapsed SVGP bound and of joint DLM at
+  pol's shape (D = 26, M = 100, float64) for N = 500, 2,000, 4,000, with the RBF of
+  ``models/kernels.py`` against the same models on gpytorch's RBF (the code before it), interleaved;
+* one L-BFGS step (history 100, 7,800 parameters: joint DLM's count on pol) of ``CompactLBFGS``
+  against torch's ``LBFGS`` on a cheap objective, so the step's own cost shows.
 """
 
 from __future__ import annotations
@@ -82,6 +88,82 @@ def gpdlm_loop(x, y, Z, objective: str):
     return 1000 * res.train_seconds / res.iterations
 
 
+def hot_path(sizes=(500, 2000, 4000), D=26, M_hot=100, repeats=5, evals=20):
+    """ms per full-batch evaluation + gradient, gpdlm's RBF against gpytorch's (module docstring)."""
+    import gpytorch
+    from unittest import mock
+
+    from gpdlm_cli.likelihoods import GaussianLikelihood
+    from gpdlm_cli.models import SparseVariationalGP, kernels
+    from gpdlm_cli.objectives import DLM
+    from gpdlm_cli.estimators import ExactEstimator
+    from gpdlm_cli.objectives.collapsed_elbo import CollapsedELBO
+
+    print(f"\nhot path: ms per full-batch evaluation + gradient, D={D} M={M_hot} float64 (gpytorch RBF / gpdlm RBF)")
+    g = torch.Generator().manual_seed(0)
+    for n in sizes:
+        x = torch.randn(n, D, generator=g, dtype=torch.float64)
+        y = torch.sin(x[:, 0]) + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+        kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()).double()
+        kernel.base_kernel.lengthscale = 3.0
+        model = SparseVariationalGP(x[:M_hot].clone(), kernel, gpytorch.means.ZeroMean()).double()
+        lik = GaussianLikelihood().double()
+        objectives = {"svgp": CollapsedELBO(model, lik, n, beta=1.0),
+                      "dlm": DLM(model, lik, ExactEstimator(), n, beta=1.0)}
+        params = list(model.parameters()) + list(lik.parameters())
+
+        def ms(objective):
+            t0 = time.perf_counter()
+            for _ in range(evals):
+                for q in params:
+                    q.grad = None
+                objective(x, y).backward()
+            return 1000 * (time.perf_counter() - t0) / evals
+
+        for name, objective in objectives.items():
+            ms(objective)
+            ref, ours = [], []
+            for _ in range(repeats):
+                with mock.patch.object(kernels, "_lean_rbf", lambda kernel: False):
+                    ref.append(ms(objective))
+                ours.append(ms(objective))
+            r, o = statistics.median(ref), statistics.median(ours)
+            print(f"{name:<5} N={n:<5} {r:8.2f} {o:8.2f}   ratio {o / r:.3f}")
+
+
+def lbfgs_step(p=7800, history=100, steps=100):
+    """ms per L-BFGS step (full history) on a cheap objective: CompactLBFGS against torch's LBFGS."""
+    from gpdlm_cli.training.lbfgs import CompactLBFGS
+
+    g = torch.Generator().manual_seed(0)
+    x0, w = torch.randn(p, generator=g, dtype=torch.float64), torch.rand(p, generator=g, dtype=torch.float64) + 0.01
+
+    def run(cls):
+        x = torch.nn.Parameter(x0.clone())
+        opt = cls([x], lr=1, max_iter=1, max_eval=26, history_size=history, line_search_fn="strong_wolfe",
+                  tolerance_change=0.0, tolerance_grad=0.0)
+
+        def closure():
+            opt.zero_grad()
+            value = (w * x * x).sum() + 0.1 * (x[1:] * x[:-1]).sum() + 1e-3 * (x**4).sum()
+            value.backward()
+            return value
+
+        for _ in range(history + 20):  # fill the history
+            opt.step(closure)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            opt.step(closure)
+        return 1000 * (time.perf_counter() - t0) / steps
+
+    ref, ours = [], []
+    for _ in range(3):
+        ref.append(run(torch.optim.LBFGS))
+        ours.append(run(CompactLBFGS))
+    r, o = statistics.median(ref), statistics.median(ours)
+    print(f"\nL-BFGS step, p={p}, history {history}: torch LBFGS {r:.2f} ms, CompactLBFGS {o:.2f} ms, ratio {o / r:.3f}")
+
+
 def end_to_end_demo_seconds() -> float:
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
@@ -105,6 +187,8 @@ def main():
                 ours.append(gpdlm_loop(x, y, Z, objective))
             p, o = statistics.median(plain), statistics.median(ours)
             print(f"{objective:<8} {str(dtype)[6:]:<8} {p:12.2f} {o:12.2f} {o / p:7.3f}")
+    hot_path()
+    lbfgs_step()
     print(f"\ngpdlm train (default demo, end to end incl. imports and MLflow): {end_to_end_demo_seconds():.1f} s")
 
 
