@@ -193,14 +193,14 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
                 note = "" if all(kinds) else "  (a stochastic stage too: the paper side assumes its full budget, an upper bound)"
 
             jobs = len(grid) * n_seeds
+            ref_or_paper = ref_job if ref_job is not None else paper_job
             rows.append({"preset": preset, "model": model, "n": n, "jobs": jobs, "paper_s_per_job": paper_job,
                          "paper_total_h": jobs * paper_job / 3600, "fast_s_per_job": fast_job,
                          "fast_iters": statistics.fmean(f[1] for f in fast),
                          "fast_total_h": jobs * fast_job / 3600, "speedup": paper_job / max(fast_job, 1e-9),
                          "shared_stage_s": stage_s, "fast_path_s_per_job": path_job,
                          "fast_path_total_h": jobs * path_job / 3600, "path_speedup": paper_job / max(path_job, 1e-9),
-                         "paper_ref_s_per_job": ref_job if ref_job is not None else paper_job,
-                         "paper_ref_total_h": jobs * (ref_job if ref_job is not None else paper_job) / 3600})
+                         "paper_ref_s_per_job": ref_or_paper, "paper_ref_total_h": jobs * ref_or_paper / 3600})
             r = rows[-1]
             shared = (f"   fast path (stage of {stage_s:.1f} s shared by {len(grid)} betas) {path_job:6.1f} s/job "
                       f"{r['fast_path_total_h']:6.2f} h   x{r['path_speedup']:.1f}") if stage_s else ""

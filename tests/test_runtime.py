@@ -4,6 +4,7 @@ the CLI sets that before torch starts."""
 from __future__ import annotations
 
 import os
+import platform
 import signal
 
 import pytest
@@ -133,7 +134,7 @@ print(mapped, kept, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 """
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="glibc on Linux")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt and mallinfo2")
 def test_tuned_allocator_keeps_large_temporaries_in_the_heap():
     """With glibc's defaults a fresh process mmaps each 3.2 MB temporary (unmapped again at free, and
     faulted in page by page when mapped again: in real GP steps 3,500-7,000 faults per evaluation, though
