@@ -115,12 +115,15 @@ def main() -> None:
     ap.add_argument("--inducing", type=int, default=100)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--devices", default="cpu,cuda", help="cpu, cuda or both (cuda is skipped where absent)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     models, sizes = a.models.split(","), [int(s) for s in a.sizes.split(",")]
     batches = [int(b) for b in a.batches.split(",")]
-    run(torch.device("cpu"), models, sizes, batches, a.inducing, a.iters)
-    if torch.cuda.is_available():
+    devices = a.devices.split(",")
+    if "cpu" in devices:
+        run(torch.device("cpu"), models, sizes, batches, a.inducing, a.iters)
+    if "cuda" in devices and torch.cuda.is_available():
         run(torch.device("cuda"), models, sizes, batches, a.inducing, a.iters)
 
 

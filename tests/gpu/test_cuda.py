@@ -30,7 +30,7 @@ from gpdlm_cli.training import run_stages
 from gpdlm_cli.training.sync import count_cuda_syncs
 from gpdlm_cli.run.prepare import prepare
 
-from ..conftest import compose
+from ..conftest import compose, run_cli
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -55,6 +55,9 @@ DETERMINISTIC = {
     "sgpr": ["model=sgpr", "model.num_inducing=30", "trainer.max_iters=60", "trainer.eval_every=0"],
     "fitc": ["model=fitc", "model.num_inducing=30", "trainer.max_iters=60", "trainer.eval_every=0"],
     "exact": ["model=exact", "trainer.max_iters=60", "trainer.eval_every=0"],
+    # the fast protocol (issue 21): CompactLBFGS with strong-Wolfe steps on the lean RBF hot path
+    "dlm_fast": ["model=dlm", "trainer=fast", "model.num_inducing=30", "trainer.max_iters=40", "trainer.eval_every=0"],
+    "svgp_fast": ["model=svgp", "trainer=fast", "model.num_inducing=30", "trainer.max_iters=40", "trainer.eval_every=0"],
     "sgpr_lbfgs": ["model=sgpr", "model.num_inducing=30", "trainer.optimizer=lbfgs", "trainer.max_iters=30",
                    "trainer.eval_every=0"],
     "scgd": ["model=scgd", "features=nn", "trainer.batch_size=32", "trainer.max_iters=60", "trainer.eval_every=30"],
@@ -150,3 +153,45 @@ def test_no_host_device_sync_per_iteration(name):
     short, _ = _syncs_for(SYNC_CASES[name], 10)
     long, sites = _syncs_for(SYNC_CASES[name], 30)
     assert long == short, f"{name}: {(long - short) / 20:.2f} syncs per iteration; sites {sites}"
+
+
+# ----- batched configurations (issue 21, sweep.batched): one batched model on CUDA against separate CPU runs ---
+BATCH_SMALL = ["dataset.split.train_size=150", "model.num_inducing=10", "trainer.max_iters=100", "trainer.stop_window=20",
+               "trainer.stop_tol=1e-2", "trainer.eval_every=30", "threads=1", "progress=false"]
+BATCH_GRID = ["seed=0,1", "objective.beta=0.5,2"]
+BATCH_COMPARED = ("test_nll", "test_rmse", "val_nll", "val_rmse", "iterations", "final_loss")
+
+
+def batched_against_separate(tmp_path, capsys, uri: str, model: str, batched_device: str, separate_device: str) -> dict:
+    """{(seed, beta): {metric: (batched, separate)}} of a 2-seed x 2-beta sweep trained as one batched
+    model on ``batched_device`` and as four separate runs on ``separate_device``."""
+    from mlflow.tracking import MlflowClient
+
+    from gpdlm_cli.run.batched import clear_batched
+
+    out = {}
+    for name, device, extra in (("sep", separate_device, []), ("bat", batched_device, ["sweep.batched=true"])):
+        clear_batched()
+        experiment = f"{name}-{model}-{device}"
+        rc, lines = run_cli(["train", "-m", *BATCH_GRID, *BATCH_SMALL, f"model={model}", f"device={device}",
+                             f"tracking.uri={uri}", f"tracking.experiment={experiment}",
+                             f"hydra.sweep.dir={tmp_path / experiment}", *extra], tmp_path, capsys)
+        assert rc == 0, lines
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name(experiment)
+        runs = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+        assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+        assert all(("gpdlm.batched" in r.data.tags) == bool(extra) for r in runs)
+        for r in runs:
+            key = (r.data.params["seed"], float(r.data.params["objective.beta"]))
+            for m in BATCH_COMPARED:
+                out.setdefault(key, {}).setdefault(m, []).append(r.data.metrics[m])
+    return {k: {m: tuple(v) for m, v in d.items()} for k, d in out.items()}
+
+
+@pytest.mark.parametrize("model", ["svgp", "dlm"])
+def test_a_batched_sweep_on_cuda_gives_the_metrics_of_separate_cpu_runs(model, tmp_path, capsys, mlflow_uri):
+    pairs = batched_against_separate(tmp_path, capsys, mlflow_uri, model, "cuda", "cpu")
+    bad = {(k, m): v for k, d in pairs.items() for m, v in d.items()
+           if not math.isclose(v[0], v[1], rel_tol=RTOL, abs_tol=1e-9)}
+    assert len(pairs) == 4 and not bad, bad
