@@ -66,13 +66,23 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
             raise NotPSDError(str(e)) from None
 
     def _ensure_initialised(self) -> None:
-        """gpytorch initialises q(u) at the first call (m~ = N(0, 1e-6 I) noise, S = I); so does
-        this path. The flag is read from the device once, not at every step."""
+        """gpytorch initialises q(u) at the first call (m~ = prior mean + mean_init_std * N(0, I)
+        noise, L_S = chol of the prior covariance: 0 and I, whitened); so does this path, with the
+        noise drawn from the CPU's generator and moved, so that a run on CUDA starts where the same
+        run on the CPU does (gpytorch draws it with ``randn_like`` on the model's device, another
+        stream: a GPU run then started elsewhere and ended elsewhere). On the CPU these are gpytorch's
+        numbers bit for bit. The flag is read from the device once, not at every step."""
         if getattr(self, "_q_ready", False):
             return
         strategy = self.variational_strategy
         if not bool(strategy.variational_params_initialized.item()):
-            self.q_u.initialize_variational_distribution(strategy.prior_distribution)
+            q, prior = self.q_u, strategy.prior_distribution
+            with torch.no_grad():
+                mean = q.variational_mean
+                noise = torch.randn_like(prior.mean, device="cpu")  # gpytorch's draw, from the CPU's stream on every device
+                mean.copy_(prior.mean)
+                mean.add_(noise.to(mean.device), alpha=q.mean_init_std)
+                q.chol_variational_covar.copy_(prior.lazy_covariance_matrix.cholesky().to_dense())
             strategy.variational_params_initialized.fill_(1)
         self._q_ready = True
 

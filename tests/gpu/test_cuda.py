@@ -148,11 +148,27 @@ def _syncs_for(overrides, iterations: int) -> tuple[int, dict]:
     return log.count, log.sites
 
 
+# The documented per-iteration syncs (docs/gpu.md), by the files that cause them; any other site fails.
+KNOWN_SYNCS = {
+    "ssgp": ("training/lbfgs.py", "training/loop.py"),  # L-BFGS: its line search compares losses on the host
+    "dlm_ups": ("estimators/product_sampling.py", "estimators/tilted_mode.py"),  # uPS: rejection loop, mode search
+    "minimax": ("objectives/rkhs.py",),  # the eigenvalue projection onto the feasible set (eigh)
+    "gp_lstm": ("models/deep_kernel.py",),  # gpytorch's MultivariateNormal.log_prob checks its Cholesky factor
+    "gp_lstm_dropout": ("models/deep_kernel.py",),
+}
+
+
+def _growing_sites(short: dict, long: dict) -> dict:
+    return {site: n - short.get(site, 0) for site, n in long.items() if n > short.get(site, 0)}
+
+
 @pytest.mark.parametrize("name", sorted(SYNC_CASES))
 def test_no_host_device_sync_per_iteration(name):
-    short, _ = _syncs_for(SYNC_CASES[name], 10)
+    short, short_sites = _syncs_for(SYNC_CASES[name], 10)
     long, sites = _syncs_for(SYNC_CASES[name], 30)
-    assert long == short, f"{name}: {(long - short) / 20:.2f} syncs per iteration; sites {sites}"
+    growing = _growing_sites(short_sites, sites)
+    unexpected = {s: n for s, n in growing.items() if not s.startswith(KNOWN_SYNCS.get(name, ()) or ("\0",))}
+    assert not unexpected, f"{name}: {(long - short) / 20:.2f} syncs per iteration; undocumented sites {unexpected}"
 
 
 # ----- batched configurations (issue 21, sweep.batched): one batched model on CUDA against separate CPU runs ---

@@ -83,3 +83,28 @@ def test_collapsed_bound_trace_from_AAt_equals_the_direct_one():
     via = collapsed_bound(A, r, k, noise, beta, L_B, AAt)
     for a, b in zip(direct, via):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_q_u_starts_where_gpytorch_starts_it_drawn_from_the_cpu_stream():
+    """The first call initialises q(u~) as gpytorch's CholeskyVariationalDistribution does (m~ = 1e-3
+    N(0, I) noise, L_S = I), bit for bit on the CPU at the same seed; the noise comes from the CPU's
+    generator on every device, so a CUDA run starts at the CPU run's q(u) (tests/gpu checks the runs)."""
+    import gpytorch
+
+    from gpdlm_cli.models.sparse_variational import SparseVariationalGP
+
+    def model():
+        kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()).double()
+        return SparseVariationalGP(torch.randn(12, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)),
+                                   kernel, gpytorch.means.ZeroMean())
+
+    ours, ref = model(), model()
+    torch.manual_seed(5)
+    ours._ensure_initialised()
+    torch.manual_seed(5)
+    strategy = ref.variational_strategy
+    ref.q_u.initialize_variational_distribution(strategy.prior_distribution)
+    assert torch.equal(ours.q_u.variational_mean, ref.q_u.variational_mean)
+    assert torch.equal(ours.q_u.chol_variational_covar, ref.q_u.chol_variational_covar)
+    assert 0 < ours.q_u.variational_mean.abs().max() < 1e-2  # the noise is there (1e-3 scale)
+    assert bool(ours.variational_strategy.variational_params_initialized)
