@@ -40,10 +40,10 @@ def dense_objective(model, x, y, jitter):
     S = C C^T, KL = (tr S + |m~|^2 - M - log det S) / 2 (whitened); also returns max_i var_i."""
     os_ = float(model.covar_module.outputscale.detach())
     ls = float(model.covar_module.base_kernel.lengthscale.detach())
-    Z = model.inducing_points.detach().numpy()
-    m = model.q_u.variational_mean.detach().numpy()
-    C = np.tril(model.q_u.chol_variational_covar.detach().numpy())
-    X, Y = x.numpy(), y.numpy()
+    Z = model.inducing_points.detach().cpu().numpy()
+    m = model.q_u.variational_mean.detach().cpu().numpy()
+    C = np.tril(model.q_u.chol_variational_covar.detach().cpu().numpy())
+    X, Y = x.cpu().numpy(), y.cpu().numpy()
 
     def k(A, B):
         return os_ * np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1) / ls**2)

@@ -35,6 +35,10 @@ from ..conftest import compose, run_cli
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 RTOL = 1e-6
+# Measured on an H200 (2026-11-27): the probit quadrature run ends 1.1e-6 (val_nll) to 3.9e-6 (Brier) apart after
+# 40 Adam steps from the same start (first_loss equal to 1e-6): CUDA's and the CPU's log Phi / exp round differently
+# in the last bits and Adam's sign-like first steps carry it. Every other deterministic case holds RTOL.
+CASE_RTOL = {"dlm_probit_quadrature": 1e-5}
 SEEDS = 6
 STAT_ATOL = 0.02  # nats: paired runs closer than this agree whatever their SE
 SKIP_KEYS = ("seconds", "_ms", "memory", "iterations_per")  # timings and device memory differ by design
@@ -107,8 +111,9 @@ def test_deterministic_runs_equal_the_cpu_run(name, tmp_path):
     overrides = DETERMINISTIC[name]
     cpu, cuda = _comparable(_run(overrides, "cpu", tmp_path)), _comparable(_run(overrides, "cuda", tmp_path))
     assert set(cpu) == set(cuda)
-    bad = {k: (cpu[k], cuda[k]) for k in cpu if not math.isclose(cpu[k], cuda[k], rel_tol=RTOL, abs_tol=1e-9)}
-    assert not bad, f"{name}: CPU vs CUDA differ beyond rtol {RTOL}: {bad}"
+    rtol = CASE_RTOL.get(name, RTOL)
+    bad = {k: (cpu[k], cuda[k]) for k in cpu if not math.isclose(cpu[k], cuda[k], rel_tol=rtol, abs_tol=1e-9)}
+    assert not bad, f"{name}: CPU vs CUDA differ beyond rtol {rtol}: {bad}"
 
 
 @pytest.mark.parametrize("name", sorted(STOCHASTIC))
@@ -153,7 +158,9 @@ KNOWN_SYNCS = {
     "ssgp": ("training/lbfgs.py", "training/loop.py"),  # L-BFGS: its line search compares losses on the host
     "dlm_ups": ("estimators/product_sampling.py", "estimators/tilted_mode.py"),  # uPS: rejection loop, mode search
     "minimax": ("objectives/rkhs.py",),  # the eigenvalue projection onto the feasible set (eigh)
-    "gp_lstm": ("models/deep_kernel.py",),  # gpytorch's MultivariateNormal.log_prob checks its Cholesky factor
+    # gpytorch's MultivariateNormal.log_prob checks its Cholesky factor (linear_operator's psd_safe_cholesky)
+    "exact": ("objectives/marginal_likelihood.py",),
+    "gp_lstm": ("models/deep_kernel.py",),
     "gp_lstm_dropout": ("models/deep_kernel.py",),
 }
 
@@ -166,7 +173,9 @@ def _growing_sites(short: dict, long: dict) -> dict:
 def test_no_host_device_sync_per_iteration(name):
     short, short_sites = _syncs_for(SYNC_CASES[name], 10)
     long, sites = _syncs_for(SYNC_CASES[name], 30)
-    growing = _growing_sites(short_sites, sites)
+    # a site that fires once more in the longer run (minimax's end-of-stage mu check) is a check point, not a
+    # per-iteration sync: 20 more iterations make a per-iteration site fire >= 20 more times
+    growing = {s: n for s, n in _growing_sites(short_sites, sites).items() if n > 1}
     unexpected = {s: n for s, n in growing.items() if not s.startswith(KNOWN_SYNCS.get(name, ()) or ("\0",))}
     assert not unexpected, f"{name}: {(long - short) / 20:.2f} syncs per iteration; undocumented sites {unexpected}"
 

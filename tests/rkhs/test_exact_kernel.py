@@ -42,7 +42,7 @@ def set_hyperparameters(method, ell=ELL, scale=SCALE, noise=NOISE):
 
 def network(model):
     """(W1, c1, W2, c2) of the 2-layer ReLU input map, as numpy."""
-    return [p.detach().numpy().astype(float) for p in model.input_map.parameters()]
+    return [p.detach().cpu().numpy().astype(float) for p in model.input_map.parameters()]
 
 
 def numpy_features(params, x):
@@ -79,7 +79,7 @@ def test_the_minibatch_objective_and_its_gradient_are_numpys_rbf_nlml():
     params = list(method.stages[0].params)
     grads = torch.autograd.grad(value, params)
 
-    X, Y = x.numpy(), y.numpy()
+    X, Y = x.cpu().numpy(), y.cpu().numpy()
     net = network(method.model)
     Z, (a1, h1, a2) = numpy_features(net, X)
     ell, s, s2 = hyper(method)
@@ -113,7 +113,7 @@ def test_the_minibatch_objective_and_its_gradient_are_numpys_rbf_nlml():
     for p, g in zip(params, grads):
         name = names[id(p)]
         want = chain[name] if name in chain else next(nets)
-        np.testing.assert_allclose(g.numpy().reshape(np.shape(want)), want, rtol=1e-9, atol=1e-13)
+        np.testing.assert_allclose(g.cpu().numpy().reshape(np.shape(want)), want, rtol=1e-9, atol=1e-13)
         seen.add(name)
     assert seen == {"weight", "bias", "raw_lengthscale", "raw_outputscale", "raw_noise"}
 
@@ -148,18 +148,18 @@ def test_train_nlml_and_prediction_are_the_dense_numpy_posterior_after_training(
     assert model.exact and model.posterior_rows == 200
 
     net = network(model)
-    Z, _ = numpy_features(net, data.x_train.numpy())
-    Zs, _ = numpy_features(net, data.x_test.numpy())
+    Z, _ = numpy_features(net, data.x_train.cpu().numpy())
+    Zs, _ = numpy_features(net, data.x_test.cpu().numpy())
     ell, s, s2 = hyper(method)
-    nlml, mean, var = numpy_posterior(Z, data.y_train.numpy(), Zs, ell, s, s2)
+    nlml, mean, var = numpy_posterior(Z, data.y_train.cpu().numpy(), Zs, ell, s, s2)
     y_std = float(splits.y_std)
     assert method.monitors["train_nlml"]() == pytest.approx(nlml + math.log(y_std), rel=1e-9)
     mu, v = model.marginals(data.x_test)
-    np.testing.assert_allclose(mu.numpy(), mean, rtol=1e-9, atol=1e-10)
-    np.testing.assert_allclose(v.numpy(), var, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(mu.cpu().numpy(), mean, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(v.cpu().numpy(), var, rtol=1e-8, atol=1e-10)
 
     metrics = predictive_metrics(model, method.likelihood, data.x_test, data.y_test, y_std=y_std)
-    yt = data.y_test.numpy()
+    yt = data.y_test.cpu().numpy()
     assert metrics["test_rmse"] == pytest.approx(np.sqrt(np.mean((mean - yt) ** 2)) * y_std, rel=1e-9)
     nll = -scipy.stats.norm(mean, np.sqrt(var + s2)).logpdf(yt).mean() + math.log(y_std)
     assert metrics["test_nll"] == pytest.approx(nll, rel=1e-9)
@@ -176,21 +176,21 @@ def test_above_posterior_max_rows_the_posterior_is_the_exact_gp_of_a_fixed_seede
     method, data, splits, _ = built("model.posterior_max_rows=60")
     set_hyperparameters(method)
     model = method.model
-    rows = model.rows.numpy()
+    rows = model.rows.cpu().numpy()
     assert not model.exact and model.posterior_rows == 60
     assert len(set(rows.tolist())) == 60 and np.all(np.diff(rows) > 0) and rows.max() < 200
     again, _, _, _ = built("model.posterior_max_rows=60")
     other, _, _, _ = built("model.posterior_max_rows=60", "seed=1")
-    assert np.array_equal(again.model.rows.numpy(), rows) and not np.array_equal(other.model.rows.numpy(), rows)
+    assert np.array_equal(again.model.rows.cpu().numpy(), rows) and not np.array_equal(other.model.rows.cpu().numpy(), rows)
 
     net = network(model)
-    Z, _ = numpy_features(net, data.x_train.numpy()[rows])
-    Zs, _ = numpy_features(net, data.x_test.numpy())
-    nlml, mean, var = numpy_posterior(Z, data.y_train.numpy()[rows], Zs, *hyper(method))
+    Z, _ = numpy_features(net, data.x_train.cpu().numpy()[rows])
+    Zs, _ = numpy_features(net, data.x_test.cpu().numpy())
+    nlml, mean, var = numpy_posterior(Z, data.y_train.cpu().numpy()[rows], Zs, *hyper(method))
     assert model.nlml() == pytest.approx(nlml, rel=1e-9)
     mu, v = model.marginals(data.x_test)
-    np.testing.assert_allclose(mu.numpy(), mean, rtol=1e-9, atol=1e-10)
-    np.testing.assert_allclose(v.numpy(), var, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(mu.cpu().numpy(), mean, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(v.cpu().numpy(), var, rtol=1e-8, atol=1e-10)
     assert method.tags["gpdlm.train_nlml_kernel"] == "rbf exact (a fixed random subset of 60 of the 200 training rows)"
     diag = method.diagnostics()
     assert diag["posterior_rows"] == 60 and "train_nlml_exact_kernel" not in diag

@@ -103,8 +103,8 @@ def test_the_linear_kernel_starts_at_the_targets_scale_and_learns_it(tmp_path):
     method = build.build_method(cfg, data, splits.task)
     model = method.model
     with torch.no_grad():
-        z = model.input_map(data.x_train).numpy()
-        k_diag = model.features(data.x_train).square().sum(1).numpy()
+        z = model.input_map(data.x_train).cpu().numpy()
+        k_diag = model.features(data.x_train).square().sum(1).cpu().numpy()
     assert k_diag.mean() == pytest.approx(1.0, rel=1e-12)
     assert float(data.y_train.var()) == pytest.approx(1.0, rel=2e-3)
     assert float(model.kernel_map.normaliser) == pytest.approx(np.mean(np.sum(z**2, 1)), rel=1e-12)
@@ -177,9 +177,9 @@ def test_svgp_and_dlm_on_network_features(tmp_path):
     assert Z0.shape == (16, 16)
     from sklearn.cluster import KMeans
 
-    g = net(data.x_train).detach().numpy()
+    g = net(data.x_train).detach().cpu().numpy()
     km = KMeans(n_clusters=16, n_init=1, random_state=0, max_iter=100).fit(g)
-    np.testing.assert_allclose(Z0.numpy(), km.cluster_centers_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(Z0.cpu().numpy(), km.cluster_centers_, rtol=1e-10, atol=1e-12)
 
     w0 = [p.detach().clone() for p in net.parameters()]
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
@@ -293,7 +293,7 @@ def test_minimax_default_is_an_exact_penalty_and_the_papers_mu_is_labelled_and_w
     model = method.model
 
     def numpy_bound():
-        F = model.full_F().numpy()
+        F = model.full_F().cpu().numpy()
         s2 = float(model.noise.detach())
         lam = np.linalg.eigvalsh(F)
         c = np.log1p((lam - s2) / s2) / (lam - s2)

@@ -98,9 +98,9 @@ def _dense(member):
     """(Z, lengthscale, outputscale, noise, m~, L_S, X, y) of a member as numpy arrays."""
     mdl, lik = member.model, member.likelihood
     with torch.no_grad():
-        return (mdl.inducing_points.numpy().copy(), float(mdl.covar_module.base_kernel.lengthscale),
-                float(mdl.covar_module.outputscale), float(lik.noise), mdl.q_u.variational_mean.numpy().copy(),
-                np.tril(mdl.q_u.chol_variational_covar.numpy()), member.x.numpy(), member.y.numpy())
+        return (mdl.inducing_points.cpu().numpy().copy(), float(mdl.covar_module.base_kernel.lengthscale),
+                float(mdl.covar_module.outputscale), float(lik.noise), mdl.q_u.variational_mean.cpu().numpy().copy(),
+                np.tril(mdl.q_u.chol_variational_covar.cpu().numpy()), member.x.cpu().numpy(), member.y.cpu().numpy())
 
 
 def _rbf(a, b, ls, os):
@@ -137,7 +137,7 @@ def test_the_batched_losses_are_the_dense_formulas(model):
     members = _members(model, [(0, 0.5), (1, 2.0), (0, 3.0)])
     batch = BatchedSVGP(members)
     with torch.no_grad():
-        got = batch.losses().numpy()
+        got = batch.losses().cpu().numpy()
     want = [_dense_losses(m, batch.jitter) for m in members]
     np.testing.assert_allclose(got, want, rtol=1e-9)
     gen = torch.Generator().manual_seed(0)
@@ -147,7 +147,7 @@ def test_the_batched_losses_are_the_dense_formulas(model):
                 p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
         for b in range(3):
             batch.write_member(b)
-        got = batch.losses().numpy()
+        got = batch.losses().cpu().numpy()
     want = [_dense_losses(m, batch.jitter) for m in members]
     np.testing.assert_allclose(got, want, rtol=1e-9)
     assert len(set(np.round(got, 6))) == 3  # three different members, not one copied

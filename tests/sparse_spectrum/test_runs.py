@@ -139,7 +139,7 @@ def _np_predictive(cfg, method, splits):
     model, m = method.model, cfg.model
     sn2, s2 = float(method.likelihood.noise.detach()), float(model.signal_variance.detach())
     if m.name == "ssgp":
-        freqs = model.frequencies.detach().numpy()
+        freqs = model.frequencies.detach().cpu().numpy()
         if m.predict == "global":
             return _np_finite_kernel_gp(x, y, xs, freqs, s2, sn2)
         from sklearn.cluster import KMeans  # gamma = 0: the dense GP on the test point's k-means cell
@@ -152,9 +152,9 @@ def _np_predictive(cfg, method, splits):
             mean[cell_s == k], var[cell_s == k] = _np_finite_kernel_gp(x[cell == k], y[cell == k], xs[cell_s == k],
                                                                        freqs, s2, sn2)
         return mean, var
-    scale = 1.0 / (2 * np.pi * model.lengthscale.detach().numpy())
-    w_mean = model.w_mean.detach().numpy()
-    w_sd = torch.nn.functional.softplus(model.raw_w_sd).detach().numpy()
+    scale = 1.0 / (2 * np.pi * model.lengthscale.detach().cpu().numpy())
+    w_mean = model.w_mean.detach().cpu().numpy()
+    w_sd = torch.nn.functional.softplus(model.raw_w_sd).detach().cpu().numpy()
     mean_r, var_r = w_mean * scale, (w_sd * scale) ** 2
     e_phi, second = np_feature_moments(x, mean_r, var_r)
     e_phi_s, second_s = np_feature_moments(xs, mean_r, var_r)
@@ -162,8 +162,8 @@ def _np_predictive(cfg, method, splits):
         Sigma = np.linalg.inv(second.sum(0) / sn2 + np.eye(2 * m.num_frequencies) * m.num_frequencies / s2)
         mu = Sigma @ e_phi.T @ y / sn2
     else:
-        mu = model.s_mean.detach().numpy()
-        Sigma = np.diag(torch.nn.functional.softplus(model.raw_s_sd).detach().numpy() ** 2)
+        mu = model.s_mean.detach().cpu().numpy()
+        Sigma = np.diag(torch.nn.functional.softplus(model.raw_s_sd).detach().cpu().numpy() ** 2)
     mean = e_phi_s @ mu
     return mean, np.einsum("nij,ij->n", second_s, np.outer(mu, mu) + Sigma) - mean**2
 

@@ -36,14 +36,14 @@ def test_the_predictive_is_the_optimal_q_of_the_final_hyperparameters():
     model, lik = p.method.model, p.method.likelihood
     with torch.no_grad():
         mu, _ = model.marginals(p.data.x_test)
-        Z = model.inducing_points.numpy()
+        Z = model.inducing_points.cpu().numpy()
         ls, os = float(model.covar_module.base_kernel.lengthscale), float(model.covar_module.outputscale)
         s2 = float(lik.noise)
 
     def k(a, b):
         return os * np.exp(-0.5 * ((a[:, None] - b[None]) ** 2).sum(-1) / ls**2)
 
-    X, y, Xs = p.data.x_train.numpy(), p.data.y_train.numpy(), p.data.x_test.numpy()
+    X, y, Xs = p.data.x_train.cpu().numpy(), p.data.y_train.cpu().numpy(), p.data.x_test.cpu().numpy()
     Kuu, Kuf = k(Z, Z) + model.jitter * np.eye(len(Z)), k(Z, X)
     want = k(Xs, Z) @ np.linalg.solve(Kuu + Kuf @ Kuf.T / s2, Kuf @ y) / s2
-    np.testing.assert_allclose(mu.numpy(), want, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(mu.cpu().numpy(), want, rtol=1e-6, atol=1e-8)

@@ -68,7 +68,7 @@ def test_sq_dlm_reports_the_completed_predictive_and_beats_the_prior_completion(
         model.q_u.chol_variational_covar.copy_(torch.eye(model.q_u.chol_variational_covar.shape[0]))
         _, kii = model.marginals(data.x_test)  # q(u) = N(m, K_uu): var_i = K_ii, the old completion
     s2 = float(((data.y_train - mu_tr) ** 2).mean())
-    y, mu, kii = (t.numpy() for t in (data.y_test, mu, kii))
+    y, mu, kii = (t.cpu().numpy() for t in (data.y_test, mu, kii))
     ours = -np.mean(-0.5 * np.log(2 * np.pi * s2) - 0.5 * (y - mu) ** 2 / s2) + math.log(splits.y_std)
     old = -np.mean(-0.5 * np.log(2 * np.pi * (kii + 1e-6)) - 0.5 * (y - mu) ** 2 / (kii + 1e-6)) + math.log(splits.y_std)
     assert m["test_nll"] == pytest.approx(ours, rel=1e-9)
@@ -180,7 +180,7 @@ def test_fixed_variant_freezes_the_svgp_hyperparameters_and_resets_q(learns_z):
     run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
     start, end = probe.start, probe.state()
     assert torch.equal(start["m"], torch.zeros_like(start["m"]))
-    assert torch.equal(start["S"], torch.eye(start["S"].shape[0], dtype=start["S"].dtype))
+    assert torch.equal(start["S"], torch.eye(start["S"].shape[0], dtype=start["S"].dtype, device=start["S"].device))
     for k in ("noise", "ls", "os"):
         assert torch.equal(start[k], end[k]), k
     assert torch.equal(start["Z"], end["Z"]) != learns_z

@@ -107,8 +107,8 @@ class ToyFamily:
     def build(cfg, data, task):
         from gpdlm_cli.likelihoods import GaussianLikelihood
 
-        model = _Toy(data.x_train.dtype)
-        lik = GaussianLikelihood().to(data.x_train.dtype)
+        model = _Toy(data.x_train.dtype).to(data.x_train.device)
+        lik = GaussianLikelihood().to(data.x_train.device, data.x_train.dtype)
 
         def objective(xb, yb):
             return 0.5 * ((model.w - 3.0) ** 2).sum()
