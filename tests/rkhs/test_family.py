@@ -302,18 +302,18 @@ def test_minimax_default_is_an_exact_penalty_and_the_papers_mu_is_labelled_and_w
     seen = []
 
     def evaluate():  # after epoch k, at the parameters the next epoch starts from
-        seen.append((objective.mu, *numpy_bound()))
+        seen.append((float(objective.mu), *numpy_bound()))
         return {}
 
     objective.initialise()
     start = numpy_bound()
-    assert objective.mu == pytest.approx(start[0], rel=1e-10) and objective.mu > start[1]
+    assert float(objective.mu) == pytest.approx(start[0], rel=1e-10) and float(objective.mu) > start[1]
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
     run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0),
                evaluate=evaluate)
     assert len(seen) == 2
     assert seen[0][0] == pytest.approx(start[0], rel=1e-10)  # epoch 0 ran at the start's bound
-    assert objective.mu == pytest.approx(seen[-1][1], rel=1e-10)  # epoch 2 at the bound after epoch 1
+    assert float(objective.mu) == pytest.approx(seen[-1][1], rel=1e-10)  # epoch 2 at the bound after epoch 1
     assert method.tags["gpdlm.rkhs_setting"].startswith("minimax exact penalty")
 
     capsys.readouterr()

@@ -144,7 +144,7 @@ def test_the_batched_losses_are_the_dense_formulas(model):
     with torch.no_grad():
         for p in batch.values.values():
             if isinstance(p, torch.nn.Parameter):
-                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device))
         for b in range(3):
             batch.write_member(b)
         got = batch.losses().cpu().numpy()
