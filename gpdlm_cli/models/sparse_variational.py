@@ -61,7 +61,7 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
         from ..exceptions import NumericalError
 
         try:
-            return safe_cholesky(Kuu + self.jitter * eye, check=Kuu.device.type == "cpu")
+            return safe_cholesky(Kuu + self.jitter * eye)  # checked on the CPU only (no sync on a GPU)
         except NumericalError as e:  # as gpytorch's path raised it: the trainer reports the first NaN loss, if any
             raise NotPSDError(str(e)) from None
 
