@@ -18,3 +18,7 @@ $R --claims svbssgp --experiment svbssgp_aimpeak --experiment pic_aimpeak --expe
 POL=${GPDLM_POL_STORE:-$URI}
 gpdlm report --tracking-uri "$POL" --no-log --claims dlm --experiment regression_logloss_pol \
    --study docs/results/pol_fast_2026-11-27/study.md --output docs/results/pol_fast_2026-11-27/report.md
+# DLM Fig. 1(d), Figs. 4-5 on ringnorm and twonorm at the paper's five sizes (2026-11-27), its own store (`GPDLM_CLS_STORE`)
+CLS=${GPDLM_CLS_STORE:-$URI}
+gpdlm report --tracking-uri "$CLS" --no-log --claims dlm --experiment classification \
+   --study docs/results/classification_2026-11-27/study.md --output docs/results/classification_2026-11-27/report.md
