@@ -14,9 +14,9 @@ $R --claims gplstm --experiment gplstm_sysid --experiment gplstm_convergence \
    --study docs/results/studies/gplstm.md --output docs/results/gplstm.md
 $R --claims svbssgp --experiment svbssgp_aimpeak --experiment pic_aimpeak --experiment svbssgp_airline \
    --study docs/results/studies/svbssgp.md --output docs/results/svbssgp.md
-# DLM Fig. 1(a) on pol at the paper's whole grid (2026-11-27), its own store (`GPDLM_POL_STORE`; commands in its study.md)
+# DLM Fig. 1(a), 1(b) on pol at the paper's whole grid (2026-11-27/28), its own store (`GPDLM_POL_STORE`; commands in its study.md)
 POL=${GPDLM_POL_STORE:-$URI}
-gpdlm report --tracking-uri "$POL" --no-log --claims dlm --experiment regression_logloss_pol \
+gpdlm report --tracking-uri "$POL" --no-log --claims dlm --experiment regression_logloss_pol --experiment regression_sqloss_pol \
    --study docs/results/pol_fast_2026-11-27/study.md --output docs/results/pol_fast_2026-11-27/report.md
 # DLM Fig. 1(d), Figs. 4-5 on ringnorm and twonorm at the paper's five sizes (2026-11-27), its own store (`GPDLM_CLS_STORE`)
 CLS=${GPDLM_CLS_STORE:-$URI}
