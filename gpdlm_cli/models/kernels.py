@@ -46,21 +46,34 @@ def dense_covariance(kernel, x1: torch.Tensor, x2: torch.Tensor | None = None) -
 
 
 class _ScaledRBF(torch.autograd.Function):
-    """K = s exp(-|a_i - b_j|^2 / 2) for rows a_i, b_j (already divided by the lengthscales), with
-    -|a - b|^2 / 2 = a^T b - |a|^2 / 2 - |b|^2 / 2 clamped at 0. Backward, with W = G o K (G = dL/dK):
+    """K = s exp(-|a_i - b_j|^2 / 2) for rows a_i, b_j (already divided by the lengthscales).
+
+    Forward: the exponent plus log s is one product of augmented rows,
+
+        a_i^T b_j - |a_i|^2 / 2 - |b_j|^2 / 2 + log s = [a_i, log s - |a_i|^2 / 2, 1] . [b_j, 1, -|b_j|^2 / 2],
+
+    clamped at log s (a squared distance below 0 is rounding) and exponentiated in place: one N1 x N2
+    product and two passes, where bias, subtraction, clamp, exp and scaling took five. Backward, with
+    W = G o K (G = dL/dK):
 
         dL/da_i = sum_j W_ij (b_j - a_i),   dL/db_j = sum_i W_ij (a_i - b_j),   dL/ds = sum_ij W_ij / s,
 
-    two N1 x N2 x D products and one elementwise product, where autograd's chain through addmm,
-    the clamp, exp and the scaling makes five N1 x N2 passes (the clamp's zero derivative is dropped:
-    it only acts where rounding made a squared distance negative, i.e. a_i = b_j, where these
-    derivatives vanish anyway)."""
+    from W [b, 1] and W^T [a, 1] (the row and column sums of W come out of the same products as W b
+    and W^T a): one elementwise pass and two thin products, where autograd's chain through the
+    product, the clamp, exp and the scaling makes five N1 x N2 passes (the clamp's zero derivative
+    is dropped: it only acts where rounding made a squared distance negative, i.e. a_i = b_j, where
+    these derivatives vanish anyway)."""
 
     @staticmethod
     def forward(ctx, a, b, outputscale):
-        a_norm = (a * a).sum(-1, keepdim=True)
-        b_norm = a_norm if b is a else (b * b).sum(-1, keepdim=True)
-        K = torch.addmm(a_norm, a, b.mT, beta=-0.5).sub_(0.5 * b_norm.mT).clamp_max_(0).exp_().mul_(outputscale)
+        log_s = outputscale.log()
+        half_a = (a * a).sum(-1, keepdim=True).mul_(-0.5)
+        half_b = half_a if b is a else (b * b).sum(-1, keepdim=True).mul_(-0.5)
+        ones_a = torch.ones_like(half_a)
+        ones_b = ones_a if b is a else torch.ones_like(half_b)
+        rows = torch.cat([a, half_a + log_s, ones_a], -1)
+        cols = torch.cat([b, ones_b, half_b], -1)
+        K = (rows @ cols.mT).clamp_max_(log_s).exp_()
         ctx.save_for_backward(a, b, K, outputscale)
         return K
 
@@ -68,14 +81,19 @@ class _ScaledRBF(torch.autograd.Function):
     def backward(ctx, G):
         a, b, K, outputscale = ctx.saved_tensors
         W = G * K
+        D = a.shape[-1]
         ga = gb = gs = None
-        if ctx.needs_input_grad[0]:
-            ga = torch.addmm(W.sum(-1, keepdim=True) * a, W, b, beta=-1)
+        row_sums = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[2]:
+            Wb = W @ torch.cat([b, torch.ones_like(b[..., :1])], -1)  # [W b, W 1]
+            row_sums = Wb[..., D:]
+            ga = Wb[..., :D] - row_sums * a
         if ctx.needs_input_grad[1]:
-            gb = torch.addmm(W.sum(-2).unsqueeze(-1) * b, W.mT, a, beta=-1)
+            Wa = W.mT @ torch.cat([a, torch.ones_like(a[..., :1])], -1)  # [W^T a, W^T 1]
+            gb = Wa[..., :D] - Wa[..., D:] * b
         if ctx.needs_input_grad[2]:
-            gs = W.sum() / outputscale
-        return ga, gb, gs
+            gs = row_sums.sum() / outputscale
+        return (ga if ctx.needs_input_grad[0] else None), gb, gs
 
 
 def diagonal_covariance(kernel, x: torch.Tensor) -> torch.Tensor:
