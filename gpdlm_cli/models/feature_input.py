@@ -32,6 +32,9 @@ class FeatureInputGP(torch.nn.Module):
     def interpolation(self, x: torch.Tensor) -> torch.Tensor:
         return self.gp.interpolation(self.features(x))
 
+    def whitened_gram(self, x: torch.Tensor, r: torch.Tensor):
+        return self.gp.whitened_gram(self.features(x), r)
+
     @property
     def q_u(self):
         return self.gp.q_u

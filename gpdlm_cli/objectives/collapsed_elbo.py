@@ -34,17 +34,29 @@ def collapsed_bound(A: torch.Tensor, r: torch.Tensor, k: torch.Tensor, noise: to
 
     A: L^{-1} K_uf (... x M x N); r: y - mean (... x N); k: K_ii - Q_ii (... x N); noise, beta: s2 and beta
     (scalars or ...); L_B: the Cholesky factor of B = I + A A^T / (beta s2); ``AAt``: A A^T if the caller
-    has it (then tr(A^T S~ A) = sum(S~ o A A^T) costs O(M^2) instead of an O(M^2 N) product). Returns
-    (sum_i E_q[log N(y_i | f_i, s2)] - beta KL, m~* = B^{-1} A r / (beta s2), S~* = B^{-1}).
-    ``CollapsedELBO`` and the batched trainer (``training.batched``) both evaluate it."""
-    n, M = r.shape[-1], A.shape[-2]
+    has it. Returns (sum_i E_q[log N(y_i | f_i, s2)] - beta KL, m~* = B^{-1} A r / (beta s2), S~* = B^{-1}),
+    through ``collapsed_bound_from_gram``. The batched trainer (``training.batched``) evaluates it."""
+    AAt = A @ A.mT if AAt is None else AAt
+    Ar = (A @ r.unsqueeze(-1)).squeeze(-1)
+    return collapsed_bound_from_gram(AAt, Ar, (r * r).sum(-1), k.sum(-1), r.shape[-1], noise, beta, L_B)
+
+
+def collapsed_bound_from_gram(AAt: torch.Tensor, Ar: torch.Tensor, rr: torch.Tensor, k_sum: torch.Tensor, n: int,
+                              noise: torch.Tensor, beta, L_B: torch.Tensor):
+    """``collapsed_bound`` from the M x M and M-sized statistics of the data alone: A A^T, A r, |r|^2 and
+    sum_i (K_ii - Q_ii) over n points. With m~* and S~* = B^{-1},
+
+        |r - A^T m~*|^2 = |r|^2 - 2 m~*^T A r + m~*^T A A^T m~*,     tr(A^T S~* A) = sum(S~* o A A^T),
+
+    so after the O(M^2 N) statistics (``models.linalg.whitened_gram``) everything costs O(M^3)."""
+    M = AAt.shape[-1]
     bs2 = torch.as_tensor(beta * noise)
-    m = torch.cholesky_solve((A @ r.unsqueeze(-1)), L_B).squeeze(-1) / bs2[..., None]
+    m = torch.cholesky_solve(Ar.unsqueeze(-1), L_B).squeeze(-1) / bs2[..., None]
     S = torch.cholesky_inverse(L_B)
-    resid = r - (A.mT @ m.unsqueeze(-1)).squeeze(-1)
-    trace = (A * (S @ A)).sum((-2, -1)) if AAt is None else (S * AAt).sum((-2, -1))  # tr(A^T S~ A)
+    rss = rr - 2 * (m * Ar).sum(-1) + (m * (AAt @ m.unsqueeze(-1)).squeeze(-1)).sum(-1)
+    trace = (S * AAt).sum((-2, -1))  # tr(A^T S~ A)
     expected = (-0.5 * n * math.log(2 * math.pi) - 0.5 * n * torch.log(noise)
-                - ((resid**2).sum(-1) + trace + k.sum(-1)) / (2 * noise))
+                - (rss + trace + k_sum) / (2 * noise))
     logdet_S = -2 * torch.log(torch.diagonal(L_B, dim1=-2, dim2=-1)).sum(-1)
     kl = 0.5 * (torch.diagonal(S, dim1=-2, dim2=-1).sum(-1) + (m**2).sum(-1) - M - logdet_S)
     return expected - beta * kl, m, S
@@ -66,13 +78,13 @@ class CollapsedELBO(Objective):
     def forward(self, x, y):
         model, beta = self.model, self.beta
         noise = self.likelihood.noise
-        A = model.interpolation(x).T  # L^{-1} K_uf  (M x N)
         r = y - model.prior_mean(x)
-        k = (model.prior_variance(x) - (A**2).sum(0)).clamp_min(0)
-        eye = torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
-        AAt = A @ A.T
+        AAt, Ar = model.whitened_gram(x, r)  # A = L^{-1} K_uf (M x N) is never formed in autograd's graph
+        # sum_i (K_ii - Q_ii) = tr K_ff - tr(A A^T): Q_ii = |A_i|^2
+        k_sum = model.prior_variance(x).sum() - torch.diagonal(AAt).sum()
+        eye = torch.eye(AAt.shape[0], dtype=AAt.dtype, device=AAt.device)
         L_B = safe_cholesky(eye + AAt / (beta * noise), what="I + A A^T / (beta s2)")
-        value, m, S = collapsed_bound(A, r, k, noise, beta, L_B, AAt)
+        value, m, S = collapsed_bound_from_gram(AAt, Ar, (r * r).sum(), k_sum, y.shape[0], noise, beta, L_B)
         # S~* = B^{-1}: its Cholesky factor; predict with the optimal q(u) of the current hyperparameters,
         # marked set, so the model's first prediction does not re-initialise it to the prior
         L_S = safe_cholesky(0.5 * (S + S.T), what="S~*")
@@ -106,4 +118,4 @@ class RefreshOptimalQ:
         pass
 
 
-__all__ = ["CollapsedELBO", "RefreshOptimalQ", "collapsed_bound"]
+__all__ = ["CollapsedELBO", "RefreshOptimalQ", "collapsed_bound", "collapsed_bound_from_gram"]

@@ -4,6 +4,8 @@ through gpytorch; the collapsed bound's O(M^2) trace equals the O(M^2 N) one."""
 
 from __future__ import annotations
 
+import math
+
 import gpytorch
 import pytest
 import torch
@@ -70,19 +72,58 @@ def test_the_sparse_models_do_not_call_gpytorchs_rbf(monkeypatch):
     assert torch.isfinite(sgpr.log_marginal(X, y))
 
 
-def test_collapsed_bound_trace_from_AAt_equals_the_direct_one():
+def test_collapsed_bound_from_its_gram_statistics_equals_the_direct_formula():
+    """``collapsed_bound`` works from A A^T, A r, |r|^2 and sum_i k_i alone (|r - A^T m|^2 expanded,
+    tr(A^T S A) = sum(S o A A^T)); here against the formula evaluated directly on A, batched."""
     from gpdlm_cli.objectives.collapsed_elbo import collapsed_bound
 
     g = torch.Generator().manual_seed(2)
     A = torch.randn(3, 12, 90, generator=g, dtype=torch.float64) * 0.3  # batched: 3 members
     r, k = torch.randn(3, 90, generator=g, dtype=torch.float64), torch.rand(3, 90, generator=g, dtype=torch.float64)
     noise, beta = torch.tensor([0.3, 0.5, 1.1], dtype=torch.float64), torch.tensor([0.1, 1.0, 7.0], dtype=torch.float64)
-    AAt = A @ A.mT
-    L_B = torch.linalg.cholesky(torch.eye(12, dtype=torch.float64) + AAt / (beta * noise)[:, None, None])
-    direct = collapsed_bound(A, r, k, noise, beta, L_B)
-    via = collapsed_bound(A, r, k, noise, beta, L_B, AAt)
-    for a, b in zip(direct, via):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    bs2 = (beta * noise)[:, None, None]
+    B = torch.eye(12, dtype=torch.float64) + A @ A.mT / bs2
+    L_B = torch.linalg.cholesky(B)
+    value, m, S = collapsed_bound(A, r, k, noise, beta, L_B)
+    m_ref = torch.linalg.solve(B, A @ r.unsqueeze(-1)).squeeze(-1) / bs2[..., 0]
+    S_ref = torch.linalg.inv(B)
+    resid = r - (A.mT @ m_ref.unsqueeze(-1)).squeeze(-1)
+    trace = torch.einsum("bmn,bmk,bkn->b", A, S_ref, A)
+    n, M = 90, 12
+    expected = -0.5 * n * math.log(2 * math.pi) - 0.5 * n * noise.log() - ((resid**2).sum(-1) + trace + k.sum(-1)) / (2 * noise)
+    kl = 0.5 * (torch.diagonal(S_ref, dim1=-2, dim2=-1).sum(-1) + (m_ref**2).sum(-1) - M - torch.logdet(S_ref))
+    torch.testing.assert_close(value, expected - beta * kl, rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(m, m_ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(S, S_ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_whitened_gram_values_and_gradients_equal_autograd(batch):
+    """``linalg.whitened_gram``'s hand-written backward against autograd through the plain computation
+    (A = L^{-1} K_uf, A A^T, A r) in L, K_uf and r, to 1e-10; and torch's gradcheck on a small case."""
+    from gpdlm_cli.models.linalg import whitened_gram
+
+    g = torch.Generator().manual_seed(5)
+    M, N = 9, 70
+    X = torch.randn(*batch, M, M, generator=g, dtype=torch.float64)
+    L = torch.linalg.cholesky(X @ X.mT + M * torch.eye(M, dtype=torch.float64)).requires_grad_()
+    K = torch.randn(*batch, M, N, generator=g, dtype=torch.float64, requires_grad=True)
+    r = torch.randn(*batch, N, generator=g, dtype=torch.float64, requires_grad=True)
+    G1 = torch.randn(*batch, M, M, generator=g, dtype=torch.float64)
+    G2 = torch.randn(*batch, M, generator=g, dtype=torch.float64)
+    AAt, Ar = whitened_gram(L, K, r)
+    A = torch.linalg.solve_triangular(L, K, upper=False)
+    AAt_ref, Ar_ref = A @ A.mT, (A @ r.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(AAt, AAt_ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(Ar, Ar_ref, rtol=1e-12, atol=1e-12)
+    ours = torch.autograd.grad((AAt * G1).sum() + (Ar * G2).sum(), [L, K, r])
+    ref = torch.autograd.grad((AAt_ref * G1).sum() + (Ar_ref * G2).sum(), [L, K, r])
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a.tril() if a.shape == L.shape else a, b.tril() if b.shape == L.shape else b,
+                                   rtol=1e-10, atol=1e-12)
+    small = (L[..., :3, :3].detach().clone().requires_grad_(), K[..., :3, :5].detach().clone().requires_grad_(),
+             r[..., :5].detach().clone().requires_grad_())
+    assert torch.autograd.gradcheck(lambda L_, K_, r_: whitened_gram(L_.tril(), K_, r_), small)
 
 
 def test_q_u_starts_where_gpytorch_starts_it_drawn_from_the_cpu_stream():
