@@ -27,6 +27,8 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
             self, inducing_points, q_u, learn_inducing_locations=learn_inducing, jitter_val=jitter
         )
         super().__init__(strategy)
+        # L_S enters only through .tril(): L-BFGS moves its lower triangle alone (training.lbfgs)
+        q_u.chol_variational_covar.free_entries = torch.ones(M, M, dtype=torch.bool).tril()
         self.mean_module = mean
         self.covar_module = kernel
         self.jitter = jitter

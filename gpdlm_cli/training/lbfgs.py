@@ -33,7 +33,58 @@ from torch.optim.lbfgs import _strong_wolfe
 
 class CompactLBFGS(torch.optim.LBFGS):
     """``torch.optim.LBFGS`` with the closed-form two-loop recursion (module docstring); same
-    constructor, one parameter group, line search ``None`` or ``"strong_wolfe"``."""
+    constructor, one parameter group, line search ``None`` or ``"strong_wolfe"``.
+
+    A parameter may carry ``free_entries``, a boolean mask of its shape: the entries the objective can
+    move (a Cholesky factor used through ``.tril()``: its upper triangle has gradient 0 at every point).
+    The flat vector -- the curvature pairs, the direction, the line search -- then holds only those
+    entries; the others keep their values. L-BFGS never moves an entry whose gradient is always 0 (its
+    components of g, s, y and so of every direction are 0), so the iterates are the same up to the
+    rounding of sums without those zeros, and for q(u)'s covariance factor (M = 100: 4,950 of joint DLM's
+    12,703 parameters) the ring buffer and every vector pass shrink by 39%."""
+
+    def __init__(self, params, *args, **kwargs):
+        super().__init__(params, *args, **kwargs)
+        self._free_index = []
+        for p in self._params:
+            mask = getattr(p, "free_entries", None)
+            if mask is not None and (mask.shape != p.shape or torch.is_complex(p)):
+                raise ValueError(f"free_entries of shape {tuple(mask.shape)} for a parameter of shape {tuple(p.shape)}")
+            self._free_index.append(None if mask is None else mask.reshape(-1).nonzero().squeeze(-1).to(p.device))
+
+    # ----- the flat vector over the free entries -----------------------------------------------
+    def _numel(self) -> int:
+        if self._numel_cache is None:
+            self._numel_cache = sum(p.numel() if idx is None else idx.numel()
+                                    for p, idx in zip(self._params, self._free_index))
+        return self._numel_cache
+
+    def _gather_flat_grad(self) -> torch.Tensor:
+        if all(idx is None for idx in self._free_index):
+            return super()._gather_flat_grad()
+        views = []
+        for p, idx in zip(self._params, self._free_index):
+            n = p.numel() if idx is None else idx.numel()
+            if p.grad is None:
+                views.append(p.new_zeros(n))
+            else:
+                g = p.grad.to_dense() if p.grad.is_sparse else p.grad
+                views.append(g.reshape(-1) if idx is None else g.reshape(-1).index_select(0, idx))
+        return torch.cat(views, 0)
+
+    def _add_grad(self, step_size, update) -> None:
+        if all(idx is None for idx in self._free_index):
+            return super()._add_grad(step_size, update)
+        offset = 0
+        for p, idx in zip(self._params, self._free_index):
+            if idx is None:
+                p.add_(update[offset:offset + p.numel()].view_as(p), alpha=step_size)
+                offset += p.numel()
+            else:
+                p.view(-1).index_add_(0, idx, update[offset:offset + idx.numel()], alpha=step_size)
+                offset += idx.numel()
+        if offset != self._numel():
+            raise AssertionError(f"Expected offset {offset} to equal {self._numel()}")
 
     # ----- the curvature pairs ----------------------------------------------------------------
     def _history(self, state: dict, like: torch.Tensor) -> dict:

@@ -102,3 +102,46 @@ def test_state_dict_round_trip_continues_exactly():
     first, opt, theta = _iterates(CompactLBFGS, f, 6, 4)
     second, _, _ = _iterates(CompactLBFGS, f, 6, 4, start=theta.detach(), state=opt.state_dict())
     assert torch.equal(torch.cat([first, second]), straight)
+
+
+def test_free_entries_give_the_iterates_of_the_whole_vector():
+    """A lower-triangular factor used through ``.tril()`` (q(u)'s covariance factor): with
+    ``free_entries`` marking its lower triangle, the flat vector holds only those entries (the buffer
+    shrinks) and every iterate equals the one L-BFGS takes on the whole matrix, to 1e-9; the upper
+    triangle keeps its values. (Rounding: sums without the zeros, 1e-12 after 15 iterations.)"""
+    rng = np.random.default_rng(3)
+    n = 6
+    target = torch.tensor(rng.normal(size=(n, n)))
+    w = torch.tensor(rng.normal(size=n))
+
+    def run(mask: bool):
+        L = torch.nn.Parameter(torch.eye(n, dtype=torch.float64) + torch.triu(torch.full((n, n), 0.5, dtype=torch.float64), 1))
+        v = torch.nn.Parameter(torch.zeros(n, dtype=torch.float64))
+        if mask:
+            L.free_entries = torch.ones(n, n, dtype=torch.bool).tril()
+        opt = CompactLBFGS([v, L], lr=1.0, max_iter=1, max_eval=26, history_size=10, line_search_fn="strong_wolfe",
+                           tolerance_change=0.0, tolerance_grad=0.0)
+
+        def closure():
+            opt.zero_grad()
+            Lt = L.tril()
+            value = ((Lt @ Lt.T - target @ target.T / n) ** 2).sum() + ((Lt @ torch.tanh(v) - w) ** 2).sum()
+            value.backward()
+            return value
+
+        out = []
+        for _ in range(15):
+            opt.step(closure)
+            out.append(torch.cat([v.detach().clone(), L.detach().reshape(-1).clone()]))
+        return torch.stack(out), opt, L
+
+    masked, opt_m, L_m = run(True)
+    whole, opt_w, _ = run(False)
+    assert opt_m._numel() == n + n * (n + 1) // 2 and opt_w._numel() == n + n * n
+    assert (masked[-1] - masked[0]).abs().max() > 0.1  # it moved
+    np.testing.assert_allclose(masked.numpy(), whole.numpy(), rtol=0, atol=1e-9)
+    torch.testing.assert_close(torch.triu(L_m.detach(), 1), torch.triu(torch.full((n, n), 0.5, dtype=torch.float64), 1))
+    with pytest.raises(ValueError, match="free_entries"):
+        bad = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+        bad.free_entries = torch.ones(2, dtype=torch.bool)
+        CompactLBFGS([bad])
