@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import gpytorch
 import torch
-from gpytorch.variational.variational_strategy import ComputePredictiveUpdates
 
 from .kernels import dense_covariance, diagonal_covariance
-from .linalg import safe_cholesky, tri_solve, whitened_gram
+from .linalg import safe_cholesky, tri_solve, whitened_gram, whitened_marginal_updates
 
 
 class SparseVariationalGP(gpytorch.models.ApproximateGP):
@@ -51,8 +50,8 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
         L = self._kuu_cholesky(Z)
         m, L_S = self.q_u.variational_mean, self.q_u.chol_variational_covar.tril()
         eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device)
-        # gpytorch's fused update (its backward costs two O(M^2 N) products instead of four)
-        dmu, dvar = ComputePredictiveUpdates.apply(L, dense_covariance(self.covar_module, Z, x), L_S @ L_S.mT - eye, m)
+        # gpytorch's fused update (its backward costs two O(M^2 N) products instead of four), in K_ux's layout
+        dmu, dvar = whitened_marginal_updates(L, dense_covariance(self.covar_module, Z, x), L_S @ L_S.mT - eye, m)
         return self.mean_module(x) + dmu, diagonal_covariance(self.covar_module, x) + self.jitter + dvar
 
     def _kuu_cholesky(self, Z: torch.Tensor) -> torch.Tensor:

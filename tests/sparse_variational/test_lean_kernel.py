@@ -149,3 +149,32 @@ def test_q_u_starts_where_gpytorch_starts_it_drawn_from_the_cpu_stream():
     assert torch.equal(ours.q_u.chol_variational_covar, ref.q_u.chol_variational_covar)
     assert 0 < ours.q_u.variational_mean.abs().max() < 1e-2  # the noise is there (1e-3 scale)
     assert bool(ours.variational_strategy.variational_params_initialized)
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_whitened_marginal_updates_equal_gpytorchs(batch):
+    """``linalg.whitened_marginal_updates`` against gpytorch's ``ComputePredictiveUpdates`` (the same
+    numbers, another layout): values to 1e-12 and gradients in L, K_uf, S - I and m~ to 1e-10."""
+    from gpytorch.variational.variational_strategy import ComputePredictiveUpdates
+
+    from gpdlm_cli.models.linalg import whitened_marginal_updates
+
+    g = torch.Generator().manual_seed(7)
+    M, N = 8, 50
+    X = torch.randn(*batch, M, M, generator=g, dtype=torch.float64)
+    L = torch.linalg.cholesky(X @ X.mT + M * torch.eye(M, dtype=torch.float64)).requires_grad_()
+    K = torch.randn(*batch, M, N, generator=g, dtype=torch.float64, requires_grad=True)
+    L_S = torch.randn(*batch, M, M, generator=g, dtype=torch.float64).tril() * 0.3 + torch.eye(M, dtype=torch.float64)
+    middle = (L_S @ L_S.mT - torch.eye(M, dtype=torch.float64)).requires_grad_()
+    m = torch.randn(*batch, M, generator=g, dtype=torch.float64, requires_grad=True)
+    G1, G2 = torch.randn(*batch, N, generator=g, dtype=torch.float64), torch.randn(*batch, N, generator=g, dtype=torch.float64)
+    ours = whitened_marginal_updates(L, K, middle, m)
+    theirs = ComputePredictiveUpdates.apply(L, K, middle, m)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    go = torch.autograd.grad((ours[0] * G1).sum() + (ours[1] * G2).sum(), [L, K, middle, m])
+    gt = torch.autograd.grad((theirs[0] * G1).sum() + (theirs[1] * G2).sum(), [L, K, middle, m])
+    for a, b in zip(go, gt):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    A = torch.linalg.solve_triangular(L, K, upper=False)  # and the plain formula
+    torch.testing.assert_close(ours[1], (A * (middle @ A)).sum(-2), rtol=1e-12, atol=1e-12)
