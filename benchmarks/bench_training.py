@@ -7,12 +7,16 @@ Also times `gpdlm train` end to end for the default demo, and the fast protocol'
 * one full-batch evaluation (objective and gradient) of the collapsed SVGP bound and of joint DLM at
   pol's shape (D = 26, M = 100, float64) for N = 500, 2,000, 4,000, with the RBF of
   ``models/kernels.py`` against the same models on gpytorch's RBF (the code before it), interleaved;
+* the same evaluations through this round's hand-written backwards (``linalg.whitened_gram`` for the
+  collapsed bound, ``linalg.whitened_marginal_updates`` for DLM's marginals) against the paths they
+  replaced, interleaved (``evaluation_paths``);
 * one L-BFGS step (history 100, 7,800 parameters: joint DLM's count on pol) of ``CompactLBFGS``
   against torch's ``LBFGS`` on a cheap objective, so the step's own cost shows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -131,6 +135,73 @@ def hot_path(sizes=(500, 2000, 4000), D=26, M_hot=100, repeats=5, evals=20):
             print(f"{name:<5} N={n:<5} {r:8.2f} {o:8.2f}   ratio {o / r:.3f}")
 
 
+def evaluation_paths(sizes=(500, 2000, 4000), D=26, M_hot=100, repeats=7, evals=10):
+    """ms per full-batch evaluation + gradient at pol's shape, each hand-written backward against the path
+    it replaced, interleaved in one process (2026-11-28):
+
+    * svgp: ``CollapsedELBO`` through ``linalg.whitened_gram`` (A A^T and A r with one O(M^2 N) product in
+      the backward) against autograd through A = L^{-1} K_uf, A A^T, A r and the per-point k_i (the
+      code before, rebuilt here from ``collapsed_bound``);
+    * dlm: ``SparseVariationalGP.marginals`` through ``linalg.whitened_marginal_updates`` against
+      gpytorch's ``ComputePredictiveUpdates`` (the code before).
+    """
+    import math
+    from unittest import mock
+
+    from gpytorch.variational.variational_strategy import ComputePredictiveUpdates
+
+    from gpdlm_cli.estimators import ExactEstimator
+    from gpdlm_cli.likelihoods import GaussianLikelihood
+    from gpdlm_cli.models import SparseVariationalGP
+    from gpdlm_cli.models import sparse_variational
+    from gpdlm_cli.models.linalg import safe_cholesky
+    from gpdlm_cli.objectives import DLM
+    from gpdlm_cli.objectives.collapsed_elbo import CollapsedELBO, collapsed_bound
+
+    print(f"\nevaluation paths: ms per full-batch evaluation + gradient, D={D} M={M_hot} float64 (before / now)")
+    g = torch.Generator().manual_seed(0)
+    for n in sizes:
+        x = torch.randn(n, D, generator=g, dtype=torch.float64)
+        y = torch.sin(x[:, 0]) + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+        kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=D)).double()
+        kernel.base_kernel.lengthscale = 3.0
+        model = SparseVariationalGP(x[:M_hot].clone() + 0.1, kernel, gpytorch.means.ConstantMean()).double()
+        lik = GaussianLikelihood().double()
+        params = list(model.parameters()) + list(lik.parameters())
+        collapsed = CollapsedELBO(model, lik, n, beta=0.5)
+
+        def collapsed_before(x, y):
+            A = model.interpolation(x).mT
+            r = y - model.prior_mean(x)
+            k = (model.prior_variance(x) - (A**2).sum(0)).clamp_min(0)
+            AAt = A @ A.mT
+            L_B = safe_cholesky(torch.eye(M_hot, dtype=A.dtype) + AAt / (0.5 * lik.noise))
+            return -collapsed_bound(A, r, k, lik.noise, 0.5, L_B, AAt)[0] / n
+
+        dlm = DLM(model, lik, ExactEstimator(), n, beta=0.5)
+
+        def ms(f, patch=None):
+            t0 = time.perf_counter()
+            with (mock.patch.object(sparse_variational, "whitened_marginal_updates", patch) if patch else contextlib.nullcontext()):
+                for _ in range(evals):
+                    for q in params:
+                        q.grad = None
+                    f(x, y).backward()
+            return 1000 * (time.perf_counter() - t0) / evals
+
+        pairs = {"svgp": ((collapsed_before, None), (collapsed, None)),
+                 "dlm": ((dlm, ComputePredictiveUpdates.apply), (dlm, None))}
+        for name, (before, now) in pairs.items():
+            ms(*before), ms(*now)
+            ref, ours = [], []
+            for _ in range(repeats):
+                ref.append(ms(*before))
+                ours.append(ms(*now))
+            ratio = statistics.median(o / r for o, r in zip(ours, ref))
+            print(f"{name:<5} N={n:<5} {statistics.median(ref):8.2f} {statistics.median(ours):8.2f}   ratio {ratio:.3f}")
+        assert math.isfinite(float(collapsed(x, y).detach()))
+
+
 def lbfgs_step(p=7800, history=100, steps=100):
     """ms per L-BFGS step (full history) on a cheap objective: CompactLBFGS against torch's LBFGS."""
     from gpdlm_cli.training.lbfgs import CompactLBFGS
@@ -188,6 +259,7 @@ def main():
             p, o = statistics.median(plain), statistics.median(ours)
             print(f"{objective:<8} {str(dtype)[6:]:<8} {p:12.2f} {o:12.2f} {o / p:7.3f}")
     hot_path()
+    evaluation_paths()
     lbfgs_step()
     print(f"\ngpdlm train (default demo, end to end incl. imports and MLflow): {end_to_end_demo_seconds():.1f} s")
 
