@@ -162,6 +162,12 @@ class CompactLBFGS(torch.optim.LBFGS):
         flat_grad = self._gather_flat_grad()
         if flat_grad.abs().max() <= tolerance_grad:
             return orig_loss
+        if state.get("prev_flat_grad") is not None and state["prev_flat_grad"].numel() != flat_grad.numel():
+            # a state saved over another flat vector (a checkpoint from before ``free_entries``): start the
+            # curvature history afresh from steepest descent instead of failing on the resume
+            for key in ("d", "t", "H_diag", "prev_flat_grad", "prev_loss", "SY"):
+                state.pop(key, None)
+            state["n_iter"] = 0
         self._history(state, flat_grad)
         d, t, gamma = state.get("d"), state.get("t"), float(state.get("H_diag", 1.0))
         prev_flat_grad, prev_loss = state.get("prev_flat_grad"), state.get("prev_loss")

@@ -145,3 +145,39 @@ def test_free_entries_give_the_iterates_of_the_whole_vector():
         bad = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
         bad.free_entries = torch.ones(2, dtype=torch.bool)
         CompactLBFGS([bad])
+
+
+def test_a_state_over_the_whole_vector_resumes_on_the_free_entries():
+    """A checkpoint written before ``free_entries`` (its flat vectors over the whole matrix) loads into an
+    optimiser over the lower triangle: the step restarts the curvature history from steepest descent
+    (n_iter back to 1, buffer of the new size) and the objective falls; without the reset it would fail."""
+    n = 5
+    target = torch.tensor(np.random.default_rng(4).normal(size=(n, n)))
+
+    def make(mask: bool):
+        L = torch.nn.Parameter(torch.eye(n, dtype=torch.float64))
+        if mask:
+            L.free_entries = torch.ones(n, n, dtype=torch.bool).tril()
+        opt = CompactLBFGS([L], history_size=10, line_search_fn="strong_wolfe", max_iter=1, tolerance_change=0.0,
+                           tolerance_grad=0.0)
+
+        def closure():
+            opt.zero_grad()
+            value = ((L.tril() @ L.tril().T - target @ target.T / n) ** 2).sum()
+            value.backward()
+            return value
+
+        return L, opt, closure
+
+    _, old, old_closure = make(False)
+    for _ in range(4):
+        old.step(old_closure)
+    L, new, closure = make(True)
+    new.load_state_dict(copy.deepcopy(old.state_dict()))
+    before = float(closure())
+    new.step(closure)
+    state = new.state[L]
+    assert state["n_iter"] == 1 and state["SY"].shape == (20, n * (n + 1) // 2)
+    for _ in range(3):
+        new.step(closure)
+    assert float(closure()) < before
