@@ -41,14 +41,19 @@ def tri_solve(L: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve_triangular(L, B, upper=False)
 
 
+def _solve_keeping_layout(L: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """L^{-1} B for lower-triangular L, as ``tri_solve``, but through a right-hand solve on B's transpose
+    (A^T = B^T L^{-T}): for a row-major B the result is row-major too, with no copy to LAPACK's column-major
+    layout and back -- the layout the hand-written backwards below multiply in."""
+    return torch.linalg.solve_triangular(L.mT, B.mT, upper=True, left=False).mT
+
+
 class _WhitenedGram(torch.autograd.Function):
     """(L, K_uf, r) -> (A A^T, A r) with A = L^{-1} K_uf; see ``whitened_gram``."""
 
     @staticmethod
     def forward(ctx, L, K_uf, r):
-        # A^T = K_uf^T L^{-T}: a right-hand solve on K_uf's transpose leaves A row-major (M x N), the layout
-        # of K_uf, so the products below need no copies
-        A = torch.linalg.solve_triangular(L.mT, K_uf.mT, upper=True, left=False).mT
+        A = _solve_keeping_layout(L, K_uf)  # M x N, in K_uf's layout
         AAt = A @ A.mT
         Ar = (A @ r.unsqueeze(-1)).squeeze(-1)
         ctx.save_for_backward(L, A, r, AAt, Ar)
@@ -93,7 +98,7 @@ class _WhitenedMarginalUpdates(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, L, K_uf, middle, m):
-        A = torch.linalg.solve_triangular(L.mT, K_uf.mT, upper=True, left=False).mT  # row-major, as K_uf
+        A = _solve_keeping_layout(L, K_uf)
         mean_update = (m.unsqueeze(-2) @ A).squeeze(-2)
         variance_update = (middle @ A).mul_(A).sum(-2)
         ctx.save_for_backward(L, A, middle, m)
