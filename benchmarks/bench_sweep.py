@@ -7,6 +7,11 @@ much faster one job runs on two threads than on one: with gpdlm's default ``thre
 quiet machine gives the sequential sweep both cores and the ratio becomes about s/2, s being
 that 2-thread speed-up of the job itself (``--default-threads`` measures that case too).
 
+``--latency``: the time from ``gpdlm train -m`` to its first job's folder on a 255-job grid (3 models x 5
+seeds x 17 betas, the shape of one training size of ``regression_logloss_pol``, on concrete), with
+Hydra's basic sweeper (``hydra/sweeper=basic``: it composes every job's config before the launch)
+against gpdlm's default (``hydra/sweeper=gpdlm``: one composition per config structure), in one run.
+
 The per-job fixed cost is measured inside a running sweep: 5 one-iteration jobs minus 1, per job
 (data load from the parsed cache, tracking, evaluation, the learning curve); the once-per-process
 cost (interpreter, imports, store) is a 1-job sweep's wall time.
@@ -15,6 +20,8 @@ cost (interpreter, imports, store) is a 1-job sweep's wall time.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,11 +46,36 @@ def ratio(d, threads: list[str], job: list[str], grid: str) -> tuple[float, floa
     return seq, par
 
 
+def first_job_latency(sweeper: str, cwd) -> float:
+    """Seconds from the start of a 255-job sweep to its first job's folder (the process is then stopped)."""
+    from pathlib import Path
+
+    grid = ["model=dlm,dlm_fixed,svgp", "seed=0,1,2,3,4",
+            "objective.beta=" + ",".join(f"{2.0 ** -k:g}" for k in range(17)), *TINY]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", "-m", *grid, f"hydra/sweeper={sweeper}",
+                             "hydra.sweep.dir=latency_" + sweeper], cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    first = Path(cwd) / f"latency_{sweeper}" / "0"
+    try:
+        while not first.exists():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the {sweeper} sweep ended before its first job")
+            time.sleep(0.05)
+        return time.perf_counter() - t0
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--default-threads", action="store_true", help="also measure with threads=auto (the default)")
     p.add_argument("--iters", type=int, default=1500, help="training iterations per job (default 1500)")
+    p.add_argument("--latency", action="store_true", help="only the time to the first job of a 255-job sweep")
     args = p.parse_args(argv if argv is not None else sys.argv[1:])
+    if args.latency:
+        return latency()
     job = [f"trainer.max_iters={args.iters}"] + JOB[1:]
     with tempfile.TemporaryDirectory() as d:
         gpdlm(["train", "-m", "seed=0", *TINY], d)  # the store and the parsed data exist from here on
@@ -58,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"ratio {par_a / seq_a:.2f} (about s/2 on a quiet machine)")
     print(f"fixed cost per job inside a sweep (data, tracking, evaluation, figure): {(five - one) / 4:.2f} s")
     print(f"once per process (interpreter, imports, store, a 1-iteration job): {one:.1f} s")
+    return latency()
+
+
+def latency() -> int:
+    with tempfile.TemporaryDirectory() as d:
+        gpdlm(["train", "-m", "seed=0", *TINY], d)  # the store and the parsed data exist from here on
+        basic, ours = first_job_latency("basic", d), first_job_latency("gpdlm", d)
+    print(f"255-job sweep, time to its first job: hydra/sweeper=basic {basic:.1f} s, gpdlm (default) {ours:.1f} s, "
+          f"ratio {ours / basic:.2f}")
     return 0
 
 

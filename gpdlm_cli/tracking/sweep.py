@@ -114,8 +114,46 @@ def _is_sweep_value(v: str) -> bool:
 
 
 def sweeper_name(config) -> str:
+    """``basic`` (Hydra's, or gpdlm's default ``hydra/sweeper=gpdlm``, the same sweeper with a lighter
+    check before the launch), ``optuna``, or another sweeper's class name."""
     target = str(config.hydra.sweeper.get("_target_", ""))
-    return "optuna" if "optuna" in target.lower() else target.rsplit(".", 1)[-1].removesuffix("Sweeper").lower() or "basic"
+    if "optuna" in target.lower():
+        return "optuna"
+    name = target.rsplit(".", 1)[-1].removesuffix("Sweeper").lower()
+    return "basic" if name in ("", "gpdlm") else name
+
+
+def jobs_to_compose(batch, is_group) -> list[int]:
+    """The jobs of ``batch`` (each a list of override strings) whose configs the sweeper composes
+    before the launch: the first of each config *structure* (``hydra_plugins/gpdlm_sweeper``).
+
+    Two jobs share a structure when their overrides are the same except for plain values of the same
+    keys, of the same type: an override ``key=value`` without ``+``/``~`` whose key is neither a
+    config group (``is_group(key)``) nor a ``hydra.`` key, and whose value is a number, bool, null or
+    string. Such jobs walk the same defaults tree and set the same keys, so they compose or fail
+    together. An override Hydra cannot parse keeps its job (the composition reports it)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    seen, picked = set(), []
+    for i, job in enumerate(batch):
+        try:
+            parsed = parser.parse_overrides(list(job))
+        except Exception:
+            picked.append(i)
+            continue
+        shape = []
+        for line, o in zip(job, parsed):
+            key = o.key_or_group
+            value = o.value() if not o.is_sweep_override() else None
+            plain = (not o.is_add() and not o.is_force_add() and not o.is_delete() and not o.is_sweep_override()
+                     and not key.startswith("hydra") and isinstance(value, (int, float, bool, str, type(None)))
+                     and not is_group(key))
+            shape.append((key, type(value).__name__) if plain else line)
+        if tuple(shape) not in seen:
+            seen.add(tuple(shape))
+            picked.append(i)
+    return picked
 
 
 def read_context(sweep_dir) -> dict:
