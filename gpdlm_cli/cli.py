@@ -142,7 +142,8 @@ def _shell_completion(rest: list[str]) -> int:
 
 def _dry_run(name: str, rest: list[str]) -> int:
     """``gpdlm train -m ... --dry-run`` / ``gpdlm sweep beta ... --dry-run``: the sweep's plan and its
-    estimated wall time (``run.plan``), without running it."""
+    estimated wall time (``run.plan``), without running it; one plan per multirun that ``gpdlm sweep
+    beta`` would launch (one per dataset configuration), and their total."""
     from .exceptions import GpdlmError
     from .hydra_apps import report_error
 
@@ -152,27 +153,37 @@ def _dry_run(name: str, rest: list[str]) -> int:
 
             if not rest:
                 raise GpdlmError("gpdlm sweep --dry-run needs a sweep kind: gpdlm sweep beta ... --dry-run")
-            rest = sweep_overrides(rest[0], rest[1:])
+            multiruns = sweep_overrides(rest[0], rest[1:])
         elif not any(a in ("-m", "--multirun") for a in rest):
             raise GpdlmError("--dry-run describes a multirun: add -m (gpdlm train -m ... --dry-run)")
+        else:
+            multiruns = [rest]
         from .config_check import check_overrides
-
-        message = check_overrides([a for a in rest if a not in ("-m", "--multirun")])
-        if message:
-            raise GpdlmError(message)
         from .run.plan import plan
 
-        p = plan([a for a in rest if a not in ("-m", "--multirun")], estimate=True)
+        plans = []
+        for args in multiruns:
+            message = check_overrides([a for a in args if a not in ("-m", "--multirun")])
+            if message:
+                raise GpdlmError(message)
+            plans.append(plan([a for a in args if a not in ("-m", "--multirun")], estimate=True))
     except GpdlmError as e:
         report_error(e)
         return 2
-    print(p.summary())
-    for shape, stages in p.per_shape.items():
-        model, dataset, n, batch, m = shape
-        parts = ", ".join(f"{s}: {cap} it x {ms:.1f} ms" + (" (L-BFGS)" if lb else "") + (" shared" if sh else "")
-                          + (f", {secs:.0f} s with its first-order start" if secs > cap * ms / 1000 + 1e-9 else "")
-                          for s, sh, cap, ms, lb, secs in stages)
-        print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}): {parts}")
+    for p in plans:
+        print(p.summary())
+        for shape, stages in p.per_shape.items():
+            model, dataset, n, batch, m = shape
+            parts = ", ".join(f"{s}: {cap} it x {ms:.1f} ms" + (" (L-BFGS)" if lb else "") + (" shared" if sh else "")
+                              + (f", {secs:.0f} s with its first-order start" if secs > cap * ms / 1000 + 1e-9 else "")
+                              for s, sh, cap, ms, lb, secs in stages)
+            print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}): {parts}")
+    if len(plans) > 1:
+        from .run.plan import _duration
+
+        total = sum(p.estimate_s or 0.0 for p in plans)
+        print(f"gpdlm: {len(plans)} multiruns (one beta grid per dataset configuration), "
+              f"{sum(len(p.jobs) for p in plans)} jobs, estimated wall time {_duration(total)} in all (an upper bound)")
     return 0
 
 

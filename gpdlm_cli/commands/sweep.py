@@ -7,6 +7,12 @@ launches ``gpdlm train -m objective.beta=<grid> <overrides>`` -- so launchers, p
 ``sweep.skip_finished`` and the failure summary all work as for any sweep. With
 ``sweep.warm_start=true`` the grid runs upwards (0.01, ..., n), each beta starting where the smaller
 one ended.
+
+When the sweep's jobs have more than one dataset configuration -- a preset sweeping
+``dataset.split.train_size`` (``regression_logloss_pol``: 500 to 4,000), or ``dataset=pol,kin40k``
+on the command line -- each has its own n and so its own grid: ``gpdlm sweep beta`` launches one
+multirun per configuration, in the order of the jobs, with those keys pinned to its values and every
+other key swept as given (a parent run each).
 """
 
 from __future__ import annotations
@@ -39,8 +45,29 @@ def _format(b: float) -> str:
     return repr(float(f"{b:.6g}"))
 
 
-def sweep_overrides(kind: str, overrides: list[str]) -> list[str]:
-    """The argv of the multirun that `gpdlm sweep <kind>` launches."""
+def data_combinations(overrides: list[str]) -> list[list[str]]:
+    """The distinct settings of the swept dataset keys (``dataset``, ``dataset.*``; from the command
+    line and the preset's ``hydra.sweeper.params``) over the sweep's jobs, in job order, as pinning
+    overrides: [[]] when no dataset key varies."""
+    from ..run.plan import job_overrides
+
+    jobs, _ = job_overrides([o for o in overrides if not o.startswith("-")])
+
+    def data_key(o: str) -> bool:
+        key = o.split("=", 1)[0].lstrip("+~")
+        return key == "dataset" or key.startswith("dataset.")
+
+    varying = {o.split("=", 1)[0] for j in jobs for o in j if data_key(o)}
+    varying = {k for k in varying if len({o for j in jobs for o in j if o.split("=", 1)[0] == k}) > 1}
+    if not varying:
+        return [[]]
+    combos = [tuple(o for o in j if o.split("=", 1)[0] in varying) for j in jobs]
+    return [list(c) for c in dict.fromkeys(combos)]
+
+
+def sweep_overrides(kind: str, overrides: list[str]) -> list[list[str]]:
+    """The argv of each multirun that `gpdlm sweep <kind>` launches: one per dataset configuration of
+    the sweep's jobs (``data_combinations``), each with the beta grid of its training size."""
     from .. import build
     from ..hydra_apps import compose_config
 
@@ -51,15 +78,18 @@ def sweep_overrides(kind: str, overrides: list[str]) -> list[str]:
     hydra_args = [o for o in overrides if not o.startswith("-")]
     # sweep values like seed=0,1 compose as one job each; n only depends on dataset/split settings
     single = [o.split(",")[0] if "=" in o and "," in o and not o.startswith("hydra") else o for o in hydra_args]
-    cfg = compose_config(single)
-    build.validate_config(cfg)
-    _, splits, _ = build.load_data(cfg)
-    grid = beta_grid(splits.n_train, cfg.sweep.grid_min, cfg.sweep.factor)
-    if cfg.sweep.get("warm_start", False):
-        # a warm-started path runs from small beta up: measured on pol (README "Warm-started beta
-        # paths"), the descending path gets stuck at large beta's noise-only optimum
-        grid = sorted(grid)
-    return ["-m", "objective.beta=" + ",".join(_format(b) for b in grid), *overrides]
+    runs = []
+    for pins in data_combinations(overrides):
+        cfg = compose_config(single + pins)
+        build.validate_config(cfg)
+        _, splits, _ = build.load_data(cfg)
+        grid = beta_grid(splits.n_train, cfg.sweep.grid_min, cfg.sweep.factor)
+        if cfg.sweep.get("warm_start", False):
+            # a warm-started path runs from small beta up: measured on pol (README "Warm-started beta
+            # paths"), the descending path gets stuck at large beta's noise-only optimum
+            grid = sorted(grid)
+        runs.append(["-m", "objective.beta=" + ",".join(_format(b) for b in grid), *overrides, *pins])
+    return runs
 
 
 def cli() -> int:
@@ -71,13 +101,16 @@ def cli() -> int:
         print(USAGE)
         return 0 if argv else 2
     try:
-        args = sweep_overrides(argv[0], argv[1:])
+        runs = sweep_overrides(argv[0], argv[1:])
     except GpdlmError as e:
         report_error(e)
         return 2
-    print(f"gpdlm: sweeping {args[1]}", file=sys.stderr)
     from .train import train_main
 
-    sys.argv = ["gpdlm train", *args]
-    train_main()
+    for i, args in enumerate(runs):
+        pins = args[2 + len(argv) - 1:]
+        where = f" ({' '.join(pins)}; multirun {i + 1} of {len(runs)})" if len(runs) > 1 else ""
+        print(f"gpdlm: sweeping {args[1]}{where}", file=sys.stderr)
+        sys.argv = ["gpdlm train", *args]
+        train_main()
     return 0

@@ -127,10 +127,42 @@ def test_a_warm_started_beta_path_runs_upwards():
     starts where the smaller one ended); cold sweeps keep the paper's order, n down to grid_min."""
     from gpdlm_cli.commands.sweep import sweep_overrides
 
-    cold = sweep_overrides("beta", ["sweep.grid_min=10", *TINY])
-    warm = sweep_overrides("beta", ["sweep.grid_min=10", "sweep.warm_start=true", *TINY])
+    (cold,) = sweep_overrides("beta", ["sweep.grid_min=10", *TINY])
+    (warm,) = sweep_overrides("beta", ["sweep.grid_min=10", "sweep.warm_start=true", *TINY])
     assert cold[1] == "objective.beta=80.0,40.0,20.0,10.0"
     assert warm[1] == "objective.beta=10.0,20.0,40.0,80.0"
+
+
+def test_each_training_size_gets_its_own_grid():
+    """A sweep over dataset.split.train_size -- a preset's (regression_logloss_pol: 500 to 4,000) or the
+    command line's -- is one multirun per size, each with the paper's grid of its own n."""
+    from gpdlm_cli.commands.sweep import data_combinations, sweep_overrides
+
+    assert data_combinations(["+experiment=regression_logloss_pol"]) == [
+        [f"dataset.split.train_size={n}"] for n in (500, 1000, 2000, 4000)]
+    assert data_combinations(["+experiment=regression_logloss_pol", "dataset.split.train_size=1000"]) == [[]]
+    assert data_combinations(["dataset=concrete,pol", "dataset.split.train_size=40,60"]) == [
+        ["dataset=concrete", "dataset.split.train_size=40"], ["dataset=concrete", "dataset.split.train_size=60"],
+        ["dataset=pol", "dataset.split.train_size=40"], ["dataset=pol", "dataset.split.train_size=60"]]
+    tiny = [o for o in TINY if not o.startswith("dataset.split.train_size")]
+    runs = sweep_overrides("beta", ["dataset.split.train_size=40,60", "seed=0,1", "sweep.grid_min=10", *tiny])
+    assert [(r[1], r[-1]) for r in runs] == [("objective.beta=40.0,20.0,10.0", "dataset.split.train_size=40"),
+                                            ("objective.beta=60.0,30.0,15.0,10.0", "dataset.split.train_size=60")]
+    assert all("seed=0,1" in r for r in runs)  # every other key still swept
+
+
+@pytest.mark.slow
+def test_sweep_beta_over_two_sizes_runs_each_grid(tmp_path):
+    db = tmp_path / "mlflow.db"
+    tiny = [o for o in TINY if not o.startswith("dataset.split.train_size")]
+    proc = gpdlm_subprocess(["sweep", "beta", "dataset.split.train_size=40,60", "sweep.grid_min=10",
+                             f"tracking.uri=sqlite:///{db}", "tracking.experiment=sb2", *tiny], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "(dataset.split.train_size=60; multirun 2 of 2)" in proc.stderr
+    parents, children = split_runs(runs(db, "sb2"))
+    assert len(parents) == 2
+    got = sorted((int(r.data.params["dataset.split.train_size"]), float(r.data.params["objective.beta"])) for r in children)
+    assert got == [(40, 10.0), (40, 20.0), (40, 40.0), (60, 10.0), (60, 15.0), (60, 30.0), (60, 60.0)]
 
 
 def test_sweep_beta_bad_input(tmp_path, capsys):
