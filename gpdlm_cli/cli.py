@@ -148,25 +148,25 @@ def _dry_run(name: str, rest: list[str]) -> int:
     from .hydra_apps import report_error
 
     try:
-        if name == "sweep":
-            from .commands.sweep import sweep_overrides
-
-            if not rest:
-                raise GpdlmError("gpdlm sweep --dry-run needs a sweep kind: gpdlm sweep beta ... --dry-run")
-            multiruns = sweep_overrides(rest[0], rest[1:])
-        elif not any(a in ("-m", "--multirun") for a in rest):
-            raise GpdlmError("--dry-run describes a multirun: add -m (gpdlm train -m ... --dry-run)")
-        else:
-            multiruns = [rest]
         from .config_check import check_overrides
         from .run.plan import plan
 
-        plans = []
-        for args in multiruns:
-            message = check_overrides([a for a in args if a not in ("-m", "--multirun")])
-            if message:
-                raise GpdlmError(message)
-            plans.append(plan([a for a in args if a not in ("-m", "--multirun")], estimate=True))
+        if name == "sweep" and not rest:
+            raise GpdlmError("gpdlm sweep --dry-run needs a sweep kind: gpdlm sweep beta ... --dry-run")
+        if name != "sweep" and not any(a in ("-m", "--multirun") for a in rest):
+            raise GpdlmError("--dry-run describes a multirun: add -m (gpdlm train -m ... --dry-run)")
+        # the user's overrides, before anything is composed (one line for an unknown option or key); the
+        # multiruns of `gpdlm sweep beta` add only its grid and pinned values of these overrides' own sweeps
+        message = check_overrides([a for a in (rest[1:] if name == "sweep" else rest) if a not in ("-m", "--multirun")])
+        if message:
+            raise GpdlmError(message)
+        if name == "sweep":
+            from .commands.sweep import sweep_overrides
+
+            multiruns = sweep_overrides(rest[0], rest[1:])
+        else:
+            multiruns = [rest]
+        plans = [plan([a for a in args if a not in ("-m", "--multirun")], estimate=True) for args in multiruns]
     except GpdlmError as e:
         report_error(e)
         return 2

@@ -72,3 +72,10 @@ def test_the_start_of_multirun_line_names_the_launcher_of_the_hydra_overrides(ca
     sweep._announce(config)
     line = capsys.readouterr().err.strip()
     assert line.startswith("gpdlm: sweep of 2 jobs, trainer.protocol=fast") and "launcher joblib x2" in line, line
+
+
+def test_a_sweep_dry_run_with_a_bad_option_is_one_line(capsys):
+    # checked before `gpdlm sweep beta` composes anything (it used to end in Hydra's traceback)
+    assert cli.main(["sweep", "beta", "dataset.split.train_size=200,400", "model=nonexistent", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpdlm: error: unknown model 'nonexistent' (choose from: bsgd, dlm,")
