@@ -95,20 +95,55 @@ def paper_iteration_share(uri: str | None, experiment: str = "protocol_equivalen
     return {k: statistics.fmean(v) for k, v in share.items()}
 
 
-def paper_seconds_per_iteration_at(code_dir: str, overrides, iterations: int = 30) -> float:
-    """Seconds per iteration of the paper protocol on the job ``overrides`` (``iterations`` of them) with
-    the gpdlm code of another checkout (``git worktree add DIR COMMIT``), in a fresh process: how the
-    same job ran before a change, measured in the same run as the current code."""
-    import json
+def _iteration_timer(code_dir: str, overrides, iterations: int, protocol: str = "paper", threads: int = 1):
+    """A fresh process (``subprocess.Popen``) that trains the job ``overrides`` for ``iterations`` with the
+    gpdlm code of ``code_dir`` on ``threads`` torch threads and prints its seconds per iteration."""
     import os
     import subprocess
 
-    code = (f"import sys, json; sys.path.insert(0, {code_dir!r}); from benchmarks.bench_study import train_once; "
-            f"_, it, secs, _ = train_once({list(overrides)!r}, protocol='paper', max_iters={iterations}); "
+    # one thread, as in this process (main): train_once calls run_train, not the Hydra app that sets
+    # `threads`, so a fresh process would otherwise train with torch's default (every core)
+    code = (f"import sys, json, torch; torch.set_num_threads({threads}); sys.path.insert(0, {code_dir!r}); "
+            f"from benchmarks.bench_study import train_once; "
+            f"_, it, secs, _ = train_once({list(overrides)!r}, protocol={protocol!r}, max_iters={iterations}); "
             f"print(json.dumps(secs / it))")
     env = {**os.environ, "PYTHONPATH": code_dir}
-    out = subprocess.run([sys.executable, "-c", code], cwd=code_dir, env=env, capture_output=True, text=True, check=True)
-    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+    return subprocess.Popen([sys.executable, "-c", code], cwd=code_dir, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _seconds_per_iteration(proc) -> float:
+    import json
+
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"timing subprocess failed: {err.strip().splitlines()[-1:]}")
+    return float(json.loads(out.strip().splitlines()[-1]))
+
+
+def paper_seconds_per_iteration_at(code_dir: str, overrides, iterations: int = 30, threads: int = 1) -> float:
+    """Seconds per iteration of the paper protocol on the job ``overrides`` (``iterations`` of them) with
+    the gpdlm code of another checkout (``git worktree add DIR COMMIT``), in a fresh process: how the
+    same job ran before a change, measured in the same run as the current code."""
+    return _seconds_per_iteration(_iteration_timer(code_dir, overrides, iterations, threads=threads))
+
+
+def two_worker_timings(code_dir: str, overrides, iterations: int = 300, protocol: str = "paper") -> dict[str, float]:
+    """Seconds per iteration of the job ``overrides`` trained for ``iterations`` in fresh processes, the
+    two ways a sweep can use these 2 cores: ``one_thread`` (one process, one torch thread; the mean of a
+    run before and one after the pair), ``two_workers`` (two such processes at once, what two joblib
+    workers do; their mean) and ``two_threads`` (one process, two torch threads, what a sequential sweep
+    with ``threads=auto`` does). A sweep of such jobs takes, on the 2 cores, its job count x budget x
+    ``two_workers`` / 2 with two workers and x ``two_threads`` run one after another. The pair starts
+    together and trains for seconds, so their start-up difference (imports) does not matter."""
+    def one(threads=1):
+        return _seconds_per_iteration(_iteration_timer(code_dir, overrides, iterations, protocol, threads))
+
+    first = one()
+    pair = [_iteration_timer(code_dir, overrides, iterations, protocol) for _ in range(2)]
+    two = statistics.fmean(_seconds_per_iteration(p) for p in pair)
+    again = one()
+    return {"one_thread": (first + again) / 2, "two_workers": two, "two_threads": one(threads=2)}
 
 
 def lbfgs_stages(overrides) -> list[bool]:
@@ -131,7 +166,8 @@ def shareable_stages(overrides) -> bool:
 
 
 def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float] | None = None,
-            warm: bool = False, extra=(), models=None, paper_code: str | None = None) -> list[dict]:
+            warm: bool = False, extra=(), models=None, paper_code: str | None = None,
+            two_workers: int = 0) -> list[dict]:
     """Projected wall time of the preset's whole beta-sweep grid on one core, both protocols.
 
     Per (model, size): the paper protocol's ms per iteration (30 iterations of one job) times its
@@ -145,7 +181,10 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
     protocol with shared stages, what the issue measures against today's protocol) once per grid. The
     paper side counts it in every job (today's protocol trains it for every beta). ``paper_code``: a
     checkout of earlier gpdlm code whose paper protocol is timed the same way in a subprocess
-    (``paper_ref_*``: the protocol as it ran before the hot-path work measured here)."""
+    (``paper_ref_*``: the protocol as it ran before the hot-path work measured here). ``two_workers``
+    (iterations; 0 = off): how that checkout's paper-protocol job scales to two workers on these two
+    cores (``two_worker_timings``, its mid-grid job of each (model, size)), so the paper side's wall time
+    on two workers is measured per shape instead of assumed (``paper_ref_2w_total_h``)."""
     from gpdlm_cli.commands.sweep import beta_grid
     from gpdlm_cli.training.reuse import clear_warm_starts
 
@@ -183,13 +222,14 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
             fast_job = statistics.fmean(f[2] for f in fast) + stage_s
             if not any(kinds):  # every stage stochastic: both protocols train it the same way
                 paper_job, note = fast_job, "  (no L-BFGS stage: the same protocol)"
-                path_job, ref_job = fast_job, None
+                path_job, ref_job, two = fast_job, None, None
             else:
                 mid = ov + [f"objective.beta={grid[len(grid) // 2]:g}"]
                 _, it, secs, _ = train_once(mid, protocol="paper", max_iters=30)
                 paper_job = secs / it * paper_cap * share.get(mname, 1.0)
-                ref_job = (paper_seconds_per_iteration_at(paper_code, mid) * paper_cap * share.get(mname, 1.0)
-                           if paper_code else None)
+                two = two_worker_timings(paper_code, mid, two_workers) if paper_code and two_workers else None
+                ref_job = ((two["one_thread"] if two else paper_seconds_per_iteration_at(paper_code, mid))
+                           * paper_cap * share.get(mname, 1.0) if paper_code else None)
                 note = "" if all(kinds) else "  (a stochastic stage too: the paper side assumes its full budget, an upper bound)"
 
             jobs = len(grid) * n_seeds
@@ -200,11 +240,18 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
                          "fast_total_h": jobs * fast_job / 3600, "speedup": paper_job / max(fast_job, 1e-9),
                          "shared_stage_s": stage_s, "fast_path_s_per_job": path_job,
                          "fast_path_total_h": jobs * path_job / 3600, "path_speedup": paper_job / max(path_job, 1e-9),
-                         "paper_ref_s_per_job": ref_or_paper, "paper_ref_total_h": jobs * ref_or_paper / 3600})
+                         "paper_ref_s_per_job": ref_or_paper, "paper_ref_total_h": jobs * ref_or_paper / 3600,
+                         **({"paper_ref_2w_total_h": jobs * two["two_workers"] * paper_cap * share.get(mname, 1.0) / 7200,
+                             "paper_ref_2t_total_h": jobs * two["two_threads"] * paper_cap * share.get(mname, 1.0) / 3600,
+                             "paper_ref_two_worker_factor": two["two_workers"] / two["one_thread"],
+                             "paper_ref_two_thread_factor": two["two_threads"] / two["one_thread"]} if two else {})})
             r = rows[-1]
             shared = (f"   fast path (stage of {stage_s:.1f} s shared by {len(grid)} betas) {path_job:6.1f} s/job "
                       f"{r['fast_path_total_h']:6.2f} h   x{r['path_speedup']:.1f}") if stage_s else ""
             ref = f"paper at {paper_code} {ref_job:7.1f} s/job   " if ref_job is not None else ""
+            if two:
+                ref += (f"(2 cores: two workers {r['paper_ref_2w_total_h']:.2f} h, x{r['paper_ref_two_worker_factor']:.2f} per "
+                        f"iteration; two threads {r['paper_ref_2t_total_h']:.2f} h, x{r['paper_ref_two_thread_factor']:.2f})   ")
             print(f"{preset:<26} {model:<12} n={n:<5} jobs={jobs:<4} {ref}paper {paper_job:7.1f} s/job {r['paper_total_h']:7.2f} h   "
                   f"fast {fast_job:6.1f} s/job ({r['fast_iters']:.0f} it) {r['fast_total_h']:6.2f} h   x{r['speedup']:.1f}{shared}{note}",
                   flush=True)
@@ -215,6 +262,12 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
         total_r = sum(r["paper_ref_total_h"] for r in rows)
         print(f"{preset}: paper protocol with the code at {paper_code} {total_r:.1f} h: x{total_r / max(total_f, 1e-9):.1f} "
               f"against the fast protocol, x{total_r / max(total_s, 1e-9):.1f} against the fast path")
+        if two_workers:
+            total_2w = sum(r.get("paper_ref_2w_total_h", r["paper_ref_total_h"] / 2) for r in rows)
+            total_2t = sum(r.get("paper_ref_2t_total_h", r["paper_ref_total_h"]) for r in rows)
+            print(f"{preset}: paper protocol with the code at {paper_code} on the 2 cores, measured per shape: two "
+                  f"one-thread workers {total_2w:.2f} h (x{total_r / max(total_2w, 1e-9):.2f} the one-core time), one "
+                  f"two-thread job at a time {total_2t:.2f} h (x{total_r / max(total_2t, 1e-9):.2f})")
     print(f"{preset}: {sum(r['jobs'] for r in rows)} jobs, paper protocol {total_p:.1f} h, fast protocol {total_f:.2f} h "
           f"(x{total_p / max(total_f, 1e-9):.1f}), fast path with shared stages {total_s:.2f} h (x{total_p / max(total_s, 1e-9):.1f}) "
           f"on 1 core; on 2 cores (2 joblib workers) about half of each")
@@ -364,6 +417,9 @@ def main(argv=None):
                         "svgp=0.58, the 114 runs of README 'Fast protocol'), where no --paper-share-store is at hand")
     p.add_argument("--paper-code", default=None, metavar="DIR",
                    help="projection: also time the paper protocol with the gpdlm code of this checkout (a subprocess)")
+    p.add_argument("--two-workers", type=int, default=0, metavar="ITERS",
+                   help="projection with --paper-code: also measure how each shape's paper-protocol job scales to two "
+                        "concurrent workers, over ITERS iterations (300 is enough)")
     p.add_argument("--warm", action="store_true", help="fast jobs warm-started along the path")
     p.add_argument("--fast-experiment", default="regression_logloss_pol")
     p.add_argument("--paper-experiment", default="protocol_equivalence_pol")
@@ -381,10 +437,10 @@ def main(argv=None):
         share.update({k: float(v) for k, v in (kv.split("=", 1) for kv in a.paper_share)})
         for preset in a.project or ["regression_logloss_pol"]:
             rows += project(preset, a.sizes, a.seeds, a.betas, share, warm=a.warm, extra=a.set, models=a.models,
-                            paper_code=a.paper_code)
+                            paper_code=a.paper_code, two_workers=a.two_workers)
     if a.csv and rows:
         with open(a.csv, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
             if f.tell() == 0:
                 w.writeheader()
             w.writerows(rows)
