@@ -4,6 +4,7 @@
     python benchmarks/bench_study.py --project regression_logloss_pol --sizes 500 2000
     git worktree add /tmp/before c51649a   # the paper protocol as gpdlm ran it at another commit, same run:
     python benchmarks/bench_study.py --project regression_logloss_pol --betas 3 --paper-share dlm=0.73 svgp=0.58 --paper-code /tmp/before
+    python benchmarks/bench_study.py ... --paper-code /tmp/before --two-workers 300   # + the paper side on the 2 cores, measured
     python benchmarks/bench_study.py --equivalence --sizes 500 --seeds 0 1 2 --betas 4 --models dlm svgp
     python benchmarks/bench_study.py --equivalence --preset classification --sizes 500 --seeds 0 1 --betas 3
     python benchmarks/bench_study.py --equivalence --preset count --set dataset=doctor_visits --models svgp
