@@ -32,7 +32,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     output_dir.mkdir(parents=True, exist_ok=True)
 
     # 1. everything that can fail on bad input, before a run exists
-    p = prepare(cfg)
+    with shared_kmeans(cfg, sweep_job=parent_run_id is not None) as kmeans_reused:  # k-means once per sweep
+        p = prepare(cfg)
     splits, data, method, settings = p.splits, p.data, p.method, p.settings
     device = p.device
     generator = torch.Generator().manual_seed(cfg.seed)  # batch orders drawn on the CPU: the same on every device
@@ -112,6 +113,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         history["loss"] = fit.losses
         if fit.reused:
             tracker.set_tags({"gpdlm.reused_stage": ",".join(fit.reused)})
+        if kmeans_reused:
+            tracker.set_tags({"gpdlm.reused_inducing": ",".join(kmeans_reused)})
         if fit.warm_started_from is not None:
             tracker.set_tags({"gpdlm.warm_start_from": f"beta={fit.warm_started_from:g}"})
         tracker.set_tags({"gpdlm.stop_rule": ",".join(fit.stop_rules) or "none",
@@ -184,6 +187,20 @@ def reuse_key(cfg) -> str:
         c.pop(k, None)
     blob = json.dumps({"config": c, "gpdlm": __version__, "commit": git_commit()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def shared_kmeans(cfg, sweep_job: bool = True):
+    """The k-means cache of ``sweep.share_stages`` (``<sweep.cache_dir>/kmeans``) for a job of a sweep,
+    or a block without one (a single run has nothing to share it with); either yields the list of
+    cached centres it reused."""
+    from contextlib import nullcontext
+
+    from ..methods.components import kmeans_cache
+
+    s = cfg.sweep
+    if not sweep_job or not bool(s.get("share_stages", True)):
+        return nullcontext([])
+    return kmeans_cache(Path(str(s.get("cache_dir", "outputs/.cache"))) / "kmeans")
 
 
 def reuse_for(cfg):
