@@ -116,3 +116,31 @@ def test_shell_completion_goes_through_the_dispatcher(monkeypatch, capsys):
     dispatcher.main(["-sc", "query=bash"])
     options = capsys.readouterr().out.split()
     assert {"model=svgp", "model=sgpr", "model=scgd"} <= set(options) and "model=dlm" not in options
+
+
+@pytest.mark.parametrize("override,jobs", [
+    ("model=glob(sv*)", ["model=svbssgp", "model=svgp"]),
+    ("seed=range(0,3)", ["seed=0", "seed=1", "seed=2"]),
+    ("seed=choice(4,5)", ["seed=4", "seed=5"]),
+    ("seed=sort(2,1)", ["seed=1", "seed=2"]),
+])
+def test_hydra_sweep_grammar_is_checked_and_expanded(override, jobs):
+    """Hydra's sweep functions pass the check and expand to their jobs (glob needs the config loader:
+    it once ended in 'ConfigLoader is not set')."""
+    from gpdlm_cli.config_check import check_overrides
+    from gpdlm_cli.run.plan import job_overrides
+
+    assert check_overrides(["-m", override]) is None
+    assert [j[0] for j in job_overrides([override])[0]] == jobs
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model=glob(nosuch*)", "'model=glob(nosuch*)' matches no model option (choose from: "),
+    ("objective.beta=interval(0,1)", "'objective.beta=interval(0,1)' is a sampled range, which the default sweeper"),
+])
+def test_a_sweep_the_sweeper_cannot_run_is_one_line(tmp_path, capsys, override, message):
+    rc, lines = run_cli(["train", "-m", override], tmp_path, capsys)
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"gpdlm: error: {message}")
+    rc, lines = run_cli(["train", "-m", override, "--dry-run"], tmp_path, capsys)
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"gpdlm: error: {message}")
+    assert not (tmp_path / "multirun").exists() and not (tmp_path / "outputs").exists()
