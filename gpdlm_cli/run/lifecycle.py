@@ -51,6 +51,7 @@ def run_tags(command: str, *, overrides, output_dir: Path, device, fingerprint: 
         "gpdlm.dataset_fingerprint": fingerprint,
         "gpdlm.command": command,
         "gpdlm.config_hash": chash,
+        "gpdlm.config_hash_version": "2",  # tracking.identity: threads, device ... left out
         **process_tags(),  # host, PID, process start: `gpdlm runs --stale` finds orphaned runs
         **extra,
     }

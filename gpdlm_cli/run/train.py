@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..metrics import predictive_metrics
-from ..tracking.identity import config_hash
+from ..tracking.identity import config_hash, config_hashes
 from ..training import run_stages
 from .artifacts import plot_learning_curve
 from .lifecycle import TrackedRun, make_tracker, run_tags
@@ -42,13 +42,13 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
 
     tracker = tracker if tracker is not None else make_tracker(cfg.tracking)
     chash = config_hash(cfg)
-    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", chash):
+    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", config_hashes(cfg)):
         return None
     from ..training.checkpoint import FILE as CHECKPOINT_FILE
     from ..training.checkpoint import Checkpointer, read_checkpoint
 
     resume_state = read_checkpoint(output_dir / CHECKPOINT_FILE)  # a requeued or resumed job continues
-    if resume_state is not None and resume_state.get("config_hash") != chash:
+    if resume_state is not None and resume_state.get("config_hash") not in config_hashes(cfg):
         resume_state = None  # another configuration's checkpoint: start afresh (and overwrite it)
     extra_tags = {"gpdlm.resumed_from": str(resume_state.get("run_id"))} if resume_state is not None else {}
     # what the family declares for analysis (the metric `gpdlm select` and sweeps pick beta by, the

@@ -222,12 +222,16 @@ class MlflowTracker(NullTracker):
         self.client.log_inputs(self.run_id, datasets=[
             DatasetInput(ds, tags=[InputTag("mlflow.data.context", context)])])
 
-    def has_finished_run(self, tag: str, value: str) -> bool:
-        """Whether the experiment already has a FINISHED run whose ``tag`` equals ``value``."""
-        runs = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'",
-            max_results=1)
-        return len(runs) > 0
+    def has_finished_run(self, tag: str, value) -> bool:
+        """Whether the experiment already has a FINISHED run whose ``tag`` equals ``value`` (or one
+        of the values of a tuple: the versions of a config hash, ``tracking.identity``)."""
+        for v in (value,) if isinstance(value, str) else tuple(dict.fromkeys(value)):
+            runs = self.client.search_runs(
+                [self.experiment_id], filter_string=f"tags.`{tag}` = {quote(v)} and attributes.status = 'FINISHED'",
+                max_results=1)
+            if runs:
+                return True
+        return False
 
 
 class RetryingClient:
@@ -384,6 +388,18 @@ def quiet_mlflow() -> None:
 
     for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "alembic", "mlflow.system_metrics"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def quote(value: str) -> str | None:
+    """``value`` as a string literal of an MLflow filter: in single quotes, or in double quotes when
+    it holds a ``'`` (MLflow's filter parser knows no escapes); None when it holds both kinds of
+    quote (the caller then compares in Python)."""
+    value = str(value)
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    return None
 
 
 def _param_str(v) -> str:
