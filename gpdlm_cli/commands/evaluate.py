@@ -3,7 +3,8 @@
     gpdlm eval (--experiment NAME | RUN ...) [--metric M ...] [--split val|test|all] [--tracking-uri URI]
     gpdlm predict RUN --input FILE.csv --output FILE.csv [--level 0.9] [--tracking-uri URI]
 
-RUN is an MLflow run id, a run name, or a run's output folder. ``eval`` rebuilds every run from its
+RUN is an MLflow run id, a unique prefix of one (as ``gpdlm runs`` prints it), a run name, or a
+run's output folder (``commands.resolve``). ``eval`` rebuilds every run from its
 ``model.pt`` (``run.saved_model``), recomputes its validation/test metrics -- the training-time
 ones come out bit for bit on CPU, new ones (e.g. calibration metrics added later) are back-filled
 -- and logs them into the same MLflow run and its ``metrics.json``. ``predict`` applies a run's
@@ -36,29 +37,11 @@ EPILOG_PREDICT = """examples:
 
 # ----- finding runs ------------------------------------------------------------------------------
 def run_folder(ref: str, uri: str | None) -> tuple[Path, str | None]:
-    """(output folder, MLflow run id or None) of a run given by folder, id or name."""
-    p = Path(ref)
-    if p.is_dir():
-        return p, None
-    client, uri = open_store(uri)
-    from mlflow.exceptions import MlflowException
+    """(output folder, MLflow run id or None) of a run given by folder, run id, unique id prefix or
+    run name (``commands.resolve``: ambiguous references are refused with the candidates)."""
+    from .resolve import resolve_run
 
-    run = None
-    try:
-        run = client.get_run(ref)
-    except MlflowException:
-        for exp in client.search_experiments():
-            found = client.search_runs([exp.experiment_id], filter_string=f"attributes.run_name = '{ref}'",
-                                       order_by=["attributes.start_time DESC"], max_results=1)
-            if found:
-                run = found[0]
-                break
-    if run is None:
-        raise AnalysisError(f"no run '{ref}': not a folder, nor a run id or run name in {uri}")
-    folder = run.data.tags.get("gpdlm.output_dir")
-    if not folder or not Path(folder).is_dir():
-        raise AnalysisError(f"run {run.info.run_id} has no output folder on this machine ({folder or 'no gpdlm.output_dir tag'})")
-    return Path(folder), run.info.run_id
+    return resolve_run(ref, uri)
 
 
 # ----- gpdlm eval --------------------------------------------------------------------------------

@@ -107,6 +107,24 @@ def test_eval_reproduces_every_metric_and_backfills_missing_ones(trained, capsys
         assert len({h.value for h in hist}) == 1 and len(hist) >= 2
 
 
+def test_predict_and_eval_take_the_short_id_gpdlm_runs_prints(trained, tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    uri, runs = trained
+    folder, metrics, cfg = runs["sgpr"]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("saved")
+    rid = next(r.info.run_id for r in client.search_runs([exp.experiment_id])
+               if r.data.tags["gpdlm.output_dir"] == str(folder.resolve()))
+    _test_rows_csv(cfg, tmp_path / "in.csv")
+    capsys.readouterr()
+    assert evaluate.predict_main([rid[:8], "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv"),
+                                  "--tracking-uri", uri]) == 0
+    assert capsys.readouterr().err.startswith(f"gpdlm: run {rid[:8]} (")
+    assert evaluate.eval_main([rid[:8], "--tracking-uri", uri, "--metric", "test_nll"]) == 0
+    assert capsys.readouterr().out.startswith(f"gpdlm eval: {rid}: 1 reproduced")
+
+
 def test_reloaded_models_of_every_family_evaluate_identically(tmp_path):
     """One model per family not covered above (their own evaluate: sq_dlm, the gamma family, recurrent)."""
     from gpdlm_cli.run.train import evaluator
