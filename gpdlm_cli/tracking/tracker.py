@@ -465,6 +465,18 @@ def configure_view(client, experiment_id: str, tags: dict) -> None:
 
 
 def view_url(base: str, experiment_id: str) -> str:
-    """The UI address of an experiment's training runs in gpdlm's view."""
-    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}?viewStateShareKey={VIEW_KEY}"
-            f"&workflowType=machine_learning")
+    """The UI address of an experiment's training runs in gpdlm's view. The ``/runs`` page itself:
+    MLflow 3 redirects ``#/experiments/<id>`` there and drops the view's key on the way (the
+    default columns, every kind of run)."""
+    return f"{base.rstrip('/')}/{view_page(experiment_id)}"
+
+
+def view_page(experiment_id: str) -> str:
+    """``view_url`` without the server's address."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+
+
+def run_page(experiment_id: str, run_id: str) -> str:
+    """The UI page of one run (without the server's address), in the model-training mode: without
+    ``workflowType`` MLflow 3 shows a run page in its GenAI mode (evaluations, traces, judges)."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"

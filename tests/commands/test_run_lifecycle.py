@@ -202,7 +202,7 @@ def test_a_real_run_reports_one_line_and_logs_its_dataset(tmp_path, capfd):
     line = out[0]
     assert line.startswith(f"gpdlm: dlm_joint-concrete-b0.5-s0: test_nll {metrics['test_nll']:.4g}, ")
     assert f"| MLflow run {run.info.run_id}, open with `gpdlm ui --tracking-uri {module_uri}`" in line
-    assert line.endswith(f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}")
+    assert line.endswith(f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning")
     assert process_state(run.data.tags) == "alive"  # this very process
     inputs = MlflowClient(module_uri).get_run(run.info.run_id).inputs.dataset_inputs
     assert len(inputs) == 1
