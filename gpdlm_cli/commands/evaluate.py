@@ -155,10 +155,6 @@ def read_inputs(path: Path, feature_names: list[str]):
 
 
 def predict_main(argv: list[str]) -> int:
-    import numpy as np
-    import torch
-
-    from ..metrics import predictive_marginals
     from ..run.saved_model import load_run
 
     p = make_parser("gpdlm predict", "apply a run's saved model to new rows")
@@ -181,36 +177,11 @@ def predict_main(argv: list[str]) -> int:
                               f"sq_dlm's completion); gpdlm predict takes the other models for now "
                               f"(gpdlm eval recomputes its metrics)")
     X = read_inputs(Path(a.input), meta["feature_names"])
-    x_mean, x_std = np.asarray(meta["x_mean"]), np.asarray(meta["x_std"])
-    x = torch.as_tensor((X - x_mean) / x_std, dtype=run.data.x_train.dtype, device=run.data.x_train.device)
-    lik = method.likelihood
-    mu, var = predictive_marginals(method.model, x)
-    out = {}
-    z = float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + a.level / 2, dtype=torch.float64)))
-    task = run.splits.task
-    if task == "regression":
-        y_mean, y_std = float(meta["y_mean"][0]), float(meta["y_std"][0])
-        pvar = var + lik.noise
-        m, s = mu * y_std + y_mean, pvar.sqrt() * y_std
-        out = {"mean": m, "variance": s**2, "lower": m - z * s, "upper": m + z * s}
-    elif task == "classification":
-        from ..estimators import QuadratureEstimator
-
-        prob = lik.predictive_mean_closed(mu, var)
-        if prob is None:
-            prob = QuadratureEstimator(64).expectation(lik.mean, mu, var)
-        out = {"p1": prob, "label": (prob > 0.5).to(prob.dtype)}
-    else:
-        from ..estimators import QuadratureEstimator
-
-        quad = QuadratureEstimator(64)
-        mean = quad.expectation(lik.mean, mu, var)
-        lo_q, hi_q = (1 - a.level) / 2, 1 - (1 - a.level) / 2
-        lo, hi = _count_quantile(quad, lik, mu, var, lo_q), _count_quantile(quad, lik, mu, var, hi_q)
-        out = {"mean": mean, "lower": lo, "upper": hi}
     import pandas as pd
 
-    frame = pd.DataFrame({k: v.detach().cpu().numpy() for k, v in out.items()})
+    from ..run.serving import predict_rows
+
+    frame = pd.DataFrame(predict_rows(run, X, a.level))  # the MLflow Model's predict too (run.pyfunc)
     frame.to_csv(a.output, index=False)
     print(f"gpdlm predict: {len(frame)} rows -> {a.output} ({', '.join(frame.columns)}; model={run.cfg.model.name})")
     return 0
@@ -325,23 +296,6 @@ def predict_series(run, inp: Path, output: Path, level: float) -> int:
     print(f"gpdlm predict: {len(out)} steps -> {output} ({mode}, lag={lag}; {', '.join(out.columns)}; "
           f"model={run.cfg.model.name})")
     return 0
-
-
-def _count_quantile(quad, lik, mu, var, q: float, k_max: int = 100000):
-    """The smallest k with E_q[P(Y <= k | f)] >= q, per row (bisection on k)."""
-    import torch
-
-    def cdf(k):
-        return quad.expectation(lambda f: torch.special.gammaincc(k.unsqueeze(-1) + 1, lik.mean(f)), mu, var)
-
-    lo = torch.full_like(mu, -1.0)
-    hi = torch.full_like(mu, float(k_max))
-    for _ in range(int(math.log2(k_max)) + 2):
-        mid = torch.floor((lo + hi) / 2)
-        ok = (mid >= 0) & (cdf(mid.clamp_min(0)) >= q)
-        hi = torch.where(ok, mid, hi)
-        lo = torch.where(ok, lo, mid)
-    return hi
 
 
 # ----- gpdlm resume ------------------------------------------------------------------------------

@@ -206,7 +206,11 @@ class MlflowTracker(NullTracker):
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_artifact(self, path):
-        self.client.log_artifact(self.run_id, str(path))
+        """A file, or a folder (its files under the folder's name: an MLflow Model's ``model/``)."""
+        if Path(path).is_dir():
+            self.client.log_artifacts(self.run_id, str(path), Path(path).name)
+        else:
+            self.client.log_artifact(self.run_id, str(path))
 
     def log_dataset(self, name, digest, source, columns, num_rows, context="training"):
         """The data as an MLflow dataset input (the UI's Dataset column, dataset tracking): name,
