@@ -84,7 +84,10 @@ def sweep_jobs(overrides: list[str], params) -> list[list[str]]:
         parser = overrides_parser()
         cmd = parser.parse_overrides([o for o in overrides if o != "-m"])
         params = [f"{k}={v}" for k, v in (params or {}).items()]
-        return [list(j) for j in BasicSweeper.split_arguments(parser.parse_overrides(params) + cmd, None)[0]]
+        jobs = [list(j) for j in BasicSweeper.split_arguments(parser.parse_overrides(params) + cmd, None)[0]]
+    from .beta_free import collapse_beta_free
+
+    return collapse_beta_free(jobs)[0]  # gpdlm's sweeper launches a beta-free model once per configuration
 
 
 def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int = 5) -> SweepPlan:
