@@ -144,3 +144,29 @@ def test_a_sweep_the_sweeper_cannot_run_is_one_line(tmp_path, capsys, override, 
     rc, lines = run_cli(["train", "-m", override, "--dry-run"], tmp_path, capsys)
     assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"gpdlm: error: {message}")
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "outputs").exists()
+
+
+def test_a_training_command_says_it_started_before_the_slow_imports(tmp_path, capsys, monkeypatch):
+    """The first line comes at once (a run used to print nothing for its first ~25 s on a loaded
+    machine: imports); help, configs and plans print only themselves."""
+    import importlib
+
+    printed = {}
+    real = importlib.import_module
+
+    def spy(name, *a, **k):
+        printed[name] = capsys.readouterr().out  # what was printed before the command's module loads
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", spy)
+    run_cli(["resume", str(tmp_path)], tmp_path, capsys)
+    assert printed["gpdlm_cli.commands.evaluate"] == "gpdlm resume: starting a run (loading torch, the config and the data)...\n"
+    monkeypatch.setattr(importlib, "import_module", real)
+    rc, err = run_cli(["train", "-m", "objective.betta=1"], tmp_path, capsys)
+    assert rc == 2 and err[0].startswith("gpdlm: error: unknown config key")
+    for argv in (["train", "--cfg", "job"], ["train", "-m", "seed=0,1", "--dry-run"], ["train", "--help"], ["runs", "--help"]):
+        try:
+            cli.main(argv)
+        except SystemExit:
+            pass
+        assert "starting" not in capsys.readouterr().out, argv
