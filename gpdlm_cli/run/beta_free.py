@@ -2,13 +2,54 @@
 GPs, the RKHS methods, SSGP): a sweep over beta would train each of them once per beta value to the
 same result. ``collapse_beta_free`` keeps one job of each -- what gpdlm's sweeper launches and the
 sweep plan counts. Pure strings, no torch: the launching process of a multirun imports this.
-The families declare the same with ``USES_BETA`` (``methods.base.DECLARATIONS``; a test keeps the
-two in step)."""
+Which models: those whose family declares ``USES_BETA`` false (``methods.base.DECLARATIONS``), read
+from the family modules' source."""
 
 from __future__ import annotations
 
-BETA_FREE_MODELS = ("sgpr", "fitc", "exact", "pic", "gp_lstm", "gp_gru", "gp_rnn", "gp_narx", "lstm", "gru", "rnn",
-                    "narx", "scgd", "minimax", "bsgd", "ssgp", "minimax_paper", "scgd_paper")
+import ast
+import functools
+from pathlib import Path
+
+def _declared_beta_free() -> set[str]:
+    """The ``model.name`` values whose family declares ``USES_BETA`` false, read from the family
+    modules' source (``MODELS`` and ``USES_BETA`` are literals there; importing them would import torch)."""
+    free = set()
+    for path in sorted((Path(__file__).resolve().parents[1] / "methods").glob("*.py")):
+        found = {}
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and node.targets[0].id in ("MODELS", "USES_BETA"):
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+        uses = found.get("USES_BETA", True)
+        for model in found.get("MODELS", ()):
+            if not (uses.get(model, True) if isinstance(uses, dict) else uses):
+                free.add(model)
+    return free
+
+
+def _config_model_name(option: str, conf: Path) -> str | None:
+    """``model.name`` of the config option ``conf/model/<option>.yaml`` (following its defaults)."""
+    import yaml
+
+    path = conf / f"{option}.yaml"
+    if not path.is_file():
+        return None
+    d = yaml.safe_load(path.read_text()) or {}
+    if "name" in d:
+        return str(d["name"])
+    parents = [p for p in d.get("defaults", []) if isinstance(p, str) and p != "_self_"]
+    return _config_model_name(parents[0], conf) if parents else None
+
+
+@functools.lru_cache(maxsize=1)
+def beta_free_options() -> frozenset[str]:
+    """The ``model=`` options (config files of conf/model) whose model ignores objective.beta."""
+    conf = Path(__file__).resolve().parents[1] / "conf" / "model"
+    free = _declared_beta_free()
+    return frozenset(p.stem for p in conf.glob("*.yaml") if _config_model_name(p.stem, conf) in free)
+
+
 BETA_KEY = "objective.beta"
 
 
@@ -23,7 +64,7 @@ def collapse_beta_free(jobs: list[list[str]]) -> tuple[list[list[str]], dict[str
     seen, kept, dropped = set(), [], {}
     for job in jobs:
         model = next((ln.split("=", 1)[1] for ln in job if _key(ln) == "model"), None)
-        if model not in BETA_FREE_MODELS or not any(_key(ln) == BETA_KEY for ln in job):
+        if model not in beta_free_options() or not any(_key(ln) == BETA_KEY for ln in job):
             kept.append(job)
             continue
         rest = tuple(ln for ln in job if _key(ln) != BETA_KEY)
@@ -44,4 +85,4 @@ def collapse_note(dropped: dict[str, int]) -> str:
             f"(one run per configuration; its objective.beta param is the first swept value)")
 
 
-__all__ = ["BETA_FREE_MODELS", "collapse_beta_free", "collapse_note"]
+__all__ = ["beta_free_options", "collapse_beta_free", "collapse_note"]

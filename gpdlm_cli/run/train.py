@@ -88,7 +88,10 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
 
         checkpoint = Checkpointer(output_dir / CHECKPOINT_FILE, int(cfg.trainer.get("checkpoint_every", 5)), run_state,
                                   state=resume_state) if int(cfg.trainer.get("checkpoint_every", 5)) > 0 else None
-        with run.interruptible(curve_so_far, info):  # a run stopped from outside leaves a self-explaining folder
+        from .artifacts import log_fit, log_protocol, warnings_to_log
+
+        log_protocol(output_dir, settings, method.stages)  # gpdlm.log: the protocol, then each stage's end
+        with run.interruptible(curve_so_far, info), warnings_to_log(output_dir):  # a kill leaves a self-explaining folder
             batched = None
             if cfg.sweep.get("batched", False):  # a member of a batch trained by the first job of its shape
                 from .batched import batched_member
@@ -111,6 +114,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
 
                 append_log(output_dir, batched.note, level="INFO")
         history["loss"] = fit.losses
+        log_fit(output_dir, fit)
         if fit.reused:
             tracker.set_tags({"gpdlm.reused_stage": ",".join(fit.reused)})
         if kmeans_reused:
