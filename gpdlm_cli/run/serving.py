@@ -10,7 +10,7 @@ units out), shared by ``gpdlm predict`` and the pyfunc flavour:
 * classification: ``p1`` = P(y = 1) and ``label``;
 * counts: the predictive ``mean`` count and its central interval ``lower``/``upper``.
 
-``run.pyfunc.save_mlflow_model`` (through ``write_mlflow_model`` at the end of a run) writes the MLflow Model directory (``model/`` in the run folder: ``MLmodel``
+``run.pyfunc.save_mlflow_model`` (through ``run.mlflow_model.write_mlflow_model`` at the end of a tracked run) writes the MLflow Model directory (``model/`` in the run folder: ``MLmodel``
 with the pyfunc flavour, the signature -- the training table's feature columns as doubles in,
 the columns above out, the parameter ``level`` (default 0.9) -- an input example of two training
 rows, and ``model.pt`` as its artifact). It is written by ``mlflow.pyfunc.save_model`` with explicit

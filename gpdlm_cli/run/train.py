@@ -168,7 +168,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         from .saved_model import MODEL_FILE, save_model
 
         run.save(MODEL_FILE, lambda path: save_model(path, cfg, method, splits, data.target_names or []))
-        from .pyfunc import write_mlflow_model
+        from .mlflow_model import write_mlflow_model
 
         mlflow_model = write_mlflow_model(run, method, splits)  # model/: the pyfunc MLflow Model (runs:/<id>/model)
         if checkpoint is not None:
