@@ -126,7 +126,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
             grad = "" if fit.grad_max_abs is None else f", largest gradient component {fit.grad_max_abs:.2g} per datum"
             note = (f"trainer=fast: L-BFGS stage {', '.join(fit.lbfgs_budget_hit)} stopped at its budget "
                     f"(trainer.fast_max_iters) before its convergence tests held{grad}; trainer=paper can end lower "
-                    "on such jobs (README 'Fast protocol')")
+                    "on such jobs (docs/training.md, 'Fast protocol')")
             print(f"gpdlm: {note}", file=sys.stderr)
             append_log(output_dir, note, level="WARNING")
             tracker.set_tags({"gpdlm.lbfgs_budget_hit": ",".join(fit.lbfgs_budget_hit)})
