@@ -74,6 +74,9 @@ def _fmt(value) -> str:
         return "[" + ", ".join(_fmt(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, float):  # 1e-06 -> 1e-6, 1000000000000.0 -> 1e12; 0.0001, 1.0, 0.25 as written
+        text = format(value, "g").replace("e+", "e").replace("e-0", "e-")
+        return text if ("e" in text or "." in text) else f"{text}.0"
     return str(value)
 
 
