@@ -183,3 +183,28 @@ def test_config_keys_file_names_only_keys_with_a_meaning():
     entries = spec["config_keys"] + spec["trainer_keys"]
     assert len(entries) >= 100
     assert all(e["keys"] and e["meaning"].strip() for e in entries)
+
+
+def _config_docs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("config_docs", ROOT / "tools" / "config_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_config_docs_defaults_come_from_the_options_and_unknown_keys_are_refused():
+    cd = _config_docs()
+    groups = {"model": {"dlm": {"model.variant": "joint", "model.jitter": 1e-6},
+                        "dlm_fixed": {"model.variant": "fixed", "model.jitter": 1e-6},
+                        "ssgp": {"model.num_frequencies": 20}}}
+    choices = {"model": "dlm"}
+    top = {"seed": 0}
+    assert cd.default_of("model", choices, top, groups, {}) == "`dlm`"
+    assert cd.default_of("seed", choices, top, groups, {}) == "0"
+    assert cd.default_of("model.variant", choices, top, groups, {}) == "joint; fixed (dlm_fixed)"
+    assert cd.default_of("model.jitter", choices, top, groups, {}) == "1e-6"
+    assert cd.default_of("model.num_frequencies", choices, top, groups, {}) == "20 (ssgp)"
+    assert cd.default_of("model.no_such_key", choices, top, groups, {}) is None  # render() then refuses the page
+    assert cd._comments(ROOT / "conf" / "model" / "dlm.yaml")["num_inducing"] == "M"
