@@ -32,6 +32,9 @@ def test_citation_cff_is_valid_cff_1_2_0():
 
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert str(cff["version"]) == version
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert {f"Programming Language :: Python :: 3.{m}" for m in (11, 12, 13)} <= set(project["classifiers"])
     for ref in cff["references"]:
         assert {"type", "title", "authors"} <= set(ref)
         assert all("family-names" in a for a in ref["authors"])
