@@ -1,0 +1,56 @@
+"""Subnormal floats are flushed to zero while gpdlm trains (issue 47, item 3): float32 kernel matrices hold
+a few percent of subnormal values, which x86 CPUs handle ~100x slower (benchmarks/bench_kernels.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpdlm_cli import runtime
+from gpdlm_cli.run import train as train_module
+from gpdlm_cli.run.train import run_train
+
+from ..conftest import compose, fast
+
+SUPPORTED = torch.set_flush_denormal(False)  # what this CPU supports (and: off to start with)
+
+
+@pytest.fixture
+def flush_off():
+    """Subnormals kept when the test starts; the state before restored afterwards."""
+    before = runtime.denormals_flushed()
+    torch.set_flush_denormal(False)
+    assert not runtime.denormals_flushed()
+    yield
+    torch.set_flush_denormal(before)
+
+
+@pytest.mark.skipif(not SUPPORTED, reason="this CPU cannot flush subnormals")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_flush_is_active_while_training(tmp_path, monkeypatch, flush_off, dtype):
+    seen = []
+    real = train_module.run_stages
+
+    def recording(*a, **k):
+        seen.append(runtime.denormals_flushed())
+        return real(*a, **k)
+
+    monkeypatch.setattr(train_module, "run_stages", recording)
+    cfg = compose(fast(["model=sgpr", "trainer.max_iters=5", "tracking.enabled=false", f"dtype={dtype}"]))
+    run_train(cfg, tmp_path)
+    assert seen == [True]
+    tiny = torch.tensor([1e-40], dtype=torch.float32)  # a float32 subnormal
+    assert float((tiny * 1.0)[0]) == 0.0
+
+
+@pytest.mark.skipif(not SUPPORTED, reason="this CPU cannot flush subnormals")
+def test_flush_can_be_switched_off(monkeypatch, flush_off):
+    monkeypatch.setenv(runtime.ENV_FLUSH, "0")
+    assert runtime.flush_denormals() is False and not runtime.denormals_flushed()
+    monkeypatch.delenv(runtime.ENV_FLUSH)
+    assert runtime.flush_denormals() is True and runtime.denormals_flushed()
+
+
+def test_float64_stays_the_default_dtype():
+    """The flush changes speed, not precision: GP algebra stays float64 unless dtype= says otherwise."""
+    assert compose([]).dtype == "float64"
