@@ -177,7 +177,7 @@ class _ScaledMatern(torch.autograd.Function):
             return ga, gb, gs, None
         # W = G o s f'(r) / r  (sign included)
         if nu == 0.5:
-            W = torch.where(r > 0, E / r, torch.zeros_like(r)).mul_(G).mul_(-outputscale)
+            W = (G * E).div_(r).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(-outputscale)  # r = 0: 0
         elif nu == 1.5:
             W = (G * E).mul_(-3.0 * outputscale)
         else:
