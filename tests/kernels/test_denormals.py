@@ -54,3 +54,39 @@ def test_flush_can_be_switched_off(monkeypatch, flush_off):
 def test_float64_stays_the_default_dtype():
     """The flush changes speed, not precision: GP algebra stays float64 unless dtype= says otherwise."""
     assert compose([]).dtype == "float64"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SUPPORTED, reason="this CPU cannot flush subnormals")
+def test_flush_set_before_the_first_parallel_operation_holds_in_every_thread():
+    """The docstring's claim behind calling it in ``run.prepare``: torch's worker threads copy the setting when
+    they start, so a process that flushes before its first parallel operation flushes in all of its threads
+    (a 2-thread product over 4M subnormals comes out all zero); set after the pool exists, only the calling
+    thread's share does."""
+    import subprocess
+    import sys
+
+    from ..conftest import REPO
+
+    code = """
+import sys, torch
+from gpdlm_cli import runtime
+torch.set_num_threads(2)
+early = sys.argv[1] == 'early'
+if early:
+    runtime.flush_denormals()
+x = torch.full((4_000_000,), 1e-310, dtype=torch.float64)
+y = x * 1.0
+if not early:
+    runtime.flush_denormals()
+    y = x * 1.0
+print(float((y == 0).double().mean()))
+"""
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
+    shares = {}
+    for when in ("early", "late"):
+        out = subprocess.run([sys.executable, "-c", code, when], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        shares[when] = float(out.stdout.strip())
+    assert shares["early"] == 1.0
+    assert shares["late"] < 1.0  # the pool predates the call: its other thread keeps subnormals
