@@ -26,7 +26,7 @@ def flush_off():
 
 
 @pytest.mark.skipif(not SUPPORTED, reason="this CPU cannot flush subnormals")
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", [pytest.param("float32", marks=pytest.mark.slow), "float64"])
 def test_flush_is_active_while_training(tmp_path, monkeypatch, flush_off, dtype):
     seen = []
     real = train_module.run_stages

@@ -36,7 +36,7 @@ def _trained_run(tmp_path, mlflow_uri, monkeypatch, overrides, experiment):
 
 
 @pytest.mark.parametrize("model,kernel_path,noise_path", [
-    ("sgpr", "model.covar_module", "model.likelihood.gp.noise_covar.noise"),
+    pytest.param("sgpr", "model.covar_module", "model.likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
     pytest.param("svgp", "model.covar_module", "likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
     pytest.param("dlm", "model.covar_module", "likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
     pytest.param("fitc", "model.covar_module", "model.likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
