@@ -2,7 +2,8 @@
 
 ``run_train`` prepares the run (``run.prepare``: every check before an MLflow run exists), then
 follows the tracked-run lifecycle (``run.lifecycle``): tags, ``config.yaml``, the stages trained
-with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve
+with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve,
+the learned hyperparameters (``hyperparameters.json``, ``hp.*`` metrics: ``run.hyperparameters``)
 and the saved model as artifacts, and the one-line report.
 """
 
@@ -161,12 +162,16 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                 history["steps"].setdefault(k, []).append((fit.iterations, v))
         run.save("learning_curve.png", lambda path: plot_learning_curve(history, path, title=run.run_name, info=info))
         run.log_metrics(metrics, step=fit.iterations)
+        from .hyperparameters import FILE as HYPERPARAMETERS_FILE
+        from .hyperparameters import save_hyperparameters
+
+        save_hyperparameters(run, method)  # the learned values, constrained: hyperparameters.json and hp.* metrics
         from .saved_model import MODEL_FILE, save_model
 
         run.save(MODEL_FILE, lambda path: save_model(path, cfg, method, splits, data.target_names or []))
         if checkpoint is not None:
             checkpoint.remove()  # finished: the saved model is the result
-        run.close(("config.yaml", "metrics.json", "learning_curve.png", MODEL_FILE), metrics)
+        run.close(("config.yaml", "metrics.json", "learning_curve.png", HYPERPARAMETERS_FILE, MODEL_FILE), metrics)
     run.report(metrics)
     return metrics
 
