@@ -2,7 +2,8 @@
 
 ``run_train`` prepares the run (``run.prepare``: every check before an MLflow run exists), then
 follows the tracked-run lifecycle (``run.lifecycle``): tags, ``config.yaml``, the stages trained
-with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve
+with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve,
+the learned hyperparameters (``hyperparameters.json``, ``hp.*`` metrics: ``run.hyperparameters``)
 and the saved model as artifacts, and the one-line report.
 """
 
@@ -130,7 +131,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
             grad = "" if fit.grad_max_abs is None else f", largest gradient component {fit.grad_max_abs:.2g} per datum"
             note = (f"trainer=fast: L-BFGS stage {', '.join(fit.lbfgs_budget_hit)} stopped at its budget "
                     f"(trainer.fast_max_iters) before its convergence tests held{grad}; trainer=paper can end lower "
-                    "on such jobs (README 'Fast protocol')")
+                    "on such jobs (docs/training.md, 'Fast protocol')")
             print(f"gpdlm: {note}", file=sys.stderr)
             append_log(output_dir, note, level="WARNING")
             tracker.set_tags({"gpdlm.lbfgs_budget_hit": ",".join(fit.lbfgs_budget_hit)})
@@ -165,6 +166,10 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                 history["steps"].setdefault(k, []).append((fit.iterations, v))
         run.save("learning_curve.png", lambda path: plot_learning_curve(history, path, title=run.run_name, info=info))
         run.log_metrics(metrics, step=fit.iterations)
+        from .hyperparameters import FILE as HYPERPARAMETERS_FILE
+        from .hyperparameters import save_hyperparameters
+
+        save_hyperparameters(run, method)  # the learned values, constrained: hyperparameters.json and hp.* metrics
         from .saved_model import MODEL_FILE, save_model
 
         run.save(MODEL_FILE, lambda path: save_model(path, cfg, method, splits, data.target_names or []))
@@ -173,7 +178,8 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         mlflow_model = write_mlflow_model(run, method, splits)  # model/: the pyfunc MLflow Model (runs:/<id>/model)
         if checkpoint is not None:
             checkpoint.remove()  # finished: the saved model is the result
-        run.close(("config.yaml", "metrics.json", "learning_curve.png", MODEL_FILE, *mlflow_model), metrics)
+        run.close(("config.yaml", "metrics.json", "learning_curve.png", HYPERPARAMETERS_FILE, MODEL_FILE, *mlflow_model),
+                  metrics)
     run.report(metrics)
     return metrics
 
