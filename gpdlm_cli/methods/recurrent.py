@@ -67,6 +67,9 @@ _DEFAULT_LR = 0.01  # Adam(0.01): App. E, Table 4
 # it, full-batch joint training overfits the 376 Actuator windows: val NLL 27.8 after 1000 steps, -0.08 at best.
 BEST_BY = "val_rmse"
 _CHECK_TOL = 1e-3  # nats per window: the floor of RefreshGuard's tolerance
+# nats per window (standardised targets): a rise above this halves lr_W whatever the noise. Measured on
+# Actuator regression at 256 units (issue 40): stale-step overshoots of 0.2-1.0, plateau noise |rise| <= 0.01
+_BIG_RISE = 0.05
 
 
 class RefreshGuard:
@@ -78,9 +81,11 @@ class RefreshGuard:
     instability (the 1e-3-nats rule before issue 40 fired on about half of all refreshes of Algorithm 1
     and froze lr_W after 10 halvings). The guard keeps the rises seen at the current lr_W (at most
     ``window``) and their noise scale s = 1.4826 MAD (their spread about their median: the steady
-    descent goes into the median, the minibatch noise into s). From ``min_rises`` rises at the current lr_W
-    on (the first ones only build the statistics), it halves lr_W when
+    descent goes into the median, the minibatch noise into s). It halves lr_W when (the last two tests
+    from ``min_rises`` rises at the current lr_W on)
 
+    * a rise is an overshoot: r > ``big`` (0.05 nats per window on standardised targets; minibatch noise
+      on a plateau measured <= 0.01, the stale-step overshoots of Actuator regression at 256 units 0.2-1.0),
     * one rise is significant: r > floor + z s (a jump out of the noise), or
     * the rises are systematically positive: at least 4 rises with median > floor + z s / sqrt(k);
 
@@ -91,8 +96,8 @@ class RefreshGuard:
     factor to apply to lr_W: 0.5, 2.0 or 1.0."""
 
     def __init__(self, *, floor: float = _CHECK_TOL, z: float = 4.0, window: int = 8, max_halvings: int = 4,
-                 min_rises: int = 3):
-        self.floor, self.z, self.window, self.max_halvings = floor, z, window, max_halvings
+                 min_rises: int = 3, big: float = _BIG_RISE):
+        self.floor, self.z, self.window, self.max_halvings, self.big = floor, z, window, max_halvings, big
         self.min_rises = min_rises
         self.rises: list[float] = []
         self.level = 0  # net halvings in force: lr_W = lr_start / 2^level
@@ -101,13 +106,14 @@ class RefreshGuard:
     def observe(self, rise: float) -> float:
         self.rises.append(float(rise))
         k = len(self.rises)
-        if k < self.min_rises:  # too few to tell a rise from the noise
-            return 1.0
-        med = statistics.median(self.rises)
-        s = 1.4826 * statistics.median(abs(r - med) for r in self.rises)  # robust: a jump does not inflate it
-        jump = rise > self.floor + self.z * s
-        trend = k >= 4 and med > self.floor + self.z * s / math.sqrt(k)
-        if (jump or trend) and self.level < self.max_halvings:
+        halve = rise > self.big  # an overshoot, never minibatch noise
+        if k >= self.min_rises:  # enough rises to tell a smaller one from the noise
+            med = statistics.median(self.rises)
+            s = 1.4826 * statistics.median(abs(r - med) for r in self.rises)  # robust: a jump does not inflate it
+            jump = rise > self.floor + self.z * s
+            trend = k >= 4 and med > self.floor + self.z * s / math.sqrt(k)
+            halve = halve or jump or trend
+        if halve and self.level < self.max_halvings:
             self.level += 1
             self.halvings += 1
             self.rises = []

@@ -108,5 +108,7 @@ def test_guard_halves_on_systematic_rises_down_to_its_bound_and_restores_when_ca
     assert [g.observe(r) for r in (-0.05, -0.04, -0.06)] == [1.0, 1.0, 1.0]
     assert g.observe(0.3) == 0.5  # a jump out of a steady descent halves at once
     g = RefreshGuard()
-    assert [g.observe(r) for r in (-0.05, 0.04, -0.06, 0.05)] == [1.0] * 4
-    assert g.observe(0.06) == 1.0  # within the rises' own spread: noise, no halving
+    assert [g.observe(r) for r in (-0.02, 0.015, -0.025, 0.02)] == [1.0] * 4
+    assert g.observe(0.03) == 1.0  # within the rises' own spread: noise, no halving
+    assert g.observe(0.2) == 0.5  # an overshoot (> 0.05 nats per window) halves whatever the spread
+    assert RefreshGuard().observe(0.3) == 0.5  # even as the first rise
