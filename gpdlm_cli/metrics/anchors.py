@@ -12,13 +12,12 @@ of slots t-1 and t+1 scores 3.03 km/h and plain 2-nearest-neighbour 3.65 -- PIC+
   side if only one exists); a group without training rows falls back to ``knn<k>``. ``adjacent_share``
   is the share of test rows whose group has training rows at exactly t-1 and t+1 (time in steps of 1).
 
-Run on a configured split: ``python -m gpdlm_cli.metrics.anchors dataset=aimpeak seed=0 [overrides]``.
+Run on a configured split: ``python -m gpdlm_cli.commands.anchors dataset=aimpeak seed=0 [overrides]``.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
@@ -70,24 +69,3 @@ def anchor_rmse(x_train, y_train, x_test, y_test, *, group_cols=(), time_col=Non
     out["neighbours"] = rmse(pred)
     out["adjacent_share"] = adjacent / max(1, y_test.size)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Print the anchors of the configured split (target units): the first four AIMPEAK inputs are the
-    segment, the fifth the slot; other datasets get ``constant`` and ``knn2`` only."""
-    from ..build import load_data
-    from ..run.compose import compose_jobs
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    (cfg,) = compose_jobs([argv + ["tracking.enabled=false"]])
-    table, splits, _ = load_data(cfg)
-    tr, te = splits.indices["train"], splits.indices["test"]
-    aimpeak = cfg.dataset.name == "aimpeak"
-    res = anchor_rmse(table.X[tr], table.y[tr], table.X[te], table.y[te], group_cols=(0, 1, 2, 3) if aimpeak else (),
-                      time_col=4 if aimpeak else None)
-    print(" ".join(f"{k} {v:.4f}" for k, v in res.items()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
