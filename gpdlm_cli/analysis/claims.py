@@ -21,7 +21,10 @@ A claims file holds, for one paper,
   dimension ``over`` satisfies ``condition``), over every row named by ``where`` (dimensions not
   named: every label), all of them required unless ``require: {at_least: k, over: DIM}``. Each
   claim says which ``data`` it is measured on: the paper's own (``paper``), a byte-exact
-  ``mirror`` of it, a ``stand-in`` or a ``generator``.
+  ``mirror`` of it, a ``stand-in`` or a ``generator``. A claim that fails may say why: ``cause:
+  {label: LABEL, evidence: "..."}`` (or just the label), LABEL one of ``CAUSES``, the evidence the
+  ablation that decided it (numbers, commands, where it is written up); the report shows it next to
+  a "fails" verdict only.
 
 Each table names the ``preset`` (conf/experiment) that measures it, with ``overrides`` (added to
 ``gpdlm train -m +experiment=PRESET``; ``k=a,b`` sweeps) and ``arms``: further override lists whose
@@ -47,6 +50,12 @@ from .records import AnalysisError, canon, fmt_value
 CLAIMS_DIR = Path(__file__).resolve().parents[1] / "claims"
 DATA_KINDS = ("paper", "mirror", "stand-in", "generator")
 KINDS = ("better", "not_worse", "equivalent", "argmin")
+#: why a claim fails (issue 40): the claim itself holds up in gpdlm's measurements whatever was varied
+#: (robust); a larger budget / the paper's protocol changes it (budget-bound, protocol-bound); it fails on
+#: the stand-in or generator only and says nothing about the paper's data (stand-in only); a property
+#: of the data set (data-specific); gpdlm's own mistake, repaired or not yet (gpdlm defect (fixed/open))
+CAUSES = ("robust", "budget-bound", "protocol-bound", "stand-in only", "data-specific", "gpdlm defect (fixed)",
+          "gpdlm defect (open)")
 TESTS = ("ttest", "wilcoxon")
 CONDITIONS = ("gt", "ge", "lt", "le", "in")
 SEP = " / "  # joins the labels of several column dimensions in a paper entry
@@ -151,6 +160,8 @@ class Claim:
     at_least: int | None
     group_over: str | None
     note: str = ""
+    cause: str = ""  # one of CAUSES, or "" (not diagnosed)
+    cause_evidence: str = ""
 
 
 @dataclass
@@ -387,7 +398,7 @@ def _claim(c: dict, paper: Paper) -> Claim:
     cid = str(_need(c, "id", "a claim"))
     where = f"claim {cid}"
     _only(c, {"id", "statement", "source", "table", "preset", "overrides", "data", "kind", "better", "than", "where",
-              "over", "condition", "margin", "test", "alpha", "require", "note"}, where)
+              "over", "condition", "margin", "test", "alpha", "require", "note", "cause"}, where)
     tid = _need(c, "table", where)
     if tid not in paper.tables:
         raise AnalysisError(f"{where}: unknown table '{tid}' ({', '.join(paper.tables)})")
@@ -440,11 +451,18 @@ def _claim(c: dict, paper: Paper) -> Claim:
     preset = c.get("preset", table.preset)
     if not preset and not table.unavailable:
         raise AnalysisError(f"{where}: name the preset that measures it")
+    cause = c.get("cause") or {}
+    if not isinstance(cause, dict):
+        cause = {"label": cause}
+    _only(cause, {"label", "evidence"}, f"{where}, cause")
+    if cause and cause.get("label") not in CAUSES:
+        raise AnalysisError(f"{where}: cause label {cause.get('label')!r}: choose from {', '.join(CAUSES)}")
     return Claim(id=cid, statement=str(_need(c, "statement", where)), source=str(c.get("source", "")), table=tid,
                  preset=preset, overrides=list(c.get("overrides", table.overrides) or []), data=data, kind=kind,
                  better=better, than=than, where=where_sets, over=over, condition=condition,
                  margin=float(margin) if margin is not None else None, test=test, alpha=float(c.get("alpha", paper.alpha)),
-                 at_least=int(at_least) if at_least is not None else None, group_over=group_over, note=c.get("note", ""))
+                 at_least=int(at_least) if at_least is not None else None, group_over=group_over, note=c.get("note", ""),
+                 cause=str(cause.get("label", "")), cause_evidence=" ".join(str(cause.get("evidence", "")).split()))
 
 
 def condition_holds(condition: tuple[str, Any], label: str) -> bool:

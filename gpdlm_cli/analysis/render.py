@@ -59,14 +59,19 @@ def key_label(key: tuple) -> str:
     return SEP.join(map(str, key))
 
 
+def cause_of(v: Verdict) -> str:
+    """The claim's cause label (``claims.CAUSES``) when its verdict is "fails", else ""."""
+    return v.claim.cause if v.verdict == FAILS else ""
+
+
 def verdict_rows(report: Report) -> tuple[list[str], list[list[str]]]:
-    header = ["claim", "verdict", "n", "test", "p", "data", "preset", "statement"]
+    header = ["claim", "verdict", "cause", "n", "test", "p", "data", "preset", "statement"]
     rows = []
     for v in report.verdicts:
         c = v.claim
         lo, hi = v.n_range
-        rows.append([c.id, v.verdict, "-" if not hi else (str(lo) if lo == hi else f"{lo}-{hi}"), describe_test(v),
-                     fmt_p(v.p), c.data, c.preset or "-", c.statement])
+        rows.append([c.id, v.verdict, cause_of(v) or "-", "-" if not hi else (str(lo) if lo == hi else f"{lo}-{hi}"),
+                     describe_test(v), fmt_p(v.p), c.data, c.preset or "-", c.statement])
     return header, rows
 
 
@@ -142,8 +147,11 @@ def markdown(report: Report) -> str:
     header, rows = verdict_rows(report)
     out.append(T.markdown_table(header, rows))
     for v in report.verdicts:
-        out += [f"### {v.claim.id}: {v.verdict}", "", f"{v.claim.statement} ({v.claim.source}; table {v.claim.table}, "
-                f"data: {v.claim.data}). {v.detail}.", ""]
+        cause = cause_of(v)
+        out += [f"### {v.claim.id}: {v.verdict}" + (f" ({cause})" if cause else ""), "",
+                f"{v.claim.statement} ({v.claim.source}; table {v.claim.table}, data: {v.claim.data}). {v.detail}.", ""]
+        if cause:
+            out += [f"Cause: **{cause}**" + (f". {v.claim.cause_evidence}" if v.claim.cause_evidence else ""), ""]
         table = next(tr.table for tr in report.tables if tr.table.id == v.claim.table)
         out += [f"* {comparison_text(comp, table)}" for comp in v.comparisons] + [""]
     out += ["## Tables", ""]
@@ -257,7 +265,7 @@ def latex(report: Report) -> str:
                                              + [tex(rank_text(tr, i)) for i in range(len(tr.col_keys))]) + r" \\"]
         out += [r"\bottomrule", r"\end{tabular}", r"\par\footnotesize " + tex(_meta(tr)), r"\end{table}", ""]
     header, rows = verdict_rows(report)
-    out += [r"\begin{table}[ht]\centering\footnotesize", r"\caption{Claims}", r"\begin{tabular}{llllllp{6cm}}",
+    out += [r"\begin{table}[ht]\centering\footnotesize", r"\caption{Claims}", r"\begin{tabular}{lllllllp{6cm}}",
             r"\toprule", " & ".join(tex(h) for h in header if h != "preset") + r" \\", r"\midrule"]
     for row in rows:
         out.append(" & ".join(tex(x) for h, x in zip(header, row) if h != "preset") + r" \\")
@@ -484,12 +492,13 @@ def cells_csv_rows(report: Report) -> tuple[list[str], list[list]]:
 
 
 def verdicts_csv_rows(report: Report) -> tuple[list[str], list[list]]:
-    header = ["claim", "table", "kind", "verdict", "n_min", "n_max", "p", "test", "alpha", "margin", "data", "preset",
-              "detail", "statement"]
+    header = ["claim", "table", "kind", "verdict", "cause", "n_min", "n_max", "p", "test", "alpha", "margin", "data",
+              "preset", "detail", "cause_evidence", "statement"]
     rows = []
     for v in report.verdicts:
         c = v.claim
         lo, hi = v.n_range
-        rows.append([c.id, c.table, c.kind, v.verdict, lo, hi, v.p, c.test, c.alpha, c.margin, c.data, c.preset or "",
-                     v.detail, c.statement])
+        cause = cause_of(v)
+        rows.append([c.id, c.table, c.kind, v.verdict, cause, lo, hi, v.p, c.test, c.alpha, c.margin, c.data,
+                     c.preset or "", v.detail, c.cause_evidence if cause else "", c.statement])
     return header, rows

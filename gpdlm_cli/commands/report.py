@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
         Path(args.output).write_text(text)
 
     header, rows = render.verdict_rows(report)
-    keep = [i for i, h in enumerate(header) if h in ("claim", "verdict", "n", "p", "data", "statement")]
+    keep = [i for i, h in enumerate(header) if h in ("claim", "verdict", "cause", "n", "p", "data", "statement")]
     short = [[row[i] if header[i] != "statement" else row[i][:90] for i in keep] for row in rows]
     c = rep.counts(report)
     T.print_table(f"{paper.name}: {c[rep.HOLDS]} hold, {c[rep.FAILS]} fail, {c[rep.NOT_MEASURED]} not measured "

@@ -11,7 +11,12 @@ h = phi_W(x_bar) in R^E:
 
 Dropout follows App. E / Gal and Ghahramani (2016): ``dropout`` on the inputs of every recurrent
 layer and ``rec_dropout`` on the recurrent state, each with *one mask per sequence* shared by all
-time steps, plus ``dropout`` on the last hidden state (NARX: after every hidden layer). Masks come
+time steps, plus ``dropout`` on the last hidden state (NARX: after every hidden layer). The input
+masks are drawn *per gate* (LSTM 4, GRU 3, RNN 1; Gal and Ghahramani's untied variational LSTM, and
+Keras 1's LSTM/GRU, the authors' framework, unless ``consume_less='gpu'``): with one mask shared by
+all gates a single-channel window lost its whole input with probability p (25% of the Actuator
+regression windows at p = 0.25, issue 40); with per-gate masks only p^4 (0.4%). The recurrent mask
+is one per sequence, shared by the gates. Masks come
 from an explicit ``torch.Generator``, or are given: :meth:`FeatureMap.draw_masks` draws one set per
 window, which Algorithm 2 keeps for a whole refresh interval (its cotangents and batch Jacobians
 then see the same network). With ``train=False`` and no masks (predictions) there is no dropout.
@@ -78,9 +83,13 @@ def _mask(shape, p: float, like: torch.Tensor, generator: torch.Generator | None
     return keep / (1.0 - p)
 
 
+GATES = {"lstm": 4, "gru": 3, "rnn": 1}  # input-weight blocks of torch's cells (i, f, g, o / r, z, n / -)
+
+
 class _RecurrentLayer(nn.Module):
-    """One torch LSTM/GRU/RNN layer (its weights), run by torch when there is no recurrent
-    dropout, else by an explicit loop with one recurrent mask per sequence (same weights)."""
+    """One torch LSTM/GRU/RNN layer (its weights), run by torch when there is no dropout, else by an
+    explicit loop with one recurrent mask (N, units) per sequence and per-gate input masks
+    (N, gates, n_in) (same weights)."""
 
     def __init__(self, kind: str, n_in: int, units: int):
         super().__init__()
@@ -88,18 +97,24 @@ class _RecurrentLayer(nn.Module):
         cls = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[kind]
         self.cell = cls(n_in, units, batch_first=True)
 
-    def forward(self, seq: torch.Tensor, rec_mask: torch.Tensor | None) -> torch.Tensor:
-        if rec_mask is None:
+    def forward(self, seq: torch.Tensor, rec_mask: torch.Tensor | None,
+                in_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if rec_mask is None and in_mask is None:
             return self.cell(seq)[0]
         c = self.cell
         w_ih, w_hh, b_ih, b_hh = c.weight_ih_l0, c.weight_hh_l0, c.bias_ih_l0, c.bias_hh_l0
-        xw = seq @ w_ih.T + b_ih  # (N, T, G)
-        N, T, _ = seq.shape
+        N, T, n_in = seq.shape
+        if in_mask is None:
+            xw = seq @ w_ih.T + b_ih  # (N, T, G*H)
+        else:  # gate g sees seq * in_mask[:, g]: (N, T, G, n_in) x (G, H, n_in) -> (N, T, G*H)
+            G = in_mask.shape[1]
+            xw = torch.einsum("ntgc,ghc->ntgh", seq[:, :, None, :] * in_mask[:, None],
+                              w_ih.view(G, c.hidden_size, n_in)).reshape(N, T, -1) + b_ih
         h = seq.new_zeros(N, c.hidden_size)
         cell_state = torch.zeros_like(h)
         out = []
         for t in range(T):
-            gh = (h * rec_mask) @ w_hh.T + b_hh
+            gh = (h if rec_mask is None else h * rec_mask) @ w_hh.T + b_hh
             if self.kind == "lstm":  # torch gate order i, f, g, o
                 i, f, g, o = (xw[:, t] + gh).chunk(4, 1)
                 cell_state = torch.sigmoid(f) * cell_state + torch.sigmoid(i) * torch.tanh(g)
@@ -150,8 +165,8 @@ class FeatureMap(nn.Module):
     def draw_masks(self, n: int, generator: torch.Generator | None = None, *,
                    device: torch.device | None = None) -> dict[str, list[torch.Tensor]]:
         """One set of dropout masks for ``n`` windows (one per sequence, App. E), as ``hidden(train=True)``
-        draws them (same order, same generator stream): ``input`` (per recurrent layer: (n, 1, channels)
-        or None), ``recurrent`` (per layer: (n, units) or None), ``output`` ((n, units) or None; NARX: one
+        draws them (same order, same generator stream): ``input`` (per recurrent layer: (n, gates,
+        channels), one mask per gate, or None), ``recurrent`` (per layer: (n, units) or None), ``output`` ((n, units) or None; NARX: one
         per hidden layer in ``input``)."""
         device = self.head.weight.device if device is None else device
         like = torch.empty(0, dtype=self.dtype, device=device)
@@ -163,7 +178,7 @@ class FeatureMap(nn.Module):
             return masks
         channels = self.seq_index.shape[1]
         for layer in self.body:
-            masks["input"].append(_mask((n, 1, channels), p, like, generator) if p > 0 else None)
+            masks["input"].append(_mask((n, GATES[self.kind], channels), p, like, generator) if p > 0 else None)
             masks["recurrent"].append(_mask((n, layer.cell.hidden_size), pr, like, generator) if pr > 0 else None)
             channels = layer.cell.hidden_size
         masks["output"].append(_mask((n, channels), p, like, generator) if p > 0 else None)
@@ -194,9 +209,7 @@ class FeatureMap(nn.Module):
             return h
         seq = x[:, self.seq_index]  # (N, T, C), chronological
         for layer, m_in, m_rec in zip(self.body, masks["input"], masks["recurrent"]):
-            if m_in is not None:  # one input mask per sequence, shared over time
-                seq = seq * m_in
-            seq = layer(seq, m_rec)
+            seq = layer(seq, m_rec, m_in)  # input masks per sequence and gate, shared over time
         h = seq[:, -1]
         if masks["output"][0] is not None:
             h = h * masks["output"][0]

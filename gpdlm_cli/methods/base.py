@@ -86,6 +86,8 @@ class Method:
     * ``monitors``: family metrics computed at every evaluation point and at the end, by name
       (e.g. the full-data NLML of the RKHS family); ``trainer.keep_best`` may name them;
       ``higher_is_better`` lists the ones to maximise;
+    * ``watch``: monitors whose worsening over the second half of a run earns a warning and the tag
+      ``gpdlm.warning.<name>`` (``run.watch``; e.g. sVBSSGP's ELBO per datum);
     * ``default_keep_best``: the metric ``trainer.keep_best=auto`` (the default) selects the iterate
       by, where the family's paper selects one (validation RMSE for the recurrent models, the
       full-data NLML for the RKHS family); None = end on the last iterate;
@@ -108,6 +110,7 @@ class Method:
     finalize: Callable[[torch.Tensor, torch.Tensor], None] | None = None
     monitors: dict[str, Callable[[], float]] = field(default_factory=dict)
     higher_is_better: frozenset = frozenset()
+    watch: tuple[str, ...] = ()
     default_keep_best: str | None = None
     evaluate: Callable[..., dict] | None = None
     evaluation_metrics: tuple[str, ...] | None = None

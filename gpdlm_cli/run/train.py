@@ -164,6 +164,17 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         for k, v in metrics.items():  # the final evaluation closes the learning curves
             if k.startswith(("val_", "test_")) or k in method.monitors:
                 history["steps"].setdefault(k, []).append((fit.iterations, v))
+        for name in method.watch:  # a watched objective that ended below its best: say so, tag it (results unchanged)
+            from .watch import falls, message
+
+            found = falls(history["steps"].get(name, []), higher_is_better=name in method.higher_is_better)
+            if found is not None:
+                from .artifacts import append_log
+
+                note = message(name, found)
+                print(f"gpdlm: warning: {note}", file=sys.stderr)
+                append_log(output_dir, note, level="WARNING")
+                tracker.set_tags({f"gpdlm.warning.{name}": f"falls {found['best']:.4g} -> {found['last']:.4g}"})
         run.save("learning_curve.png", lambda path: plot_learning_curve(history, path, title=run.run_name, info=info))
         run.log_metrics(metrics, step=fit.iterations)
         from .hyperparameters import FILE as HYPERPARAMETERS_FILE

@@ -85,6 +85,7 @@ claims:
     statement: DLM beats ELBO and beta-ELBO on pol at every training size
     table: t1
     data: mirror
+    cause: robust
     better: {method: DLM}
     than: {method: [ELBO, beta-ELBO]}
     where: {dataset: pol}
@@ -92,6 +93,7 @@ claims:
     statement: DLM beats beta-ELBO on kin at every training size
     table: t1
     data: generator
+    cause: {label: budget-bound, evidence: "at 4x the budget DLM wins (gpdlm train ... trainer.max_epochs=400)"}
     better: {method: DLM}
     than: {method: beta-ELBO}
     where: {dataset: kin}
@@ -247,8 +249,24 @@ def test_markdown_layout_marks_and_ranks(store, tmp_path):
     # average ranks over the 4 rows (FITC unranked): ELBO (3+3+2+2)/4, beta-ELBO (2+2+1+1)/4, DLM (1+1+3+3)/4;
     # the paper's own over its one complete row (pol, 100: DLM 1.0 < ELBO 1.5)
     assert table[6] == "| average rank |  | 2.50 [paper 2.00] | 1.50 | 2.00 [paper 1.00] | - |"
-    assert "| A | holds | 3 | paired t-test (one-sided), alpha=0.05 |" in md
-    assert "| C | not measured | - |" in md
+    assert "| A | holds | - | 3 | paired t-test (one-sided), alpha=0.05 |" in md  # a cause shows with "fails" only
+    assert "| C | not measured | - | - |" in md
+
+
+def test_a_failing_claims_cause_is_shown(store, tmp_path):
+    """Issue 40: a claim's ``cause`` (label and evidence) stands next to its "fails" verdict in the
+    Markdown, the HTML and verdicts.csv."""
+    assert _report(store, tmp_path, "--no-log") == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "| B | fails | budget-bound | 3 |" in md
+    assert "### B: fails (budget-bound)" in md
+    assert "Cause: **budget-bound**. at 4x the budget DLM wins (gpdlm train ... trainer.max_epochs=400)" in md
+    assert "### A: holds" in md.splitlines()
+    rows = {r["claim"]: r for r in _rows(tmp_path / "verdicts.csv")}
+    assert (rows["B"]["cause"], rows["A"]["cause"]) == ("budget-bound", "")
+    assert rows["B"]["cause_evidence"].startswith("at 4x the budget")
+    assert _report(store, tmp_path / "html", "--no-log", "--format", "html") == 0
+    assert '<td class="fails">fails</td><td>budget-bound</td>' in (tmp_path / "html" / "report.html").read_text()
 
 
 def test_latex_and_html(store, tmp_path):
@@ -462,3 +480,11 @@ def test_without_claims_the_report_is_the_experiments_own_tables_and_figures(sto
                      "--format", "html", "--no-log"]) == 0
     page = (tmp_path / "h" / "report.html").read_text()
     assert page.count("data:image/png;base64,") == len(figures) and "<td>pol</td>" in page
+
+
+def test_an_unknown_cause_label_is_one_line(store, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(CLAIMS.replace("cause: robust", "cause: unknown"))
+    assert cli.main(["report", "--tracking-uri", store["uri"], "--experiment", EXP, "--claims", str(bad), "--no-log"]) == 2
+    assert "claim A: cause label 'unknown': choose from robust, budget-bound, protocol-bound, stand-in only" in \
+        one_line_error(capsys)

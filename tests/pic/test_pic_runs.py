@@ -44,6 +44,31 @@ def test_pic_blocks_are_the_kmeans_cells_svbssgp_predicts_on():
     assert set(stage.groups) == {"variational", "inducing", "kernel", "likelihood"}
 
 
+@pytest.mark.parametrize("kind", ["random", "kmeans_independent"])
+def test_pic_blocks_can_be_random_or_its_own_kmeans_cells(kind):
+    """Issue 40: PIC++'s partition is gpdlm's choice (the paper does not state it): ``model.blocks=random``
+    is a fixed random partition into p blocks of equal size (a test point joins a random block),
+    ``kmeans_independent`` k-means cells of its own seed; both are tagged."""
+    cfg = compose(SMALL + PIC + ["seed=3", f"model.blocks={kind}"])
+    build.validate_config(cfg)
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    (stage,) = method.stages
+    assert sorted(torch.cat(stage.blocks).tolist()) == list(range(splits.n_train))  # a partition of the rows
+    shared = LocalCells(data.x_train, 10, 3)
+    assert method.tags["gpdlm.pic.blocks"] == kind
+    assert not torch.equal(method.model.assign(data.x_test), shared.assign(data.x_test))
+    if kind == "random":
+        sizes = sorted(len(b) for b in stage.blocks)
+        assert len(sizes) == 10 and sizes[-1] - sizes[0] <= 1  # 2030 rows: 203 each
+        labels = method.model.assign(data.x_test)
+        assert torch.equal(labels, method.model.assign(data.x_test))  # the same draw on every call
+        assert len(set(labels.tolist())) == 10
+    else:
+        own = LocalCells(data.x_train, 10, 3 + 1_000_003)
+        assert torch.equal(method.model.assign(data.x_test), own.assign(data.x_test))
+
+
 def test_dtc_is_svgp_with_the_uncollapsed_elbo_on_minibatches():
     """DTC++ (stochastic variational DTC) = model=svgp with minibatches: the ELBO is the uncollapsed
     one (q(u) learned by stochastic steps), never the collapsed full-batch bound."""
@@ -88,8 +113,10 @@ BAD = [
     (["model=pic", "model.num_inducing=0"], "the 'num_inducing' parameter of model=pic must be an integer >= 1; got 0"),
     (["model=pic", "model.num_inducing=3000"], "the 'num_inducing' parameter of model=pic must be an integer in [1, n_train=2030]"),
     (["model=pic", "model.inducing_init=grid"], "the 'inducing_init' parameter of model=pic must be 'kmeans' or 'random'"),
+    (["model=pic", "model.blocks=grid"],
+     "the 'blocks' parameter of model=pic must be one of kmeans, kmeans_independent, random; got 'grid'"),
     (["model=pic", "model.jitter=-1"], "the 'jitter' parameter of model=pic must be a finite float >= 0; got -1"),
-    (["model=pic", "trainer.batch_size=200"], "model=pic trains on its k-means blocks (model.partitions); set trainer.batch_size=null"),
+    (["model=pic", "trainer.batch_size=200"], "model=pic trains on its blocks (model.partitions, model.blocks); set trainer.batch_size=null"),
     (["model=pic", "kernel=rff"], "model=pic needs a stationary kernel"),
     (["model=pic", "dataset=breast_cancer"], "model=pic is defined for likelihood=gaussian only"),
 ]

@@ -186,7 +186,7 @@ def test_with_dropout_one_mask_set_per_refresh_gives_the_gradient_of_the_masked_
     refresh.bind_optimizer(opt)
     refresh.refresh()
     M = refresh.masks
-    assert M is not None and M["input"][0].shape == (N, 1, 2) and M["recurrent"][0].shape == (N, 8)
+    assert M is not None and M["input"][0].shape == (N, 4, 2) and M["recurrent"][0].shape == (N, 8)
     value, _ = reference_loss(model, X, y, masks=M)
     g = flat_grad(value, params)
     g_plain = flat_grad(reference_loss(model, X, y)[0], params)

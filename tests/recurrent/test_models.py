@@ -28,6 +28,45 @@ def test_the_explicit_loop_is_torchs_cell(kind):
     torch.testing.assert_close(loop, fused, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn"])
+def test_per_gate_input_masks_of_ones_are_torchs_cell_and_each_gate_sees_its_own(kind):
+    """The per-gate input path with all-one masks computes torch's cell exactly; zeroing the input of one
+    gate changes the output only through that gate (here: differs from zeroing the whole input)."""
+    torch.manual_seed(0)
+    layer = _RecurrentLayer(kind, 3, 5).double()
+    seq = torch.randn(4, 7, 3, dtype=torch.float64)
+    G = {"lstm": 4, "gru": 3, "rnn": 1}[kind]
+    ones = torch.ones(4, G, 3, dtype=torch.float64)
+    torch.testing.assert_close(layer(seq, None, ones), layer(seq, None), rtol=0, atol=1e-12)
+    torch.testing.assert_close(layer(seq, torch.ones(4, 5, dtype=torch.float64), ones), layer(seq, None),
+                               rtol=0, atol=1e-12)
+    blank_all = layer(seq * 0, None)
+    torch.testing.assert_close(layer(seq, None, ones * 0), blank_all, rtol=0, atol=1e-12)
+    if G > 1:
+        one_gate = ones.clone()
+        one_gate[:, 0] = 0
+        assert (layer(seq, None, one_gate) - blank_all).abs().max() > 1e-3
+
+
+def test_input_dropout_does_not_blank_whole_single_channel_windows():
+    """Issue 40: with p = 0.25 on a single-channel LSTM input (Actuator regression), one input mask shared by
+    all gates zeroed the whole window in 25% of the windows (their embeddings all equal the all-zero
+    window's); per-gate masks blank a window only if all 4 gate masks are zero: p^4 = 0.4%."""
+    layout = WindowLayout.from_names([f"u[t-{k}]" for k in range(8)])
+    torch.manual_seed(0)
+    net = FeatureMap("lstm", layout, 8, units=6, layers=1, out_dim=2, dropout=0.25).double()
+    n = 4000
+    x = torch.randn(n, 8, dtype=torch.float64)
+    masks = net.draw_masks(n, torch.Generator().manual_seed(3))
+    assert masks["input"][0].shape == (n, 4, 1)
+    with torch.no_grad():
+        h = net.hidden(x, masks=masks)
+        h0 = net.hidden(torch.zeros_like(x), masks=masks)
+    blank = float(((h - h0).abs().amax(1) == 0).double().mean())
+    assert blank < 0.01  # shared mask: 0.25
+    assert blank == pytest.approx(0.25 ** 4, abs=0.003)
+
+
 def test_dropout_masks_are_per_sequence_seeded_and_off_for_predictions():
     layout = WindowLayout.from_names([f"u[t-{k}]" for k in range(6)])
     torch.manual_seed(0)

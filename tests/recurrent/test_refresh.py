@@ -1,5 +1,7 @@
-"""Algorithm 2's refresh check (GP-LSTM paper Sec. 4.1; ``methods.recurrent.KernelRefresh``): lr_W is
-halved when NLML(h_new, theta)/N exceeds NLML(h_old, theta)/N by more than 1e-3. Both sides are
+"""Algorithm 2's refresh check (GP-LSTM paper Sec. 4.1; ``methods.recurrent.KernelRefresh`` and
+``RefreshGuard``): lr_W is halved when the rise NLML(h_new, theta)/N - NLML(h_old, theta)/N stands out
+of the rises' own noise (or they are systematically positive), at most 4 times, and restored when the
+rises are calm again. Both sides are
 evaluated on the same probe vectors, so with W and theta fixed the rise is exactly zero, on the
 dense path and on KISS's stochastic structured path alike; a real rise still halves lr_W."""
 
@@ -73,3 +75,40 @@ def test_refreshes_with_fixed_weights_halve_nothing_and_a_real_rise_halves_once(
     refresh.refresh()
     assert refresh.halvings == 1
     assert opt.param_groups[0]["lr"] == LR / 2
+
+
+def test_pure_minibatch_noise_does_not_freeze_lr_w():
+    """Issue 40: rises that are pure noise (N(0, 0.01^2) nats per window, what minibatch steps give on a
+    plateau) halved lr_W on every rise above 1e-3 until 10 halvings (lr_W / 1024: the network froze).
+    The guard sees them as noise: after 100 refreshes lr_W is within a factor 2 of its start, and it
+    never falls below lr / 16."""
+    model, refresh, opt = setup("exact", 0, 0)
+    rng = np.random.default_rng(0)
+    refresh.refresh()
+    refresh._value = lambda h, seed: refresh.last + float(rng.normal(0.0, 0.01))
+    lrs = []
+    for _ in range(100):
+        refresh.refresh()
+        lrs.append(opt.param_groups[0]["lr"])
+    assert min(lrs) >= LR / 16
+    assert opt.param_groups[0]["lr"] >= LR / 2
+    assert sum(lr == LR for lr in lrs) >= 60  # most of the time at the full rate
+
+
+def test_guard_halves_on_systematic_rises_down_to_its_bound_and_restores_when_calm():
+    from gpdlm_cli.methods.recurrent import RefreshGuard
+
+    rng = np.random.default_rng(1)
+    g = RefreshGuard()
+    factors = [g.observe(0.05 + 0.005 * rng.standard_normal()) for _ in range(40)]  # Lemma 3 biting
+    assert factors.count(0.5) == 4 and g.level == 4  # bounded: lr_W >= lr / 16
+    factors = [g.observe(-0.01 + 0.005 * rng.standard_normal()) for _ in range(32)]  # descending again
+    assert factors.count(2.0) == 4 and g.level == 0 and g.restores == 4
+    g = RefreshGuard()
+    assert [g.observe(r) for r in (-0.05, -0.04, -0.06)] == [1.0, 1.0, 1.0]
+    assert g.observe(0.3) == 0.5  # a jump out of a steady descent halves at once
+    g = RefreshGuard()
+    assert [g.observe(r) for r in (-0.02, 0.015, -0.025, 0.02)] == [1.0] * 4
+    assert g.observe(0.03) == 1.0  # within the rises' own spread: noise, no halving
+    assert g.observe(0.2) == 0.5  # an overshoot (> 0.05 nats per window) halves whatever the spread
+    assert RefreshGuard().observe(0.3) == 0.5  # even as the first rise
