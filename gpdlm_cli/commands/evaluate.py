@@ -362,32 +362,134 @@ def _count_quantile(quad, lik, mu, var, q: float, k_max: int = 100000):
 
 
 # ----- gpdlm resume ------------------------------------------------------------------------------
-def resume_main(argv: list[str]) -> int:
-    """``gpdlm resume RUN``: continue a stopped run from its checkpoint in its own folder."""
-    from omegaconf import OmegaConf
+def load_run_config(folder: Path):
+    """The run's ``config.yaml``; a missing, unreadable or foreign file is one line."""
+    from omegaconf import DictConfig, OmegaConf
 
-    from ..training.checkpoint import FILE, read_checkpoint
+    path = folder / "config.yaml"
+    if not path.is_file():
+        raise AnalysisError(f"{folder} has no config.yaml: not a gpdlm run folder")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as e:
+        raise AnalysisError(f"{path} is not readable YAML ({type(e).__name__}): the run's config is damaged; "
+                            f"retrain the run") from None
+    missing = [k for k in ("model", "trainer", "tracking", "dataset") if not isinstance(cfg, DictConfig) or k not in cfg]
+    if missing:
+        raise AnalysisError(f"{path} is not a gpdlm run config (no {missing[0]!r} section); retrain the run")
+    return cfg
+
+
+def resume_store(a_uri: str | None, state: dict, cfg) -> str:
+    """The store the stopped run logged into: ``--tracking-uri``, else the one its checkpoint
+    recorded, else its config's when that names a store independent of the working directory."""
+    if a_uri:
+        from ..tracking import resolve_tracking_uri
+
+        return resolve_tracking_uri(a_uri)
+    if state.get("tracking_uri"):
+        return str(state["tracking_uri"])
+    uri = str(cfg.tracking.get("uri") or "")
+    if uri.startswith(("http://", "https://", "sqlite:////")) or (uri and "://" not in uri and Path(uri).is_absolute()):
+        from ..tracking import resolve_tracking_uri
+
+        return resolve_tracking_uri(uri)
+    raise AnalysisError("the run's checkpoint does not say which MLflow store it logged into (written by an older "
+                        "gpdlm) and its config names a store relative to the directory it was started from; "
+                        "give it: gpdlm resume RUN --tracking-uri URI")
+
+
+def resume_main(argv: list[str]) -> int:
+    """``gpdlm resume RUN``: continue a stopped run from its checkpoint in its own folder, logging
+    into the store it came from. Only a run whose process is gone is resumed (its folder's lock is
+    free and, in MLflow, it is KILLED, FAILED, or RUNNING with its process gone: the liveness check
+    of ``gpdlm runs --stale``); a FINISHED run is refused. The stopped run is closed (KILLED, with
+    ``failure_reason`` and ``gpdlm.resumed_as``), so it never stays RUNNING."""
+    from ..files import folder_holder
     from ..run.lifecycle import make_tracker
     from ..run.train import run_train
+    from ..tracking.identity import config_hash
+    from ..training.checkpoint import FILE, read_checkpoint
 
     p = make_parser("gpdlm resume", "continue a stopped run from its checkpoint (same folder, a new linked MLflow run)")
     p.add_argument("run", help="run id, run name or output folder of a KILLED (or FAILED) run")
     p.add_argument("--tracking-uri", default=None, metavar="URI")
     a = p.parse_args(argv)
-    folder, _ = run_folder(a.run, a.tracking_uri)
-    if read_checkpoint(folder / FILE) is None:
-        raise AnalysisError(f"{folder} has no readable {FILE}: the run finished, was stopped before its first "
-                              f"checkpoint, or ran with trainer.checkpoint_every=0; retrain it")
-    if not (folder / "config.yaml").is_file():
-        raise AnalysisError(f"{folder} has no config.yaml: not a gpdlm run folder")
-    cfg = OmegaConf.load(folder / "config.yaml")
-    if a.tracking_uri:
-        cfg.tracking.uri = a.tracking_uri
+    folder, rid = run_folder(a.run, a.tracking_uri)
+    holder = folder_holder(folder)
+    if holder:
+        raise AnalysisError(f"{folder} is still being trained by a live process (pid {holder}); resume only a "
+                            f"stopped run (`gpdlm runs --stale` lists those whose process is gone)")
+    cfg = load_run_config(folder)
+    state = read_checkpoint(folder / FILE, strict=True)
+    if state is None:
+        finished = (folder / "model.pt").is_file() and "status" not in _read_metrics(folder)
+        if finished:
+            raise AnalysisError(f"{folder} holds a finished run (model.pt, final metrics.json): nothing to resume")
+        raise AnalysisError(f"{folder} has no readable {FILE}: the run was stopped before its first checkpoint, "
+                            f"or ran with trainer.checkpoint_every=0; retrain it")
+    if state.get("config_hash") != config_hash(cfg):
+        raise AnalysisError(f"{folder}/{FILE} belongs to another configuration than {folder}/config.yaml "
+                            f"(config hash {state.get('config_hash')} != {config_hash(cfg)}); retrain the run")
+    client, stopped = None, None
+    if cfg.tracking.get("enabled", True):
+        uri = resume_store(a.tracking_uri, state, cfg)
+        cfg.tracking.uri = uri
+        client, stopped = _stopped_run(uri, rid or state.get("run_id"))
     from ..build import configure_threads
 
     configure_threads(cfg.get("threads", "auto"))
-    metrics = run_train(cfg, folder, overrides=["(resumed)"], tracker=make_tracker(cfg.tracking))
+    tracker = make_tracker(cfg.tracking)
+    try:
+        metrics = run_train(cfg, folder, overrides=["(resumed)"], tracker=tracker)
+    finally:
+        if stopped is not None and getattr(tracker, "run_id", None):
+            from mlflow.entities import RunTag
+
+            client.log_batch(stopped.info.run_id, tags=[RunTag("gpdlm.resumed_as", str(tracker.run_id))])
     return 0 if metrics is not None else 1
+
+
+def _read_metrics(folder: Path) -> dict:
+    try:
+        data = json.loads((folder / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {"status": "unreadable"}
+    return data if isinstance(data, dict) else {"status": "unreadable"}
+
+
+def _stopped_run(uri: str, run_id: str | None):
+    """(client, the stopped MLflow run or None): refuses a FINISHED run and one whose process may be
+    alive; a RUNNING run whose process is gone is closed KILLED before it is resumed."""
+    from mlflow.entities import RunTag
+    from mlflow.exceptions import MlflowException
+
+    from ..tracking.liveness import HOST_TAG, PID_TAG, process_state
+
+    if not run_id:
+        return None, None
+    client, uri = open_store(uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise AnalysisError(f"the stopped run {run_id} is not in the MLflow store {uri}; give the store it was "
+                            f"tracked in (--tracking-uri URI)") from None
+    status = run.info.status
+    if status == "FINISHED":
+        raise AnalysisError(f"run {run_id} is FINISHED: nothing to resume (retrain it to run it again)")
+    if status == "RUNNING":
+        alive = process_state(run.data.tags)
+        if alive == "alive":
+            raise AnalysisError(f"run {run_id} is still running (pid {run.data.tags.get(PID_TAG)} is alive); "
+                                f"resume only a stopped run")
+        if alive == "unknown":
+            raise AnalysisError(f"run {run_id} is RUNNING and its process (host {run.data.tags.get(HOST_TAG, '?')}) "
+                                f"cannot be checked from here; if it is dead, `gpdlm runs --stale --mark-failed` "
+                                f"closes it, then resume")
+        client.log_batch(run_id, tags=[RunTag("failure_reason", f"orphaned: process {run.data.tags.get(PID_TAG)} is "
+                                                                f"gone (closed by gpdlm resume)")])
+        client.set_terminated(run_id, "KILLED")
+    return client, run
 
 
 def resume_cli() -> int:
