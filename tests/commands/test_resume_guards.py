@@ -136,3 +136,47 @@ def test_a_broken_config_yaml_is_one_line(stopped, tmp_path, capsys, text, expec
     (folder / "config.yaml").write_text(text)
     rc, err = run_cli(["resume", str(folder)], tmp_path, capsys)
     assert rc == 2 and len(err) == 1 and expected in err[0], err
+
+
+def test_a_run_killed_after_saving_its_model_is_closed_by_runs_stale_finish(template_db, tmp_path, capsys, monkeypatch):
+    """A kill between model.pt and the run's end (simulated: the process dies in `close`, the run stays
+    RUNNING, its PID gone) leaves a complete folder with its complete checkpoint: `gpdlm runs --stale
+    --finish` ends the run FINISHED with the folder's metrics and removes the checkpoint; a run whose
+    folder is partial is listed as not finished and left RUNNING."""
+    from mlflow.entities import RunTag
+
+    from gpdlm_cli.run import lifecycle
+    from gpdlm_cli.run.lifecycle import make_tracker
+
+    uri = copy_store(template_db, tmp_path / "store")
+    cfg = compose(OV + [f"tracking.uri={uri}"])
+    tracker = make_tracker(cfg.tracking)
+    monkeypatch.setattr(type(tracker), "_end", lambda self, status, reason=None: None)  # dies before the end
+
+    def killed(self, files, metrics):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lifecycle.TrackedRun, "close", killed)
+    folder = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_train(cfg, folder, tracker=tracker)
+    monkeypatch.undo()
+    client = MlflowClient(uri)
+    rid = tracker.run_id
+    client.log_batch(rid, tags=[RunTag("gpdlm.pid", str(_dead_pid()))])
+    assert client.get_run(rid).info.status == "RUNNING" and (folder / FILE).is_file() and (folder / "model.pt").is_file()
+    partial = make_tracker(cfg.tracking)  # a second orphan, stopped mid-training: its folder is partial
+    with partial.run(run_name="partial", tags={"gpdlm.output_dir": str(tmp_path), "gpdlm.pid": str(_dead_pid()),
+                                               "gpdlm.host": __import__("socket").gethostname()}):
+        pass
+    client.update_run(partial.run_id, status="RUNNING")
+    rc, err = run_cli(["runs", "--stale", "--finish", "--tracking-uri", uri], tmp_path, capsys)
+    assert rc == 0, err
+    run = client.get_run(rid)
+    assert run.info.status == "FINISHED" and "gpdlm.finished_by" in run.data.tags
+    import json
+
+    saved = json.loads((folder / "metrics.json").read_text())
+    assert run.data.metrics["test_nll"] == saved["test_nll"] and run.data.metrics["iterations"] == 30
+    assert not (folder / FILE).exists()
+    assert client.get_run(partial.run_id).info.status == "RUNNING"
