@@ -62,11 +62,40 @@ def run_folder(ref: str, uri: str | None) -> tuple[Path, str | None]:
 
 
 # ----- gpdlm eval --------------------------------------------------------------------------------
-def evaluate_folder(folder: Path, split: str = "all", metrics: list[str] | None = None) -> dict[str, float]:
-    """The run's predictive metrics recomputed from its saved model."""
-    from ..run.saved_model import load_run
+def check_model_belongs(folder: Path, meta: dict, tags: dict | None = None) -> None:
+    """One line unless the folder's ``model.pt`` is this run's: its config hash equals the run's
+    (the MLflow tag when known, else the folder's ``config.yaml``) and its data fingerprint the run's tag."""
+    from omegaconf import OmegaConf
+
+    from ..tracking.identity import config_hash
+
+    tags = tags or {}
+    model_hash, run_hash = meta.get("config_hash"), tags.get("gpdlm.config_hash")
+    if not (model_hash and run_hash):  # older files or no store: recompute both the same way now
+        try:
+            model_hash = config_hash(OmegaConf.create(meta["config"]))
+            run_hash = config_hash(load_run_config(folder))
+        except AnalysisError:
+            raise
+        except Exception:  # a config that no longer resolves: the fingerprint check below still runs
+            model_hash = run_hash = None
+    if model_hash and run_hash and model_hash != run_hash:
+        raise AnalysisError(f"{folder}/model.pt is not this run's model: its config hash {model_hash} differs from "
+                            f"the run's {run_hash} (a model.pt copied from another run?); nothing was written")
+    fp = tags.get("gpdlm.dataset_fingerprint")
+    if fp and meta.get("fingerprint") and fp != meta["fingerprint"]:
+        raise AnalysisError(f"{folder}/model.pt was trained on other data (fingerprint {meta['fingerprint']}) than "
+                            f"the run ({fp}); nothing was written")
+
+
+def evaluate_folder(folder: Path, split: str = "all", metrics: list[str] | None = None,
+                    tags: dict | None = None) -> dict[str, float]:
+    """The run's predictive metrics recomputed from its saved model (checked to be the run's own:
+    ``check_model_belongs``)."""
+    from ..run.saved_model import load_run, read_model_file
     from ..run.train import evaluator
 
+    check_model_belongs(folder, read_model_file(folder / "model.pt")[0], tags)
     run = load_run(folder)
     values = evaluator(run.method, run.data, run.splits.y_std)()
     prefixes = {"val": ("val_",), "test": ("test_",), "all": ("val_", "test_")}[split]
@@ -88,28 +117,43 @@ def eval_main(argv: list[str]) -> int:
     p.add_argument("--metric", nargs="+", default=None, help="only these metrics (default: every val_/test_ metric)")
     p.add_argument("--split", choices=("val", "test", "all"), default="all")
     p.add_argument("--tracking-uri", default=None, metavar="URI")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write recomputed values that differ from those saved (default: keep them, report, exit 1)")
     a = p.parse_args(argv)
     metrics = split_list(a.metric)
     if bool(a.runs) == bool(a.experiment):
         raise AnalysisError("gpdlm eval: give run ids/names/folders or --experiment NAME (one of the two)")
     targets: list[tuple[Path, str | None]] = []
+    run_tags: dict[str, dict] = {}
     if a.experiment:
         client, uri = open_store(a.tracking_uri)
         exp = get_experiment(client, a.experiment, uri)
         for run in search_all(client, exp.experiment_id):
             if is_training_run(run):
                 targets.append((Path(run.data.tags.get("gpdlm.output_dir", "")), run.info.run_id))
+                run_tags[run.info.run_id] = dict(run.data.tags)
         if not targets:
             raise AnalysisError(f"experiment '{a.experiment}' has no FINISHED training run")
     else:
         targets = [run_folder(ref, a.tracking_uri) for ref in a.runs]
-    results = [(folder, rid, evaluate_folder(folder, a.split, metrics)) for folder, rid in targets]  # all before writing
-    client = open_store(a.tracking_uri)[0] if any(rid for _, rid, _ in results) else None
-    changed = 0
+    client = open_store(a.tracking_uri)[0] if any(rid for _, rid in targets) else None
+    for _, rid in targets:
+        if rid and rid not in run_tags:
+            run_tags[rid] = dict(client.get_run(rid).data.tags)
+    saved = {folder: read_saved_metrics(folder) for folder, _ in targets}  # a broken file: one line, before any work
+    results = [(folder, rid, evaluate_folder(folder, a.split, metrics, run_tags.get(rid)))
+               for folder, rid in targets]  # all before writing
+    kept = 0
     for folder, rid, values in results:
-        old = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
+        old = saved[folder]
         differs = {k: (old[k], v) for k, v in values.items() if k in old and not _same(old[k], v)}
         added = sorted(k for k in values if k not in old)
+        if differs and not a.overwrite:  # reproduced something else: the saved results stay as they are
+            kept += 1
+            print(f"gpdlm eval: {rid or folder}: DIFFERS " + ", ".join(f"{k} {_show(o)} -> {_show(n)}"
+                                                                     for k, (o, n) in differs.items())
+                  + "; nothing written (the saved model does not reproduce the run's results: --overwrite writes them)")
+            continue
         write_atomic(folder / "metrics.json", json.dumps({**old, **values}, indent=2, sort_keys=True))
         if client is not None and rid:
             from mlflow.entities import Metric
@@ -118,14 +162,38 @@ def eval_main(argv: list[str]) -> int:
 
             now = int(time.time() * 1000)
             client.log_batch(rid, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()])
-        changed += bool(added or differs)
         note = f"{len(values) - len(added) - len(differs)} reproduced"
         if added:
             note += f", added {', '.join(added)}"
         if differs:
-            note += ", CHANGED " + ", ".join(f"{k} {o:.6g} -> {n:.6g}" for k, (o, n) in differs.items())
+            note += ", OVERWRITTEN " + ", ".join(f"{k} {_show(o)} -> {_show(n)}" for k, (o, n) in differs.items())
         print(f"gpdlm eval: {rid or folder}: {note}")
-    return 0
+    return 1 if kept else 0
+
+
+def read_saved_metrics(folder: Path) -> dict:
+    """The run's ``metrics.json`` ({} when there is none); one line when it is not a JSON object."""
+    path = folder / "metrics.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise AnalysisError(f"{path} is not readable JSON ({type(e).__name__}); move it aside to rebuild it from "
+                            f"the model (gpdlm eval writes a new one)") from None
+    if not isinstance(data, dict):
+        raise AnalysisError(f"{path} holds a JSON {type(data).__name__}, not the run's metrics; move it aside to "
+                            f"rebuild it from the model")
+    return data
+
+
+def _show(v) -> str:
+    """A saved or recomputed value for one line: numbers as %.6g, anything else cut to 40 characters."""
+    try:
+        return f"{float(v):.6g}"
+    except (TypeError, ValueError):
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _same(a, b) -> bool:
