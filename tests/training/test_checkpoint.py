@@ -280,3 +280,36 @@ def test_a_flipped_checkpoint_is_refused_by_resume_and_not_resumed_silently(tmp_
     assert read_checkpoint(path) is None
     with pytest.raises(CheckpointError, match="does not match its recorded SHA-256"):
         read_checkpoint(path, strict=True)
+
+
+def test_a_checkpoint_that_cannot_be_written_is_said_once_in_the_log_the_report_and_a_tag(tmp_path, monkeypatch, capsys):
+    """A full disk from the third checkpoint on: training goes on, and the run says so once -- a console
+    warning, one WARNING line in gpdlm.log, the tag gpdlm.checkpoint_failed and the one-line report --
+    naming the iteration the checkpoint stays at. Before, it was silent."""
+    import errno
+
+    from gpdlm_cli.training import checkpoint as ck
+
+    real = ck.write_verified
+    writes = []
+
+    def full_disk(path, data):
+        writes.append(path)
+        if len(writes) > 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(ck, "write_verified", full_disk)
+    tracker = NullTracker()
+    ov = BASE + CASES["dlm_minibatch_keep_best"]
+    metrics = run_train(compose(ov), tmp_path / "run", tracker=tracker)
+    assert metrics["iterations"] == 60 and len(writes) > 3
+    out, err = capsys.readouterr()
+    warned = [ln for ln in err.splitlines() if "checkpoint not written" in ln]
+    assert warned == ["gpdlm: warning: checkpoint not written (No space left on device); checkpoint stays at "
+                      "iteration 20: a stop now costs the iterations since"]
+    log = [ln for ln in (tmp_path / "run" / "gpdlm.log").read_text().splitlines() if "checkpoint not written" in ln]
+    assert len(log) == 1 and "[WARNING]" in log[0]
+    assert "stays at iteration 20" in tracker.tags["gpdlm.checkpoint_failed"]
+    report = [ln for ln in out.splitlines() if ln.startswith("gpdlm: ")]
+    assert len(report) == 1 and "(WARNING: checkpoint not written (No space left on device)" in report[0]
