@@ -204,16 +204,69 @@ def _same(a, b) -> bool:
 
 
 # ----- gpdlm predict -----------------------------------------------------------------------------
-def _read_csv(path: Path):
-    """The --input CSV as a DataFrame; a missing or unreadable file is a one-line error."""
+ECHO_CHARS = 80  # the most of a bad cell (or of a parser's message) an error line repeats
+CHUNK_ROWS = 50_000  # rows read at a time: a junk file fails at its first bad chunk, not after reading it all
+HEADER_BYTES = 1 << 20  # a first line longer than this is no CSV header
+
+
+def clip(value, limit: int = ECHO_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters (an error line never echoes a 40 MB cell)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _read_csv(path: Path, check=None):
+    """The --input CSV as a DataFrame, read ``CHUNK_ROWS`` rows at a time; ``check(chunk, first_row)``
+    (the 0-based data row of the chunk's first line) raises at the first bad row, so a huge junk file
+    stops early. A missing file, a directory, an unreadable or header-less file is a one-line error."""
     import pandas as pd
 
+    if path.is_dir():
+        raise AnalysisError(f"--input {path} is a directory, not a CSV file")
     if not path.is_file():
         raise AnalysisError(f"--input {path} does not exist")
     try:
-        return pd.read_csv(path)
+        with open(path, "rb") as f:
+            head = f.readline(HEADER_BYTES)
+    except OSError as e:
+        raise AnalysisError(f"--input {path} cannot be read ({e.strerror or type(e).__name__})") from None
+    if len(head) >= HEADER_BYTES and not head.endswith(b"\n"):
+        raise AnalysisError(f"--input {path}: its first line is longer than {HEADER_BYTES >> 20} MiB: not a CSV with "
+                            f"a header row of column names")
+    chunks, first = [], 0
+    try:
+        with pd.read_csv(path, chunksize=CHUNK_ROWS) as reader:
+            for chunk in reader:
+                if check is not None:
+                    check(chunk, first)
+                chunks.append(chunk)
+                first += len(chunk)
+    except AnalysisError:
+        raise
     except Exception as e:
-        raise AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
+        raise AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__}: "
+                            f"{clip(str(e).strip().splitlines()[0] if str(e).strip() else '')})") from None
+    if not chunks:
+        return pd.DataFrame()
+    return pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0]
+
+
+def _check_columns(path: Path, columns, required: list[str], allowed: list[str], takes: str) -> None:
+    missing = [c for c in required if c not in columns]
+    extra = [c for c in columns if c not in allowed]
+    if missing or extra:
+        raise AnalysisError(f"--input {path}: {takes}; " + (f"missing {', '.join(missing)}" if missing else "")
+                            + ("; " if missing and extra else "")
+                            + (f"unexpected {', '.join(clip(str(c), 40)[1:-1] for c in extra[:10])}"
+                               + (f" (+{len(extra) - 10} more)" if len(extra) > 10 else "") if extra else ""))
+
+
+def _first_bad(path: Path, chunk, column: str, bad, first_row: int):
+    import numpy as np
+
+    row = int(np.flatnonzero(bad)[0])
+    raise AnalysisError(f"--input {path}: column '{column}' row {first_row + row + 2} holds {clip(chunk[column].iloc[row])}, "
+                        f"not a finite number")
 
 
 def read_inputs(path: Path, feature_names: list[str]):
@@ -221,21 +274,21 @@ def read_inputs(path: Path, feature_names: list[str]):
     import numpy as np
     import pandas as pd
 
-    df = _read_csv(path)
-    missing = [c for c in feature_names if c not in df.columns]
-    extra = [c for c in df.columns if c not in feature_names]
-    if missing or extra:
-        raise AnalysisError(f"--input {path}: the model takes the {len(feature_names)} columns "
-                              f"{', '.join(feature_names)}; " + (f"missing {', '.join(missing)}" if missing else "")
-                              + ("; " if missing and extra else "") + (f"unexpected {', '.join(map(str, extra))}" if extra else ""))
+    takes = f"the model takes the {len(feature_names)} columns {', '.join(feature_names)}"
+
+    def check(chunk, first_row):
+        _check_columns(path, chunk.columns, feature_names, feature_names, takes)
+        for c in feature_names:
+            values = pd.to_numeric(chunk[c], errors="coerce")
+            bad = values.isna() | ~np.isfinite(values.fillna(0).to_numpy(dtype=float))
+            if bad.any():
+                _first_bad(path, chunk, c, bad.to_numpy(), first_row)
+
+    df = _read_csv(path, check)
     if len(df) == 0:
+        if len(df.columns):
+            _check_columns(path, df.columns, feature_names, feature_names, takes)
         raise AnalysisError(f"--input {path} has no rows")
-    for c in feature_names:
-        values = pd.to_numeric(df[c], errors="coerce")
-        bad = values.isna() | ~np.isfinite(values.fillna(0).to_numpy(dtype=float))
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
     return df[feature_names].to_numpy(dtype=float)
 
 
@@ -336,27 +389,25 @@ def read_series(path: Path, required: list[str], optional: list[str], *, gaps_af
     import numpy as np
     import pandas as pd
 
-    df = _read_csv(path)
-    missing = [c for c in required if c not in df.columns]
-    extra = [c for c in df.columns if c not in required and c not in optional]
-    if missing or extra:
-        takes = ", ".join(required) + (f" (and optionally {', '.join(optional)})" if optional else "")
-        raise AnalysisError(f"--input {path}: the model reads a series with the columns {takes}; "
-                              + (f"missing {', '.join(missing)}" if missing else "")
-                              + ("; " if missing and extra else "") + (f"unexpected {', '.join(map(str, extra))}" if extra else ""))
+    takes = "the model reads a series with the columns " + ", ".join(required) + (
+        f" (and optionally {', '.join(optional)})" if optional else "")
+
+    def check(chunk, first_row):
+        _check_columns(path, chunk.columns, required, required + optional, takes)
+        for c in [c for c in required + optional if c in chunk.columns]:
+            values = pd.to_numeric(chunk[c], errors="coerce").to_numpy(dtype=float)
+            bad = ~np.isfinite(values)
+            r = (gaps_after or {}).get(c)
+            if r is not None:
+                local = max(0, r - first_row)
+                bad[local:] &= chunk[c].iloc[local:].notna().to_numpy()  # an empty cell is allowed there, text is not
+            if bad.any():
+                _first_bad(path, chunk, c, bad, first_row)
+
+    df = _read_csv(path, check)
     if len(df) == 0:
         raise AnalysisError(f"--input {path} has no rows")
-    out = {}
-    for c in [c for c in required + optional if c in df.columns]:
-        values = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
-        bad = ~np.isfinite(values)
-        r = (gaps_after or {}).get(c)
-        if r is not None:
-            bad[r:] &= df[c].iloc[r:].notna().to_numpy()  # an empty cell is allowed there, text is not
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
-        out[c] = values
+    out = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) for c in required + optional if c in df.columns}
     return pd.DataFrame(out)
 
 
