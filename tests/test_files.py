@@ -67,3 +67,37 @@ def test_a_second_train_into_a_busy_folder_is_one_line(tmp_path):
         with pytest.raises(GpdlmError, match=rf"another gpdlm process \(pid {os.getpid()}\) is training into"):
             run_train(cfg, tmp_path, tracker=NullTracker())
     assert not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_a_worker_exits_when_the_process_that_started_it_is_killed(tmp_path):
+    """A joblib worker's parent killed by SIGKILL: the worker (here a grandchild of the test, watching
+    with ``exit_with_parent``) sends itself SIGTERM and is gone within seconds, not 33 minutes."""
+    import signal
+    import time
+
+    import psutil
+
+    child = ("import time; from gpdlm_cli.tracking.signals import exit_with_parent\n"
+             "exit_with_parent(poll_s=0.1, grace_s=5); time.sleep(120)\n")
+    parent = ("import subprocess, sys, time\n"
+              f"p = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+              "print(p.pid, flush=True); time.sleep(120)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(__import__('pathlib').Path(__file__).parents[1])]
+                                                     + [os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True, env=env)
+    worker = int(proc.stdout.readline())
+    time.sleep(1.5)  # the worker has started watching
+    assert psutil.pid_exists(worker)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(worker).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the worker outlived its parent")
