@@ -65,8 +65,6 @@ def fault_message(e: BaseException, run_folder: bool = True) -> str | None:
             return f"disk quota exceeded while writing {where}; free some space and run again"
         if e.errno == errno.EISDIR:
             return f"{where} is a directory, not a file; give a file path"
-        if e.errno == errno.ENOENT:
-            return f"{where} does not exist; check the path"
         return f"cannot create or write {where}: {e.strerror or text}; check the path" + (
             " (hydra.run.dir=...)" if run_folder else "")
     if "attempt to write a readonly database" in text or "readonly database" in text:

@@ -19,6 +19,8 @@ from .signals import deferred_signals, killed_reason
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 LOCK_WAIT_S = 60.0  # how long a call waits for a SQLite store another process holds locked
+# ... once the run exists and trains: its results are worth a long wait, not a FAILED run (issue 45)
+RUN_LOCK_WAIT_S = 3600.0
 SERVER_CHECK_TIMEOUT_S = 5.0  # the reachability check of a tracking server before a run
 # bounded HTTP retries (MLflow's defaults: 7 retries with doubling back-off, minutes of silence)
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -136,6 +138,7 @@ class MlflowTracker(NullTracker):
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         self.run_id = run.info.run_id
+        self.client.wait_s = RUN_LOCK_WAIT_S  # from here on a locked store is waited out, the run goes on
         monitor = self._start_system_metrics()
         try:
             items = [Param(k, _param_str(v)) for k, v in (params or {}).items()]
@@ -152,6 +155,7 @@ class MlflowTracker(NullTracker):
         else:
             self._end("FINISHED")
         finally:
+            self.client.wait_s = None
             if monitor is not None:
                 try:
                     monitor.finish()
@@ -232,7 +236,10 @@ class MlflowTracker(NullTracker):
 
 class RetryingClient:
     """An ``MlflowClient`` whose calls wait for a SQLite store locked by another process
-    (``locked_retry``) instead of failing after SQLite's 5 s."""
+    (``locked_retry``) instead of failing after SQLite's 5 s: up to ``wait_s`` seconds (None:
+    ``LOCK_WAIT_S``; a run in progress sets ``RUN_LOCK_WAIT_S``)."""
+
+    wait_s = None
 
     def __init__(self, client, uri: str):
         self._client, self._uri = client, uri
@@ -245,7 +252,7 @@ class RetryingClient:
             return attr
 
         def call(*args, **kwargs):
-            return locked_retry(lambda: attr(*args, **kwargs), self._uri)
+            return locked_retry(lambda: attr(*args, **kwargs), self._uri, self.wait_s)
 
         return call
 
@@ -382,8 +389,12 @@ def quiet_mlflow() -> None:
     on the console: a run's output is its one-line report."""
     import logging
 
-    for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "alembic", "mlflow.system_metrics"):
+    for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # the system-metrics thread logs every failed sample with its traceback (a locked store: hundreds of
+    # lines); its samples are a courtesy, and the run's own calls say what matters once (locked_retry)
+    for name in ("mlflow.system_metrics", "mlflow.store.db", "mlflow.tracking._tracking_service", "sqlalchemy"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _param_str(v) -> str:
