@@ -126,8 +126,20 @@ class MlflowTracker(NullTracker):
         check_store(uri)
         mlflow.set_tracking_uri(uri)
         with store_lock(uri):  # MLflow creates or migrates the schema when the client opens the store
-            self.client = RetryingClient(locked_retry(lambda: MlflowClient(tracking_uri=uri), uri), uri)
-            self.experiment_id = ensure_experiment(self.client, experiment, uri)
+            try:
+                import warnings
+
+                with warnings.catch_warnings():  # alembic's notes on reflected tables while it migrates
+                    warnings.simplefilter("ignore")
+                    self.client = RetryingClient(locked_retry(lambda: MlflowClient(tracking_uri=uri), uri), uri)
+                    self.experiment_id = ensure_experiment(self.client, experiment, uri)
+            except Exception as e:
+                message = broken_schema_message(uri, e)
+                if message is None:
+                    raise
+                from ..exceptions import TrackingError
+
+                raise TrackingError(message) from None
 
     @contextlib.contextmanager
     def run(self, run_name=None, params=None, tags=None, parent_run_id=None):
@@ -348,6 +360,35 @@ def locked_retry(fn, uri: str, wait_s: float | None = None):
                       file=sys.stderr, flush=True)
                 told = True
             time.sleep(0.5)
+
+
+SCHEMA_ERRORS = ("duplicate column name", "already exists", "no such table", "no such column",
+                 "can't locate revision", "alembic_version")
+
+
+def broken_schema_message(uri: str, e: BaseException) -> str | None:
+    """One line with the way out for a SQLite store whose schema is incomplete -- its creation or an
+    upgrade was cut short (a kill while MLflow made its tables) -- or None for other errors."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    path = sqlite_path(uri)
+    if path is None or not any(s in text.lower() for s in SCHEMA_ERRORS):
+        return None
+    import sqlite3
+
+    runs = None
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            runs = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        runs = 0  # not even a runs table: nothing in it to keep
+    why = f"the MLflow store {path} has an incomplete schema (its creation or an upgrade was cut short: {text[:120]})"
+    if not runs:
+        return f"{why}; it holds no runs: delete it and run again (gpdlm creates it anew)"
+    return (f"{why}; it holds {runs} runs: keep a copy, then try `mlflow db upgrade sqlite:///{path}` on it, or "
+            f"track into another store (tracking.uri=other.db)")
 
 
 def check_store(uri: str) -> None:
