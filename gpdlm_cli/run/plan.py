@@ -5,7 +5,7 @@ The job list is Hydra's basic sweeper's: the cartesian product of the preset's
 ``hydra.sweeper.params`` and the command line's sweep overrides. The estimate times a few
 iterations of one job of every *shape* (model x training size x batch size) in this process and
 multiplies by each job's iteration budget: the paper protocol's ``max_iters`` per stage (Adam rarely
-meets the window rule earlier, README), the fast protocol's ``fast_max_iters`` for its L-BFGS stages
+meets the window rule earlier, docs/performance.md), the fast protocol's ``fast_max_iters`` for its L-BFGS stages
 (an upper bound: they usually stop earlier). Jobs whose SVGP stage is shared count it once per key.
 """
 

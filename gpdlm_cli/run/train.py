@@ -2,7 +2,8 @@
 
 ``run_train`` prepares the run (``run.prepare``: every check before an MLflow run exists), then
 follows the tracked-run lifecycle (``run.lifecycle``): tags, ``config.yaml``, the stages trained
-with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve
+with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve,
+the learned hyperparameters (``hyperparameters.json``, ``hp.*`` metrics: ``run.hyperparameters``)
 and the saved model as artifacts, and the one-line report.
 
 The ending is ordered so that a kill at any point leaves a run that ``gpdlm resume`` continues or
@@ -178,7 +179,7 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
             grad = "" if fit.grad_max_abs is None else f", largest gradient component {fit.grad_max_abs:.2g} per datum"
             note = (f"trainer=fast: L-BFGS stage {', '.join(fit.lbfgs_budget_hit)} stopped at its budget "
                     f"(trainer.fast_max_iters) before its convergence tests held{grad}; trainer=paper can end lower "
-                    "on such jobs (README 'Fast protocol')")
+                    "on such jobs (docs/training.md, 'Fast protocol')")
             print(f"gpdlm: {note}", file=sys.stderr)
             append_log(output_dir, note, level="WARNING")
             tracker.set_tags({"gpdlm.lbfgs_budget_hit": ",".join(fit.lbfgs_budget_hit)})
@@ -213,13 +214,17 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
                 history["steps"].setdefault(k, []).append((fit.iterations, v))
         run.save("learning_curve.png", lambda path: plot_learning_curve(history, path, title=run.run_name, info=info))
         run.log_metrics(metrics, step=fit.iterations)
+        from .hyperparameters import FILE as HYPERPARAMETERS_FILE
+        from .hyperparameters import save_hyperparameters
+
+        save_hyperparameters(run, method)  # the learned values, constrained: hyperparameters.json and hp.* metrics
         from .saved_model import MODEL_FILE, save_model
 
         digest = []
         if run.save(MODEL_FILE, lambda path: digest.append(save_model(path, cfg, method, splits,
                                                                       data.target_names or []))):
             tracker.set_tags({"gpdlm.model_sha256": digest[0]})
-        run.close(("config.yaml", "metrics.json", "learning_curve.png", MODEL_FILE), metrics)
+        run.close(("config.yaml", "metrics.json", "learning_curve.png", HYPERPARAMETERS_FILE, MODEL_FILE), metrics)
     # the run is FINISHED in MLflow: only now does the checkpoint go (a kill before this line leaves
     # a complete checkpoint, and `gpdlm resume` only finalises)
     if checkpoint is not None:

@@ -54,7 +54,7 @@ def stage_settings(settings: TrainerSettings, stage, n: int | None = None) -> Tr
     over ``fast_window`` iterations *and* the largest component of its gradient is at most
     ``fast_grad_tol`` (per datum; ``None``: no gradient test), or for ``fast_max_iters`` iterations:
     the same objective as the paper's first-order protocol, minimised to a tighter tolerance in far
-    fewer iterations (README "Fast protocol"); ``run_stages`` first gives such a stage, when it starts
+    fewer iterations (docs/training.md "Fast protocol"); ``run_stages`` first gives such a stage, when it starts
     cold, ``fast_adam_iters`` steps of the paper's optimiser (``first_order_prefix``). Every other
     stage keeps the paper's optimiser, schedule and stopping rule."""
     changes = dict(stage.overrides)
@@ -79,7 +79,7 @@ def first_order_prefix(settings: TrainerSettings, stage, n: int | None) -> Train
     From the initial state, L-BFGS and the paper's Adam can end in different local optima of the same
     objective (SVGP on pol, n = 500, beta = 0.031: 0.0919 against Adam's 0.0746 per datum, at any
     L-BFGS tolerance); a few hundred Adam steps first let the paper's own path pick the basin and
-    L-BFGS converge in it (README "Fast protocol": measured on real study jobs)."""
+    L-BFGS converge in it (docs/performance.md: measured on real study jobs)."""
     s = stage_settings(settings, stage, n)
     if settings.protocol != "fast" or s.optimizer != "lbfgs" or settings.fast_adam_iters <= 0:
         return None
