@@ -91,7 +91,12 @@ def integrity_ok(uri: str) -> bool:
         con.close()
 
 
+ONLY_CASES: list[str] = []
+
+
 def case(group: str, name: str, fn, *args) -> None:
+    if ONLY_CASES and not any(c in name for c in ONLY_CASES):
+        return
     t0 = time.monotonic()
     try:
         note = fn(*args) or ""
@@ -204,19 +209,22 @@ def concurrent_stores(root: Path, rounds: int = 2):
 def concurrent_folder(root: Path):
     uri = new_store(root, "samefolder")
     folder = root / "samefolder" / "run"
-    procs = [subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", *TINY, "trainer.max_iters=400",
-                               f"tracking.uri={uri}", f"hydra.run.dir={folder}"], cwd=root, env=env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
-    deadline = time.monotonic() + 120
-    while not (folder / "checkpoint.pt").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    second = gpdlm(["train", *TINY, f"tracking.uri={uri}", f"hydra.run.dir={folder}"], root)
-    procs[0].communicate(timeout=300)
-    assert procs[0].returncode == 0, "the first writer failed"
+    first = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", *TINY, "trainer.max_iters=1000000",
+                              "trainer.stop_rule=none", f"tracking.uri={uri}", f"hydra.run.dir={folder}"], cwd=root,
+                             env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (folder / "checkpoint.pt").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        second = gpdlm(["train", *TINY, f"tracking.uri={uri}", f"hydra.run.dir={folder}"], root)
+        assert first.poll() is None, "the first writer ended before the second started"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
     assert second.returncode != 0 and len(errors(second)) == 1 and "another gpdlm process" in errors(second)[0], \
-        second.stderr[-300:]
-    assert statuses(uri) == ["FINISHED"], statuses(uri)
-    return "the second writer refused with one line; the first FINISHED"
+        f"second writer: rc {second.returncode}: {second.stderr[-300:]}"
+    assert statuses(uri) == ["KILLED"], statuses(uri)  # the second never made a run
+    return "the second writer refused with one line (no run made); the first trained on (then SIGTERM: KILLED)"
 
 
 def kill_then_recover(root: Path, ref: dict, fault: str, recover: str):
@@ -384,6 +392,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--only", nargs="*", default=None, help="groups: concurrent kills artifacts disk stores")
+    ap.add_argument("--case", nargs="*", default=[], help="only the cases whose name contains one of these")
     ap.add_argument("--lock-seconds", type=float, default=70.0, help="how long the store is held locked mid-run")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--folder", default=None, help=argparse.SUPPRESS)
@@ -391,6 +400,7 @@ def main(argv=None) -> int:
     a, rest = ap.parse_known_args(argv)
     if a.child:
         return run_child(a.child, a.folder, a.uri, rest)
+    ONLY_CASES.extend(a.case)
     root = Path(a.workdir or tempfile.mkdtemp(prefix="gpdlm-fault-probe-"))
     root.mkdir(parents=True, exist_ok=True)
     groups = set(a.only or ["concurrent", "kills", "artifacts", "disk", "stores"])
