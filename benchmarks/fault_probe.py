@@ -368,6 +368,7 @@ def locked_store(root: Path, seconds: float):
     con.execute("ROLLBACK")
     con.close()
     out, err = proc.communicate(timeout=300)
+    (root / "locked" / "stderr.txt").write_text(err)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert proc.returncode == 0 and statuses(uri) == ["FINISHED"], (proc.returncode, lines[-3:])
     assert len(lines) <= 2 and "Traceback" not in err, f"{len(lines)} stderr lines"

@@ -430,11 +430,14 @@ def quiet_mlflow() -> None:
     on the console: a run's output is its one-line report."""
     import logging
 
-    for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "alembic"):
+    for name in ("alembic.runtime.migration", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # the system-metrics thread logs every failed sample with its traceback (a locked store: hundreds of
     # lines); its samples are a courtesy, and the run's own calls say what matters once (locked_retry)
-    for name in ("mlflow.system_metrics", "mlflow.store.db", "mlflow.tracking._tracking_service", "sqlalchemy"):
+    # (mlflow.store.db.utils logs every "database is locked" with a 60-line traceback at ERROR, and the
+    # exception reaches gpdlm anyway: locked_retry waits, other errors become one line)
+    for name in ("mlflow.system_metrics", "mlflow.store.db", "mlflow.store.db.utils", "mlflow.tracking._tracking_service",
+                 "sqlalchemy"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 

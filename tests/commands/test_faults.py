@@ -282,6 +282,10 @@ def test_a_store_locked_during_the_run_is_waited_out_beyond_the_start_limit(temp
     assert run.info.status == "FINISHED" and run.data.metrics["test_nll"] == 1.5
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and "is locked by another process; waiting up to 3600 s" in err[0], err
+    import logging
+
+    # MLflow logs every locked call with its traceback at ERROR (the probe: 190 lines for a 70 s lock)
+    assert logging.getLogger("mlflow.store.db.utils").getEffectiveLevel() > logging.ERROR
     locked_until[0] = time.monotonic() + 5  # outside a run: the start limit holds
     from gpdlm_cli.exceptions import TrackingError
 
