@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
         return exit_code(e)
     except Exception as e:
-        code = _one_line_error(e, hydra_full_error)
+        code = _one_line_error(e, hydra_full_error, run_folder=name in HYDRA_SUBCOMMANDS)
         _abort_sweeps("FAILED", str(e))
         if code is None:
             raise
@@ -209,7 +209,7 @@ def _sweep_failed() -> bool:
     return bool(sweep and any(o["status"] in ("failed", "killed") for o in sweep.OUTCOMES))
 
 
-def _one_line_error(e: Exception, hydra_full_error: str | None) -> int | None:
+def _one_line_error(e: Exception, hydra_full_error: str | None, run_folder: bool = True) -> int | None:
     """Print an error that reached the top as ``gpdlm: error: ...`` and return the exit code: a
     GpdlmError (its code; 2 = bad input), an error of the machine (``fault_message``: 1), a Hydra
     or OmegaConf config error (2). None for anything else: a bug, whose traceback is kept (also
@@ -220,7 +220,7 @@ def _one_line_error(e: Exception, hydra_full_error: str | None) -> int | None:
     if isinstance(e, GpdlmError):
         print(f"gpdlm: error: {text}", file=sys.stderr)
         return getattr(e, "exit_code", 2)
-    msg = fault_message(e)
+    msg = fault_message(e, run_folder=run_folder)
     if msg is not None:
         print(f"gpdlm: error: {msg}", file=sys.stderr)
         return 1

@@ -278,6 +278,9 @@ def _owner(key: str, model: str | None) -> tuple[str, str]:
     return param, owner or "gpdlm"
 
 
+NAME_LIMITS = {"tracking.experiment": 500}  # MLflow's MAX_EXPERIMENT_NAME_LENGTH
+
+
 def check_value(key: str, default, value, model: str | None = None, ranges: bool = True) -> str | None:
     """The config schema's type and range rules for one value (None when it passes). The schema is
     the composed config itself: a key's default says its type.
@@ -302,6 +305,10 @@ def check_value(key: str, default, value, model: str | None = None, ranges: bool
 
     if _non_finite(value):
         return bad("a finite number (no nan or inf)" if isinstance(value, float) else "free of nan and inf")
+    limit = NAME_LIMITS.get(key)
+    if limit is not None and isinstance(value, str) and len(value) > limit:  # MLflow's own error blamed the store
+        return str(param_error(param, owner, f"at most {limit} characters long (MLflow's limit)",
+                               f"{value[:20]}... ({len(value)} characters)"))
     if value is None:  # null switches an option off where a key allows it (trainer.max_iters with max_epochs)
         return None
     if isinstance(default, bool):

@@ -44,24 +44,35 @@ def param_error(param: str, owner: str, allowed: str, value) -> ConfigError:
     return ConfigError(f"the '{param}' parameter of {owner} must be {allowed}; got {value!r} instead")
 
 
-def fault_message(e: BaseException) -> str | None:
+def fault_message(e: BaseException, run_folder: bool = True) -> str | None:
     """One line for an error of the machine rather than of gpdlm (an OSError, a database or
     tracking error), saying what happened and what to do; None for anything else (a bug: its
-    traceback is kept)."""
+    traceback is kept). ``run_folder``: the command writes a Hydra run folder (train, sweep, bias),
+    so ``hydra.run.dir`` is the remedy to name; the other commands write the paths they were given."""
     import errno
 
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     if isinstance(e, OSError) and not _is_network_error(e):
         where = e.filename or "a file"
+        elsewhere = "hydra.run.dir=..." if run_folder else "another path"
         if e.errno == errno.ENOSPC:
-            return f"disk full while writing {where}; free some space (or write elsewhere: hydra.run.dir=...) and run again"
+            return f"disk full while writing {where}; free some space (or write elsewhere: {elsewhere}) and run again"
         if e.errno == errno.EROFS:
-            return f"cannot write {where}: read-only file system; choose a writable folder (hydra.run.dir=...)"
+            return f"cannot write {where}: read-only file system; choose a writable folder ({elsewhere})"
         if e.errno in (errno.EACCES, errno.EPERM):
-            return f"cannot write {where}: permission denied; choose a folder you can write (hydra.run.dir=...)"
+            return f"cannot write {where}: permission denied; choose a folder you can write ({elsewhere})"
         if e.errno == errno.EDQUOT:
             return f"disk quota exceeded while writing {where}; free some space and run again"
-        return f"cannot create or write {where}: {e.strerror or text}; check the path (hydra.run.dir=...)"
+        if e.errno == errno.EISDIR:
+            return f"{where} is a directory, not a file; give a file path"
+        return f"cannot create or write {where}: {e.strerror or text}; check the path" + (
+            " (hydra.run.dir=...)" if run_folder else "")
+    if "attempt to write a readonly database" in text or "readonly database" in text:
+        return ("the MLflow store is read-only (its file or folder cannot be written; SQLite needs both); "
+                "open a writable copy, or fix its permissions")
+    if "exceeds the maximum length" in text or getattr(e, "error_code", "") == "INVALID_PARAMETER_VALUE":
+        return (f"MLflow refused a value: {text[:300]}; shorten it (tracking.experiment, tracking.run_name and "
+                f"parameter values have MLflow's length limits)")
     if "database or disk is full" in text:
         return "disk full while writing the MLflow store (mlflow.db); free some space and run again"
     if "database is locked" in text:

@@ -88,6 +88,10 @@ def run_job(cfg: DictConfig, runner, run_name=None):
 
     from .tracking.sweep import job_objective, read_context, record_outcome
 
+    if "joblib" in str(hc.launcher.get("_target_", "")).lower():  # a worker must not outlive its sweep
+        from .tracking.signals import exit_with_parent
+
+        exit_with_parent()
     sweep_dir, job = hc.sweep.dir, hc.job.num
     context = read_context(sweep_dir)
     if run_name is not None and not cfg.tracking.get("run_name"):

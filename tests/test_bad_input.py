@@ -143,6 +143,8 @@ PROBED = {  # id in the probe -> (overrides, the start of the one line)
     "c06": (["dataset=csv", "dataset.target=y", "{csv}"], "dataset 'csv' ("),
     "t01": (["tracking.uri=http://127.0.0.1:1"], "the MLflow tracking server http://127.0.0.1:1 cannot be reached"),
     "t02": (["tracking.uri=sqlite:////proc/gpdlm/mlflow.db"], "tracking.uri=sqlite:////proc/gpdlm/mlflow.db: the folder"),
+    # issue 45: a 600-character experiment name (MLflow's limit is 500) said "check tracking.uri", after the folder
+    "n45": (["tracking.experiment=" + "e" * 600], "the 'experiment' parameter of tracking must be at most 500 characters"),
 }
 
 

@@ -163,21 +163,46 @@ def output_dir(out: str | None, command: str) -> Path:
     return path
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def is_read_only_error(e: BaseException) -> bool:
+    """A write refused because the store (its SQLite file, its folder, or its artifact folder) is read-only."""
+    import errno
+
+    if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return True
+    text = str(e).lower()
+    return "readonly database" in text or "read-only file system" in text
+
+
 def log_analysis_run(client, experiment_id: str, command: str, outdir: Path, params: dict, tags: dict | None = None) -> str:
     """A FINISHED run named after ``command`` holding the files of ``outdir`` (not its subfolders)
     as artifacts."""
     from mlflow.entities import Param
 
-    run = client.create_run(experiment_id, run_name=command,
-                            tags={"gpdlm.command": command, **{k: str(v) for k, v in (tags or {}).items()}})
+    try:
+        run = client.create_run(experiment_id, run_name=command,
+                                tags={"gpdlm.command": command, **{k: str(v) for k, v in (tags or {}).items()}})
+    except Exception as e:
+        if is_read_only_error(e):
+            raise AnalysisError(f"the MLflow store is read-only ({_first_line(e)[:120]}): gpdlm {command}'s files are "
+                                f"in {outdir}, but they could not be logged as a run there; open a writable copy "
+                                f"of the store to log them") from None
+        raise
     rid = run.info.run_id
     try:
         client.log_batch(rid, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
         for f in sorted(outdir.iterdir()):
             if f.is_file():
                 client.log_artifact(rid, str(f))
-    except BaseException:
+    except BaseException as e:
         client.set_terminated(rid, "FAILED")
+        if isinstance(e, Exception) and is_read_only_error(e):
+            raise AnalysisError(f"the MLflow store's artifact folder is read-only ({_first_line(e)[:120]}): gpdlm "
+                                f"{command}'s files are in {outdir}, but not in the store") from None
         raise
     client.set_terminated(rid, "FINISHED")
     return rid

@@ -45,11 +45,40 @@ def run_folder(ref: str, uri: str | None) -> tuple[Path, str | None]:
 
 
 # ----- gpdlm eval --------------------------------------------------------------------------------
-def evaluate_folder(folder: Path, split: str = "all", metrics: list[str] | None = None) -> dict[str, float]:
-    """The run's predictive metrics recomputed from its saved model."""
-    from ..run.saved_model import load_run
+def check_model_belongs(folder: Path, meta: dict, tags: dict | None = None) -> None:
+    """One line unless the folder's ``model.pt`` is this run's: its config hash equals the run's
+    (the MLflow tag when known, else the folder's ``config.yaml``) and its data fingerprint the run's tag."""
+    from omegaconf import OmegaConf
+
+    from ..tracking.identity import config_hash
+
+    tags = tags or {}
+    model_hash, run_hash = meta.get("config_hash"), tags.get("gpdlm.config_hash")
+    if not (model_hash and run_hash):  # older files or no store: recompute both the same way now
+        try:
+            model_hash = config_hash(OmegaConf.create(meta["config"]))
+            run_hash = config_hash(load_run_config(folder))
+        except AnalysisError:
+            raise
+        except Exception:  # a config that no longer resolves: the fingerprint check below still runs
+            model_hash = run_hash = None
+    if model_hash and run_hash and model_hash != run_hash:
+        raise AnalysisError(f"{folder}/model.pt is not this run's model: its config hash {model_hash} differs from "
+                            f"the run's {run_hash} (a model.pt copied from another run?); nothing was written")
+    fp = tags.get("gpdlm.dataset_fingerprint")
+    if fp and meta.get("fingerprint") and fp != meta["fingerprint"]:
+        raise AnalysisError(f"{folder}/model.pt was trained on other data (fingerprint {meta['fingerprint']}) than "
+                            f"the run ({fp}); nothing was written")
+
+
+def evaluate_folder(folder: Path, split: str = "all", metrics: list[str] | None = None,
+                    tags: dict | None = None) -> dict[str, float]:
+    """The run's predictive metrics recomputed from its saved model (checked to be the run's own:
+    ``check_model_belongs``)."""
+    from ..run.saved_model import load_run, read_model_file
     from ..run.train import evaluator
 
+    check_model_belongs(folder, read_model_file(folder / "model.pt")[0], tags)
     run = load_run(folder)
     values = evaluator(run.method, run.data, run.splits.y_std)()
     prefixes = {"val": ("val_",), "test": ("test_",), "all": ("val_", "test_")}[split]
@@ -71,28 +100,43 @@ def eval_main(argv: list[str]) -> int:
     p.add_argument("--metric", nargs="+", default=None, help="only these metrics (default: every val_/test_ metric)")
     p.add_argument("--split", choices=("val", "test", "all"), default="all")
     p.add_argument("--tracking-uri", default=None, metavar="URI")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write recomputed values that differ from those saved (default: keep them, report, exit 1)")
     a = p.parse_args(argv)
     metrics = split_list(a.metric)
     if bool(a.runs) == bool(a.experiment):
         raise AnalysisError("gpdlm eval: give run ids/names/folders or --experiment NAME (one of the two)")
     targets: list[tuple[Path, str | None]] = []
+    run_tags: dict[str, dict] = {}
     if a.experiment:
         client, uri = open_store(a.tracking_uri)
         exp = get_experiment(client, a.experiment, uri)
         for run in search_all(client, exp.experiment_id):
             if is_training_run(run):
                 targets.append((Path(run.data.tags.get("gpdlm.output_dir", "")), run.info.run_id))
+                run_tags[run.info.run_id] = dict(run.data.tags)
         if not targets:
             raise AnalysisError(f"experiment '{a.experiment}' has no FINISHED training run")
     else:
         targets = [run_folder(ref, a.tracking_uri) for ref in a.runs]
-    results = [(folder, rid, evaluate_folder(folder, a.split, metrics)) for folder, rid in targets]  # all before writing
-    client = open_store(a.tracking_uri)[0] if any(rid for _, rid, _ in results) else None
-    changed = 0
+    client = open_store(a.tracking_uri)[0] if any(rid for _, rid in targets) else None
+    for _, rid in targets:
+        if rid and rid not in run_tags:
+            run_tags[rid] = dict(client.get_run(rid).data.tags)
+    saved = {folder: read_saved_metrics(folder) for folder, _ in targets}  # a broken file: one line, before any work
+    results = [(folder, rid, evaluate_folder(folder, a.split, metrics, run_tags.get(rid)))
+               for folder, rid in targets]  # all before writing
+    kept = 0
     for folder, rid, values in results:
-        old = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
+        old = saved[folder]
         differs = {k: (old[k], v) for k, v in values.items() if k in old and not _same(old[k], v)}
         added = sorted(k for k in values if k not in old)
+        if differs and not a.overwrite:  # reproduced something else: the saved results stay as they are
+            kept += 1
+            print(f"gpdlm eval: {rid or folder}: DIFFERS " + ", ".join(f"{k} {_show(o)} -> {_show(n)}"
+                                                                     for k, (o, n) in differs.items())
+                  + "; nothing written (the saved model does not reproduce the run's results: --overwrite writes them)")
+            continue
         write_atomic(folder / "metrics.json", json.dumps({**old, **values}, indent=2, sort_keys=True))
         if client is not None and rid:
             from mlflow.entities import Metric
@@ -101,14 +145,38 @@ def eval_main(argv: list[str]) -> int:
 
             now = int(time.time() * 1000)
             client.log_batch(rid, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()])
-        changed += bool(added or differs)
         note = f"{len(values) - len(added) - len(differs)} reproduced"
         if added:
             note += f", added {', '.join(added)}"
         if differs:
-            note += ", CHANGED " + ", ".join(f"{k} {o:.6g} -> {n:.6g}" for k, (o, n) in differs.items())
+            note += ", OVERWRITTEN " + ", ".join(f"{k} {_show(o)} -> {_show(n)}" for k, (o, n) in differs.items())
         print(f"gpdlm eval: {rid or folder}: {note}")
-    return 0
+    return 1 if kept else 0
+
+
+def read_saved_metrics(folder: Path) -> dict:
+    """The run's ``metrics.json`` ({} when there is none); one line when it is not a JSON object."""
+    path = folder / "metrics.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise AnalysisError(f"{path} is not readable JSON ({type(e).__name__}); move it aside to rebuild it from "
+                            f"the model (gpdlm eval writes a new one)") from None
+    if not isinstance(data, dict):
+        raise AnalysisError(f"{path} holds a JSON {type(data).__name__}, not the run's metrics; move it aside to "
+                            f"rebuild it from the model")
+    return data
+
+
+def _show(v) -> str:
+    """A saved or recomputed value for one line: numbers as %.6g, anything else cut to 40 characters."""
+    try:
+        return f"{float(v):.6g}"
+    except (TypeError, ValueError):
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _same(a, b) -> bool:
@@ -119,16 +187,69 @@ def _same(a, b) -> bool:
 
 
 # ----- gpdlm predict -----------------------------------------------------------------------------
-def _read_csv(path: Path):
-    """The --input CSV as a DataFrame; a missing or unreadable file is a one-line error."""
+ECHO_CHARS = 80  # the most of a bad cell (or of a parser's message) an error line repeats
+CHUNK_ROWS = 50_000  # rows read at a time: a junk file fails at its first bad chunk, not after reading it all
+HEADER_BYTES = 1 << 20  # a first line longer than this is no CSV header
+
+
+def clip(value, limit: int = ECHO_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters (an error line never echoes a 40 MB cell)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _read_csv(path: Path, check=None):
+    """The --input CSV as a DataFrame, read ``CHUNK_ROWS`` rows at a time; ``check(chunk, first_row)``
+    (the 0-based data row of the chunk's first line) raises at the first bad row, so a huge junk file
+    stops early. A missing file, a directory, an unreadable or header-less file is a one-line error."""
     import pandas as pd
 
+    if path.is_dir():
+        raise AnalysisError(f"--input {path} is a directory, not a CSV file")
     if not path.is_file():
         raise AnalysisError(f"--input {path} does not exist")
     try:
-        return pd.read_csv(path)
+        with open(path, "rb") as f:
+            head = f.readline(HEADER_BYTES)
+    except OSError as e:
+        raise AnalysisError(f"--input {path} cannot be read ({e.strerror or type(e).__name__})") from None
+    if len(head) >= HEADER_BYTES and not head.endswith(b"\n"):
+        raise AnalysisError(f"--input {path}: its first line is longer than {HEADER_BYTES >> 20} MiB: not a CSV with "
+                            f"a header row of column names")
+    chunks, first = [], 0
+    try:
+        with pd.read_csv(path, chunksize=CHUNK_ROWS) as reader:
+            for chunk in reader:
+                if check is not None:
+                    check(chunk, first)
+                chunks.append(chunk)
+                first += len(chunk)
+    except AnalysisError:
+        raise
     except Exception as e:
-        raise AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__})") from None
+        raise AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__}: "
+                            f"{clip(str(e).strip().splitlines()[0] if str(e).strip() else '')})") from None
+    if not chunks:
+        return pd.DataFrame()
+    return pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0]
+
+
+def _check_columns(path: Path, columns, required: list[str], allowed: list[str], takes: str) -> None:
+    missing = [c for c in required if c not in columns]
+    extra = [c for c in columns if c not in allowed]
+    if missing or extra:
+        raise AnalysisError(f"--input {path}: {takes}; " + (f"missing {', '.join(missing)}" if missing else "")
+                            + ("; " if missing and extra else "")
+                            + (f"unexpected {', '.join(clip(str(c), 40)[1:-1] for c in extra[:10])}"
+                               + (f" (+{len(extra) - 10} more)" if len(extra) > 10 else "") if extra else ""))
+
+
+def _first_bad(path: Path, chunk, column: str, bad, first_row: int):
+    import numpy as np
+
+    row = int(np.flatnonzero(bad)[0])
+    raise AnalysisError(f"--input {path}: column '{column}' row {first_row + row + 2} holds {clip(chunk[column].iloc[row])}, "
+                        f"not a finite number")
 
 
 def read_inputs(path: Path, feature_names: list[str]):
@@ -136,21 +257,21 @@ def read_inputs(path: Path, feature_names: list[str]):
     import numpy as np
     import pandas as pd
 
-    df = _read_csv(path)
-    missing = [c for c in feature_names if c not in df.columns]
-    extra = [c for c in df.columns if c not in feature_names]
-    if missing or extra:
-        raise AnalysisError(f"--input {path}: the model takes the {len(feature_names)} columns "
-                              f"{', '.join(feature_names)}; " + (f"missing {', '.join(missing)}" if missing else "")
-                              + ("; " if missing and extra else "") + (f"unexpected {', '.join(map(str, extra))}" if extra else ""))
+    takes = f"the model takes the {len(feature_names)} columns {', '.join(feature_names)}"
+
+    def check(chunk, first_row):
+        _check_columns(path, chunk.columns, feature_names, feature_names, takes)
+        for c in feature_names:
+            values = pd.to_numeric(chunk[c], errors="coerce")
+            bad = values.isna() | ~np.isfinite(values.fillna(0).to_numpy(dtype=float))
+            if bad.any():
+                _first_bad(path, chunk, c, bad.to_numpy(), first_row)
+
+    df = _read_csv(path, check)
     if len(df) == 0:
+        if len(df.columns):
+            _check_columns(path, df.columns, feature_names, feature_names, takes)
         raise AnalysisError(f"--input {path} has no rows")
-    for c in feature_names:
-        values = pd.to_numeric(df[c], errors="coerce")
-        bad = values.isna() | ~np.isfinite(values.fillna(0).to_numpy(dtype=float))
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
     return df[feature_names].to_numpy(dtype=float)
 
 
@@ -222,27 +343,25 @@ def read_series(path: Path, required: list[str], optional: list[str], *, gaps_af
     import numpy as np
     import pandas as pd
 
-    df = _read_csv(path)
-    missing = [c for c in required if c not in df.columns]
-    extra = [c for c in df.columns if c not in required and c not in optional]
-    if missing or extra:
-        takes = ", ".join(required) + (f" (and optionally {', '.join(optional)})" if optional else "")
-        raise AnalysisError(f"--input {path}: the model reads a series with the columns {takes}; "
-                              + (f"missing {', '.join(missing)}" if missing else "")
-                              + ("; " if missing and extra else "") + (f"unexpected {', '.join(map(str, extra))}" if extra else ""))
+    takes = "the model reads a series with the columns " + ", ".join(required) + (
+        f" (and optionally {', '.join(optional)})" if optional else "")
+
+    def check(chunk, first_row):
+        _check_columns(path, chunk.columns, required, required + optional, takes)
+        for c in [c for c in required + optional if c in chunk.columns]:
+            values = pd.to_numeric(chunk[c], errors="coerce").to_numpy(dtype=float)
+            bad = ~np.isfinite(values)
+            r = (gaps_after or {}).get(c)
+            if r is not None:
+                local = max(0, r - first_row)
+                bad[local:] &= chunk[c].iloc[local:].notna().to_numpy()  # an empty cell is allowed there, text is not
+            if bad.any():
+                _first_bad(path, chunk, c, bad, first_row)
+
+    df = _read_csv(path, check)
     if len(df) == 0:
         raise AnalysisError(f"--input {path} has no rows")
-    out = {}
-    for c in [c for c in required + optional if c in df.columns]:
-        values = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
-        bad = ~np.isfinite(values)
-        r = (gaps_after or {}).get(c)
-        if r is not None:
-            bad[r:] &= df[c].iloc[r:].notna().to_numpy()  # an empty cell is allowed there, text is not
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise AnalysisError(f"--input {path}: column '{c}' row {row + 2} holds {df[c].iloc[row]!r}, not a finite number")
-        out[c] = values
+    out = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) for c in required + optional if c in df.columns}
     return pd.DataFrame(out)
 
 
@@ -299,32 +418,134 @@ def predict_series(run, inp: Path, output: Path, level: float) -> int:
 
 
 # ----- gpdlm resume ------------------------------------------------------------------------------
-def resume_main(argv: list[str]) -> int:
-    """``gpdlm resume RUN``: continue a stopped run from its checkpoint in its own folder."""
-    from omegaconf import OmegaConf
+def load_run_config(folder: Path):
+    """The run's ``config.yaml``; a missing, unreadable or foreign file is one line."""
+    from omegaconf import DictConfig, OmegaConf
 
-    from ..training.checkpoint import FILE, read_checkpoint
+    path = folder / "config.yaml"
+    if not path.is_file():
+        raise AnalysisError(f"{folder} has no config.yaml: not a gpdlm run folder")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as e:
+        raise AnalysisError(f"{path} is not readable YAML ({type(e).__name__}): the run's config is damaged; "
+                            f"retrain the run") from None
+    missing = [k for k in ("model", "trainer", "tracking", "dataset") if not isinstance(cfg, DictConfig) or k not in cfg]
+    if missing:
+        raise AnalysisError(f"{path} is not a gpdlm run config (no {missing[0]!r} section); retrain the run")
+    return cfg
+
+
+def resume_store(a_uri: str | None, state: dict, cfg) -> str:
+    """The store the stopped run logged into: ``--tracking-uri``, else the one its checkpoint
+    recorded, else its config's when that names a store independent of the working directory."""
+    if a_uri:
+        from ..tracking import resolve_tracking_uri
+
+        return resolve_tracking_uri(a_uri)
+    if state.get("tracking_uri"):
+        return str(state["tracking_uri"])
+    uri = str(cfg.tracking.get("uri") or "")
+    if uri.startswith(("http://", "https://", "sqlite:////")) or (uri and "://" not in uri and Path(uri).is_absolute()):
+        from ..tracking import resolve_tracking_uri
+
+        return resolve_tracking_uri(uri)
+    raise AnalysisError("the run's checkpoint does not say which MLflow store it logged into (written by an older "
+                        "gpdlm) and its config names a store relative to the directory it was started from; "
+                        "give it: gpdlm resume RUN --tracking-uri URI")
+
+
+def resume_main(argv: list[str]) -> int:
+    """``gpdlm resume RUN``: continue a stopped run from its checkpoint in its own folder, logging
+    into the store it came from. Only a run whose process is gone is resumed (its folder's lock is
+    free and, in MLflow, it is KILLED, FAILED, or RUNNING with its process gone: the liveness check
+    of ``gpdlm runs --stale``); a FINISHED run is refused. The stopped run is closed (KILLED, with
+    ``failure_reason`` and ``gpdlm.resumed_as``), so it never stays RUNNING."""
+    from ..files import folder_holder
     from ..run.lifecycle import make_tracker
     from ..run.train import run_train
+    from ..tracking.identity import config_hash
+    from ..training.checkpoint import FILE, read_checkpoint
 
     p = make_parser("gpdlm resume", "continue a stopped run from its checkpoint (same folder, a new linked MLflow run)")
     p.add_argument("run", help="run id, run name or output folder of a KILLED (or FAILED) run")
     p.add_argument("--tracking-uri", default=None, metavar="URI")
     a = p.parse_args(argv)
-    folder, _ = run_folder(a.run, a.tracking_uri)
-    if read_checkpoint(folder / FILE) is None:
-        raise AnalysisError(f"{folder} has no readable {FILE}: the run finished, was stopped before its first "
-                              f"checkpoint, or ran with trainer.checkpoint_every=0; retrain it")
-    if not (folder / "config.yaml").is_file():
-        raise AnalysisError(f"{folder} has no config.yaml: not a gpdlm run folder")
-    cfg = OmegaConf.load(folder / "config.yaml")
-    if a.tracking_uri:
-        cfg.tracking.uri = a.tracking_uri
+    folder, rid = run_folder(a.run, a.tracking_uri)
+    holder = folder_holder(folder)
+    if holder:
+        raise AnalysisError(f"{folder} is still being trained by a live process (pid {holder}); resume only a "
+                            f"stopped run (`gpdlm runs --stale` lists those whose process is gone)")
+    cfg = load_run_config(folder)
+    state = read_checkpoint(folder / FILE, strict=True)
+    if state is None:
+        finished = (folder / "model.pt").is_file() and "status" not in _read_metrics(folder)
+        if finished:
+            raise AnalysisError(f"{folder} holds a finished run (model.pt, final metrics.json): nothing to resume")
+        raise AnalysisError(f"{folder} has no readable {FILE}: the run was stopped before its first checkpoint, "
+                            f"or ran with trainer.checkpoint_every=0; retrain it")
+    if state.get("config_hash") != config_hash(cfg):
+        raise AnalysisError(f"{folder}/{FILE} belongs to another configuration than {folder}/config.yaml "
+                            f"(config hash {state.get('config_hash')} != {config_hash(cfg)}); retrain the run")
+    client, stopped = None, None
+    if cfg.tracking.get("enabled", True):
+        uri = resume_store(a.tracking_uri, state, cfg)
+        cfg.tracking.uri = uri
+        client, stopped = _stopped_run(uri, rid or state.get("run_id"))
     from ..build import configure_threads
 
     configure_threads(cfg.get("threads", "auto"))
-    metrics = run_train(cfg, folder, overrides=["(resumed)"], tracker=make_tracker(cfg.tracking))
+    tracker = make_tracker(cfg.tracking)
+    try:
+        metrics = run_train(cfg, folder, overrides=["(resumed)"], tracker=tracker)
+    finally:
+        if stopped is not None and getattr(tracker, "run_id", None):
+            from mlflow.entities import RunTag
+
+            client.log_batch(stopped.info.run_id, tags=[RunTag("gpdlm.resumed_as", str(tracker.run_id))])
     return 0 if metrics is not None else 1
+
+
+def _read_metrics(folder: Path) -> dict:
+    try:
+        data = json.loads((folder / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {"status": "unreadable"}
+    return data if isinstance(data, dict) else {"status": "unreadable"}
+
+
+def _stopped_run(uri: str, run_id: str | None):
+    """(client, the stopped MLflow run or None): refuses a FINISHED run and one whose process may be
+    alive; a RUNNING run whose process is gone is closed KILLED before it is resumed."""
+    from mlflow.entities import RunTag
+    from mlflow.exceptions import MlflowException
+
+    from ..tracking.liveness import HOST_TAG, PID_TAG, process_state
+
+    if not run_id:
+        return None, None
+    client, uri = open_store(uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise AnalysisError(f"the stopped run {run_id} is not in the MLflow store {uri}; give the store it was "
+                            f"tracked in (--tracking-uri URI)") from None
+    status = run.info.status
+    if status == "FINISHED":
+        raise AnalysisError(f"run {run_id} is FINISHED: nothing to resume (retrain it to run it again)")
+    if status == "RUNNING":
+        alive = process_state(run.data.tags)
+        if alive == "alive":
+            raise AnalysisError(f"run {run_id} is still running (pid {run.data.tags.get(PID_TAG)} is alive); "
+                                f"resume only a stopped run")
+        if alive == "unknown":
+            raise AnalysisError(f"run {run_id} is RUNNING and its process (host {run.data.tags.get(HOST_TAG, '?')}) "
+                                f"cannot be checked from here; if it is dead, `gpdlm runs --stale --mark-failed` "
+                                f"closes it, then resume")
+        client.log_batch(run_id, tags=[RunTag("failure_reason", f"orphaned: process {run.data.tags.get(PID_TAG)} is "
+                                                                f"gone (closed by gpdlm resume)")])
+        client.set_terminated(run_id, "KILLED")
+    return client, run
 
 
 def resume_cli() -> int:

@@ -1,7 +1,7 @@
 """``gpdlm runs``: the runs of an experiment -- status, name, key metrics -- and the stale ones.
 
     gpdlm runs [--experiment NAME] [--tracking-uri URI] [--status STATUS ...] [--limit N]
-               [--stale] [--stale-after 30m] [--mark-failed] [--hyperparameters]
+               [--stale] [--stale-after 30m] [--mark-failed | --finish] [--hyperparameters]
 
 ``--hyperparameters`` adds the learned hyperparameters each run logged (``hp.*`` metrics,
 ``run.hyperparameters``): one column per hyperparameter, ARD lengthscales as one list.
@@ -15,7 +15,12 @@ forever, and ``compare``/``select`` skip it. A RUNNING run is **stale** when
   start): the only evidence for runs of other hosts (Slurm nodes).
 
 ``--stale`` lists only those, ``--mark-failed`` ends them FAILED with the reason as the tag
-``failure_reason`` ("orphaned: ..."). Runs whose process is alive on this host are never stale.
+``failure_reason`` ("orphaned: ..."). ``--finish`` ends FINISHED those whose folder is complete (a
+kill after the run saved its results, before it was closed): a final ``metrics.json``, a
+``model.pt`` that matches its SHA-256 and the run's config hash; their metrics and result files are
+logged as the run would have, the tag ``gpdlm.finished_by`` says who closed it, and the folder's
+leftover checkpoint goes. The others are listed with what is missing (``gpdlm resume`` continues them).
+Runs whose process is alive on this host are never stale.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ EPILOG = """examples:
   gpdlm runs --experiment regression_logloss_smoke --status RUNNING FAILED
   gpdlm runs --stale                       # RUNNING runs whose process is gone or silent for 30 minutes
   gpdlm runs --stale --stale-after 2h --mark-failed
+  gpdlm runs --stale --finish              # close the stale runs whose folder holds their whole result
   gpdlm runs --hyperparameters             # with the learned noise, outputscale, lengthscales, M
 """
 
@@ -100,6 +106,61 @@ def mark_failed(client, run, why: str) -> None:
     client.set_terminated(run.info.run_id, "FAILED")
 
 
+RESULT_FILES = ("config.yaml", "metrics.json", "learning_curve.png", "hyperparameters.json", "model.pt")
+
+
+def complete_folder(run) -> tuple[dict | None, str]:
+    """(the final metrics, '') when the run's output folder holds its whole result, else (None, what is
+    missing): a final metrics.json (no ``status``), a model.pt matching its SHA-256 and the run's config hash."""
+    import json
+    from pathlib import Path
+
+    from ..run.saved_model import MODEL_FILE, read_model_file
+
+    folder = run.data.tags.get("gpdlm.output_dir")
+    if not folder or not Path(folder).is_dir():
+        return None, f"no output folder on this machine ({folder or 'no gpdlm.output_dir tag'})"
+    folder = Path(folder)
+    try:
+        metrics = json.loads((folder / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None, "no readable metrics.json"
+    if not isinstance(metrics, dict) or "status" in metrics:
+        return None, f"metrics.json is partial ({metrics.get('status') if isinstance(metrics, dict) else 'not a table'})"
+    try:
+        meta, _ = read_model_file(folder / MODEL_FILE)
+    except Exception as e:
+        return None, str(e).splitlines()[0] if str(e) else f"{MODEL_FILE} unreadable"
+    want = run.data.tags.get("gpdlm.config_hash")
+    if want and meta.get("config_hash") and meta["config_hash"] != want:
+        return None, f"{MODEL_FILE} belongs to another configuration (config hash {meta['config_hash']} != {want})"
+    return metrics, ""
+
+
+def finish(client, run, metrics: dict) -> None:
+    """Close a stale run whose folder is complete as the run itself would have: its metrics, its result
+    files as artifacts, FINISHED; the folder's leftover checkpoint is removed."""
+    import time as _time
+    from pathlib import Path
+
+    from mlflow.entities import Metric, RunTag
+
+    from ..training.checkpoint import Checkpointer, FILE
+
+    folder = Path(run.data.tags["gpdlm.output_dir"])
+    now, step = int(_time.time() * 1000), int(metrics.get("iterations", 0) or 0)
+    items = [Metric(k, float(v), now, step) for k, v in metrics.items() if isinstance(v, (int, float))]
+    for i in range(0, len(items), 1000):
+        client.log_batch(run.info.run_id, metrics=items[i:i + 1000])
+    for f in RESULT_FILES:
+        if (folder / f).exists():
+            client.log_artifact(run.info.run_id, str(folder / f))
+    client.log_batch(run.info.run_id, tags=[RunTag("gpdlm.finished_by", "gpdlm runs --stale --finish (its folder "
+                                                                        "held the whole result)")])
+    client.set_terminated(run.info.run_id, "FINISHED")
+    Checkpointer(folder / FILE, 0, dict).remove()
+
+
 def build_parser():
     p = _cli.make_parser("gpdlm runs", "List the runs of an experiment; find and close stale RUNNING runs.")
     p.epilog = EPILOG
@@ -111,6 +172,8 @@ def build_parser():
     p.add_argument("--stale-after", default=DEFAULT_STALE, metavar="DURATION",
                    help=f"a RUNNING run with no metric for this long is stale (default: {DEFAULT_STALE}; 90s, 2h, 1d)")
     p.add_argument("--mark-failed", action="store_true", help="with --stale: end the stale runs FAILED, with the reason")
+    p.add_argument("--finish", action="store_true",
+                   help="with --stale: end FINISHED the stale runs whose folder holds their whole result")
     p.add_argument("--hyperparameters", action="store_true",
                    help="also show each run's learned hyperparameters (its hp.* metrics: noise, outputscale, "
                         "lengthscales -- one per input with ARD --, inducing count)")
@@ -142,6 +205,11 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.mark_failed and not args.stale:
         raise R.AnalysisError("--mark-failed needs --stale (only stale runs are ever marked)")
+    if args.finish and not args.stale:
+        raise R.AnalysisError("--finish needs --stale (only stale runs are ever closed)")
+    if args.finish and args.mark_failed:
+        raise R.AnalysisError("--finish and --mark-failed exclude each other (run --finish first: it closes the "
+                              "complete runs; then --mark-failed the rest)")
     bad = [s for s in args.status or [] if s not in STATUSES]
     if bad:
         raise R.AnalysisError(f"unknown --status {bad[0]!r}; choose from: {', '.join(STATUSES)}")
@@ -183,7 +251,18 @@ def main(argv: list[str]) -> int:
     for r in found:
         if marks[r.info.run_id].stale:
             print(f"{r.info.run_id[:8]} {r.info.run_name}: stale: {marks[r.info.run_id].why}")
-    if args.mark_failed:  # every stale run, not only those shown
+    if args.finish:  # every stale run, not only those shown
+        done = 0
+        for r in everything:
+            metrics, missing = complete_folder(r)
+            if metrics is None:
+                print(f"{r.info.run_id[:8]} {r.info.run_name}: not finished: {missing} "
+                      f"(`gpdlm resume {r.info.run_id}` continues it)")
+                continue
+            finish(client, r, metrics)
+            done += 1
+        print(f"finished {done} of {len(everything)} stale run(s) from their folders", file=sys.stderr)
+    elif args.mark_failed:  # every stale run, not only those shown
         for r in everything:
             mark_failed(client, r, marks[r.info.run_id].why)
         print(f"marked {len(everything)} stale run(s) FAILED", file=sys.stderr)

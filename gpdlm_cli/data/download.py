@@ -12,9 +12,13 @@ a console warning, since nothing vouches for those bytes.
 A cached file is verified again before it is parsed (``ensure_file`` -> ``check_cached``): against
 the registry's SHA-256 (a file without one: a warning when it differs from its first-fetch
 record), hashed once per file version -- the record
-keeps the size and mtime the hash belongs to, so an unchanged file is not hashed again. A file
+keeps the size, mtime, inode and ctime the hash belongs to (``_stat_record``), so an unchanged file
+is not hashed again, and any edit -- even one of the same size whose mtime was set back, which
+still moves the ctime -- is hashed again. A file
 that fails (truncated, altered) is refused with one line naming ``gpdlm datasets fetch NAME
---force``; its hash is never recorded, and the parsed tables of that dataset are deleted.
+--force``; its hash is never recorded, and the parsed tables of that dataset are deleted. The parsed
+tables are keyed by the raw files' SHA-256 (``cache.cache_key``) and are also deleted when a file is
+fetched again over a cached one (``fetch --force``) and when ``gpdlm datasets verify`` finds a mismatch.
 """
 
 from __future__ import annotations
@@ -86,6 +90,17 @@ def _write_db(db: dict) -> None:
     os.replace(tmp, p)
 
 
+def _stat_record(st) -> dict:
+    """What a memoised hash belongs to: size, mtime, inode and ctime of the file."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "ctime_ns": st.st_ctime_ns}
+
+
+def _same_version(rec: dict | None, st) -> bool:
+    """The memoised hash ``rec`` still describes the file with stat ``st`` (a record written before
+    the inode and ctime were kept never matches: hashed once more)."""
+    return bool(rec) and all(rec.get(k) == v for k, v in _stat_record(st).items())
+
+
 def _db_key(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(paths.cache_dir()))
@@ -99,11 +114,11 @@ def cached_checksum(path: Path) -> str:
     db = _read_db()
     key = _db_key(path)
     rec = db.get(key)
-    if rec and rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns:
+    if _same_version(rec, st) and rec.get("sha256"):
         return rec["sha256"]
     digest = sha256_file(path)
     first = (rec or {}).get("first_fetch_sha256", digest)
-    db[key] = {"sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "first_fetch_sha256": first}
+    db[key] = {"sha256": digest, **_stat_record(st), "first_fetch_sha256": first}
     _write_db(db)
     return digest
 
@@ -121,7 +136,7 @@ def _record(path: Path, digest: str, fetched: bool = False) -> None:
     db = _read_db()
     key = _db_key(path)
     first = digest if fetched else db.get(key, {}).get("first_fetch_sha256", digest)
-    db[key] = {"sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "first_fetch_sha256": first}
+    db[key] = {"sha256": digest, **_stat_record(st), "first_fetch_sha256": first}
     _write_db(db)
 
 
@@ -169,8 +184,7 @@ def check_cached(dataset: str, spec: FileSpec, path: Path | None = None) -> str:
     st = path.stat()
     rec = _read_db().get(_db_key(path)) or {}
     expected = (spec.sha256 or "").lower() or None
-    if (rec.get("sha256") and rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns
-            and (expected is None or rec["sha256"] == expected)):
+    if rec.get("sha256") and _same_version(rec, st) and (expected is None or rec["sha256"] == expected):
         return rec["sha256"]
     digest = sha256_file(path)
     if expected is not None and digest != expected:
@@ -251,6 +265,7 @@ def store(dataset: str, spec: FileSpec, open_source, origin: str) -> Path:
     are removed, so a failed download, mirror copy or user copy leaves the cache as it was.
     OSError from ``open_source`` propagates (callers word it); a mismatch is a DataError."""
     dest = file_path(dataset, spec)
+    replaced = dest.exists()
     created = _new_dirs(dest.parent)
     tmp = dest.parent / f".{dest.name}.part-{os.getpid()}"
     h = hashlib.sha256()
@@ -272,6 +287,8 @@ def store(dataset: str, spec: FileSpec, open_source, origin: str) -> Path:
             )
         os.replace(tmp, dest)
         _record(dest, digest, fetched=True)
+        if replaced:  # `fetch --force`: a table parsed from the old bytes must never be used again
+            invalidate_parsed(dataset)
         if not spec.sha256:
             warn_unchecked(dataset, spec, digest, origin)
         ok = True
@@ -355,6 +372,8 @@ def verify_file(dataset: str, spec: FileSpec) -> VerifyResult:
     if spec.sha256:
         if digest.lower() == spec.sha256.lower():
             return VerifyResult(dataset, spec.filename, p, "ok", digest)
+        _forget(p)
+        invalidate_parsed(dataset)  # a table parsed from these bytes must not outlive the failed check
         return VerifyResult(dataset, spec.filename, p, "mismatch", f"expected {spec.sha256}, got {digest}")
     first = recorded_checksum(p)
     if first is None:
@@ -364,5 +383,6 @@ def verify_file(dataset: str, spec: FileSpec) -> VerifyResult:
     if first == digest:
         return VerifyResult(dataset, spec.filename, p, "unknown-recorded",
                             f"checksum unknown in the registry; matches the one recorded on first fetch ({digest})")
+    invalidate_parsed(dataset)
     return VerifyResult(dataset, spec.filename, p, "mismatch",
                         f"changed since first fetch: recorded {first}, now {digest}")

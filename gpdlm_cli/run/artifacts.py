@@ -170,7 +170,7 @@ def write_partial_results(output_dir, status: str, reason: str, iteration: int, 
 
 
 # ----- rejected commands --------------------------------------------------------------------------------
-HYDRA_FILES = (".hydra", "gpdlm.log")
+HYDRA_FILES = (".hydra", "gpdlm.log", ".gpdlm.lock")  # the last: the folder lock of run.train (files.folder_lock)
 DATE_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}")  # outputs/<date>/<time>: conf/config.yaml's hydra.run.dir
 
 

@@ -167,9 +167,9 @@ class TrackedRun:
         if self.unsaved:
             raise ResultsNotSaved(unsaved_message(self.output_dir, self.unsaved, metrics, self.tracker.run_id))
 
-    def report(self, metrics: dict) -> str:
-        """The one line a finished run prints."""
-        return report_run(self.run_name, metrics, self.output_dir, self.tracker)
+    def report(self, metrics: dict, note: str = "") -> str:
+        """The one line a finished run prints (with ``note``, a warning it must carry)."""
+        return report_run(self.run_name, metrics, self.output_dir, self.tracker, note=note)
 
 
 __all__ = ["TrackedRun", "dataset_input", "git_commit", "make_tracker", "run_tags"]

@@ -116,8 +116,9 @@ def ui_hint(uri: str | None, experiment_id: str | None, run_id: str | None) -> s
 
 
 def run_line(run_name: str, metrics: dict, output_dir, run_id: str | None = None, uri: str | None = None,
-             experiment_id: str | None = None) -> str:
-    """``gpdlm: <name>: test_nll 3.12, test_rmse 5.71, 1000 it, 38 s -> <folder> | MLflow run <id>: <ui>``."""
+             experiment_id: str | None = None, note: str = "") -> str:
+    """``gpdlm: <name>: test_nll 3.12, test_rmse 5.71, 1000 it, 38 s -> <folder> | MLflow run <id>: <ui>``
+    (``note``: a warning the run must carry on its one line, after the folder)."""
     shown = [f"{k} {metrics[k]:.4g}" for k in HEADLINE if isinstance(metrics.get(k), (int, float))
              and math.isfinite(metrics[k])][:4]
     if "iterations" in metrics:
@@ -125,6 +126,8 @@ def run_line(run_name: str, metrics: dict, output_dir, run_id: str | None = None
     if isinstance(metrics.get("train_seconds"), (int, float)):
         shown.append(f"{metrics['train_seconds']:.1f} s")
     line = f"gpdlm: {run_name}: {', '.join(shown)} -> {shown_path(output_dir)}"
+    if note:
+        line += f" (WARNING: {note})"
     if run_id:
         line += f" | MLflow run {run_id}"
         hint = ui_hint(uri, experiment_id, run_id)
@@ -133,9 +136,9 @@ def run_line(run_name: str, metrics: dict, output_dir, run_id: str | None = None
     return line
 
 
-def report_run(run_name: str, metrics: dict, output_dir, tracker) -> str:
+def report_run(run_name: str, metrics: dict, output_dir, tracker, note: str = "") -> str:
     """Print ``run_line`` for a run tracked by ``tracker`` (an MlflowTracker or NullTracker)."""
     line = run_line(run_name, metrics, output_dir, getattr(tracker, "run_id", None), getattr(tracker, "uri", None),
-                    getattr(tracker, "experiment_id", None))
+                    getattr(tracker, "experiment_id", None), note=note)
     print(line, flush=True)
     return line

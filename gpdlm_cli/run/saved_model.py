@@ -27,8 +27,9 @@ from pathlib import Path
 import torch
 
 from ..exceptions import GpdlmError
-from ..files import write_bytes_atomic
+from ..files import ChecksumMismatch, sidecar, verify_sha256, write_verified
 from ..methods import declaration
+from ..tracking.identity import config_hash
 from ..training.reuse import loadmodule_state, module_state
 
 MODEL_FILE = "model.pt"
@@ -49,8 +50,9 @@ def _versions() -> dict[str, str]:
             "linear_operator": linear_operator.__version__, "format": str(FORMAT)}
 
 
-def save_model(path: str | os.PathLike, cfg, method, splits, target_names) -> Path:
-    """Write ``path`` (atomically: a temporary file renamed into place) and return it."""
+def save_model(path: str | os.PathLike, cfg, method, splits, target_names) -> str:
+    """Write ``path`` (atomically: a temporary file renamed into place) with its SHA-256 in the
+    sidecar ``model.pt.sha256`` (``files.write_verified``); returns the digest."""
     import numpy as np
     from omegaconf import OmegaConf
 
@@ -66,6 +68,7 @@ def save_model(path: str | os.PathLike, cfg, method, splits, target_names) -> Pa
         "target_names": [str(n) for n in target_names],
         "x_mean": floats(splits.x_mean), "x_std": floats(splits.x_std),
         "y_mean": floats(splits.y_mean), "y_std": floats(splits.y_std),
+        "config_hash": config_hash(cfg),  # which run the model belongs to (gpdlm eval checks it)
         "needs_training_data": bool(declaration(str(cfg.model.name), "PREDICTS_FROM_TRAINING_DATA")),
         "threads": torch.get_num_threads(),  # CPU sums depend on it: eval uses the same count to reproduce bit for bit
         "versions": _versions(),
@@ -74,7 +77,7 @@ def save_model(path: str | os.PathLike, cfg, method, splits, target_names) -> Pa
     path = Path(path)
     buf = io.BytesIO()
     torch.save(blob, buf)
-    return write_bytes_atomic(path, buf.getvalue())
+    return write_verified(path, buf.getvalue())
 
 
 def read_model_file(path: str | os.PathLike) -> tuple[dict, dict]:
@@ -83,6 +86,10 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict, dict]:
     if not path.is_file():
         raise ModelFileError(f"{path} does not exist: the run saved no model (runs made before gpdlm saved models, "
                              f"or a run that did not finish)")
+    try:
+        verify_sha256(path)
+    except ChecksumMismatch as e:
+        raise ModelFileError(f"{e}; retrain the run, or restore the file that {sidecar(path).name} describes") from None
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
         meta, state = json.loads(blob["meta"]), blob["state"]

@@ -5,6 +5,18 @@ follows the tracked-run lifecycle (``run.lifecycle``): tags, ``config.yaml``, th
 with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve,
 the learned hyperparameters (``hyperparameters.json``, ``hp.*`` metrics: ``run.hyperparameters``)
 and the saved model as artifacts, and the one-line report.
+
+The ending is ordered so that a kill at any point leaves a run that ``gpdlm resume`` continues or
+``gpdlm runs --stale --finish`` closes (docs/reliability.md):
+
+1. training ends -> a *complete* checkpoint (every stage done; resuming from it trains nothing);
+2. evaluation, ``metrics.json``, the learning curve, the metrics to MLflow, ``model.pt`` (with its
+   SHA-256 in ``model.pt.sha256`` and the tag ``gpdlm.model_sha256``);
+3. the artifacts, then the MLflow run ends FINISHED;
+4. only then is the checkpoint removed.
+
+The process holds ``<folder>/.gpdlm.lock`` while it works (``files.folder_lock``): a second process
+never trains into the same folder, and ``gpdlm resume`` knows a live run from a dead one.
 """
 
 from __future__ import annotations
@@ -45,6 +57,24 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     chash = config_hash(cfg)
     if skip_finished and tracker.has_finished_run("gpdlm.config_hash", config_hashes(cfg)):
         return None
+    from ..exceptions import GpdlmError
+    from ..files import FolderBusy, folder_lock, remove_stale_temporaries
+
+    try:
+        with folder_lock(output_dir):
+            remove_stale_temporaries(output_dir)  # half-written files of a process killed mid-write
+            return _train_locked(cfg, output_dir, overrides, tracker, parent_run_id, p, kmeans_reused, generator,
+                                 chash)
+    except FolderBusy as e:
+        raise GpdlmError(f"another gpdlm process (pid {e}) is training into {output_dir}; wait for it to end, "
+                         f"or choose another folder (hydra.run.dir=...)") from None
+
+
+def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, kmeans_reused, generator,
+                  chash: str) -> dict:
+    """``run_train`` from the checkpoint to the report, with the folder's lock held."""
+    splits, data, method, settings = p.splits, p.data, p.method, p.settings
+    device = p.device
     from ..training.checkpoint import FILE as CHECKPOINT_FILE
     from ..training.checkpoint import Checkpointer, read_checkpoint
 
@@ -85,10 +115,29 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         def run_state():
             return {"modules_list": method.modules, "generator_list": [generator, est_gen],
                     "history": {k: [[s, v] for s, v in pts] for k, pts in history["steps"].items()},
-                    "config_hash": chash, "run_id": str(getattr(tracker, "run_id", "") or "")}
+                    "config_hash": chash, "run_id": str(getattr(tracker, "run_id", "") or ""),
+                    "tracking_uri": str(getattr(tracker, "uri", "") or "")}  # where `gpdlm resume` logs
+
+        warnings: list[str] = []
+
+        def checkpoint_failed(error: OSError, iteration):
+            """Once per run: a checkpoint could not be written (a full disk); training goes on."""
+            from .artifacts import append_log
+
+            since = "no checkpoint written" if iteration is None else f"checkpoint stays at iteration {iteration}"
+            why = getattr(error, "strerror", None) or type(error).__name__
+            note = f"checkpoint not written ({why}); {since}: a stop now costs the iterations since"
+            warnings.append(note)
+            print(f"gpdlm: warning: {note}", file=sys.stderr, flush=True)
+            append_log(output_dir, note, level="WARNING")
+            try:
+                tracker.set_tags({"gpdlm.checkpoint_failed": note})
+            except Exception:  # the store may be as full as the disk: the log and the console have it
+                pass
 
         checkpoint = Checkpointer(output_dir / CHECKPOINT_FILE, int(cfg.trainer.get("checkpoint_every", 5)), run_state,
-                                  state=resume_state) if int(cfg.trainer.get("checkpoint_every", 5)) > 0 else None
+                                  state=resume_state, on_failure=checkpoint_failed) \
+            if int(cfg.trainer.get("checkpoint_every", 5)) > 0 else None
         from .artifacts import log_fit, log_protocol, warnings_to_log
 
         log_protocol(output_dir, settings, method.stages)  # gpdlm.log: the protocol, then each stage's end
@@ -108,6 +157,9 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                 fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=generator,
                                  evaluate=evaluate, log_steps=log_steps, modules=method.modules,
                                  cache=cache, warm=warm, generators=[est_gen], checkpoint=checkpoint)
+                if checkpoint is not None and not (resume_state or {}).get("complete"):
+                    # training is done: a stop from here on resumes without training (issue 47.6)
+                    checkpoint.save_complete(fit, len(method.stages))
         if batched is not None:
             tracker.set_tags({"gpdlm.batched": batched.tag})
             if batched.note:
@@ -183,15 +235,20 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
         save_hyperparameters(run, method)  # the learned values, constrained: hyperparameters.json and hp.* metrics
         from .saved_model import MODEL_FILE, save_model
 
-        run.save(MODEL_FILE, lambda path: save_model(path, cfg, method, splits, data.target_names or []))
+        digest = []
+        if run.save(MODEL_FILE, lambda path: digest.append(save_model(path, cfg, method, splits,
+                                                                      data.target_names or []))):
+            tracker.set_tags({"gpdlm.model_sha256": digest[0]})
         from .mlflow_model import write_mlflow_model
 
         mlflow_model = write_mlflow_model(run, method, splits)  # model/: the pyfunc MLflow Model (runs:/<id>/model)
-        if checkpoint is not None:
-            checkpoint.remove()  # finished: the saved model is the result
         run.close(("config.yaml", "metrics.json", "learning_curve.png", HYPERPARAMETERS_FILE, MODEL_FILE, *mlflow_model),
                   metrics)
-    run.report(metrics)
+    # the run is FINISHED in MLflow: only now does the checkpoint go (a kill before this line leaves
+    # a complete checkpoint, and `gpdlm resume` only finalises)
+    if checkpoint is not None:
+        checkpoint.remove()
+    run.report(metrics, note="; ".join(warnings))
     return metrics
 
 

@@ -168,4 +168,36 @@ def deferred_signals(user_signals: bool = False):
                 _deliver(h.handler if isinstance(h, _Gate) else h, sig, None)
 
 
-__all__ = ["Terminated", "deferred_signals", "exit_code", "install_signal_handlers", "killed_reason"]
+_PARENT_WATCH: list = []
+
+
+def exit_with_parent(poll_s: float = 1.0, grace_s: float = 60.0):
+    """In a worker process (a job of ``hydra/launcher=joblib``): when the process that started it
+    dies -- ``gpdlm train -m`` killed with SIGKILL, which no handler can pass on -- its parent PID
+    changes; then this process sends itself SIGTERM (the job ends KILLED with its checkpoint, as on
+    ``kill``) and, if it is still alive ``grace_s`` later, exits. Started once per process; returns
+    the watching thread (None when the parent is already init)."""
+    import os
+    import time
+
+    if _PARENT_WATCH:
+        return _PARENT_WATCH[0]
+    parent = os.getppid()
+    if parent <= 1:
+        return None
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(128 + signal.SIGTERM)
+
+    t = threading.Thread(target=watch, name="gpdlm-exit-with-parent", daemon=True)
+    t.start()
+    _PARENT_WATCH.append(t)
+    return t
+
+
+__all__ = ["Terminated", "deferred_signals", "exit_code", "exit_with_parent", "install_signal_handlers",
+           "killed_reason"]

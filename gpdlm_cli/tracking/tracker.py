@@ -19,6 +19,8 @@ from .signals import deferred_signals, killed_reason
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 LOCK_WAIT_S = 60.0  # how long a call waits for a SQLite store another process holds locked
+# ... once the run exists and trains: its results are worth a long wait, not a FAILED run (issue 45)
+RUN_LOCK_WAIT_S = 3600.0
 SERVER_CHECK_TIMEOUT_S = 5.0  # the reachability check of a tracking server before a run
 # bounded HTTP retries (MLflow's defaults: 7 retries with doubling back-off, minutes of silence)
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -124,8 +126,20 @@ class MlflowTracker(NullTracker):
         check_store(uri)
         mlflow.set_tracking_uri(uri)
         with store_lock(uri):  # MLflow creates or migrates the schema when the client opens the store
-            self.client = RetryingClient(locked_retry(lambda: MlflowClient(tracking_uri=uri), uri), uri)
-            self.experiment_id = ensure_experiment(self.client, experiment, uri)
+            try:
+                import warnings
+
+                with warnings.catch_warnings():  # alembic's notes on reflected tables while it migrates
+                    warnings.simplefilter("ignore")
+                    self.client = RetryingClient(locked_retry(lambda: MlflowClient(tracking_uri=uri), uri), uri)
+                    self.experiment_id = ensure_experiment(self.client, experiment, uri)
+            except Exception as e:
+                message = broken_schema_message(uri, e)
+                if message is None:
+                    raise
+                from ..exceptions import TrackingError
+
+                raise TrackingError(message) from None
 
     @contextlib.contextmanager
     def run(self, run_name=None, params=None, tags=None, parent_run_id=None):
@@ -136,6 +150,7 @@ class MlflowTracker(NullTracker):
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         self.run_id = run.info.run_id
+        self.client.wait_s = RUN_LOCK_WAIT_S  # from here on a locked store is waited out, the run goes on
         monitor = self._start_system_metrics()
         try:
             items = [Param(k, _param_str(v)) for k, v in (params or {}).items()]
@@ -152,6 +167,7 @@ class MlflowTracker(NullTracker):
         else:
             self._end("FINISHED")
         finally:
+            self.client.wait_s = None
             if monitor is not None:
                 try:
                     monitor.finish()
@@ -240,7 +256,10 @@ class MlflowTracker(NullTracker):
 
 class RetryingClient:
     """An ``MlflowClient`` whose calls wait for a SQLite store locked by another process
-    (``locked_retry``) instead of failing after SQLite's 5 s."""
+    (``locked_retry``) instead of failing after SQLite's 5 s: up to ``wait_s`` seconds (None:
+    ``LOCK_WAIT_S``; a run in progress sets ``RUN_LOCK_WAIT_S``)."""
+
+    wait_s = None
 
     def __init__(self, client, uri: str):
         self._client, self._uri = client, uri
@@ -253,7 +272,7 @@ class RetryingClient:
             return attr
 
         def call(*args, **kwargs):
-            return locked_retry(lambda: attr(*args, **kwargs), self._uri)
+            return locked_retry(lambda: attr(*args, **kwargs), self._uri, self.wait_s)
 
         return call
 
@@ -351,6 +370,35 @@ def locked_retry(fn, uri: str, wait_s: float | None = None):
             time.sleep(0.5)
 
 
+SCHEMA_ERRORS = ("duplicate column name", "already exists", "no such table", "no such column",
+                 "can't locate revision", "alembic_version")
+
+
+def broken_schema_message(uri: str, e: BaseException) -> str | None:
+    """One line with the way out for a SQLite store whose schema is incomplete -- its creation or an
+    upgrade was cut short (a kill while MLflow made its tables) -- or None for other errors."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    path = sqlite_path(uri)
+    if path is None or not any(s in text.lower() for s in SCHEMA_ERRORS):
+        return None
+    import sqlite3
+
+    runs = None
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            runs = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        runs = 0  # not even a runs table: nothing in it to keep
+    why = f"the MLflow store {path} has an incomplete schema (its creation or an upgrade was cut short: {text[:120]})"
+    if not runs:
+        return f"{why}; it holds no runs: delete it and run again (gpdlm creates it anew)"
+    return (f"{why}; it holds {runs} runs: keep a copy, then try `mlflow db upgrade sqlite:///{path}` on it, or "
+            f"track into another store (tracking.uri=other.db)")
+
+
 def check_store(uri: str) -> None:
     """Before a run: a SQLite store's folder must exist and be writable (MLflow's own error is a
     60-line traceback); a tracking server must answer within ``SERVER_CHECK_TIMEOUT_S`` (MLflow
@@ -390,8 +438,15 @@ def quiet_mlflow() -> None:
     on the console: a run's output is its one-line report."""
     import logging
 
-    for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "alembic", "mlflow.system_metrics"):
+    for name in ("alembic.runtime.migration", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # the system-metrics thread logs every failed sample with its traceback (a locked store: hundreds of
+    # lines); its samples are a courtesy, and the run's own calls say what matters once (locked_retry)
+    # (mlflow.store.db.utils logs every "database is locked" with a 60-line traceback at ERROR, and the
+    # exception reaches gpdlm anyway: locked_retry waits, other errors become one line)
+    for name in ("mlflow.system_metrics", "mlflow.store.db", "mlflow.store.db.utils", "mlflow.tracking._tracking_service",
+                 "sqlalchemy"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def quote(value: str) -> str | None:

@@ -7,7 +7,10 @@ stage in progress and what the finished stages produced (``FitResult``), every m
 and buffers, every random generator (batch order, the estimator's, torch's global one), the learning
 curves logged so far, and the config hash and MLflow run it belongs to. Written after every
 ``every``-th evaluation and when the run is stopped from outside (SIGTERM, SIGHUP, Ctrl-C, submitit's
-SIGUSR2 preemption). Read with ``torch.load(weights_only=True)``.
+SIGUSR2 preemption), and once more when training is complete (``save_complete``: every stage done,
+before the slow finalisation), so that a run stopped while it evaluates and saves its results
+resumes without training. Its SHA-256 is recorded in ``checkpoint.pt.sha256`` (``files.write_verified``)
+and checked when it is read. Read with ``torch.load(weights_only=True)``.
 
 A stage is checkpointed only when each of its hooks can save its own state (``checkpoint_state`` /
 ``load_checkpoint_state``); the recurrent family's refresh hooks cannot yet, so its networks' stages
@@ -23,40 +26,59 @@ from typing import Callable
 
 import torch
 
-from ..files import write_bytes_atomic
+from ..exceptions import GpdlmError
+from ..files import ChecksumMismatch, sidecar, verify_sha256, write_verified
 
 FILE = "checkpoint.pt"
 FORMAT = 1
 
 
-class Checkpointer:
-    """Writes the run's checkpoints; ``state`` (a loaded checkpoint) makes ``run_stages`` resume."""
+class CheckpointError(GpdlmError):
+    """A checkpoint that exists but cannot be trusted (its bytes do not match their SHA-256)."""
 
-    def __init__(self, path: str | os.PathLike, every: int, run_state: Callable[[], dict], state: dict | None = None):
+
+class Checkpointer:
+    """Writes the run's checkpoints; ``state`` (a loaded checkpoint) makes ``run_stages`` resume.
+
+    ``on_failure(error, iteration)`` is called once, at the first checkpoint that cannot be written
+    (a full disk): the run goes on, and says so (``run.train``: a log line, a tag, the report)."""
+
+    def __init__(self, path: str | os.PathLike, every: int, run_state: Callable[[], dict], state: dict | None = None,
+                 on_failure: Callable[[OSError, int], None] | None = None):
         self.path, self.every, self.run_state = Path(path), int(every), run_state
         self.state = state  # the checkpoint to resume from (consumed by run_stages)
         self.stage = 0  # the stage in progress (set by run_stages)
         self.fit = None  # run_stages' FitResult so far
         self.evaluations = 0
         self.writes = 0
+        self.on_failure = on_failure
+        self.failures = 0  # checkpoints that could not be written
+        self.last_written = None  # the iteration of the last checkpoint written (None: none yet)
 
     def after_evaluation(self, loop_state: Callable[[], dict]) -> None:
         self.evaluations += 1
         if self.every > 0 and self.evaluations % self.every == 0:
             self.save(loop_state())
 
-    def save(self, loop_state: dict) -> None:
+    def save_complete(self, fit, n_stages: int) -> None:
+        """The checkpoint of a finished training (every stage done): ``stage`` past the last one, the
+        final ``FitResult``, no loop state. Resuming from it trains nothing."""
+        self.stage, self.fit = int(n_stages), fit
+        self.save(None, complete=True)
+
+    def save(self, loop_state: dict | None, complete: bool = False) -> None:
         from .reuse import module_state
 
         f = self.fit
         blob = {
-            "format": FORMAT, "stage": self.stage, "loop": loop_state,
+            "format": FORMAT, "stage": self.stage, "loop": loop_state, "complete": bool(complete),
             "fit": None if f is None else {
                 "iterations": f.iterations, "train_seconds": f.train_seconds, "epochs": f.epochs,
                 "converged": f.converged, "best_iteration": f.best_iteration, "stop_rules": list(f.stop_rules),
                 "optimizers": list(f.optimizers), "losses": torch.tensor(f.losses, dtype=torch.float64),
                 "iter_ms": list(getattr(f, "stage_iter_ms", [])), "lbfgs_budget_hit": list(f.lbfgs_budget_hit),
                 "stage_final_loss": dict(f.stage_final_loss), "stage_log": list(getattr(f, "stage_log", [])),
+                **({"grad_max_abs": float(f.grad_max_abs)} if getattr(f, "grad_max_abs", None) is not None else {}),
             },
             **self.run_state(),
         }
@@ -66,25 +88,41 @@ class Checkpointer:
         buf = io.BytesIO()
         torch.save(blob, buf)
         try:
-            write_bytes_atomic(self.path, buf.getvalue())
+            write_verified(self.path, buf.getvalue())
             self.writes += 1
-        except OSError:  # a checkpoint that cannot be written costs a restart, never the run
-            pass
+            self.last_written = int(f.iterations) if f is not None else None
+            if loop_state is not None and "it" in loop_state:  # the stage's own count, after the earlier stages'
+                self.last_written = (int(f.iterations) if f is not None else 0) + int(loop_state["it"])
+        except OSError as e:  # a checkpoint that cannot be written costs a restart, never the run
+            self.failures += 1
+            if self.failures == 1 and self.on_failure is not None:
+                self.on_failure(e, self.last_written)
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+        sidecar(self.path).unlink(missing_ok=True)
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict | None:
-    """The checkpoint at ``path``, or None when there is none or it cannot be read."""
+def read_checkpoint(path: str | os.PathLike, strict: bool = False) -> dict | None:
+    """The checkpoint at ``path``, or None when there is none or it cannot be read. A checkpoint
+    whose bytes do not match their recorded SHA-256 is None too, or, with ``strict``, a one-line
+    ``CheckpointError`` (``gpdlm resume`` says so rather than restart silently)."""
     path = Path(path)
     if not path.is_file():
+        return None
+    try:
+        verify_sha256(path)
+    except ChecksumMismatch as e:
+        if strict:
+            raise CheckpointError(f"{e}; delete it (and {sidecar(path).name}) to start the run afresh") from None
+        return None
+    except OSError:
         return None
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:
         return None
-    return blob if blob.get("format") == FORMAT else None
+    return blob if isinstance(blob, dict) and blob.get("format") == FORMAT else None
 
 
 def restore_run_state(state: dict, modules, generators) -> None:
@@ -98,4 +136,4 @@ def restore_run_state(state: dict, modules, generators) -> None:
     torch.set_rng_state(state["torch_rng"])
 
 
-__all__ = ["FILE", "Checkpointer", "read_checkpoint", "restore_run_state"]
+__all__ = ["FILE", "CheckpointError", "Checkpointer", "read_checkpoint", "restore_run_state"]

@@ -136,6 +136,8 @@ def run_stages(
         out.stage_final_loss = dict(f.get("stage_final_loss", {}))
         out.stage_log = list(f.get("stage_log", []))
         out.losses, iter_ms = [float(v) for v in f["losses"].tolist()], list(f["iter_ms"])
+        if f.get("grad_max_abs") is not None:
+            out.grad_max_abs = float(f["grad_max_abs"])
     for i, stage in enumerate(stages):
         if checkpoint is not None:
             checkpoint.stage, checkpoint.fit = i, out
@@ -201,6 +203,8 @@ def run_stages(
                        converged=result.converged)
         if warm is not None:
             warm.save(stage.name, modules)
+    if state is not None and start >= len(stages):  # a complete checkpoint: nothing left to train
+        restore_run_state(state, modules, generators)
     if warm is not None:
         out.warm_started_from = warm.started_from
     out.iter_ms = float(sorted(iter_ms)[len(iter_ms) // 2]) if iter_ms else 0.0

@@ -274,3 +274,86 @@ def test_predict_sequence_bad_series_is_one_line(drop, match, sequence_runs, tmp
                                            str(tmp_path / "y.csv")]) == 2
     assert match in one_line_error(capsys)
     assert not (tmp_path / "y.csv").exists()
+
+
+# ----- issue 45, items 2 and 3: checksums, foreign models, metrics never overwritten silently ----------
+def _copy(folder, dest):
+    import shutil
+
+    shutil.copytree(folder, dest)
+    return dest
+
+
+def _flip(path, n=8):
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    data[mid:mid + n] = bytes(b ^ 0xFF for b in data[mid:mid + n])
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_model_is_refused_by_predict_and_eval(trained, tmp_path, capsys):
+    """8 flipped bytes of model.pt (which torch still loads: variances 400x off before) fail its SHA-256."""
+    from gpdlm_cli.commands._cli import run_cli
+
+    uri, runs = trained
+    folder = _copy(runs["dlm"][0], tmp_path / "run")
+    before = (folder / "metrics.json").read_text()
+    _test_rows_csv(runs["dlm"][2], tmp_path / "in.csv")
+    _flip(folder / MODEL_FILE)
+    capsys.readouterr()
+    assert run_cli(evaluate.predict_main, [str(folder), "--input", str(tmp_path / "in.csv"),
+                                           "--output", str(tmp_path / "out.csv")]) == 2
+    assert "does not match its recorded SHA-256" in one_line_error(capsys)
+    assert run_cli(evaluate.eval_main, [str(folder)]) == 2
+    assert "does not match its recorded SHA-256" in one_line_error(capsys)
+    assert (folder / "metrics.json").read_text() == before and not (tmp_path / "out.csv").exists()
+
+
+def test_eval_refuses_another_runs_model(trained, tmp_path, capsys):
+    from gpdlm_cli.commands._cli import run_cli
+    from gpdlm_cli.files import sidecar
+
+    uri, runs = trained
+    folder = _copy(runs["dlm"][0], tmp_path / "run")
+    other = runs["sgpr"][0]
+    for f in (other / MODEL_FILE, sidecar(other / MODEL_FILE)):  # the file and its checksum, both consistent
+        (folder / f.name).write_bytes(f.read_bytes())
+    before = (folder / "metrics.json").read_text()
+    capsys.readouterr()
+    assert run_cli(evaluate.eval_main, [str(folder)]) == 2
+    assert "is not this run's model: its config hash" in one_line_error(capsys)
+    assert (folder / "metrics.json").read_text() == before
+
+
+def test_eval_never_overwrites_a_differing_metric_without_overwrite(trained, tmp_path, capsys):
+    uri, runs = trained
+    folder = _copy(runs["dlm"][0], tmp_path / "run")
+    saved = json.loads((folder / "metrics.json").read_text())
+    saved["test_nll"] = 1.25  # what the run recorded; the model now gives something else
+    (folder / "metrics.json").write_text(json.dumps(saved))
+    capsys.readouterr()
+    assert evaluate.eval_main([str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERS test_nll 1.25 -> " in out and "nothing written" in out
+    assert json.loads((folder / "metrics.json").read_text())["test_nll"] == 1.25
+    assert evaluate.eval_main([str(folder), "--overwrite"]) == 0
+    assert json.loads((folder / "metrics.json").read_text())["test_nll"] == runs["dlm"][1]["test_nll"]
+
+
+@pytest.mark.parametrize("text, code, expected", [
+    ("{not json", 2, "is not readable JSON"),
+    ("[1, 2]", 2, "holds a JSON list, not the run's metrics"),
+    ('{"test_nll": "' + "x" * 500 + '"}', 1, "DIFFERS test_nll 'xxxx"),
+])
+def test_eval_with_a_broken_metrics_json_is_one_line(text, code, expected, trained, tmp_path, capsys):
+    from gpdlm_cli.commands._cli import run_cli
+
+    uri, runs = trained
+    folder = _copy(runs["dlm"][0], tmp_path / "run")
+    (folder / "metrics.json").write_text(text)
+    capsys.readouterr()
+    assert run_cli(evaluate.eval_main, [str(folder)]) == code
+    out, err = capsys.readouterr()
+    line = (err if code == 2 else out).strip()
+    assert len(line.splitlines()) == 1 and expected in line and len(line) < 400, line
+    assert (folder / "metrics.json").read_text() == text

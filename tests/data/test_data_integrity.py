@@ -137,3 +137,44 @@ def test_every_obtainable_registry_file_has_a_sha256(mirror_sums):
     for n, f in files:  # every mirrored file: the registry's hash is the mirror's
         if f.url in mirror_sums:
             assert f.sha256 == mirror_sums[f.url], (n, f.filename)
+
+
+# ----- issue 45, item 4: caches that heal ----------------------------------------------------------
+def _same_size_edit(path):
+    """Flip one digit of the file, keep its size, and set its mtime back (the probe's silent edit)."""
+    st = path.stat()
+    raw = bytearray(path.read_bytes())
+    i = next(k for k, b in enumerate(raw) if chr(b).isdigit() and chr(b) != "7")
+    raw[i] = ord("7")
+    path.write_bytes(bytes(raw))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_a_same_size_edit_with_its_mtime_restored_is_hashed_again_and_refused(mirror, private_cache):
+    load_table("yacht")
+    data = private_cache / "yacht" / "data.txt"
+    _same_size_edit(data)  # the ctime moved: the memoised hash no longer describes the file
+    with pytest.raises(DataError, match="does not match its registry SHA-256"):
+        load_table("yacht")
+    assert _parsed(private_cache) == []
+
+
+def test_fetch_force_drops_the_parsed_tables_of_the_dataset(mirror, private_cache):
+    load_table("yacht")
+    before = _parsed(private_cache)
+    stale = before[0].with_name("yacht-0123456789abcdef0123.npz")  # a table parsed from earlier bytes
+    shutil.copyfile(before[0], stale)
+    out = io.StringIO()
+    assert cmd.main(["fetch", "yacht", "--force"], out=out) == 0, out.getvalue()
+    assert _parsed(private_cache) == []
+    assert load_table("yacht").n == 308 and len(_parsed(private_cache)) == 1
+
+
+def test_a_failed_verify_drops_the_parsed_tables(mirror, private_cache):
+    load_table("yacht")
+    assert _parsed(private_cache)
+    _same_size_edit(private_cache / "yacht" / "data.txt")
+    out = io.StringIO()
+    assert cmd.main(["verify", "yacht"], out=out) != 0
+    assert _parsed(private_cache) == []

@@ -214,3 +214,102 @@ def test_a_signal_received_by_another_thread_waits_for_the_end_of_the_block():
     finally:
         stop.set()
         other.join()
+
+
+# ----- issue 47.6 / 45.7: the ending -------------------------------------------------------------------
+def test_a_run_stopped_after_its_last_iteration_resumes_without_training(tmp_path, monkeypatch):
+    """A stop while the finished run evaluates and saves its results (here: SIGTERM while the learning
+    curve is drawn) leaves a complete checkpoint; resuming trains no iteration and ends with the
+    uninterrupted run's metrics. Before, the checkpoint held the last periodic state (iteration 40
+    of 60) and the resumed run trained 20 iterations again."""
+    import signal as _signal
+
+    from gpdlm_cli.run import train as train_module
+    from gpdlm_cli.training import stages
+
+    install_signal_handlers()
+    ov = BASE + CASES["dlm_minibatch_keep_best"] + ["trainer.checkpoint_every=4"]
+    full = run_train(compose(ov), tmp_path / "full", tracker=NullTracker())
+
+    def stopped(*args, **kwargs):
+        raise Terminated(_signal.SIGTERM)
+
+    monkeypatch.setattr(train_module, "plot_learning_curve", stopped)
+    with pytest.raises(Terminated):
+        run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
+    state = read_checkpoint(tmp_path / "cut" / FILE)
+    assert state is not None and state["complete"] is True
+    assert int(state["fit"]["iterations"]) == full["iterations"] == 60
+    monkeypatch.undo()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a complete run trained again")
+
+    monkeypatch.setattr(stages, "train", no_training)
+    resumed = run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
+    assert _strip(resumed) == _strip(full)
+    assert not (tmp_path / "cut" / FILE).exists() and (tmp_path / "cut" / "model.pt").is_file()
+
+
+def test_a_flipped_checkpoint_is_refused_by_resume_and_not_resumed_silently(tmp_path, monkeypatch):
+    """checkpoint.pt's SHA-256 is in checkpoint.pt.sha256: 8 flipped bytes make `read_checkpoint(strict)`
+    one line (gpdlm resume), and a requeued job does not resume from it."""
+    from gpdlm_cli.files import sidecar
+    from gpdlm_cli.training.checkpoint import CheckpointError
+
+    install_signal_handlers()
+    ov = BASE + CASES["dlm_minibatch_keep_best"]
+    from gpdlm_cli import build
+
+    real_build = build.build_method
+
+    def with_killer(cfg, data, task, *family):
+        method = real_build(cfg, data, task, *family)
+        method.stages[-1].hooks = list(method.stages[-1].hooks) + [_KillAt(15)]
+        return method
+
+    monkeypatch.setattr(build, "build_method", with_killer)
+    with pytest.raises(Terminated):
+        run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
+    path = tmp_path / "cut" / FILE
+    assert sidecar(path).is_file() and read_checkpoint(path, strict=True)["loop"]["it"] == 15
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    data[mid:mid + 8] = bytes(b ^ 0xFF for b in data[mid:mid + 8])
+    path.write_bytes(bytes(data))
+    assert read_checkpoint(path) is None
+    with pytest.raises(CheckpointError, match="does not match its recorded SHA-256"):
+        read_checkpoint(path, strict=True)
+
+
+def test_a_checkpoint_that_cannot_be_written_is_said_once_in_the_log_the_report_and_a_tag(tmp_path, monkeypatch, capsys):
+    """A full disk from the third checkpoint on: training goes on, and the run says so once -- a console
+    warning, one WARNING line in gpdlm.log, the tag gpdlm.checkpoint_failed and the one-line report --
+    naming the iteration the checkpoint stays at. Before, it was silent."""
+    import errno
+
+    from gpdlm_cli.training import checkpoint as ck
+
+    real = ck.write_verified
+    writes = []
+
+    def full_disk(path, data):
+        writes.append(path)
+        if len(writes) > 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(ck, "write_verified", full_disk)
+    tracker = NullTracker()
+    ov = BASE + CASES["dlm_minibatch_keep_best"]
+    metrics = run_train(compose(ov), tmp_path / "run", tracker=tracker)
+    assert metrics["iterations"] == 60 and len(writes) > 3
+    out, err = capsys.readouterr()
+    warned = [ln for ln in err.splitlines() if "checkpoint not written" in ln]
+    assert warned == ["gpdlm: warning: checkpoint not written (No space left on device); checkpoint stays at "
+                      "iteration 20: a stop now costs the iterations since"]
+    log = [ln for ln in (tmp_path / "run" / "gpdlm.log").read_text().splitlines() if "checkpoint not written" in ln]
+    assert len(log) == 1 and "[WARNING]" in log[0]
+    assert "stays at iteration 20" in tracker.tags["gpdlm.checkpoint_failed"]
+    report = [ln for ln in out.splitlines() if ln.startswith("gpdlm: ")]
+    assert len(report) == 1 and "(WARNING: checkpoint not written (No space left on device)" in report[0]
