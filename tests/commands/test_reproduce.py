@@ -104,10 +104,10 @@ def test_the_smoke_scale_is_data(monkeypatch):
     plan = rp.derive(claims.load("rkhs"), [], "smoke", "fast", ["threads=1"])
     keys = [(m.preset, m.overrides) for m in plan.multiruns]
     assert keys == [  # rkhs_batch_study_pol -> rkhs_batch_study_smoke (scales.yaml), the paper's data sets dropped
-        ("rkhs_batch_study_smoke", ["kernel=linear", "dataset.split.mask=0,1", "trainer.protocol=fast", "threads=1"]),
-        ("rkhs_batch_study_smoke", ["kernel=rff", "dataset.split.mask=0,1", "trainer.protocol=fast", "threads=1"]),
-        ("rkhs_batch_study_smoke", ["kernel=rbf", "model=svgp", "dataset.split.mask=0,1", "trainer.protocol=fast", "threads=1"]),
-        ("rkhs_batch_study_smoke", ["kernel=rbf", "model=bsgd", "dataset.split.mask=0,1", "trainer.protocol=fast", "threads=1"]),
+        ("rkhs_batch_study_smoke", ["kernel=linear", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
+        ("rkhs_batch_study_smoke", ["kernel=rff", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
+        ("rkhs_batch_study_smoke", ["kernel=rbf", "model=svgp", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
+        ("rkhs_batch_study_smoke", ["kernel=rbf", "model=bsgd", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
     ]
     dlm = rp.derive(claims.load("dlm"), ["D2-pol", "D1-song", "D14-ups-less-bias-L1"], "smoke", "paper")
     assert [(m.preset, m.overrides, m.command) for m in dlm.multiruns] == [
