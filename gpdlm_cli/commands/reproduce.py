@@ -26,7 +26,8 @@ job (``done/total``, the time left estimated from the jobs trained so far) and l
 between multiruns) and says what is left. Other Hydra overrides (``hydra/launcher=joblib
 hydra.launcher.n_jobs=2``) pass through to every multirun. At the end ``gpdlm report`` reads the store:
 every table's scale, protocol and data come from the runs' own params and tags (``study.md``, written
-next to the report), partial results give partial verdicts ("not measured").
+next to the report), partial results give partial verdicts ("not measured"); the runs it read are exported
+next to it (``runs.jsonl.gz``: ``gpdlm report --from`` rebuilds the same report from them).
 """
 
 from __future__ import annotations
@@ -293,14 +294,17 @@ class Progress:
     job_started: float = 0.0
 
     def left_s(self) -> float | None:
+        """The jobs left times the wall time per trained job so far (their overhead included; skipped
+        jobs count as free), None before the first job trained."""
         if not self.trained:
             return None
-        return self.seconds / self.trained * max(0, self.total - self.done)
+        return (time.monotonic() - self.started) / self.trained * max(0, self.total - self.done)
 
     def line(self, what: str) -> str:
         left = max(0, self.total - self.done)
+        eta = self.left_s()
         return (f"gpdlm reproduce: {self.done}/{self.total} jobs done ({what}), {left} left, "
-                f"about {duration(self.left_s())} left")
+                + (f"about {duration(eta)} left" if eta is not None else "time left not known yet (no job trained)"))
 
     def log(self, line: str) -> None:
         if self.client is None or self.run_id is None:
@@ -395,7 +399,8 @@ def study_text(paper, records: list, settings: dict) -> str:
         lines.append(f"| {t.id} | {len(runs)} | {values(runs, p('sweep.scale'))} | "
                      f"{values(runs, lambda r: r.tags.get('gpdlm.protocol', '-'))} | {values(runs, p('dataset.name'))} | "
                      f"{len({r.params.get('seed') for r in runs})} | "
-                     f"{len({r.params.get('dataset.split.mask') for r in runs})} | {values(runs, p('trainer.max_epochs'))} |")
+                     f"{len({r.params.get('dataset.split.mask') for r in runs} - {None, 'None'}) or '-'} | "
+                     f"{values(runs, p('trainer.max_epochs'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -521,6 +526,10 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
         for n in names:
             records += store.load_runs(client, client.get_experiment_by_name(n), notes=[], commands=("train", "bias"))
         (outdir / "study.md").write_text(study_text(paper, records, settings))
+        from ..analysis import export  # the evidence next to the verdicts: the report is rebuilt from it
+
+        exps = [client.get_experiment_by_name(n) for n in names]
+        export.write(outdir / "runs.jsonl.gz", export.export_store(client, exps), names)
         from .report import main as report_main
 
         report_main(["--claims", args.paper, "--tracking-uri", uri, *[a for n in names for a in ("--experiment", n)],
