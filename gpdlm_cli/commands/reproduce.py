@@ -197,7 +197,6 @@ def offline(status: str) -> bool:
 def expand(plan: Plan, estimate: bool = False) -> None:
     """Fill in every multirun's jobs (the beta grids expanded), experiment, data and -- with ``estimate``,
     for data that loads offline -- the ``run.plan`` estimate of its wall time."""
-    from ..exceptions import GpdlmError
     from ..run.plan import job_overrides
     from ..run.plan import plan as sweep_plan
     from .sweep import beta_grid, sweep_overrides
@@ -231,7 +230,7 @@ def expand(plan: Plan, estimate: bool = False) -> None:
         if estimate and all_offline:
             try:
                 m.estimate_s = sum(sweep_plan(a, estimate=True).estimate_s or 0.0 for a in m.argvs)
-            except (GpdlmError, Exception) as e:  # noqa: BLE001 -- the estimate is advisory
+            except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
                 m.note = (m.note + "; " if m.note else "") + f"no estimate ({str(e).strip().splitlines()[0][:80]})"
         elif estimate:
             m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
@@ -408,7 +407,7 @@ def study_text(paper, records: list, settings: dict) -> str:
 EPILOG = """examples:
   gpdlm reproduce gplstm --scale smoke                  # CI-sized, a few minutes
   gpdlm reproduce dlm --dry-run                         # the paper-scale plan: jobs, data, estimated time
-  gpdlm reproduce rkhs --claims T2-scgd-vs-bsgd --scale reduced --budget 3h
+  gpdlm reproduce rkhs --claims T2-scgd-beats-bsgd-b32 --scale reduced --budget 3h
   gpdlm reproduce svbssgp --scale smoke hydra/launcher=joblib hydra.launcher.n_jobs=2
 Rerun the same command after an interruption or a spent budget: finished jobs are not run again.
 """
@@ -461,10 +460,10 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
     from mlflow.tracking import MlflowClient
 
     from ..analysis import store
-    from .bias import bias_main
-    from .train import train_main
     from ..tracking import ensure_experiment, resolve_tracking_uri
     from ..tracking import sweep as sweep_mod
+    from .bias import bias_main
+    from .train import train_main
 
     outdir = Path(args.output or f"reproduce/{plan.paper}-{plan.scale}")
     outdir.mkdir(parents=True, exist_ok=True)
