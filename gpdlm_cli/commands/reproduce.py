@@ -369,6 +369,22 @@ class ReproduceCallback:
 CALLBACK = f"+hydra.callbacks.reproduce._target_={__name__}.ReproduceCallback"
 
 
+def _count_outcomes(p: Progress, sweep_dir: Path, what: str) -> None:
+    """Progress after a multirun whose jobs ran in other processes (a parallel launcher): its outcomes."""
+    from ..tracking.sweep import read_outcomes
+
+    outcomes = read_outcomes(sweep_dir)
+    if not outcomes:
+        return
+    p.done += len(outcomes)
+    p.trained += sum(o["status"] == "finished" for o in outcomes)
+    counts = ", ".join(f"{n} {s}" for s in ("finished", "skipped", "failed", "killed")
+                       if (n := sum(o["status"] == s for o in outcomes)))
+    line = p.line(f"{what}: {counts}")
+    print(line, file=sys.stderr, flush=True)
+    p.log(line)
+
+
 # ----- the study section: what the runs say about themselves -------------------------------------------
 def study_text(paper, records: list, settings: dict) -> str:
     """Markdown: the reproduce settings and, per table, its runs' scale (param ``sweep.scale``), protocol
@@ -482,13 +498,13 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
     PROGRESS = Progress(plan.jobs, deadline, client, parent.info.run_id)
     print(describe(plan), file=sys.stderr)
     stopped = None
+    launched = 0
     try:
         for i, m in enumerate(plan.multiruns, 1):
             for argv in m.argvs:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise BudgetReached()
-                tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}",
-                        f"hydra.sweep.dir={outdir.resolve()}/multirun/{time.strftime('%Y%m%d-%H%M%S')}-{i}", CALLBACK]
+                tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}", CALLBACK]
                 if argv[0] == "gpdlm sweep beta":  # data not offline: `gpdlm sweep beta` loads it (downloads)
                     from .sweep import sweep_overrides
 
@@ -496,8 +512,13 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
                 else:
                     launches = [["-m", *argv, *tail]]
                 for launch in launches:
-                    sys.argv = [f"gpdlm {m.command}", *launch]
+                    launched += 1  # every multirun its own sweep folder (its outcomes, its parent run)
+                    sweep_dir = outdir.resolve() / "multirun" / f"{time.strftime('%Y%m%d-%H%M%S')}-{launched}"
+                    sys.argv = [f"gpdlm {m.command}", *launch, f"hydra.sweep.dir={sweep_dir}"]
+                    before = PROGRESS.done
                     bias_main() if m.command == "bias" else train_main()
+                    if PROGRESS.done == before:  # jobs ran in other processes (joblib, Slurm, Ray): count them now
+                        _count_outcomes(PROGRESS, sweep_dir, f"multirun {i} of {len(plan.multiruns)}")
     except BudgetReached:
         sweep_mod.abort_active_sweeps("KILLED", f"stopped by gpdlm reproduce --budget {args.budget}")
         p = PROGRESS

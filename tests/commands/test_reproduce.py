@@ -282,3 +282,18 @@ def test_regenerate_sh_rebuilds_the_records_reports_on_a_fresh_tree(tmp_path):
         again = tree / "docs" / "results" / "smoke" / folder.name / "report.md"
         assert again.read_bytes() == (folder / "report.md").read_bytes(), folder.name
     assert not list(tree.rglob("mlflow.db"))  # no store was needed, none was made
+
+
+def test_progress_of_a_multirun_run_by_a_parallel_launcher_is_counted_from_its_outcomes(tmp_path, capsys):
+    from gpdlm_cli.tracking.sweep import record_outcome
+
+    for job, status in enumerate(["finished", "skipped", "finished", "failed"]):
+        record_outcome(tmp_path, job, status, [f"seed={job}"])
+    p = rp.Progress(total=10, deadline=None)
+    p.started -= 30.0  # 30 s so far
+    rp._count_outcomes(p, tmp_path, "multirun 1 of 3")
+    assert (p.done, p.trained) == (4, 2)
+    line = capsys.readouterr().err.strip()
+    # 6 jobs left at the 15 s per trained job measured so far (30 s / 2)
+    assert re.fullmatch(r"gpdlm reproduce: 4/10 jobs done \(multirun 1 of 3: 2 finished, 1 skipped, 1 failed\), 6 left, "
+                        r"about 9[0-2] s left", line), line
