@@ -227,11 +227,17 @@ def expand(plan: Plan, estimate: bool = False) -> None:
             else:
                 m.jobs = sum(len(beta_grid(int(float(s)), grid_min, factor)) for s in sizes)
             m.argvs = [["gpdlm sweep beta", *argv]]
-        if estimate and all_offline:
+        here = [n for n, st in m.datasets.items() if offline(st)]
+        if estimate and here and not m.beta_grid or estimate and all_offline:
+            # the data sets that load offline are timed; the others' jobs are counted but not estimated
+            pins = [] if all_offline else [f"dataset={','.join(here)}"]
             try:
-                m.estimate_s = sum(sweep_plan(a, estimate=True).estimate_s or 0.0 for a in m.argvs)
+                m.estimate_s = sum(sweep_plan(merge_overrides(a, pins), estimate=True).estimate_s or 0.0 for a in m.argvs)
             except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
                 m.note = (m.note + "; " if m.note else "") + f"no estimate ({str(e).strip().splitlines()[0][:80]})"
+            if pins and m.estimate_s is not None:
+                m.note = (m.note + "; " if m.note else "") + (f"estimate for {', '.join(here)} only: the jobs on "
+                                                               f"{len(m.datasets) - len(here)} other data sets not offline")
         elif estimate:
             m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
 

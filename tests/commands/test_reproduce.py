@@ -297,3 +297,25 @@ def test_progress_of_a_multirun_run_by_a_parallel_launcher_is_counted_from_its_o
     # 6 jobs left at the 15 s per trained job measured so far (30 s / 2)
     assert re.fullmatch(r"gpdlm reproduce: 4/10 jobs done \(multirun 1 of 3: 2 finished, 1 skipped, 1 failed\), 6 left, "
                         r"about 9[0-2] s left", line), line
+
+
+def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
+    """rkhs Table 2 sweeps 8 data sets; only those that load offline are timed (here: pol, made offline)."""
+    import types
+
+    from gpdlm_cli.run import plan as run_plan
+
+    seen = []
+
+    def fake_plan(overrides, *, estimate=False, sample_iterations=5):
+        seen.append(list(overrides))
+        return types.SimpleNamespace(estimate_s=12.0)
+    monkeypatch.setattr(run_plan, "plan", fake_plan)
+    monkeypatch.setattr(rp, "data_status", lambda name: "offline (mirror)" if name == "pol" else "download")
+    p = rp.derive(claims.load("rkhs"), ["T2-scgd-beats-bsgd-b32"], "paper", "paper")
+    rp.expand(p, estimate=True)
+    (m,) = p.multiruns
+    assert m.jobs == 2160 and m.estimate_s == 12.0
+    assert seen == [["+experiment=rkhs_batch_study_pol", "kernel=linear", "dataset=pol"]]
+    assert m.note == "estimate for pol only: the jobs on 7 other data sets not offline"
+    assert "estimated 12 s; estimate for pol only" in rp.describe(p)
