@@ -16,6 +16,8 @@ SUBCOMMANDS = {
     "compare": ("gpdlm_cli.commands.compare:cli", "mean +- SE tables and paper figures from the MLflow runs"),
     "select": ("gpdlm_cli.commands.select:cli", "pick beta by validation metric per group; test metrics (--refit)"),
     "report": ("gpdlm_cli.commands.report:cli", "a paper's tables and a verdict per claim from the runs (--claims PAPER)"),
+    "reproduce": ("gpdlm_cli.commands.reproduce:cli", "run what a paper's claims need (resumable, --budget) and write its report"),
+    "export": ("gpdlm_cli.commands.export:cli", "write an experiment's runs to a versioned run-records file (report --from)"),
     "runs": ("gpdlm_cli.commands.run_list:cli", "list an experiment's runs with status and metrics; find and close stale ones"),
     "ui": ("gpdlm_cli.commands.ui:cli", "open the MLflow UI on the tracking store (127.0.0.1 by default)"),
     "bias": ("gpdlm_cli.commands.bias:bias_main", "the DLM paper's gradient-bias statistics of an estimator"),

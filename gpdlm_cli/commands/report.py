@@ -3,6 +3,10 @@
 
     gpdlm report [--claims PAPER] [--experiment NAME ...] [--tracking-uri URI] [--format md|latex|html]
                  [--output FILE] [--out DIR] [--filter EXPR] [--no-log]
+    gpdlm report --claims PAPER --from runs.jsonl.gz [--from ...] [--experiment NAME ...] ...
+
+``--from`` reads run-records files (``gpdlm export``) instead of a store: the same report, byte for
+byte, as from the store they were exported from.
 
 Without ``--claims`` the report holds what ``gpdlm compare`` computes for each experiment: the
 mean ± standard error table of its FINISHED training runs grouped by compare's default keys (a
@@ -32,6 +36,7 @@ EPILOG = """examples:
   gpdlm report --experiment sampling_methods --claims dlm --format html --output sampling.html
   gpdlm report --experiment a --experiment b --claims svbssgp    # the runs of several experiments
   gpdlm report --claims my_claims.yaml --experiment mine          # a claims file of your own
+  gpdlm report --claims gplstm --from docs/results/smoke/gplstm/runs.jsonl.gz   # from exported run records
 
 The claims files (gpdlm_cli/claims/<paper>.yaml) map every table cell onto runs (params and tags),
 and give each claim its comparison, paired test and significance level: docs/analysis.md.
@@ -57,6 +62,9 @@ def build_parser():
     p.add_argument("--out", metavar="DIR", help="output folder (default: outputs/report/<timestamp>)")
     p.add_argument("--filter", default="", metavar="EXPR", help="MLflow search filter on the runs read")
     p.add_argument("--no-log", action="store_true", help="do not create the `report` MLflow run")
+    p.add_argument("--from", dest="from_files", action="append", metavar="FILE",
+                   help="read the runs from a run-records file of `gpdlm export` instead of a store (repeatable; "
+                        "--experiment then picks experiments in the files, default: all of them)")
     p.add_argument("--study", metavar="FILE", help="a Markdown file with the study's commands, protocol, budget and "
                                                    "reductions, printed at the top of the report")
     return p
@@ -77,15 +85,28 @@ def main(argv: list[str]) -> int:
         study = Path(args.study).read_text()
     if args.output and Path(args.output).is_dir():
         raise R.AnalysisError(f"--output {args.output} is a folder: give a file name")
-    client, uri = store.open_store(args.tracking_uri)
-    names = list(dict.fromkeys(R.split_list(args.experiment) or [R.DEFAULT_EXPERIMENT]))
-    exps = [store.get_experiment(client, name, uri) for name in names]
     notes: list[str] = []
     records, made = [], []
-    for name, exp in zip(names, exps):
-        runs = store.load_runs(client, exp, args.filter, notes=notes, commands=("train", "bias"))
-        records += runs
-        made.append(rep.provenance(name, runs))
+    if args.from_files:
+        from ..analysis import export
+
+        if args.filter:
+            raise R.AnalysisError("--filter searches a store: it does not apply to --from files")
+        files = [export.read(f) for f in args.from_files]
+        names, by_name = export.load_records(files, R.split_list(args.experiment), notes)
+        for name in names:
+            records += by_name[name]
+            made.append(rep.provenance(name, by_name[name]))
+        client, uri, exps, histories = None, None, [], export.FileHistories(files)
+    else:
+        client, uri = store.open_store(args.tracking_uri)
+        names = list(dict.fromkeys(R.split_list(args.experiment) or [R.DEFAULT_EXPERIMENT]))
+        exps = [store.get_experiment(client, name, uri) for name in names]
+        for name, exp in zip(names, exps):
+            runs = store.load_runs(client, exp, args.filter, notes=notes, commands=("train", "bias"))
+            records += runs
+            made.append(rep.provenance(name, runs))
+        histories = client
     report = rep.build(paper, records, names, made, study)
     for note in notes + report.notes:
         print(f"gpdlm: note: {note}", file=sys.stderr)
@@ -94,7 +115,7 @@ def main(argv: list[str]) -> int:
     figs = {}
     if args.format == "html":
         for tr in report.tables:
-            figs[tr.table.id] = render.figures(tr, client)
+            figs[tr.table.id] = render.figures(tr, histories)
             for i, (_, png) in enumerate(figs[tr.table.id]):
                 (outdir / f"{tr.table.id}_{i}.png").write_bytes(png)
     text = {"md": render.markdown, "latex": render.latex}.get(args.format, lambda r: render.html_page(r, figs))(report)
@@ -113,7 +134,7 @@ def main(argv: list[str]) -> int:
                   f"({len(records)} runs of {', '.join(names)})", [header[i] for i in keep], short, numeric_from=99)
     written = [FORMATS[args.format], "cells.csv", "verdicts.csv"] + [f"{k}_{i}.png" for k, v in figs.items() for i in range(len(v))]
     print(f"wrote {', '.join(written)} to {outdir}" + (f" and {args.output}" if args.output else ""))
-    if not args.no_log:
+    if not args.no_log and client is not None:
         rid = store.log_analysis_run(client, exps[0].experiment_id, "report", outdir, params={
             "claims": paper.name, "experiments": ",".join(names), "format": args.format, "filter": args.filter or "",
             "n_runs": len(records), "n_claims": len(report.verdicts), "holds": c[rep.HOLDS], "fails": c[rep.FAILS],

@@ -1,0 +1,236 @@
+"""Run records: an MLflow store's runs as a compressed, versioned, checksummed file (``gpdlm export``),
+and read back in place of the store (``gpdlm report --from FILE``).
+
+The file is gzip-compressed JSON lines (``runs.jsonl.gz``; gzip without a timestamp, so the same runs
+give the same bytes):
+
+* line 1, the header: ``{"format": "gpdlm-runs", "version": 1, "experiments": [...], "n_runs": N}``;
+* one line per run: ``experiment``, ``run_id``, ``run_name``, ``status``, ``start_time``,
+  ``end_time`` (ms since the epoch), ``params``, ``metrics`` (the final values), ``tags`` and
+  ``steps``: for every metric logged at more than one step, its summary ``{"n", "first", "last",
+  "min", "max", "last_step"}`` and (unless exported with ``--no-histories``) its ``points``
+  ``[[step, value], ...]`` -- what the learning-curve figures draw. Model files and other artifacts
+  are not exported;
+* the last line, the trailer: ``{"sha256": ..., "n_runs": N}``, the SHA-256 of every line before it
+  (the header included, newline-terminated, UTF-8).
+
+``read`` checks the format, the version, the checksum and the run count: a truncated, edited or
+foreign file is one line of error (``AnalysisError``), never a silently different report. The runs
+come back as the objects ``MlflowClient.search_runs`` returns would be read (``.info``, ``.data``),
+so ``store.load_runs``' rules apply unchanged: FINISHED training runs only, reruns of a configuration
+counted once, the unfinished ones noted. With pandas: ``pd.read_json(path, lines=True)`` reads the
+runs (drop the first and last rows: header and trailer).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from .records import AnalysisError, RunRecord
+
+FORMAT = "gpdlm-runs"
+VERSION = 1
+
+
+# ----- writing -----------------------------------------------------------------------------------------
+def _num(x):
+    """A float as JSON can hold it: NaN and infinities as strings ("nan", "inf", "-inf")."""
+    x = float(x)
+    return x if math.isfinite(x) else repr(x)
+
+
+def _unnum(x) -> float:
+    return float(x)
+
+
+def run_entry(experiment: str, run, histories: dict | None, keep_points: bool = True) -> dict:
+    """One MLflow run (``client.search_runs`` result) as an export line. ``histories``: metric ->
+    [(step, value)] for the metrics that have them (None: no step metrics read)."""
+    steps = {}
+    for name, pts in sorted((histories or {}).items()):
+        if len(pts) < 2:
+            continue
+        pts = sorted((int(s), float(v)) for s, v in pts)
+        vals = [v for _, v in pts]
+        finite = [v for v in vals if math.isfinite(v)] or [math.nan]
+        entry = {"n": len(pts), "first": _num(vals[0]), "last": _num(vals[-1]), "min": _num(min(finite)),
+                 "max": _num(max(finite)), "last_step": pts[-1][0]}
+        if keep_points:
+            entry["points"] = [[s, _num(v)] for s, v in pts]
+        steps[name] = entry
+    return {
+        "experiment": experiment,
+        "run_id": run.info.run_id,
+        "run_name": run.info.run_name or "",
+        "status": run.info.status,
+        "start_time": int(run.info.start_time or 0),
+        "end_time": int(run.info.end_time or 0),
+        "params": dict(sorted(run.data.params.items())),
+        "metrics": {k: _num(v) for k, v in sorted(run.data.metrics.items())},
+        "tags": dict(sorted(run.data.tags.items())),
+        "steps": steps,
+    }
+
+
+def _line(obj: dict) -> bytes:
+    return (json.dumps(obj, sort_keys=False, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def write(path: str | Path, entries: list[dict], experiments: list[str]) -> str:
+    """Write ``entries`` (``run_entry`` lines) to ``path`` (gzip, deterministic bytes, written to a
+    temporary file and renamed); returns the SHA-256 recorded in the trailer."""
+    path = Path(path)
+    entries = sorted(entries, key=lambda e: (experiments.index(e["experiment"]) if e["experiment"] in experiments
+                                             else len(experiments), e["start_time"], e["run_id"]))
+    body = [_line({"format": FORMAT, "version": VERSION, "experiments": list(experiments), "n_runs": len(entries)})]
+    body += [_line(e) for e in entries]
+    digest = hashlib.sha256(b"".join(body)).hexdigest()
+    body.append(_line({"sha256": digest, "n_runs": len(entries)}))
+    raw = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+        gz.write(b"".join(body))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(raw.getvalue())
+    tmp.replace(path)
+    return digest
+
+
+def export_store(client, experiments: list, *, histories: bool = True, keep_points: bool = True,
+                 commands: tuple[str, ...] = ("train", "bias")) -> list[dict]:
+    """The export lines of every run of ``experiments`` (MLflow experiment objects) made by one of
+    ``commands`` (all statuses: the reader applies the report's rules), step metrics read from each
+    run's metric histories when ``histories``."""
+    from .store import search_all
+
+    out = []
+    for exp in experiments:
+        for run in search_all(client, exp.experiment_id):
+            if run.data.tags.get("gpdlm.command") not in commands:
+                continue
+            hist = None
+            if histories:
+                hist = {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)]
+                        for k in run.data.metrics}
+            out.append(run_entry(exp.name, run, hist, keep_points))
+    return out
+
+
+# ----- reading -----------------------------------------------------------------------------------------
+@dataclass
+class RunFile:
+    """A run-records file, read and verified."""
+
+    path: Path
+    experiments: list[str]
+    entries: list[dict]
+    sha256: str
+    header: dict = field(default_factory=dict)
+
+    def runs(self, experiment: str) -> list:
+        """The runs of ``experiment`` shaped like ``MlflowClient.search_runs`` results."""
+        return [as_run(e) for e in self.entries if e["experiment"] == experiment]
+
+    def history(self, run_id: str, metric: str) -> list:
+        for e in self.entries:
+            if e["run_id"] == run_id:
+                pts = e.get("steps", {}).get(metric, {}).get("points")
+                if pts is None and metric in e["metrics"]:
+                    pts = [[0, e["metrics"][metric]]]
+                return [SimpleNamespace(step=int(s), value=_unnum(v)) for s, v in (pts or [])]
+        return []
+
+
+def as_run(e: dict):
+    """An export line as an object with MLflow's run shape (``info.run_id``, ``data.params``, ...)."""
+    info = SimpleNamespace(run_id=e["run_id"], run_name=e["run_name"], status=e["status"],
+                           start_time=e["start_time"], end_time=e.get("end_time"))
+    data = SimpleNamespace(params=dict(e["params"]), metrics={k: _unnum(v) for k, v in e["metrics"].items()},
+                           tags=dict(e["tags"]))
+    return SimpleNamespace(info=info, data=data)
+
+
+def read(path: str | Path) -> RunFile:
+    """Read and verify a run-records file (format, version, SHA-256, run count)."""
+    path = Path(path)
+    if not path.is_file():
+        raise AnalysisError(f"--from {path}: no such file")
+    try:
+        with gzip.open(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise AnalysisError(f"{path}: not a gzip-compressed run-records file ({e})") from None
+    lines = raw.splitlines(keepends=True)
+    try:
+        header = json.loads(lines[0]) if lines else {}
+    except ValueError:
+        header = {}
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise AnalysisError(f"{path}: not a gpdlm run-records file (no '{FORMAT}' header)")
+    if header.get("version") != VERSION:
+        raise AnalysisError(f"{path}: run-records format version {header.get('version')}; this gpdlm reads "
+                            f"version {VERSION}")
+    try:
+        trailer = json.loads(lines[-1]) if len(lines) > 1 else {}
+    except ValueError:
+        trailer = {}
+    if "sha256" not in trailer:
+        raise AnalysisError(f"{path}: truncated (no checksum line at the end)")
+    digest = hashlib.sha256(b"".join(lines[:-1])).hexdigest()
+    if digest != trailer["sha256"]:
+        raise AnalysisError(f"{path}: SHA-256 mismatch (file {trailer['sha256'][:12]}..., content {digest[:12]}...): "
+                            f"the file was changed or damaged")
+    entries = [json.loads(ln) for ln in lines[1:-1]]
+    if len(entries) != header.get("n_runs") or len(entries) != trailer.get("n_runs"):
+        raise AnalysisError(f"{path}: {len(entries)} runs, the header says {header.get('n_runs')}")
+    return RunFile(path, list(header.get("experiments", [])), entries, digest, header)
+
+
+def load_records(files: list[RunFile], experiments: list[str], notes: list[str],
+                 commands: tuple[str, ...] = ("train", "bias")) -> tuple[list[str], dict[str, list[RunRecord]]]:
+    """(experiment names, their FINISHED training runs) from run-records ``files``, by the rules of
+    ``store.load_runs``; ``experiments`` empty: every experiment of the files, in their order."""
+    from .store import drop_reruns, is_training_run, skipped_note
+
+    have = list(dict.fromkeys(name for f in files for name in f.experiments))
+    names = list(dict.fromkeys(experiments)) or have
+    out = {}
+    for name in names:
+        if name not in have:
+            raise AnalysisError(f"experiment '{name}' is not in {', '.join(str(f.path) for f in files)}; "
+                                f"experiments there: {', '.join(have) or '(none)'}")
+        found = [r for f in files for r in f.runs(name)]
+        runs = [RunRecord.from_run(r) for r in found if is_training_run(r, False, commands)]
+        if skipped_note(found):
+            notes.append(skipped_note(found))
+        runs, reruns = drop_reruns(runs)
+        if reruns:
+            notes.append(f"{reruns} rerun(s) of identical configurations (same gpdlm.config_hash) counted once: "
+                         f"the latest run of each is used")
+        if not runs:
+            raise AnalysisError(f"no FINISHED training runs in experiment '{name}'")
+        runs.sort(key=lambda r: (r.start_time, r.run_id))
+        out[name] = runs
+    return names, out
+
+
+class FileHistories:
+    """The ``get_metric_history`` of an MlflowClient, answered from run-records files (the report's
+    learning-curve figures)."""
+
+    def __init__(self, files: list[RunFile]):
+        self.files = files
+
+    def get_metric_history(self, run_id: str, metric: str) -> list:
+        for f in self.files:
+            pts = f.history(run_id, metric)
+            if pts:
+                return pts
+        return []

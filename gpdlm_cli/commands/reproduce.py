@@ -1,0 +1,571 @@
+"""``gpdlm reproduce PAPER``: the runs a paper's claims need, derived from its claims file, run resumably into
+one store within a budget, and the report.
+
+    gpdlm reproduce PAPER [--claims ID ...] [--scale smoke|reduced|paper] [--protocol paper|fast]
+                    [--budget 3h] [--dry-run] [--no-estimate] [--format md|html|latex] [--output DIR]
+                    [--tracking-uri URI] [hydra overrides: hydra/launcher=joblib ...]
+
+**The plan** (``derive``): every selected claim names a table; the table names its ``preset`` (the claim
+may name its own), the claim its ``overrides`` (the paper's data set), the table its ``arms`` (further
+override lists, or other presets). The scale maps each (``gpdlm_cli/claims/reproduce/scales.yaml``):
+``smoke`` runs ``<preset>_smoke`` (the claims' own overrides dropped: the smoke presets pin a small offline
+grid), ``reduced`` the paper's presets with fewer seeds and epochs, ``paper`` the presets as named. A table
+whose select rule picks ``objective.beta`` and whose jobs do not sweep it gets the DLM paper's beta grid
+(``gpdlm sweep beta``). Duplicate multiruns (claims sharing a table) are planned once. ``--dry-run`` prints
+the plan: multiruns and jobs per table, the data each needs and whether it loads offline (a generator, the
+cache or ``$GPDLM_DATA_MIRROR``), and the estimated wall time of the existing ``--dry-run`` estimator
+(``run.plan``: timed sample steps of every job shape, times each job's iteration budget; only for data
+that loads offline).
+
+**The run**: every multirun is ``gpdlm train -m +experiment=PRESET ... sweep.skip_finished=true
++sweep.scale=SCALE`` into one store (``--output DIR/mlflow.db`` unless ``--tracking-uri``): rerunning an
+interrupted reproduce trains only what is not FINISHED there. A Hydra callback prints one line per ended
+job (``done/total``, the time left estimated from the jobs trained so far) and logs the same to the
+``reproduce`` MLflow parent run (metrics ``jobs_done``, ``jobs_left``, ``eta_s``; tag ``gpdlm.progress``).
+``--budget`` stops cleanly before a job would start past it (the default launcher; with another launcher,
+between multiruns) and says what is left. Other Hydra overrides (``hydra/launcher=joblib
+hydra.launcher.n_jobs=2``) pass through to every multirun. At the end ``gpdlm report`` reads the store:
+every table's scale, protocol and data come from the runs' own params and tags (``study.md``, written
+next to the report), partial results give partial verdicts ("not measured"); the runs it read are exported
+next to it (``runs.jsonl.gz``: ``gpdlm report --from`` rebuilds the same report from them).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..analysis.records import AnalysisError
+from . import _cli
+
+SCALES_FILE = Path(__file__).resolve().parents[1] / "claims" / "reproduce" / "scales.yaml"
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "conf" / "experiment"
+SCALES = ("smoke", "reduced", "paper")
+PROTOCOLS = ("paper", "fast")
+FORMATS = {"md": "report.md", "latex": "report.tex", "html": "report.html"}
+
+
+# ----- the plan ---------------------------------------------------------------------------------------
+@dataclass
+class Multirun:
+    """One ``gpdlm train -m`` of the plan: its overrides (``+experiment=PRESET`` first), the tables and
+    claims it measures, and -- once expanded -- its jobs and experiment."""
+
+    preset: str
+    overrides: list[str]
+    tables: list[str] = field(default_factory=list)
+    claims: list[str] = field(default_factory=list)
+    beta_grid: bool = False
+    command: str = "train"  # "bias" for tables of `gpdlm bias` runs (match: tags.gpdlm.command: bias)
+    argvs: list[list[str]] = field(default_factory=list)  # the multiruns launched (one per beta grid)
+    jobs: int | None = None
+    experiment: str = ""
+    datasets: dict = field(default_factory=dict)  # dataset name -> offline status
+    estimate_s: float | None = None
+    note: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return (self.preset, tuple(self.overrides))
+
+
+@dataclass
+class Plan:
+    paper: str
+    scale: str
+    protocol: str
+    multiruns: list[Multirun]
+    left_out: list[tuple[str, str]]  # (table or claim, why)
+
+    @property
+    def jobs(self) -> int:
+        return sum(m.jobs or 0 for m in self.multiruns)
+
+
+def load_scales() -> dict:
+    import yaml
+
+    return yaml.safe_load(SCALES_FILE.read_text())
+
+
+def parse_budget(text: str | None) -> float | None:
+    """'3h', '90m', '1h30m', '45s', '2.5h' -> seconds (None: no budget)."""
+    if text is None:
+        return None
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", text.strip().lower())
+    if not parts or "".join(f"{n}{u}" for n, u in parts) != re.sub(r"\s", "", text.strip().lower()):
+        raise AnalysisError(f"--budget {text!r}: give a duration like 3h, 90m, 1h30m or 45s")
+    seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+    if seconds <= 0:
+        raise AnalysisError(f"--budget {text!r}: must be positive")
+    return seconds
+
+
+def derive(paper, claim_ids: list[str], scale: str, protocol: str, extra: list[str] | None = None) -> Plan:
+    """The multiruns that the selected claims of ``paper`` (a loaded ``claims.Paper``) need at ``scale``,
+    with ``protocol`` and the ``extra`` Hydra overrides (launcher, ...): not yet expanded into jobs."""
+    scales = load_scales()
+    if scale not in scales:
+        raise AnalysisError(f"--scale {scale}: choose from {', '.join(scales)}")
+    sc = scales[scale]
+    known = [c.id for c in paper.claims]
+    for cid in claim_ids:
+        if cid not in known:
+            raise AnalysisError(f"--claims {cid}: no such claim in {paper.name}; claims: {', '.join(known)}")
+    chosen = [c for c in paper.claims if not claim_ids or c.id in claim_ids]
+    per_paper = sc.get("overrides") or {}
+    common = list(per_paper.get(paper.name, per_paper.get("default", [])))
+    common += [f"trainer.protocol={protocol}"] if protocol != "paper" else []
+    multiruns: dict[tuple, Multirun] = {}
+    left_out: list[tuple[str, str]] = []
+    for claim in chosen:
+        table = paper.tables[claim.table]
+        if table.unavailable:
+            left_out.append((f"{claim.id} ({table.id})", table.unavailable))
+            continue
+        preset = claim.preset or table.preset
+        if not preset:
+            left_out.append((f"{claim.id} ({table.id})", "the table names no preset"))
+            continue
+        drop = tuple(sc.get("drop") or ())
+
+        def keep(o: str) -> bool:
+            key = o.split("=", 1)[0].lstrip("+~")
+            return not any(key == d or key.startswith(d + ".") for d in drop)
+
+        own = [o for o in [*table.overrides, *(claim.overrides if sc.get("claim_overrides", True) else [])] if keep(o)]
+        arms = [[]] + [[o for o in a if keep(o) or o.startswith("+experiment=")] for a in table.arms]
+        for arm in arms:
+            base = preset
+            if arm and arm[0].startswith("+experiment="):
+                base, arm = arm[0].split("=", 1)[1], arm[1:]
+            name = (sc.get("presets") or {}).get(base) or str(sc["preset"]).format(preset=base)
+            if not (PRESETS_DIR / f"{name}.yaml").is_file():
+                left_out.append((f"{claim.id} ({table.id})", f"no {scale} preset {name} for {base}"))
+                continue
+            overrides = merge_overrides(own, arm, common, extra or [])
+            m = multiruns.setdefault((name, tuple(overrides)), Multirun(name, overrides))
+            m.tables = list(dict.fromkeys([*m.tables, table.id]))
+            m.claims = list(dict.fromkeys([*m.claims, claim.id]))
+            m.beta_grid = m.beta_grid or ("objective.beta" in table.select_over and sc.get("beta_grid", True))
+            if table.match.get("tags.gpdlm.command") == "bias":
+                m.command = "bias"
+    return Plan(paper.name, scale, protocol, list(multiruns.values()), list(dict.fromkeys(left_out)))
+
+
+def merge_overrides(*lists: list[str]) -> list[str]:
+    """The override lists in order, a later ``key=value`` replacing an earlier one of the same key (an arm's
+    ``kernel=rbf`` replaces the table's ``kernel=rff``), in the place of the first."""
+    out: dict[str, str] = {}
+    for o in (o for lst in lists for o in lst):
+        out[o.split("=", 1)[0]] = o
+    return list(out.values())
+
+
+def data_status(name: str) -> str:
+    """Whether dataset ``name`` loads without a network: ``generator``/``package``, ``cached``, ``mirror``
+    (``$GPDLM_DATA_MIRROR`` holds every file), else ``download`` (or ``user file``)."""
+    from ..data import get_dataset_info
+    from ..data.download import file_path, mirror_path, resolve_mirror
+    from ..exceptions import GpdlmError
+
+    try:
+        info = get_dataset_info(name)
+    except GpdlmError:
+        return "unknown dataset"
+    if info.source_kind in ("package", "generator"):
+        return f"offline ({info.source_kind})"
+    if info.files and all(file_path(info.name, f).exists() for f in info.files):
+        return "offline (cached)"
+    try:
+        mirror = resolve_mirror()
+    except GpdlmError:
+        mirror = None
+    if mirror and info.files and all(f.url and mirror_path(mirror, f.url).exists() for f in info.files):
+        return "offline (mirror)"
+    return "download" if info.source_kind == "download" else "user file"
+
+
+def offline(status: str) -> bool:
+    return status.startswith("offline")
+
+
+def expand(plan: Plan, estimate: bool = False) -> None:
+    """Fill in every multirun's jobs (the beta grids expanded), experiment, data and -- with ``estimate``,
+    for data that loads offline -- the ``run.plan`` estimate of its wall time."""
+    from ..run.plan import job_overrides
+    from ..run.plan import plan as sweep_plan
+    from .sweep import beta_grid, sweep_overrides
+
+    for m in plan.multiruns:
+        argv = [f"+experiment={m.preset}", *m.overrides]
+        try:
+            jobs, cfg = job_overrides(argv)
+        except Exception as e:  # a bad override or preset: one line
+            raise AnalysisError(f"{m.preset} {' '.join(m.overrides)}: {str(e).strip().splitlines()[0]}") from None
+        m.experiment = str(cfg.tracking.experiment)
+        names = {o.split("=", 1)[1] for j in jobs for o in j if o.startswith("dataset=")} or {str(cfg.dataset.name)}
+        m.datasets = {n: data_status(n) for n in sorted(names)}
+        sweeps_beta = any(o.startswith("objective.beta=") for j in jobs for o in j)
+        m.beta_grid = m.beta_grid and not sweeps_beta
+        all_offline = all(offline(s) for s in m.datasets.values())
+        if not m.beta_grid:
+            m.argvs, m.jobs = [argv], len(jobs)
+        elif all_offline:
+            m.argvs = [[a for a in args if a not in ("-m", "--multirun")] for args in sweep_overrides("beta", argv)]
+            m.jobs = sum(len(job_overrides(a)[0]) for a in m.argvs)
+        else:  # the grid's length from each job's training size (the data itself is not here)
+            grid_min, factor = float(cfg.sweep.grid_min), float(cfg.sweep.factor)
+            sizes = [next((o.split("=", 1)[1] for o in j if o.startswith("dataset.split.train_size=")),
+                          cfg.dataset.split.get("train_size")) for j in jobs]
+            if any(s in (None, "null") for s in sizes):
+                m.jobs, m.note = None, "beta grid: needs the data's size (not offline)"
+            else:
+                m.jobs = sum(len(beta_grid(int(float(s)), grid_min, factor)) for s in sizes)
+            m.argvs = [["gpdlm sweep beta", *argv]]
+        here = [n for n, st in m.datasets.items() if offline(st)]
+        if estimate and here and not m.beta_grid or estimate and all_offline:
+            # the data sets that load offline are timed; the others' jobs are counted but not estimated
+            pins = [] if all_offline else [f"dataset={','.join(here)}"]
+            try:
+                m.estimate_s = sum(sweep_plan(merge_overrides(a, pins), estimate=True).estimate_s or 0.0 for a in m.argvs)
+            except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
+                m.note = (m.note + "; " if m.note else "") + f"no estimate ({str(e).strip().splitlines()[0][:80]})"
+            if pins and m.estimate_s is not None:
+                m.note = (m.note + "; " if m.note else "") + (f"estimate for {', '.join(here)} only: the jobs on "
+                                                               f"{len(m.datasets) - len(here)} other data sets not offline")
+        elif estimate:
+            m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
+
+
+def duration(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "?"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def describe(plan: Plan) -> str:
+    """The plan as text (``--dry-run``): per multirun its tables, jobs, data and estimate; per table the
+    job count; what was left out and why; the totals."""
+    out = [f"gpdlm reproduce {plan.paper}: scale {plan.scale}, protocol {plan.protocol}, "
+           f"{len(plan.multiruns)} multiruns, {plan.jobs} jobs"
+           + ("" if all(m.jobs is not None for m in plan.multiruns) else " (+ jobs of unknown count)")]
+    per_table: dict[str, int] = {}
+    for i, m in enumerate(plan.multiruns, 1):
+        data = ", ".join(f"{n} [{s}]" for n, s in m.datasets.items())
+        est = f", estimated {duration(m.estimate_s)}" if m.estimate_s is not None else ""
+        grid = ", beta grid per training size" if m.beta_grid else ""
+        out.append(f"  {i}. gpdlm {m.command} -m +experiment={m.preset} {' '.join(m.overrides)}".rstrip())
+        out.append(f"     tables {', '.join(m.tables)}; claims {', '.join(m.claims)}; "
+                   f"{m.jobs if m.jobs is not None else '?'} jobs{grid} -> experiment {m.experiment}; data {data}{est}"
+                   + (f"; {m.note}" if m.note else ""))
+        for t in m.tables:
+            per_table[t] = per_table.get(t, 0) + (m.jobs or 0)
+    out.append("jobs per table (a multirun shared by tables counts for each): "
+               + ", ".join(f"{t} {n}" for t, n in per_table.items()))
+    if plan.left_out:
+        out.append("left out: " + "; ".join(f"{what}: {why}" for what, why in plan.left_out))
+    known = [m.estimate_s for m in plan.multiruns if m.estimate_s is not None]
+    if known:
+        missing = sum(m.estimate_s is None for m in plan.multiruns)
+        out.append(f"estimated wall time on this machine: {duration(sum(known))} (an upper bound"
+                   + (f"; {missing} multiruns without an estimate" if missing else "") + ")")
+    return "\n".join(out)
+
+
+# ----- progress and budget: a Hydra callback of every multirun ----------------------------------------
+class BudgetReached(BaseException):
+    """Raised before a job would start past ``--budget``: the multirun stops there (not an error)."""
+
+
+@dataclass
+class Progress:
+    total: int
+    deadline: float | None
+    client: object = None
+    run_id: str | None = None
+    done: int = 0
+    trained: int = 0
+    seconds: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    job_started: float = 0.0
+
+    def left_s(self) -> float | None:
+        """The jobs left times the wall time per trained job so far (their overhead included; skipped
+        jobs count as free), None before the first job trained."""
+        if not self.trained:
+            return None
+        return (time.monotonic() - self.started) / self.trained * max(0, self.total - self.done)
+
+    def line(self, what: str) -> str:
+        left = max(0, self.total - self.done)
+        eta = self.left_s()
+        return (f"gpdlm reproduce: {self.done}/{self.total} jobs done ({what}), {left} left, "
+                + (f"about {duration(eta)} left" if eta is not None else "time left not known yet (no job trained)"))
+
+    def log(self, line: str) -> None:
+        if self.client is None or self.run_id is None:
+            return
+        from mlflow.entities import Metric, RunTag
+
+        ts = int(time.time() * 1000)
+        eta = self.left_s()
+        metrics = [Metric("jobs_done", self.done, ts, self.done), Metric("jobs_left", max(0, self.total - self.done), ts, self.done)]
+        if eta is not None:
+            metrics.append(Metric("eta_s", eta, ts, self.done))
+        self.client.log_batch(self.run_id, metrics=metrics, tags=[RunTag("gpdlm.progress", line)])
+
+
+PROGRESS: Progress | None = None  # set by `main` while it runs multiruns in this process
+
+
+def _after_job(progress: Progress, status: str) -> None:
+    """Called after each ended job (a test hook: an interruption is injected here)."""
+
+
+_BOOKKEEPING = ("sweep.", "tracking.", "experiment=", "threads=", "hydra")
+
+
+class ReproduceCallback:
+    """Hydra callback (``+hydra.callbacks.reproduce._target_=...``): budget check before a job, one
+    progress line after it. A no-op in processes where ``gpdlm reproduce`` is not running (joblib workers)."""
+
+    def on_job_start(self, config, **kwargs) -> None:
+        p = PROGRESS
+        if p is None:
+            return
+        if p.deadline is not None and time.monotonic() >= p.deadline:
+            raise BudgetReached()
+        p.job_started = time.monotonic()
+
+    def on_job_end(self, config, job_return=None, **kwargs) -> None:
+        import json
+
+        p = PROGRESS
+        if p is None:
+            return
+        outcome = Path(config.hydra.sweep.dir) / "outcomes" / f"{config.hydra.job.num}.json"
+        status = json.loads(outcome.read_text())["status"] if outcome.is_file() else "failed"
+        p.done += 1
+        if status == "finished":
+            p.trained += 1
+            p.seconds += time.monotonic() - p.job_started
+        what = {"skipped": "skipped: FINISHED in the store"}.get(status, status)
+        job = [o for o in config.hydra.overrides.task if not o.lstrip("+").startswith(_BOOKKEEPING)]
+        line = p.line(f"{what}: {' '.join(job)}")
+        print(line, file=sys.stderr, flush=True)
+        p.log(line)
+        _after_job(p, status)
+
+    # the rest of Hydra's callback interface
+    def on_run_start(self, config, **kwargs) -> None: ...
+    def on_run_end(self, config, **kwargs) -> None: ...
+    def on_multirun_start(self, config, **kwargs) -> None: ...
+    def on_multirun_end(self, config, **kwargs) -> None: ...
+
+
+CALLBACK = f"+hydra.callbacks.reproduce._target_={__name__}.ReproduceCallback"
+
+
+def _count_outcomes(p: Progress, sweep_dir: Path, what: str) -> None:
+    """Progress after a multirun whose jobs ran in other processes (a parallel launcher): its outcomes."""
+    from ..tracking.sweep import read_outcomes
+
+    outcomes = read_outcomes(sweep_dir)
+    if not outcomes:
+        return
+    p.done += len(outcomes)
+    p.trained += sum(o["status"] == "finished" for o in outcomes)
+    counts = ", ".join(f"{n} {s}" for s in ("finished", "skipped", "failed", "killed")
+                       if (n := sum(o["status"] == s for o in outcomes)))
+    line = p.line(f"{what}: {counts}")
+    print(line, file=sys.stderr, flush=True)
+    p.log(line)
+
+
+# ----- the study section: what the runs say about themselves -------------------------------------------
+def study_text(paper, records: list, settings: dict) -> str:
+    """Markdown: the reproduce settings and, per table, its runs' scale (param ``sweep.scale``), protocol
+    (tag ``gpdlm.protocol``), data (param ``dataset.name``), seeds/masks and epochs -- read from the runs."""
+    from collections import Counter
+
+    from ..analysis.report import COMMAND, matches
+
+    def values(runs, get) -> str:
+        c = Counter(get(r) for r in runs)
+        return ", ".join(f"{k} ({n})" for k, n in sorted(c.items(), key=lambda kv: str(kv[0])))
+
+    lines = [f"**Reproduced with `gpdlm reproduce {paper.name}`**: "
+             + ", ".join(f"{k} {v}" for k, v in settings.items()) + ". Per table, from the runs' own params and tags "
+             "(value (runs)):", "",
+             "| table | runs | scale | protocol | data | seeds | masks | epochs |", "|---|---|---|---|---|---|---|---|"]
+    for t in paper.tables.values():
+        mine = [r for r in records if matches(r, t.match)
+                and (COMMAND in t.match or r.tags.get("gpdlm.command", "train") == "train")]
+        declared = [d for d in t.dimensions.values() if not d.auto and any(lab.match for lab in d.labels)]
+        runs = [r for r in mine if all(any(lab.match and matches(r, lab.match) for lab in d.labels) for d in declared)]
+        if not runs:
+            why = f"not run here: {t.unavailable}" if t.unavailable else "not measured (no runs)"
+            lines.append(f"| {t.id} | 0 | {why} | | | | | |")
+            continue
+        p = lambda key: (lambda r: r.params.get(key, "-"))  # noqa: E731
+        lines.append(f"| {t.id} | {len(runs)} | {values(runs, p('sweep.scale'))} | "
+                     f"{values(runs, lambda r: r.tags.get('gpdlm.protocol', '-'))} | {values(runs, p('dataset.name'))} | "
+                     f"{len({r.params.get('seed') for r in runs})} | "
+                     f"{len({r.params.get('dataset.split.mask') for r in runs} - {None, 'None'}) or '-'} | "
+                     f"{values(runs, p('trainer.max_epochs'))} |")
+    return "\n".join(lines) + "\n"
+
+
+# ----- the command ------------------------------------------------------------------------------------
+EPILOG = """examples:
+  gpdlm reproduce gplstm --scale smoke                  # CI-sized, a few minutes
+  gpdlm reproduce dlm --dry-run                         # the paper-scale plan: jobs, data, estimated time
+  gpdlm reproduce rkhs --claims T2-scgd-beats-bsgd-b32 --scale reduced --budget 3h
+  gpdlm reproduce svbssgp --scale smoke hydra/launcher=joblib hydra.launcher.n_jobs=2
+Rerun the same command after an interruption or a spent budget: finished jobs are not run again.
+"""
+
+
+def build_parser():
+    from ..analysis import claims
+
+    p = _cli.make_parser("gpdlm reproduce", "Run what a paper's claims need (from its claims file), resumably and "
+                                            "within a budget, into one store, and write the report.")
+    p.epilog = EPILOG
+    p.add_argument("paper", help=f"the paper: {', '.join(claims.available())}, or a claims .yaml file")
+    p.add_argument("--claims", action="append", metavar="ID", help="only these claims (repeatable, comma-separated)")
+    p.add_argument("--scale", choices=SCALES, default="paper", help="smoke (CI), reduced (a laptop), paper (default)")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="paper", help="trainer.protocol of every run (default paper)")
+    p.add_argument("--budget", metavar="TIME", help="stop cleanly between jobs after this long (3h, 90m, 45s)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time; run nothing")
+    p.add_argument("--no-estimate", action="store_true", help="with --dry-run: count jobs only (no timed steps)")
+    p.add_argument("--format", choices=list(FORMATS), default="md", help="the report's format (default md)")
+    p.add_argument("--output", metavar="DIR", help="folder of the store, report and study (default "
+                                                    "reproduce/<paper>-<scale>)")
+    p.add_argument("--tracking-uri", metavar="URI", help="the store (default sqlite:///<output>/mlflow.db)")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for every multirun (hydra/launcher=joblib, ...)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from ..analysis import claims
+    from ..analysis.records import split_list
+
+    args = build_parser().parse_intermixed_args(argv)
+    paper = claims.load(args.paper)
+    budget = parse_budget(args.budget)
+    for o in args.overrides:
+        if "=" not in o:
+            raise AnalysisError(f"unexpected argument {o!r}: overrides are key=value")
+    plan = derive(paper, split_list(args.claims), args.scale, args.protocol, args.overrides)
+    if not plan.multiruns:
+        raise AnalysisError(f"nothing to run for {paper.name} at scale {args.scale}: "
+                            + "; ".join(f"{w}: {y}" for w, y in plan.left_out))
+    expand(plan, estimate=args.dry_run and not args.no_estimate)
+    if args.dry_run:
+        print(describe(plan))
+        return 0
+    return run(plan, paper, args, budget)
+
+
+def run(plan: Plan, paper, args, budget: float | None) -> int:
+    global PROGRESS
+    from mlflow.tracking import MlflowClient
+
+    from ..analysis import store
+    from ..tracking import ensure_experiment, resolve_tracking_uri
+    from ..tracking import sweep as sweep_mod
+    from .bias import bias_main
+    from .train import train_main
+
+    outdir = Path(args.output or f"reproduce/{plan.paper}-{plan.scale}")
+    outdir.mkdir(parents=True, exist_ok=True)
+    uri = resolve_tracking_uri(args.tracking_uri or f"sqlite:///{outdir.resolve()}/mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    settings = {"scale": plan.scale, "protocol": plan.protocol, "budget": args.budget or "none",
+                "claims": ",".join(sorted({c for m in plan.multiruns for c in m.claims}))}
+    exp_id = ensure_experiment(client, f"reproduce_{plan.paper}", uri)
+    parent = client.create_run(exp_id, run_name=f"reproduce-{plan.paper}-{plan.scale}", tags={
+        "gpdlm.command": "reproduce", "gpdlm.sweep": "parent", "gpdlm.output_dir": str(outdir.resolve())})
+    from mlflow.entities import Param
+
+    client.log_batch(parent.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in settings.items()]
+                     + [Param("jobs", str(plan.jobs))])
+    deadline = time.monotonic() + budget if budget else None
+    PROGRESS = Progress(plan.jobs, deadline, client, parent.info.run_id)
+    print(describe(plan), file=sys.stderr)
+    stopped = None
+    launched = 0
+    try:
+        for i, m in enumerate(plan.multiruns, 1):
+            for argv in m.argvs:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise BudgetReached()
+                tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}", CALLBACK]
+                if argv[0] == "gpdlm sweep beta":  # data not offline: `gpdlm sweep beta` loads it (downloads)
+                    from .sweep import sweep_overrides
+
+                    launches = [[*a, *tail] for a in sweep_overrides("beta", argv[1:])]
+                else:
+                    launches = [["-m", *argv, *tail]]
+                for launch in launches:
+                    launched += 1  # every multirun its own sweep folder (its outcomes, its parent run)
+                    sweep_dir = outdir.resolve() / "multirun" / f"{time.strftime('%Y%m%d-%H%M%S')}-{launched}"
+                    sys.argv = [f"gpdlm {m.command}", *launch, f"hydra.sweep.dir={sweep_dir}"]
+                    before = PROGRESS.done
+                    bias_main() if m.command == "bias" else train_main()
+                    if PROGRESS.done == before:  # jobs ran in other processes (joblib, Slurm, Ray): count them now
+                        _count_outcomes(PROGRESS, sweep_dir, f"multirun {i} of {len(plan.multiruns)}")
+    except BudgetReached:
+        sweep_mod.abort_active_sweeps("KILLED", f"stopped by gpdlm reproduce --budget {args.budget}")
+        p = PROGRESS
+        stopped = (f"gpdlm reproduce: budget {args.budget} reached: {p.done} of {p.total} jobs done, "
+                   f"{p.total - p.done} left (about {duration(p.left_s())}); rerun the same command to continue")
+        print(stopped, file=sys.stderr)
+        client.set_tag(parent.info.run_id, "gpdlm.progress", stopped)
+    except BaseException as e:
+        client.set_tag(parent.info.run_id, "failure_reason", f"interrupted: {type(e).__name__}: {e}"[:5000])
+        client.set_terminated(parent.info.run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        raise
+    finally:
+        PROGRESS = None
+
+    # the report, from whatever the store holds now
+    names = []
+    for m in plan.multiruns:
+        exp = client.get_experiment_by_name(m.experiment)
+        if exp is not None and m.experiment not in names and any(
+                r.data.tags.get("gpdlm.command") in ("train", "bias")
+                for r in store.search_all(client, exp.experiment_id, "attributes.status = 'FINISHED'")):
+            names.append(m.experiment)
+    if names:
+        records = []
+        for n in names:
+            records += store.load_runs(client, client.get_experiment_by_name(n), notes=[], commands=("train", "bias"))
+        (outdir / "study.md").write_text(study_text(paper, records, settings))
+        from ..analysis import export  # the evidence next to the verdicts: the report is rebuilt from it
+
+        exps = [client.get_experiment_by_name(n) for n in names]
+        export.write(outdir / "runs.jsonl.gz", export.export_store(client, exps), names)
+        from .report import main as report_main
+
+        report_main(["--claims", args.paper, "--tracking-uri", uri, *[a for n in names for a in ("--experiment", n)],
+                     "--format", args.format, "--out", str(outdir / "report"), "--study", str(outdir / "study.md"),
+                     "--output", str(outdir / FORMATS[args.format]), "--no-log"])
+    else:
+        print("gpdlm reproduce: no finished runs yet: no report", file=sys.stderr)
+    client.set_terminated(parent.info.run_id, "KILLED" if stopped else "FINISHED")
+    return 0
+
+
+def cli() -> int:
+    return _cli.run_cli(main)

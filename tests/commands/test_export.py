@@ -1,0 +1,109 @@
+"""`gpdlm export` and `gpdlm report --from FILE`: the run-records file (header, runs, step-metric
+summaries, checksum trailer; the same bytes for the same runs) and the report built from it, byte for byte
+the report built from the store (Markdown, LaTeX, HTML with its figures, the CSVs, the notes); a damaged,
+truncated or foreign file is one line of error."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from gpdlm_cli import cli
+from gpdlm_cli.analysis import export
+
+from .conftest import one_line_error
+from .test_report import EXP, store  # noqa: F401 (the synthetic experiment of test_report)
+
+
+def _export(store, path, *args):  # noqa: F811
+    return cli.main(["export", "--tracking-uri", store["uri"], "--experiment", EXP, "--output", str(path), *args])
+
+
+@pytest.fixture(scope="module")
+def records(store, tmp_path_factory):  # noqa: F811
+    path = tmp_path_factory.mktemp("export") / "runs.jsonl.gz"
+    assert _export(store, path) == 0
+    return path
+
+
+def _lines(path):
+    return [json.loads(ln) for ln in gzip.decompress(path.read_bytes()).splitlines()]
+
+
+def test_the_file_holds_every_run_with_step_summaries_and_a_checksum(records, store, tmp_path):  # noqa: F811
+    lines = _lines(records)
+    header, runs, trailer = lines[0], lines[1:-1], lines[-1]
+    # 8 configurations x 2 sizes x 3 seeds, FAILED + RUNNING traps, one bias run; the `compare` run is not exported
+    assert header == {"format": "gpdlm-runs", "version": 1, "experiments": [EXP], "n_runs": 48 + 2 + 1}
+    assert trailer["n_runs"] == 51 and len(trailer["sha256"]) == 64
+    assert sorted({r["status"] for r in runs}) == ["FAILED", "FINISHED", "RUNNING"]
+    assert sum(r["tags"]["gpdlm.command"] == "bias" for r in runs) == 1
+    run = next(r for r in runs if r["params"]["model.name"] == "dlm" and r["params"]["dataset.name"] == "pol"
+               and r["params"]["objective.beta"] == "0.1" and r["params"]["seed"] == "0"
+               and r["params"]["dataset.split.train_size"] == "100")
+    assert run["metrics"]["test_nll"] == 1.0 and run["metrics"]["val_nll"] == 1.0
+    s = run["steps"]["test_nll"]  # steps 10, 20, 30 (the final value at 30 is the same point)
+    assert (s["n"], s["first"], s["last"], s["min"], s["max"], s["last_step"]) == (3, 2.0, 1.0, 1.0, 2.0, 30)
+    assert s["points"] == [[10, 2.0], [20, 1.5], [30, 1.0]]
+    assert "val_nll" not in run["steps"]  # logged once: a final value, no step summary
+    # the same runs give the same bytes (gzip without a timestamp, sorted keys and runs)
+    again = tmp_path / "again.jsonl.gz"
+    assert _export(store, again) == 0
+    assert again.read_bytes() == records.read_bytes()
+    assert export.read(records).sha256 == trailer["sha256"]
+    lean = tmp_path / "lean.jsonl.gz"
+    assert _export(store, lean, "--no-histories") == 0
+    assert all("points" not in s for r in _lines(lean)[1:-1] for s in r["steps"].values())
+
+
+@pytest.mark.parametrize("fmt", ["md", "latex", "html"])
+def test_the_report_from_the_file_is_the_report_from_the_store(records, store, tmp_path, capsys, fmt):  # noqa: F811
+    a, b = tmp_path / "store", tmp_path / "file"
+    base = ["report", "--claims", store["claims"], "--no-log", "--format", fmt]
+    assert cli.main([*base, "--tracking-uri", store["uri"], "--experiment", EXP, "--out", str(a)]) == 0
+    err_store = capsys.readouterr().err
+    assert cli.main([*base, "--from", str(records), "--out", str(b)]) == 0
+    err_file = capsys.readouterr().err
+    assert "skipped 2 unfinished training run(s)" in err_store
+    assert err_file == err_store  # the same notes (unfinished runs skipped)
+    files = sorted(p.name for p in a.iterdir())
+    assert files == sorted(p.name for p in b.iterdir())
+    assert len(files) == {"md": 3, "latex": 3, "html": 6}[fmt]  # html: + the 3 figures, curves included
+    for name in files:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def _rewrite(src, dest, edit):
+    lines = gzip.decompress(src.read_bytes()).splitlines(keepends=True)
+    dest.write_bytes(gzip.compress(b"".join(edit(lines))))
+    return dest
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda ls: [ls[0], ls[1].replace(b'"test_nll":1.0', b'"test_nll":0.5', 1), *ls[2:]], "SHA-256 mismatch"),
+    (lambda ls: ls[:-1], "truncated (no checksum line at the end)"),
+    (lambda ls: [ls[0].replace(b'"version":1', b'"version":2'), *ls[1:]], "format version 2; this gpdlm reads version 1"),
+    (lambda ls: [b'{"hello": 1}\n', *ls[1:]], "not a gpdlm run-records file"),
+])
+def test_a_damaged_file_is_one_line(records, store, tmp_path, capsys, edit, message):  # noqa: F811
+    bad = _rewrite(records, tmp_path / "bad.jsonl.gz", edit)
+    assert cli.main(["report", "--claims", store["claims"], "--no-log", "--from", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert message in one_line_error(capsys)
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_bad_from_input_is_one_line(records, store, tmp_path, capsys):  # noqa: F811
+    base = ["report", "--claims", store["claims"], "--no-log", "--out", str(tmp_path / "o")]
+    assert cli.main([*base, "--from", str(records), "--filter", "params.seed = '0'"]) == 2
+    assert "--filter searches a store" in one_line_error(capsys)
+    assert cli.main([*base, "--from", str(records), "--experiment", "other"]) == 2
+    assert f"experiment 'other' is not in {records}; experiments there: {EXP}" in one_line_error(capsys)
+    assert cli.main([*base, "--from", str(tmp_path / "none.jsonl.gz")]) == 2
+    assert "no such file" in one_line_error(capsys)
+    (tmp_path / "plain.jsonl.gz").write_text("not gzip")
+    assert cli.main([*base, "--from", str(tmp_path / "plain.jsonl.gz")]) == 2
+    assert "not a gzip-compressed run-records file" in one_line_error(capsys)
+    assert cli.main(["export", "--tracking-uri", store["uri"], "--output", str(tmp_path / "x.json")]) == 2
+    assert "must end in .jsonl.gz" in one_line_error(capsys)

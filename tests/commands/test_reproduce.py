@@ -1,0 +1,321 @@
+"""`gpdlm reproduce PAPER`: the plan derived from the claims files and the scales' data (job counts checked
+against a count made here from the claims files and the presets' YAML), the budget's parsing, bad input as
+one line; and (slow) the smoke-scale reproduce of each paper writing a report with verdicts, a budget that
+stops between jobs, an interruption, and reruns that finish without re-running finished jobs."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpdlm_cli import cli
+from gpdlm_cli.analysis import claims
+from gpdlm_cli.commands import reproduce as rp
+
+from .conftest import one_line_error
+
+PRESETS = Path(rp.PRESETS_DIR)
+
+
+def test_budget_durations():
+    assert [rp.parse_budget(t) for t in ("3h", "90m", "1h30m", "45s", "2.5h", None)] == \
+        [10800, 5400, 5400, 45, 9000, None]
+    for bad in ("3", "h", "3 hours", "0s", "-1h"):
+        with pytest.raises(rp.AnalysisError, match="--budget"):
+            rp.parse_budget(bad)
+
+
+# ----- the plan, counted independently from the YAML ---------------------------------------------------
+def sweep_params(preset: str) -> dict:
+    """The preset's hydra.sweeper.params, its parent presets' (``defaults``) merged under them."""
+    raw = yaml.safe_load((PRESETS / f"{preset}.yaml").read_text())
+    out: dict = {}
+    for d in raw.get("defaults", []):
+        if isinstance(d, str) and d != "_self_" and (PRESETS / f"{d}.yaml").is_file():
+            out.update(sweep_params(d))
+    out.update({k: str(v) for k, v in (((raw.get("hydra") or {}).get("sweeper") or {}).get("params") or {}).items()})
+    return out
+
+
+def count_jobs(preset: str, overrides: list[str], beta_grid: bool) -> int:
+    params = sweep_params(preset)
+    for o in overrides:
+        k, v = o.split("=", 1)
+        params[k] = v
+    grid = {k: v.split(",") for k, v in params.items()}
+    if not beta_grid or "objective.beta" in grid:
+        return math.prod(len(v) for v in grid.values())
+    from gpdlm_cli.commands.sweep import beta_grid as grid_of
+
+    sizes = grid.pop("dataset.split.train_size")
+    return sum(len(grid_of(int(n))) for n in sizes) * math.prod(len(v) for v in grid.values())
+
+
+def expected_multiruns(paper: str) -> dict:
+    """(preset, sorted overrides) -> jobs, from the claims file alone: each claim's table preset (or its
+    own), its overrides, the table's arms; beta grids where the table selects beta."""
+    raw = yaml.safe_load(Path(claims.CLAIMS_DIR, f"{paper}.yaml").read_text())
+    tables = {t["id"]: t for t in raw["tables"]}
+    out = {}
+    for c in raw["claims"]:
+        t = tables[c["table"]]
+        if t.get("unavailable"):
+            continue
+        base = c.get("preset") or t["preset"]
+        for arm in [[]] + t.get("arms", []):
+            preset, rest = (arm[0].split("=", 1)[1], arm[1:]) if arm and arm[0].startswith("+experiment=") else (base, arm)
+            ov = dict(o.split("=", 1) for o in [*t.get("overrides", []), *c.get("overrides", []), *rest])
+            overrides = [f"{k}={v}" for k, v in ov.items()]
+            beta = "objective.beta" in (t.get("select") or {}).get("over", [])
+            out[(preset, tuple(sorted(overrides)))] = count_jobs(preset, overrides, beta)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("paper, total", [("rkhs", 5040), ("dlm", None)])
+def test_paper_scale_dry_run_counts_match_the_claims_files(paper, total, capsys, monkeypatch):
+    monkeypatch.setenv("GPDLM_DATA_MIRROR", "")  # the counts must not depend on which data are here
+    monkeypatch.delenv("GPDLM_DATA_MIRROR")
+    assert cli.main(["reproduce", paper, "--dry-run", "--no-estimate"]) == 0
+    out = capsys.readouterr().out
+    expected = expected_multiruns(paper)
+    plan = rp.derive(claims.load(paper), [], "paper", "paper")
+    rp.expand(plan)
+    got = {(m.preset, tuple(sorted(m.overrides))): m.jobs for m in plan.multiruns}
+    assert got == expected
+    n = sum(expected.values())
+    if total is not None:
+        assert n == total  # rkhs: 8 sets x 5 masks x 3 batch sizes x 3 lr x (6 + 6 methods + svgp, bsgd on rbf)
+    head = out.splitlines()[0]
+    assert head == f"gpdlm reproduce {paper}: scale paper, protocol paper, {len(expected)} multiruns, {n} jobs"
+    assert "jobs per table" in out and ("left out:" in out) == (paper == "gplstm")
+    for m in plan.multiruns:
+        assert f"; {m.jobs} jobs" in out
+
+
+def test_the_smoke_scale_is_data(monkeypatch):
+    plan = rp.derive(claims.load("rkhs"), [], "smoke", "fast", ["threads=1"])
+    keys = [(m.preset, m.overrides) for m in plan.multiruns]
+    assert keys == [  # rkhs_batch_study_pol -> rkhs_batch_study_smoke (scales.yaml), the paper's data sets dropped
+        ("rkhs_batch_study_smoke", ["kernel=linear", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
+        ("rkhs_batch_study_smoke", ["kernel=rff", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
+        ("rkhs_batch_study_smoke", ["kernel=rbf", "model=svgp", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
+        ("rkhs_batch_study_smoke", ["kernel=rbf", "model=bsgd", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
+    ]
+    dlm = rp.derive(claims.load("dlm"), ["D2-pol", "D1-song", "D14-ups-less-bias-L1"], "smoke", "paper")
+    assert [(m.preset, m.overrides, m.command) for m in dlm.multiruns] == [
+        ("regression_logloss_smoke", ["seed=0,1"], "train"),  # dataset=song dropped: the smoke preset's own data
+        ("regression_baselines_smoke", ["seed=0,1"], "train"),
+        ("bias_study_smoke", ["seed=0,1"], "bias"),  # a table of `gpdlm bias` runs
+    ]
+    assert dlm.left_out == [("D2-pol (fig3_sqloss)", "no smoke preset regression_sqloss_pol_smoke for regression_sqloss_pol")]
+    reduced = rp.derive(claims.load("gplstm"), ["T2-gplstm-beats-lstm"], "reduced", "paper")
+    assert [(m.preset, m.overrides) for m in reduced.multiruns] == [("gplstm_sysid", ["seed=0,1", "trainer.max_epochs=20"])]
+    gef = rp.derive(claims.load("gplstm"), ["T3-gef-gplstm-beats-lstm"], "paper", "paper")
+    assert gef.multiruns == [] and "GEF" in gef.left_out[0][1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nope"], "unknown paper 'nope'"),
+    (["gplstm", "--claims", "T9"], "--claims T9: no such claim in gplstm; claims: T2-gplstm-beats-lstm"),
+    (["gplstm", "--budget", "soon"], "--budget 'soon': give a duration"),
+    (["gplstm", "--scale", "huge"], "argument --scale: invalid choice"),
+    (["gplstm", "--claims", "T3-gef-gplstm-beats-lstm"], "nothing to run for gplstm at scale paper: T3-gef"),
+    (["gplstm", "--scale", "smoke", "--dry-run", "--no-estimate", "--claims", "T2-gplstm-beats-lstm", "trainer.nope=1"],
+     "gplstm_sysid_smoke"),
+])
+def test_bad_input_is_one_line(args, message, capsys, tmp_path):
+    assert cli.main(["reproduce", *args, "--output", str(tmp_path / "o")]) == 2
+    assert message in one_line_error(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+# ----- real smoke runs ----------------------------------------------------------------------------------
+# the smallest claim subsets that still train every method they compare (a few jobs each)
+SMOKE = {
+    "gplstm": (["T2-gplstm-beats-lstm"], [], 4),                         # lstm, gp_lstm x 2 seeds
+    "dlm": (["D4-ringnorm"], [], 4),                                     # classification_smoke: dlm, svgp x 2 seeds
+    "rkhs": (["T2-scgd-beats-bsgd-b32"], ["model=scgd_paper,bsgd"], 4),  # 2 methods x 2 masks of pol
+    "svbssgp": (["F2a-gamma0-best"], [], 2),                             # one sVBSSGP run per seed, every gamma
+}
+
+
+def _finished(uri: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(uri)
+    return [r for e in c.search_experiments() for r in c.search_runs([e.experiment_id], max_results=1000)
+            if r.data.tags.get("gpdlm.command") in ("train", "bias") and r.info.status == "FINISHED"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("paper", list(SMOKE))
+def test_smoke_reproduce_writes_a_report_with_verdicts(paper, tmp_path, monkeypatch, capsys):
+    from gpdlm_cli.data.paths import mirror_dir  # noqa: F401
+
+    ids, extra, jobs = SMOKE[paper]
+    if paper == "rkhs" and not rp.offline(rp.data_status("pol")):
+        pytest.skip("pol is neither cached nor in $GPDLM_DATA_MIRROR")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    assert cli.main(["reproduce", paper, "--scale", "smoke", "--claims", ",".join(ids), "--output", str(out),
+                     "threads=1", *extra]) == 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("gpdlm reproduce: ") and " jobs done " in ln]
+    assert len(lines) == jobs and lines[-1].startswith(f"gpdlm reproduce: {jobs}/{jobs} jobs done (finished")
+    runs = _finished(f"sqlite:///{out}/mlflow.db")
+    assert len(runs) == jobs and {r.data.params["sweep.scale"] for r in runs} == {"smoke"}
+    report = (out / "report.md").read_text()
+    study = (out / "study.md").read_text()
+    assert "scale smoke, protocol paper, budget none" in study and "smoke (" in study
+    verdicts = list(csv_rows(out / "report" / "verdicts.csv"))
+    assert [v["claim"] for v in verdicts] == [c.id for c in claims.load(paper).claims]  # every claim has a verdict
+    mine = [v for v in verdicts if v["claim"] in ids]
+    assert all(v["verdict"] in ("holds", "fails", "not measured") for v in mine)
+    if paper in ("gplstm", "dlm"):  # both compared cells measured on 2 seeds: a real test
+        assert all(v["verdict"] in ("holds", "fails") for v in mine), mine
+    assert report.startswith("# ") and ids[0] in report
+    # the evidence written next to the report gives the same report, byte for byte
+    assert cli.main(["report", "--claims", paper, "--from", str(out / "runs.jsonl.gz"), "--study", str(out / "study.md"),
+                     "--out", str(tmp_path / "again"), "--output", str(tmp_path / "again.md")]) == 0
+    assert (tmp_path / "again.md").read_bytes() == (out / "report.md").read_bytes()
+
+
+def csv_rows(path):
+    import csv
+
+    with open(path, newline="") as f:
+        yield from csv.DictReader(f)
+
+
+@pytest.mark.slow
+def test_budget_and_interruption_resume_without_rerunning(tmp_path, monkeypatch, capsys):
+    """A budget stops between jobs saying what is left; an interruption (injected after a job ends) stops the
+    next run; the third run finishes, and no job ever trains twice."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    uri = f"sqlite:///{out}/mlflow.db"
+    args = ["reproduce", "gplstm", "--scale", "smoke", "--claims", "T2-gplstm-beats-lstm", "--output", str(out), "threads=1"]
+    def spend_budget(progress, status):  # the budget runs out while the first job trains (a clock, not a race)
+        progress.deadline = min(progress.deadline, rp.time.monotonic())
+    monkeypatch.setattr(rp, "_after_job", spend_budget)
+    assert cli.main([*args, "--budget", "1h"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"gpdlm reproduce: budget 1h reached: 1 of 4 jobs done, 3 left \(about \d+ s\); rerun the same "
+                     r"command to continue", err), err
+    first = {r.data.tags["gpdlm.config_hash"]: r.info.run_id for r in _finished(uri)}
+    assert len(first) == 1
+    assert (out / "report.md").is_file()  # a partial report
+
+    def interrupt(progress, status):
+        if status == "finished":
+            raise KeyboardInterrupt
+    monkeypatch.setattr(rp, "_after_job", interrupt)
+    assert cli.main(args) != 0
+    second = {r.data.tags["gpdlm.config_hash"]: r.info.run_id for r in _finished(uri)}
+    assert len(second) == len(first) + 1 and all(second[h] == rid for h, rid in first.items())
+    monkeypatch.setattr(rp, "_after_job", lambda progress, status: None)
+    capsys.readouterr()
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    runs = _finished(uri)
+    third = {r.data.tags["gpdlm.config_hash"]: r.info.run_id for r in runs}
+    assert len(runs) == len(third) == 4  # every job once: nothing trained twice
+    assert all(third[h] == rid for h, rid in second.items())
+    assert err.count("skipped: FINISHED in the store") == len(second)
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name("reproduce_gplstm")
+    parents = sorted(c.search_runs([exp.experiment_id]), key=lambda r: r.info.start_time)
+    assert [p.info.status for p in parents] == ["KILLED", "KILLED", "FINISHED"]
+    assert parents[-1].data.metrics["jobs_done"] == 4 and parents[-1].data.metrics["jobs_left"] == 0
+    assert parents[0].data.tags["gpdlm.progress"].startswith("gpdlm reproduce: budget 1h reached")
+
+
+# ----- the committed evidence ---------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+PUBLISHED = sorted(p.parent for p in (ROOT / "docs" / "results" / "smoke").glob("*/runs.jsonl.gz"))
+
+
+def test_committed_smoke_reports_have_their_records():
+    assert [p.name for p in PUBLISHED] and all((p / "report.md").is_file() and (p / "study.md").is_file() for p in PUBLISHED)
+
+
+@pytest.mark.parametrize("folder", PUBLISHED, ids=lambda p: p.name)
+def test_a_committed_report_is_rebuilt_from_its_records_byte_for_byte(folder, tmp_path, capsys):
+    assert cli.main(["report", "--no-log", "--claims", folder.name, "--from", str(folder / "runs.jsonl.gz"),
+                     "--study", str(folder / "study.md"), "--out", str(tmp_path / "o"),
+                     "--output", str(tmp_path / "report.md")]) == 0
+    assert (tmp_path / "report.md").read_bytes() == (folder / "report.md").read_bytes()
+    head = gzip.decompress((folder / "runs.jsonl.gz").read_bytes()).splitlines()[0]
+    assert json.loads(head)["format"] == "gpdlm-runs"
+
+
+@pytest.mark.slow
+def test_regenerate_sh_rebuilds_the_records_reports_on_a_fresh_tree(tmp_path):
+    """docs/results/regenerate.sh --records-only in a tree holding only the script and the committed records
+    (no store): the same reports, byte for byte."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    tree = tmp_path / "clone"
+    (tree / "docs" / "results").mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "results" / "regenerate.sh", tree / "docs" / "results")
+    shutil.copytree(ROOT / "docs" / "results" / "smoke", tree / "docs" / "results" / "smoke")
+    for p in (tree / "docs" / "results" / "smoke").glob("*/report.md"):
+        p.unlink()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(["bash", str(tree / "docs" / "results" / "regenerate.sh"), "--records-only"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for folder in PUBLISHED:
+        again = tree / "docs" / "results" / "smoke" / folder.name / "report.md"
+        assert again.read_bytes() == (folder / "report.md").read_bytes(), folder.name
+    assert not list(tree.rglob("mlflow.db"))  # no store was needed, none was made
+
+
+def test_progress_of_a_multirun_run_by_a_parallel_launcher_is_counted_from_its_outcomes(tmp_path, capsys):
+    from gpdlm_cli.tracking.sweep import record_outcome
+
+    for job, status in enumerate(["finished", "skipped", "finished", "failed"]):
+        record_outcome(tmp_path, job, status, [f"seed={job}"])
+    p = rp.Progress(total=10, deadline=None)
+    p.started -= 30.0  # 30 s so far
+    rp._count_outcomes(p, tmp_path, "multirun 1 of 3")
+    assert (p.done, p.trained) == (4, 2)
+    line = capsys.readouterr().err.strip()
+    # 6 jobs left at the 15 s per trained job measured so far (30 s / 2)
+    assert re.fullmatch(r"gpdlm reproduce: 4/10 jobs done \(multirun 1 of 3: 2 finished, 1 skipped, 1 failed\), 6 left, "
+                        r"about 9[0-2] s left", line), line
+
+
+def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
+    """rkhs Table 2 sweeps 8 data sets; only those that load offline are timed (here: pol, made offline)."""
+    import types
+
+    from gpdlm_cli.run import plan as run_plan
+
+    seen = []
+
+    def fake_plan(overrides, *, estimate=False, sample_iterations=5):
+        seen.append(list(overrides))
+        return types.SimpleNamespace(estimate_s=12.0)
+    monkeypatch.setattr(run_plan, "plan", fake_plan)
+    monkeypatch.setattr(rp, "data_status", lambda name: "offline (mirror)" if name == "pol" else "download")
+    p = rp.derive(claims.load("rkhs"), ["T2-scgd-beats-bsgd-b32"], "paper", "paper")
+    rp.expand(p, estimate=True)
+    (m,) = p.multiruns
+    assert m.jobs == 2160 and m.estimate_s == 12.0
+    assert seen == [["+experiment=rkhs_batch_study_pol", "kernel=linear", "dataset=pol"]]
+    assert m.note == "estimate for pol only: the jobs on 7 other data sets not offline"
+    assert "estimated 12 s; estimate for pol only" in rp.describe(p)
