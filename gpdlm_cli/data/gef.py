@@ -165,11 +165,12 @@ def wind_forecast_inputs(path) -> pd.DataFrame:
 WIND_INPUTS = [f"{v}_{a}" for a in (1, 2, 3, 4) for v in WIND_VARS]
 
 
-def gef_wind_series(power_path, forecast_path, farm: int) -> pd.DataFrame:
+def gef_wind_series(power_path, forecast_path, farm: int, power: pd.DataFrame | None = None) -> pd.DataFrame:
     """Farm ``farm``'s hourly series: the 16 forecast inputs and ``power``, on its published hours up
     to the last forecast hour (18,757 hours); missing forecast ages are filled from the nearest hour
-    (forward, then backward: only the first 37 hours lack some)."""
-    p = read_zipped_csv(power_path)
+    (forward, then backward: only the first 37 hours lack some). ``power``: the parsed power file,
+    if already read."""
+    p = read_zipped_csv(power_path) if power is None else power
     col = f"wp{farm}"
     if col not in p.columns or "date" not in p.columns or "usage" not in p.columns:
         raise DataError(f"{power_path}: not the GEFCom2012 wind power file; no columns date, {col}, usage")
@@ -198,8 +199,9 @@ def load_gef_wind(info, lag: int = 48, mode: str = "autoregression", lag_step: i
     if len(forecasts) != 7:
         raise DataError(f"dataset '{info.name}': the registry entry must list the power file and 7 forecast files")
     parts, hours = [], 0
+    power = read_zipped_csv(power_path)
     for k in farms:
-        df = gef_wind_series(power_path, forecasts[k - 1], k)
+        df = gef_wind_series(power_path, forecasts[k - 1], k, power)
         if n is not None:
             df = df.iloc[:n]
         hours += len(df)
