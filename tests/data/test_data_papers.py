@@ -179,3 +179,13 @@ def test_fetch_command_copies_and_verifies_a_paper_set(mirror_root, private_cach
     shutil.rmtree(private_cache / "thyroid")
     code, out = run(["verify", "drives"])
     assert code == 0 and "drives/drive.mat: ok" in out
+
+
+def test_list_says_the_paper_sets_load_offline_from_the_mirror_verified(mirror, capsys):
+    code, out = run(["list", "--offline"])
+    assert code == 0
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line.strip() and "datasets;" not in line}
+    for name in PAPER_SETS:  # columns: name task size(3 tokens) source offline verified splits paperM
+        assert rows[name][-4:-2] == ["mirror", "yes"], (name, rows[name])
+    assert rows["airline"][2:5] == ["2,055,733", "x", "8"] and rows["gef_wind"][2:5] == ["130,963", "x", "816"]
+    assert "airline_asa" not in rows and "cadata" not in rows  # not in the mirror: not offline
