@@ -137,8 +137,11 @@ def test_airline_from_the_mirror_is_the_papers_2055733_flights(mirror):
     assert r.X.shape == (2055733, 8) and r.y[0] == -14.0
 
 
-@pytest.mark.parametrize("name,file", [("actuator", "actuator.mat"), ("gef_power", "Load_history.csv.zip"),
-                                       ("abalone", "abalone.data"), ("airline", "plane-data.csv")])
+@pytest.mark.parametrize("name,file", [("actuator", "actuator.mat"), ("drives", "drive.mat"),
+                                       ("gef_power", "Load_history.csv.zip"), ("gef_wind", "windforecasts_wf3.csv.zip"),
+                                       ("abalone", "abalone.data"), ("thyroid", "ann-train.data"),
+                                       ("blog", "BlogFeedback.zip"), ("airline", "plane-data.csv"),
+                                       ("airline", "2008-04-part-00009.parquet")])
 def test_a_corrupted_mirror_copy_is_refused_with_one_line(mirror_root, private_cache, tmp_path, capsys, name, file):
     info = get_dataset_info(name)
     bad = tmp_path / "mirror"
