@@ -1,5 +1,5 @@
 """Run every benchmark: `python -m benchmarks [name ...]` (names: training, optimizers, estimators, data, sweep,
-contention, optuna, sparse_spectrum, pic, rkhs, gplstm, study, stochastic_start, gpu, batched)."""
+contention, optuna, sparse_spectrum, pic, rkhs, gplstm, study, stochastic_start, gpu, batched, kernels)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib
 import sys
 from pathlib import Path
 
-ALL = ["training", "optimizers", "estimators", "data", "sweep", "contention", "optuna", "sparse_spectrum", "pic", "rkhs", "gplstm", "study", "stochastic_start", "gpu", "batched"]
+ALL = ["training", "optimizers", "estimators", "data", "sweep", "contention", "optuna", "sparse_spectrum", "pic", "rkhs", "gplstm", "study", "stochastic_start", "gpu", "batched", "kernels"]
 
 
 def main(argv: list[str]) -> int:

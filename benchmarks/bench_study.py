@@ -415,7 +415,7 @@ def main(argv=None):
                    help="overrides added to every job (e.g. dataset=doctor_visits)")
     p.add_argument("--paper-share", nargs="*", default=[], metavar="MODEL=SHARE",
                    help="projection: the paper budget's share its real runs used, per model name (e.g. dlm=0.73 "
-                        "svgp=0.58, the 114 runs of README 'Fast protocol'), where no --paper-share-store is at hand")
+                        "svgp=0.58, the 114 runs of docs/performance.md), where no --paper-share-store is at hand")
     p.add_argument("--paper-code", default=None, metavar="DIR",
                    help="projection: also time the paper protocol with the gpdlm code of this checkout (a subprocess)")
     p.add_argument("--two-workers", type=int, default=0, metavar="ITERS",

@@ -92,7 +92,7 @@ def validate_dataset_keys(d) -> None:
 
 
 def validate_trainer(t) -> None:
-    """The ``trainer.*`` keys (see conf/trainer/paper.yaml and the README's trainer table)."""
+    """The ``trainer.*`` keys (see conf/trainer/paper.yaml and docs/configuration.md's trainer keys)."""
     from .methods.recurrent import ALGORITHMS
     from .training import OPTIMIZERS, SCHEDULES, STOP_RULES
 

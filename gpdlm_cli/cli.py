@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     target = SUBCOMMANDS[name][0]
     module, func = target.split(":")
+    _say_starting(name, rest)
     import importlib
 
     from .runtime import configure_process_env
@@ -105,6 +106,21 @@ def main(argv: list[str] | None = None) -> int:
     if _sweep_failed():
         return 1
     return int(result or 0) if isinstance(result, int) else 0
+
+
+#: commands that train; they import torch, gpytorch and MLflow (seconds, tens of seconds on a loaded machine)
+TRAINING_COMMANDS = ("train", "sweep", "bias", "resume")
+QUIET_FLAGS = {"-h", "--help", "--hydra-help", "-i", "--info", "-c", "--cfg", "-sc", "--shell-completion", "--dry-run",
+               "-p", "--package", "--resolve"}
+
+
+def _say_starting(name: str, rest: list[str]) -> None:
+    """One line on stdout as soon as a training command starts, before the slow imports: the
+    command is alive (not when it only prints help, a config or a plan)."""
+    if name not in TRAINING_COMMANDS or any(a in QUIET_FLAGS for a in rest):
+        return
+    what = "a multirun" if any(a in ("-m", "--multirun") for a in rest) or name == "sweep" else "a run"
+    print(f"gpdlm {name}: starting {what} (loading torch, the config and the data)...", flush=True)
 
 
 def _shell_completion(rest: list[str]) -> int:

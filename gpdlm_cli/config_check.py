@@ -92,13 +92,13 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import ConfigCompositionException, MissingConfigException
 
-    try:
-        parsed = OverridesParser.create().parse_overrides(args)
-    except Exception:
-        return None
     groups, values, later = [], [], []  # the first job's group choices; value overrides; keys to look up
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
+        try:  # with the config loader: glob(...) expands to a group's options
+            parsed = OverridesParser.create(config_loader=loader).parse_overrides(args)
+        except Exception:
+            return None
         for o in parsed:
             if o.is_delete():
                 continue
@@ -106,6 +106,9 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
             options = _group_options(loader, key)
             if options:
                 choices = _group_values(o)
+                if o.is_sweep_override() and o.is_discrete_sweep() and not choices:
+                    listed = f"choose from: {', '.join(options)}" if len(options) <= MAX_LISTED else f"{len(options)} options"
+                    return f"'{o.input_line}' matches no {key} option ({listed})"
                 for v in choices:
                     if v not in options and v != "null":
                         more = "; `gpdlm datasets list` shows them" if key == "dataset" else ""
@@ -136,7 +139,22 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     except Exception:
         return None
     multirun = any(a in ("-m", "--multirun") for a in argv)
-    return _check_values(base, values, later, None if multirun else command)
+    return _check_values(base, values, later, None if multirun else command) or _sweep_kind(parsed)
+
+
+def _sweep_kind(parsed) -> str | None:
+    """One line for a sampled range (``interval(...)``, or a ``tag(...)`` of one) where the sweeper
+    runs lists (Hydra's basic sweeper and gpdlm's take ``a,b``, ``range``, ``choice``, ``glob``,
+    ``sort``, ``shuffle``): Hydra would stop the sweep with its sweeper's class name. Left to Hydra
+    when the command line chooses a sweeper or an experiment preset (which may choose one)."""
+    chosen = [o for o in parsed if o.key_or_group.lstrip("+~").startswith(("hydra/sweeper", "experiment"))]
+    for o in parsed:
+        if o.is_sweep_override() and not o.is_discrete_sweep() and not chosen and not o.key_or_group.startswith("hydra"):
+            return (f"'{o.input_line}' is a sampled range, which the default sweeper cannot run: sweep a list "
+                    "(a,b / range(0,1,step=0.25) / choice(a,b)) or sample it with hydra/sweeper=optuna")
+    return None
+
+
 
 
 MISSING = "__gpdlm_missing__"

@@ -145,6 +145,41 @@ def threads_setting(setting, parallel_jobs: int = 1):
     return auto_threads(parallel_jobs) if setting == "auto" else setting
 
 
+# ----- subnormal floats ------------------------------------------------------------------------------
+ENV_FLUSH = "GPDLM_FLUSH_DENORMAL"  # "0": keep IEEE subnormals (slow on x86 CPUs)
+
+
+def flush_denormals() -> bool:
+    """Flush subnormal floats to zero in this process's torch CPU arithmetic (``torch.set_flush_denormal``:
+    the FTZ/DAZ bits on x86 with SSE3, their equivalent on ARM) unless ``GPDLM_FLUSH_DENORMAL=0``;
+    True when flushing is on afterwards.
+
+    Why (issue 47, item 3): an RBF or Matern kernel matrix holds values as small as exp(-r^2 / 2); in
+    float32 a few percent of them fall below 1.2e-38 into the subnormal range, which x86 CPUs handle
+    in microcode at ~100x the cost of a normal operation. On an SGPR at N ~ 10k, M = 512 the triangular
+    solve with K_uf took 3.5 s instead of 0.07 s, and float32 training ran ~4x slower than float64.
+    Flushed, a subnormal becomes 0 -- a change of < 1.2e-38 (float32) or 2.3e-308 (float64) to a number
+    that is then added to numbers of order one. ``benchmarks/bench_kernels.py`` measures it.
+
+    The setting is per thread, and torch's intra-op (OpenMP) threads copy it from the thread that starts
+    them: called before the first parallel operation of the process -- as ``run.prepare`` does for every
+    run, predict and eval -- it holds in every thread; called later in a process whose thread pool
+    already exists (a notebook), it holds in the calling thread only."""
+    import torch
+
+    if os.environ.get(ENV_FLUSH, "1").strip() == "0":
+        return denormals_flushed()
+    return bool(torch.set_flush_denormal(True)) and denormals_flushed()
+
+
+def denormals_flushed() -> bool:
+    """Whether torch's CPU arithmetic flushes subnormals to zero in the calling thread (a probe: the
+    smallest float64 subnormal times one is zero only then)."""
+    import torch
+
+    return float((torch.tensor([5e-324], dtype=torch.float64) * 1.0)[0]) == 0.0
+
+
 # ----- peak memory of a run ------------------------------------------------------------------------------
 def reset_peak_rss() -> bool:
     """Reset this process's resident-set high-water mark (Linux >= 4.0: ``5`` into

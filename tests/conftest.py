@@ -104,14 +104,17 @@ def ar1_series(T: int, seed: int = 0):
 REPO = Path(__file__).resolve().parents[1]
 
 
-def gpdlm_subprocess(args, cwd, *, env=None, timeout=None, **kwargs):
+def gpdlm_subprocess(args, cwd, *, env=None, timeout=None, runner=None, **kwargs):
     """``python -m gpdlm_cli.cli <args>`` in a fresh interpreter started in ``cwd`` (stdout/stderr
-    captured as text), importing this checkout's gpdlm_cli. Tests that use it are ``slow``."""
+    captured as text), importing this checkout's gpdlm_cli. Tests that use it are ``slow``.
+    ``runner=subprocess.Popen`` starts it in the background (``kwargs`` then say where its output goes)."""
     import subprocess
     import sys
 
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    if runner is not None:
+        return runner([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, env=env, **kwargs)
     return subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, capture_output=True, text=True,
                           env=env, timeout=timeout, **kwargs)
 

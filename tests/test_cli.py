@@ -116,3 +116,57 @@ def test_shell_completion_goes_through_the_dispatcher(monkeypatch, capsys):
     dispatcher.main(["-sc", "query=bash"])
     options = capsys.readouterr().out.split()
     assert {"model=svgp", "model=sgpr", "model=scgd"} <= set(options) and "model=dlm" not in options
+
+
+@pytest.mark.parametrize("override,jobs", [
+    ("model=glob(sv*)", ["model=svbssgp", "model=svgp"]),
+    ("seed=range(0,3)", ["seed=0", "seed=1", "seed=2"]),
+    ("seed=choice(4,5)", ["seed=4", "seed=5"]),
+    ("seed=sort(2,1)", ["seed=1", "seed=2"]),
+])
+def test_hydra_sweep_grammar_is_checked_and_expanded(override, jobs):
+    """Hydra's sweep functions pass the check and expand to their jobs (glob needs the config loader:
+    it once ended in 'ConfigLoader is not set')."""
+    from gpdlm_cli.config_check import check_overrides
+    from gpdlm_cli.run.plan import job_overrides
+
+    assert check_overrides(["-m", override]) is None
+    assert [j[0] for j in job_overrides([override])[0]] == jobs
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model=glob(nosuch*)", "'model=glob(nosuch*)' matches no model option (choose from: "),
+    ("objective.beta=interval(0,1)", "'objective.beta=interval(0,1)' is a sampled range, which the default sweeper"),
+])
+def test_a_sweep_the_sweeper_cannot_run_is_one_line(tmp_path, capsys, override, message):
+    rc, lines = run_cli(["train", "-m", override], tmp_path, capsys)
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"gpdlm: error: {message}")
+    rc, lines = run_cli(["train", "-m", override, "--dry-run"], tmp_path, capsys)
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"gpdlm: error: {message}")
+    assert not (tmp_path / "multirun").exists() and not (tmp_path / "outputs").exists()
+
+
+def test_a_training_command_says_it_started_before_the_slow_imports(tmp_path, capsys, monkeypatch):
+    """The first line comes at once (a run used to print nothing for its first ~25 s on a loaded
+    machine: imports); help, configs and plans print only themselves."""
+    import importlib
+
+    printed = {}
+    real = importlib.import_module
+
+    def spy(name, *a, **k):
+        printed[name] = capsys.readouterr().out  # what was printed before the command's module loads
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", spy)
+    run_cli(["resume", str(tmp_path)], tmp_path, capsys)
+    assert printed["gpdlm_cli.commands.evaluate"] == "gpdlm resume: starting a run (loading torch, the config and the data)...\n"
+    monkeypatch.setattr(importlib, "import_module", real)
+    rc, err = run_cli(["train", "-m", "objective.betta=1"], tmp_path, capsys)
+    assert rc == 2 and err[0].startswith("gpdlm: error: unknown config key")
+    for argv in (["train", "--cfg", "job"], ["train", "-m", "seed=0,1", "--dry-run"], ["train", "--help"], ["runs", "--help"]):
+        try:
+            cli.main(argv)
+        except SystemExit:
+            pass
+        assert "starting" not in capsys.readouterr().out, argv

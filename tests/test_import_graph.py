@@ -7,7 +7,7 @@ or inside a function, absolute or relative (resolved against the importing modul
 Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``; those implicit edges are left out
 on purpose, or every package's ``__init__`` that re-exports its modules would close a cycle.
 
-**Layers**, bottom to top (README, "Layout"): a module may import its own layer and the layers
+**Layers**, bottom to top (CONTRIBUTING.md, "Layout"): a module may import its own layer and the layers
 below, never one above; modules of one layer may import each other (the cycle check covers them).
 A module's layer is that of the longest entry of ``LAYERS`` its dotted name starts with.
 

@@ -129,12 +129,16 @@ def skipped_note(found: list) -> str:
 
 
 def drop_reruns(records: list[RunRecord]) -> tuple[list[RunRecord], int]:
-    """Keep the latest run of every ``gpdlm.config_hash`` (runs without the tag are all kept);
+    """Keep the latest run of every configuration (``tracking.identity.run_identity``: the
+    ``gpdlm.config_hash`` of version 2, recomputed from the params of runs tagged with version 1, so a
+    seed trained at two thread counts counts once; runs without the tag are all kept);
     (kept, number dropped)."""
+    from ..tracking.identity import run_identity
+
     latest: dict[str, RunRecord] = {}
     kept = []
     for r in records:
-        h = r.tags.get("gpdlm.config_hash")
+        h = run_identity(r.params, r.tags)
         if not h:
             kept.append(r)
         elif h not in latest or (r.start_time, r.run_id) > (latest[h].start_time, latest[h].run_id):

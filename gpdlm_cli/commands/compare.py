@@ -43,6 +43,7 @@ examples:
   gpdlm compare --by dataset,model,train_size --metric test_nll test_rmse
   gpdlm compare --filter 'params.`model.name` = "dlm"' --by model,beta
   gpdlm compare --select            # compare the validation-selected beta of each method
+  gpdlm compare --hyperparameters   # also the learned noise, outputscale, lengthscales (hp.* metrics)
 """
 
 
@@ -63,11 +64,26 @@ def build_parser():
                    help="compare only the runs `gpdlm select` picks (best beta by validation per group)")
     p.add_argument("--include-refits", action="store_true",
                    help="also use refit runs (tag gpdlm.refit_of); adds the 'refit' key to --by")
+    p.add_argument("--hyperparameters", action="store_true",
+                   help="also compare the learned hyperparameters (every hp.* metric the runs logged: "
+                        "hp.noise, hp.outputscale, hp.lengthscale[.i], hp.num_inducing)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
     p.add_argument("--no-log", action="store_true", help="do not create the `compare` MLflow run")
     return p
 
 
+
+
+def hyperparameter_metrics(records, chosen: list[str]) -> list[str]:
+    """The ``hp.*`` metrics (learned hyperparameters, ``run.hyperparameters``) of ``records`` not already in
+    ``chosen``, in natural order (``hp.lengthscale.2`` before ``hp.lengthscale.10``); AnalysisError when no
+    run logged any (runs trained before gpdlm logged them: ``gpdlm eval`` does not add them)."""
+    import re
+
+    present = {k for r in records for k in r.metrics if k.startswith("hp.") and k not in chosen}
+    if not present:
+        raise R.AnalysisError("--hyperparameters: no run has hp.* metrics (runs log them since issue 47; retrain to get them)")
+    return sorted(present, key=lambda k: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)])
 
 
 def main(argv: list[str]) -> int:
@@ -88,6 +104,8 @@ def main(argv: list[str]) -> int:
     if not args.select:
         by, warning = separate_configurations(records, by)
     metrics = R.choose_metrics(records, R.split_list(args.metric))
+    if args.hyperparameters:
+        metrics += hyperparameter_metrics(records, metrics)
     for note in notes:
         print(f"gpdlm: note: {note}", file=sys.stderr)
     if warning:

@@ -132,6 +132,7 @@ def cmd_list(args, out) -> int:
 
 def cmd_info(args, out) -> int:
     from ..data.download import file_path, recorded_checksum
+    from ..data.paths import cache_dir, cache_dir_origin
 
     info = _get(args.name)
     feats = info.features if isinstance(info.features, str) else ", ".join(info.features)
@@ -154,6 +155,7 @@ def cmd_info(args, out) -> int:
                      f"{ {'all': 'every', 'some': 'some', 'none': 'no'}.get(info.checksums, 'no') } raw file)"
          if info.checksums != "-" else "-"),
         ("config", f"conf/dataset/{info.name}.yaml  (gpdlm train dataset={info.name})"),
+        ("cache", f"{cache_dir()}  (raw files and parsed tables; {cache_dir_origin()})"),
         ("reference", info.reference or "-"),
     ]
     if info.notes:

@@ -3,7 +3,8 @@
     gpdlm eval (--experiment NAME | RUN ...) [--metric M ...] [--split val|test|all] [--tracking-uri URI]
     gpdlm predict RUN --input FILE.csv --output FILE.csv [--level 0.9] [--tracking-uri URI]
 
-RUN is an MLflow run id, a run name, or a run's output folder. ``eval`` rebuilds every run from its
+RUN is an MLflow run id, a unique prefix of one (as ``gpdlm runs`` prints it), a run name, or a
+run's output folder (``commands.resolve``). ``eval`` rebuilds every run from its
 ``model.pt`` (``run.saved_model``), recomputes its validation/test metrics -- the training-time
 ones come out bit for bit on CPU, new ones (e.g. calibration metrics added later) are back-filled
 -- and logs them into the same MLflow run and its ``metrics.json``. ``predict`` applies a run's
@@ -36,29 +37,11 @@ EPILOG_PREDICT = """examples:
 
 # ----- finding runs ------------------------------------------------------------------------------
 def run_folder(ref: str, uri: str | None) -> tuple[Path, str | None]:
-    """(output folder, MLflow run id or None) of a run given by folder, id or name."""
-    p = Path(ref)
-    if p.is_dir():
-        return p, None
-    client, uri = open_store(uri)
-    from mlflow.exceptions import MlflowException
+    """(output folder, MLflow run id or None) of a run given by folder, run id, unique id prefix or
+    run name (``commands.resolve``: ambiguous references are refused with the candidates)."""
+    from .resolve import resolve_run
 
-    run = None
-    try:
-        run = client.get_run(ref)
-    except MlflowException:
-        for exp in client.search_experiments():
-            found = client.search_runs([exp.experiment_id], filter_string=f"attributes.run_name = '{ref}'",
-                                       order_by=["attributes.start_time DESC"], max_results=1)
-            if found:
-                run = found[0]
-                break
-    if run is None:
-        raise AnalysisError(f"no run '{ref}': not a folder, nor a run id or run name in {uri}")
-    folder = run.data.tags.get("gpdlm.output_dir")
-    if not folder or not Path(folder).is_dir():
-        raise AnalysisError(f"run {run.info.run_id} has no output folder on this machine ({folder or 'no gpdlm.output_dir tag'})")
-    return Path(folder), run.info.run_id
+    return resolve_run(ref, uri)
 
 
 # ----- gpdlm eval --------------------------------------------------------------------------------
@@ -172,10 +155,6 @@ def read_inputs(path: Path, feature_names: list[str]):
 
 
 def predict_main(argv: list[str]) -> int:
-    import numpy as np
-    import torch
-
-    from ..metrics import predictive_marginals
     from ..run.saved_model import load_run
 
     p = make_parser("gpdlm predict", "apply a run's saved model to new rows")
@@ -198,36 +177,11 @@ def predict_main(argv: list[str]) -> int:
                               f"sq_dlm's completion); gpdlm predict takes the other models for now "
                               f"(gpdlm eval recomputes its metrics)")
     X = read_inputs(Path(a.input), meta["feature_names"])
-    x_mean, x_std = np.asarray(meta["x_mean"]), np.asarray(meta["x_std"])
-    x = torch.as_tensor((X - x_mean) / x_std, dtype=run.data.x_train.dtype, device=run.data.x_train.device)
-    lik = method.likelihood
-    mu, var = predictive_marginals(method.model, x)
-    out = {}
-    z = float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + a.level / 2, dtype=torch.float64)))
-    task = run.splits.task
-    if task == "regression":
-        y_mean, y_std = float(meta["y_mean"][0]), float(meta["y_std"][0])
-        pvar = var + lik.noise
-        m, s = mu * y_std + y_mean, pvar.sqrt() * y_std
-        out = {"mean": m, "variance": s**2, "lower": m - z * s, "upper": m + z * s}
-    elif task == "classification":
-        from ..estimators import QuadratureEstimator
-
-        prob = lik.predictive_mean_closed(mu, var)
-        if prob is None:
-            prob = QuadratureEstimator(64).expectation(lik.mean, mu, var)
-        out = {"p1": prob, "label": (prob > 0.5).to(prob.dtype)}
-    else:
-        from ..estimators import QuadratureEstimator
-
-        quad = QuadratureEstimator(64)
-        mean = quad.expectation(lik.mean, mu, var)
-        lo_q, hi_q = (1 - a.level) / 2, 1 - (1 - a.level) / 2
-        lo, hi = _count_quantile(quad, lik, mu, var, lo_q), _count_quantile(quad, lik, mu, var, hi_q)
-        out = {"mean": mean, "lower": lo, "upper": hi}
     import pandas as pd
 
-    frame = pd.DataFrame({k: v.detach().cpu().numpy() for k, v in out.items()})
+    from ..run.serving import predict_rows
+
+    frame = pd.DataFrame(predict_rows(run, X, a.level))  # the MLflow Model's predict too (run.pyfunc)
     frame.to_csv(a.output, index=False)
     print(f"gpdlm predict: {len(frame)} rows -> {a.output} ({', '.join(frame.columns)}; model={run.cfg.model.name})")
     return 0
@@ -342,23 +296,6 @@ def predict_series(run, inp: Path, output: Path, level: float) -> int:
     print(f"gpdlm predict: {len(out)} steps -> {output} ({mode}, lag={lag}; {', '.join(out.columns)}; "
           f"model={run.cfg.model.name})")
     return 0
-
-
-def _count_quantile(quad, lik, mu, var, q: float, k_max: int = 100000):
-    """The smallest k with E_q[P(Y <= k | f)] >= q, per row (bisection on k)."""
-    import torch
-
-    def cdf(k):
-        return quad.expectation(lambda f: torch.special.gammaincc(k.unsqueeze(-1) + 1, lik.mean(f)), mu, var)
-
-    lo = torch.full_like(mu, -1.0)
-    hi = torch.full_like(mu, float(k_max))
-    for _ in range(int(math.log2(k_max)) + 2):
-        mid = torch.floor((lo + hi) / 2)
-        ok = (mid >= 0) & (cdf(mid.clamp_min(0)) >= q)
-        hi = torch.where(ok, mid, hi)
-        lo = torch.where(ok, lo, mid)
-    return hi
 
 
 # ----- gpdlm resume ------------------------------------------------------------------------------

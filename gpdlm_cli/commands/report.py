@@ -1,7 +1,14 @@
-"""``gpdlm report``: a paper's tables and a verdict per claim from an experiment's runs.
+"""``gpdlm report``: a paper's tables and a verdict per claim from an experiment's runs -- or, without
+``--claims``, the experiment's own report.
 
-    gpdlm report --claims PAPER [--experiment NAME ...] [--tracking-uri URI] [--format md|latex|html]
+    gpdlm report [--claims PAPER] [--experiment NAME ...] [--tracking-uri URI] [--format md|latex|html]
                  [--output FILE] [--out DIR] [--filter EXPR] [--no-log]
+
+Without ``--claims`` the report holds what ``gpdlm compare`` computes for each experiment: the
+mean ± standard error table of its FINISHED training runs grouped by compare's default keys (a
+param that differs inside a group is added to them) and compare's figures (``vs_train_size``,
+``vs_beta``, learning curves), with the runs' provenance -- in Markdown (figures linked), HTML
+(figures embedded) or LaTeX (the tables).
 
 The work is in ``gpdlm_cli.analysis`` (claims files, statistics, rendering); this is its shell.
 """
@@ -19,6 +26,7 @@ from . import _cli
 FORMATS = {"md": "report.md", "latex": "report.tex", "html": "report.html"}
 
 EPILOG = """examples:
+  gpdlm report --experiment my_study                               # its own tables and figures
   gpdlm report --experiment regression_logloss_pol --claims dlm
   gpdlm report --experiment rkhs_batch_study_pol --claims rkhs --format latex --output tables.tex
   gpdlm report --experiment sampling_methods --claims dlm --format html --output sampling.html
@@ -36,8 +44,9 @@ def build_parser():
     p = _cli.make_parser("gpdlm report", "A paper's tables (mean ± SE, best, ranks, the paper's numbers) and a verdict "
                                       "per claim (holds / fails / not measured) from MLflow runs.")
     p.epilog = EPILOG
-    p.add_argument("--claims", required=True, metavar="PAPER",
-                   help=f"the paper: {', '.join(claims.available())}, or a claims .yaml file")
+    p.add_argument("--claims", default=None, metavar="PAPER",
+                   help=f"the paper: {', '.join(claims.available())}, or a claims .yaml file (default: none -- "
+                        f"the experiment's own tables and figures, as gpdlm compare computes them)")
     p.add_argument("--experiment", action="append", metavar="NAME",
                    help=f"MLflow experiment whose runs are read (repeatable; default: {R.DEFAULT_EXPERIMENT})")
     p.add_argument("--tracking-uri", default=None, metavar="URI",
@@ -58,6 +67,8 @@ def main(argv: list[str]) -> int:
     from ..analysis import report as rep
 
     args = build_parser().parse_args(argv)
+    if args.claims is None:
+        return experiment_report(args)
     paper = claims.load(args.claims)  # an unknown paper is an error before the store is opened
     study = ""
     if args.study:
@@ -108,6 +119,80 @@ def main(argv: list[str]) -> int:
             "n_runs": len(records), "n_claims": len(report.verdicts), "holds": c[rep.HOLDS], "fails": c[rep.FAILS],
             "not_measured": c[rep.NOT_MEASURED],
         }, tags={"gpdlm.output_dir": outdir.resolve(), "gpdlm.claims": str(paper.path)})
+        print(f"MLflow run 'report' {rid} in experiment '{exps[0].name}' ({uri})")
+    return 0
+
+
+def experiment_report(args) -> int:
+    """``gpdlm report`` without ``--claims``: each experiment's compare table and figures as one
+    report (module docstring), written to ``--out`` (and ``--output``) and logged as a ``report`` run."""
+    import html
+
+    from ..analysis import report as rep
+    from ..analysis.summary import analyse, display_rows, separate_configurations, write_runs_csv
+    from .compare import DEFAULT_BY
+
+    if args.study and not Path(args.study).is_file():
+        raise R.AnalysisError(f"--study {args.study}: no such file")
+    if args.output and Path(args.output).is_dir():
+        raise R.AnalysisError(f"--output {args.output} is a folder: give a file name")
+    client, uri = store.open_store(args.tracking_uri)
+    names = list(dict.fromkeys(R.split_list(args.experiment) or [R.DEFAULT_EXPERIMENT]))
+    exps = [store.get_experiment(client, name, uri) for name in names]
+    notes: list[str] = []
+    loaded = [store.load_runs(client, exp, args.filter, notes=notes) for exp in exps]  # all read before writing
+    outdir = store.output_dir(args.out, "report")
+    study = Path(args.study).read_text() if args.study else ""
+    md, page, tex, written, n_runs = [study] if study else [], [], [], [], 0
+    for name, records in zip(names, loaded):
+        where = outdir / name if len(names) > 1 else outdir
+        where.mkdir(parents=True, exist_ok=True)
+        by, warning = separate_configurations(records, list(DEFAULT_BY))
+        if warning:
+            notes.append(warning)
+        metrics = R.choose_metrics(records, [])
+        result = analyse(client, records, by, metrics, where, "summary", title=f"{name}: mean ± standard error over "
+                         f"{len(records)} runs")
+        write_runs_csv(records, by, metrics, where / "runs.csv")
+        header, rows = display_rows(result["rows"], by, metrics)
+        made = rep.provenance(name, records)
+        about = (f"{len(records)} FINISHED training runs of experiment '{name}' ({uri}), {made.first} to {made.last}, "
+                 f"{made.train_hours:.2f} h of training; protocol {', '.join(map(str, made.protocols))}; code "
+                 f"{', '.join(map(str, made.commits))}. Grouped by {', '.join(by)}: mean ± standard error over seeds.")
+        rel = lambda p: p.relative_to(outdir).as_posix()  # noqa: E731
+        md += [f"# {name}", "", about, "", T.markdown_table(header, rows), ""]
+        md += [f"![{p.stem}]({rel(p)})" for p in result["figures"]] + [""]
+        cells = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+        import base64
+
+        imgs = "".join(f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
+                       f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
+                       for p in result["figures"])
+        page += [f"<h1>{html.escape(name)}</h1><p>{html.escape(about)}</p><table><thead><tr>{cells}</tr></thead>"
+                 f"<tbody>{body}</tbody></table>{imgs}"]
+        esc = lambda s: str(s).replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("&", "\\&").replace("%", "\\%").replace("±", "$\\pm$")  # noqa: E731
+        tex += [f"\\section*{{{esc(name)}}}", esc(about), "", "\\begin{tabular}{" + "l" * len(by) + "r" * (len(header) - len(by)) + "}",
+                " & ".join(esc(h) for h in header) + " \\\\ \\hline"] + [" & ".join(esc(c) for c in row) + " \\\\" for row in rows]
+        tex += ["\\end{tabular}", ""]
+        written += [rel(p) for p in result["files"] + result["figures"]] + [rel(where / "runs.csv")]
+        n_runs += len(records)
+    for note in notes:
+        print(f"gpdlm: note: {note}", file=sys.stderr)
+    style = "body{font-family:sans-serif;max-width:70em;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}"
+    text = {"md": "\n".join(md),
+            "html": f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(', '.join(names))}</title>"
+                    f"<style>{style}</style></head><body>{''.join(page)}</body></html>\n",
+            "latex": "\n".join(tex)}[args.format]
+    (outdir / FORMATS[args.format]).write_text(text)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text)
+    print(f"wrote {', '.join([FORMATS[args.format]] + written)} to {outdir}" + (f" and {args.output}" if args.output else ""))
+    if not args.no_log:
+        rid = store.log_analysis_run(client, exps[0].experiment_id, "report", outdir, params={
+            "claims": "none", "experiments": ",".join(names), "format": args.format, "filter": args.filter or "",
+            "n_runs": n_runs}, tags={"gpdlm.output_dir": outdir.resolve()})
         print(f"MLflow run 'report' {rid} in experiment '{exps[0].name}' ({uri})")
     return 0
 

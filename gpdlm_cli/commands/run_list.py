@@ -1,7 +1,10 @@
 """``gpdlm runs``: the runs of an experiment -- status, name, key metrics -- and the stale ones.
 
     gpdlm runs [--experiment NAME] [--tracking-uri URI] [--status STATUS ...] [--limit N]
-               [--stale] [--stale-after 30m] [--mark-failed]
+               [--stale] [--stale-after 30m] [--mark-failed] [--hyperparameters]
+
+``--hyperparameters`` adds the learned hyperparameters each run logged (``hp.*`` metrics,
+``run.hyperparameters``): one column per hyperparameter, ARD lengthscales as one list.
 
 A run killed by SIGKILL or the OOM killer (no handler can catch those) stays RUNNING in MLflow
 forever, and ``compare``/``select`` skip it. A RUNNING run is **stale** when
@@ -37,6 +40,7 @@ EPILOG = """examples:
   gpdlm runs --experiment regression_logloss_smoke --status RUNNING FAILED
   gpdlm runs --stale                       # RUNNING runs whose process is gone or silent for 30 minutes
   gpdlm runs --stale --stale-after 2h --mark-failed
+  gpdlm runs --hyperparameters             # with the learned noise, outputscale, lengthscales, M
 """
 
 
@@ -107,7 +111,31 @@ def build_parser():
     p.add_argument("--stale-after", default=DEFAULT_STALE, metavar="DURATION",
                    help=f"a RUNNING run with no metric for this long is stale (default: {DEFAULT_STALE}; 90s, 2h, 1d)")
     p.add_argument("--mark-failed", action="store_true", help="with --stale: end the stale runs FAILED, with the reason")
+    p.add_argument("--hyperparameters", action="store_true",
+                   help="also show each run's learned hyperparameters (its hp.* metrics: noise, outputscale, "
+                        "lengthscales -- one per input with ARD --, inducing count)")
     return p
+
+
+def hyperparameter_columns(metrics: list[dict]) -> list[tuple[str, list[str]]]:
+    """(column name, metric names) for the ``hp.*`` metrics in ``metrics`` (one dict per run): a scalar
+    ``hp.noise`` is column ``noise``; ``hp.lengthscale.0``, ``hp.lengthscale.1``, ... (ARD) share one
+    column ``lengthscale``, shown as a space-separated list."""
+    columns: dict[str, dict[int, str]] = {}
+    for m in metrics:
+        for key in m:
+            if not key.startswith("hp."):
+                continue
+            name, _, index = key[3:].rpartition(".")
+            if index.isdigit() and name:
+                columns.setdefault(name, {})[int(index)] = key
+            else:
+                columns.setdefault(key[3:], {})[-1] = key
+    return [(name, [keys[i] for i in sorted(keys)]) for name, keys in sorted(columns.items())]
+
+
+def hyperparameter_cells(metrics: dict, columns: list[tuple[str, list[str]]]) -> list[str]:
+    return [" ".join(R.fmt_num(metrics[k]) for k in keys if k in metrics) or "-" for _, keys in columns]
 
 
 def main(argv: list[str]) -> int:
@@ -136,6 +164,9 @@ def main(argv: list[str]) -> int:
         found = found[:args.limit]
     header = ["run_id", "name", "status", "started", "last logged"] + [m for m in METRICS
                                                                        if any(m in r.data.metrics for r in found)]
+    n_metrics = len(header) - 5
+    hp_columns = hyperparameter_columns([r.data.metrics for r in found]) if args.hyperparameters else []
+    header += [name for name, _ in hp_columns]
     rows = []
     for r in found:
         st = marks[r.info.run_id]
@@ -144,7 +175,8 @@ def main(argv: list[str]) -> int:
         rows.append([r.info.run_id[:8], (r.info.run_name or "") + kind, status,
                      time.strftime("%Y-%m-%d %H:%M", time.localtime((r.info.start_time or 0) / 1000)),
                      _duration((now - last_activity_ms(r)) / 1000) + " ago"]
-                    + [R.fmt_num(r.data.metrics[m]) if m in r.data.metrics else "-" for m in header[5:]])
+                    + [R.fmt_num(r.data.metrics[m]) if m in r.data.metrics else "-" for m in header[5:5 + n_metrics]]
+                    + hyperparameter_cells(r.data.metrics, hp_columns))
     what = "stale RUNNING runs" if args.stale else "runs"
     shown = f"{len(found)} of {total}" if len(found) < total else f"{total}"
     T.print_table(f"{exp.name}: {shown} {what} ({uri})", header, rows, numeric_from=5)

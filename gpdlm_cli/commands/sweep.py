@@ -85,7 +85,7 @@ def sweep_overrides(kind: str, overrides: list[str]) -> list[list[str]]:
         _, splits, _ = build.load_data(cfg)
         grid = beta_grid(splits.n_train, cfg.sweep.grid_min, cfg.sweep.factor)
         if cfg.sweep.get("warm_start", False):
-            # a warm-started path runs from small beta up: measured on pol (README "Warm-started beta
+            # a warm-started path runs from small beta up: measured on pol (docs/sweeps.md "Warm-started beta
             # paths"), the descending path gets stuck at large beta's noise-only optimum
             grid = sorted(grid)
         runs.append(["-m", "objective.beta=" + ",".join(_format(b) for b in grid), *overrides, *pins])

@@ -5,10 +5,16 @@
 * A **mirror** (``GPDLM_DATA_MIRROR=DIR`` or ``gpdlm datasets fetch --mirror DIR``) replaces the
   network: the file behind ``https://<host>/<path>`` is read from ``DIR/<host>/<path>`` (an
   air-gapped cluster's shared folder; ``../shared/datasets/mirror`` in this project's CI).
-* The **cache** is ``datasets/cache/`` of the repository by default. ``GPDLM_DATA=/some/dir``
-  moves it. The repository is found relative to the package (``<repo>/gpdlm_cli/..``) when that
-  directory has a ``datasets/`` folder (an editable install or a checkout); otherwise
-  ``./datasets/cache`` under the current working directory is used.
+* The **cache** is the user's cache directory, outside the source tree (a read-only or shared
+  checkout never gets data written into it; issue 47, item 5): ``$GPDLM_DATA`` when set, else
+  ``$XDG_CACHE_HOME/gpdlm`` (an absolute ``XDG_CACHE_HOME``), else the platform's user cache --
+  ``~/.cache/gpdlm`` on Linux, ``~/Library/Caches/gpdlm`` on macOS, ``%LOCALAPPDATA%/gpdlm/Cache``
+  on Windows (the locations platformdirs uses). ``gpdlm datasets list``/``info`` print it;
+  docs/data-cache.md. (Before, it was ``<repo>/datasets/cache``: ``GPDLM_DATA=<repo>/datasets/cache``
+  keeps using such a cache.)
+* The repository (for the registry) is found relative to the package (``<repo>/gpdlm_cli/..``) when
+  that directory has a ``datasets/`` folder (an editable install or a checkout); otherwise
+  ``./datasets`` under the current working directory.
 
 Layout of the cache::
 
@@ -21,6 +27,7 @@ Layout of the cache::
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 ENV_DATA = "GPDLM_DATA"
@@ -38,12 +45,38 @@ def repo_datasets_dir() -> Path:
     return Path.cwd() / "datasets"
 
 
+def user_cache_dir() -> Path:
+    """The user's cache directory for gpdlm (the module docstring's order after ``$GPDLM_DATA``):
+    ``$XDG_CACHE_HOME/gpdlm`` when ``XDG_CACHE_HOME`` is an absolute path (the XDG base-directory
+    rule: a relative one is ignored), else ``~/Library/Caches/gpdlm`` on macOS,
+    ``%LOCALAPPDATA%/gpdlm/Cache`` on Windows and ``~/.cache/gpdlm`` elsewhere."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "gpdlm"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "gpdlm"
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA", "").strip()
+        return (Path(local) if local else Path.home() / "AppData" / "Local") / "gpdlm" / "Cache"
+    return Path.home() / ".cache" / "gpdlm"
+
+
 def cache_dir() -> Path:
-    """The raw-file and parsed-table cache: ``$GPDLM_DATA`` if set, else ``<repo>/datasets/cache``."""
-    env = os.environ.get(ENV_DATA)
+    """The raw-file and parsed-table cache: ``$GPDLM_DATA`` if set, else ``user_cache_dir()``."""
+    env = os.environ.get(ENV_DATA, "").strip()
     if env:
         return Path(env).expanduser().resolve()
-    return repo_datasets_dir() / "cache"
+    return user_cache_dir()
+
+
+def cache_dir_origin() -> str:
+    """Where ``cache_dir()`` comes from, in words (``gpdlm datasets info``)."""
+    if os.environ.get(ENV_DATA, "").strip():
+        return f"${ENV_DATA}"
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if xdg and os.path.isabs(xdg):
+        return "$XDG_CACHE_HOME/gpdlm; set GPDLM_DATA to move it"
+    return "the user cache directory; set GPDLM_DATA (or XDG_CACHE_HOME) to move it"
 
 
 def registry_file() -> Path:

@@ -9,8 +9,8 @@ A family module owns everything specific to it (the protocol is ``base.Family``)
 * what the commands need to know about it (optional, ``base.DECLARATIONS``): its selection metric,
   reference beta, variants, whether it takes ``features=``, its protocol keys, multi-output.
 
-Adding a family touches its module and its YAML files (plus its tests, docs and README rows; see
-the README's "Adding a model family"): every module of this package that defines ``MODELS`` is a
+Adding a family touches its module and its YAML files (plus its tests, docs and README row; see
+CONTRIBUTING.md's "Adding a model family"): every module of this package that defines ``MODELS`` is a
 family, so no line here changes. A family never imports another family; it builds on ``models/``,
 ``objectives/``, ``estimators/``, ``training/`` and ``components``.
 """

@@ -8,7 +8,7 @@ stochastic objective (``objectives.rkhs``). Prediction and the monitor ``train_n
 closed form at the current parameters (w* = F^-1 Z^T y, one streamed O(n d^2) pass per
 evaluation, never per step).
 
-``model=bsgd`` also takes an exact kernel (``kernel=rbf``, or a Matern by ``kernel.name``) on the input
+``model=bsgd`` also takes an exact kernel (``kernel=rbf`` or a Matern, ``kernel=matern32``) on the input
 map, as the paper ran BSGD in its Gaussian-kernel tables (Sec. 5, Tables 3 and 5): the batch covariance is then
 k(g(x_S), g(x_S)), and ``train_nlml`` and prediction come from the dense full-data posterior
 (``models.ExactKernelGP``, O(n^3) per evaluation) on every training row up to
@@ -47,6 +47,7 @@ from . import feature_maps as FM
 from .base import Method, Stage
 
 MODELS = ("scgd", "minimax", "bsgd")
+USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (run/beta_free.py)
 PREDICTS_FROM_TRAINING_DATA = True
 TAKES_FEATURES = True  # declarations: base.DECLARATIONS (the others keep their defaults)
 
@@ -111,7 +112,7 @@ def check_sizes(cfg, n_train: int) -> None:
 
 
 def exact_kernel(cfg) -> bool:
-    """Whether the run is BSGD on an exact kernel (``kernel=rbf``, or a Matern by ``kernel.name``) instead of
+    """Whether the run is BSGD on an exact kernel (``kernel=rbf`` or a Matern, ``kernel=matern32``) instead of
     a finite feature map."""
     return cfg.model.name == "bsgd" and cfg.kernel.name not in FM.FINITE_KERNELS
 
@@ -244,7 +245,7 @@ def build(cfg, data, task: str) -> Method:
 
 
 def build_exact_kernel(cfg, data, task: str) -> Method:
-    """``model=bsgd`` with an exact kernel (``kernel=rbf``, or a Matern by ``kernel.name``) on the input map:
+    """``model=bsgd`` with an exact kernel (``kernel=rbf`` or a Matern, ``kernel=matern32``) on the input map:
     the paper's Gaussian-kernel BSGD (Sec. 5, Tables 3 and 5). Training is the exact b x b NLML of each batch with
     K_SS = k(g(x_S), g(x_S)); ``train_nlml`` and prediction use the dense full-data posterior
     (``models.ExactKernelGP``, O(n^3) per evaluation), on every training row up to

@@ -32,6 +32,7 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("ssgp", "vssgp", "svbssgp")
+USES_BETA = {"ssgp": False}  # ssgp maximises its marginal likelihood; vssgp and svbssgp read objective.beta
 PREDICTS_FROM_TRAINING_DATA = True
 TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..files import write_atomic
@@ -80,6 +81,49 @@ def append_log(output_dir, message: str, level: str = "ERROR") -> Path:
     except OSError:  # a full disk or a vanished folder: the console has said it already
         pass
     return path
+
+
+def log_protocol(output_dir, settings, stages) -> None:
+    """The composed training protocol, as the run's first lines in gpdlm.log: the protocol, the
+    trainer's settings and the stages in order."""
+    stop = getattr(settings, "stop", None)
+    append_log(output_dir, f"protocol {settings.protocol}: optimizer {settings.optimizer}, lr {settings.lr:g}, "
+                           f"max_iters {settings.max_iters}, batch {settings.batch_size or 'full'}, stop rule "
+                           f"{settings.stop_rule} (window {getattr(stop, 'window', '-')}, tol {getattr(stop, 'tol', '-')}), "
+                           f"eval_every {settings.eval_every}", level="INFO")
+    append_log(output_dir, "stages: " + ", ".join(
+        s.name + (" (closed form)" if getattr(s, "solve", None) else "") + (" (beta-free, shareable)" if getattr(s, "shareable", False) else "")
+        for s in stages), level="INFO")
+
+
+def log_fit(output_dir, fit) -> None:
+    """How each stage was trained and why it stopped (``FitResult.stage_log``), and the whole fit."""
+    for line in getattr(fit, "stage_log", []):
+        append_log(output_dir, line, level="INFO")
+    append_log(output_dir, f"training done: {fit.iterations} iterations in {fit.train_seconds:.1f} s, "
+                           f"{'converged' if fit.converged else 'NOT converged (a stage stopped at its cap)'}",
+               level="INFO" if fit.converged else "WARNING")
+
+
+@contextmanager
+def warnings_to_log(output_dir):
+    """Every Python warning raised inside (gpytorch's numerical warnings, ...) also goes to gpdlm.log;
+    the console shows it as before."""
+    import warnings
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        append_log(output_dir, f"{category.__name__}: {str(message).strip()} ({Path(filename).name}:{lineno})",
+                   level="WARNING")
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        if warnings.showwarning is show:
+            warnings.showwarning = shown
 
 
 def last_evaluation(curve: dict) -> tuple[int, dict]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from ..tracking.identity import config_hash
+from ..tracking.identity import config_hash, legacy_config_hash
 
 
 @dataclass
@@ -140,7 +140,7 @@ def batched_member(cfg, evaluator, tracker=None, stage_cache=None) -> BatchedOut
         if shape_key(c) != shape or (sweep, k) in _STORE or k in seen:
             continue
         if k != key and cfg.sweep.get("skip_finished", False) and tracker is not None and \
-                tracker.has_finished_run("gpdlm.config_hash", k):
+                tracker.has_finished_run("gpdlm.config_hash", (k, legacy_config_hash(c))):
             continue  # its job will be skipped: no need to train it
         seen.add(k)
         configs.append(c)

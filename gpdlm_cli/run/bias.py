@@ -41,7 +41,7 @@ from .. import build
 from ..exceptions import ConfigError, UnsupportedCombination, param_error
 from ..files import write_atomic
 from ..metrics.bias import condition_statistics, coordinate_bias, gradient_statistics
-from ..tracking.identity import config_hash
+from ..tracking.identity import config_hashes
 from ..training import train
 from .lifecycle import TrackedRun, make_tracker, run_tags
 from .prepare import prepare
@@ -202,8 +202,9 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
     tracker = tracker if tracker is not None else make_tracker(cfg.tracking)
     config = OmegaConf.to_container(cfg, resolve=True)
     # the hash covers the command: a bias run never stands in for a `train` run (sweep.skip_finished)
-    chash = config_hash(OmegaConf.create({**config, "gpdlm_command": "bias"}))
-    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", chash):
+    hashes = config_hashes(OmegaConf.create({**config, "gpdlm_command": "bias"}))
+    chash = hashes[0]
+    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", hashes):
         return None
     tags = run_tags("bias", overrides=overrides, output_dir=output_dir, device=device,
                     fingerprint=splits.fingerprint, chash=chash, **{"gpdlm.bias_reference": reference_kind})

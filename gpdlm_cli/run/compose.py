@@ -26,6 +26,15 @@ def config_module():
         HydraConfig.instance().cfg = saved
 
 
+def overrides_parser():
+    """Hydra's override parser with the current config loader (inside ``config_module``), which
+    ``glob(...)`` needs to list a config group's options."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+
+
 def compose_jobs(jobs: list[list[str]]) -> list:
     """Each job's config as ``gpdlm train`` composes it (``config_module``: also from inside a job)."""
     from hydra import compose
@@ -34,4 +43,4 @@ def compose_jobs(jobs: list[list[str]]) -> list:
         return [compose(config_name="config", overrides=list(j)) for j in jobs]
 
 
-__all__ = ["compose_jobs", "config_module"]
+__all__ = ["compose_jobs", "config_module", "overrides_parser"]

@@ -51,6 +51,7 @@ def run_tags(command: str, *, overrides, output_dir: Path, device, fingerprint: 
         "gpdlm.dataset_fingerprint": fingerprint,
         "gpdlm.command": command,
         "gpdlm.config_hash": chash,
+        "gpdlm.config_hash_version": "2",  # tracking.identity: threads, device ... left out
         **process_tags(),  # host, PID, process start: `gpdlm runs --stale` finds orphaned runs
         **extra,
     }
@@ -122,7 +123,23 @@ class TrackedRun:
                                               title=self.run_name, info=info)
                 for f in files[:2]:
                     self.tracker.log_artifact(f)
+                self.say_how_to_resume()
             raise
+
+    def say_how_to_resume(self) -> None:
+        """After a kill: where the checkpoint is and the command that continues the run (stderr),
+        when the run has one (``trainer.checkpoint_every`` > 0 and a first evaluation reached)."""
+        import sys
+
+        from ..training.checkpoint import FILE
+        from .naming import shown_path
+
+        ckpt = self.output_dir / FILE
+        if ckpt.is_file():
+            rid = getattr(self.tracker, "run_id", None)
+            ref = rid[:8] if rid else shown_path(self.output_dir)
+            print(f"gpdlm: checkpoint saved in {shown_path(ckpt)}; continue this run with: gpdlm resume {ref}",
+                  file=sys.stderr, flush=True)
 
     def save(self, name: str, write: Callable[[Path], object]) -> bool:
         """``write(path)`` for the result file ``name`` in the folder; an OSError (a full disk, an

@@ -104,11 +104,11 @@ def shown_path(path: Path) -> str:
 
 def ui_hint(uri: str | None, experiment_id: str | None, run_id: str | None) -> str:
     """How to open a run in the MLflow UI: the command and the run's address."""
-    from ..tracking.tracker import default_tracking_uri
+    from ..tracking.tracker import default_tracking_uri, run_page
 
     if not uri or not run_id:
         return ""
-    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    page = run_page(experiment_id, run_id)
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/{page}"
     command = "gpdlm ui" if uri == default_tracking_uri() else f"gpdlm ui --tracking-uri {uri}"

@@ -5,7 +5,7 @@ The job list is Hydra's basic sweeper's: the cartesian product of the preset's
 ``hydra.sweeper.params`` and the command line's sweep overrides. The estimate times a few
 iterations of one job of every *shape* (model x training size x batch size) in this process and
 multiplies by each job's iteration budget: the paper protocol's ``max_iters`` per stage (Adam rarely
-meets the window rule earlier, README), the fast protocol's ``fast_max_iters`` for its L-BFGS stages
+meets the window rule earlier, docs/performance.md), the fast protocol's ``fast_max_iters`` for its L-BFGS stages
 (an upper bound: they usually stop earlier). Jobs whose SVGP stage is shared count it once per key.
 """
 
@@ -62,15 +62,13 @@ def _duration(s: float) -> str:
 def job_overrides(overrides: list[str]) -> tuple[list[list[str]], object]:
     """(the override list of every job, the composed config of the first job with Hydra's keys)."""
     from hydra import compose
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser = OverridesParser.create()
-    cmd = parser.parse_overrides([o for o in overrides if o != "-m"])
-    first = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_discrete_sweep() else o.input_line
-             for o in cmd]
-    from .compose import config_module
+    from .compose import config_module, overrides_parser
 
     with config_module():
+        cmd = overrides_parser().parse_overrides([o for o in overrides if o != "-m"])
+        first = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_discrete_sweep()
+                 else o.input_line for o in cmd]
         cfg = compose(config_name="config", overrides=first, return_hydra_config=True)
     return sweep_jobs(overrides, cfg.hydra.sweeper.get("params")), cfg
 
@@ -79,12 +77,17 @@ def sweep_jobs(overrides: list[str], params) -> list[list[str]]:
     """The override list of every job of a basic sweep: the command line's ``overrides`` and the
     preset's ``hydra.sweeper.params`` (no config composed: safe inside a running Hydra app)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser = OverridesParser.create()
-    cmd = parser.parse_overrides([o for o in overrides if o != "-m"])
-    params = [f"{k}={v}" for k, v in (params or {}).items()]
-    return [list(j) for j in BasicSweeper.split_arguments(parser.parse_overrides(params) + cmd, None)[0]]
+    from .compose import config_module, overrides_parser
+
+    with config_module():  # the config loader expands glob(...) over a group's options
+        parser = overrides_parser()
+        cmd = parser.parse_overrides([o for o in overrides if o != "-m"])
+        params = [f"{k}={v}" for k, v in (params or {}).items()]
+        jobs = [list(j) for j in BasicSweeper.split_arguments(parser.parse_overrides(params) + cmd, None)[0]]
+    from .beta_free import collapse_beta_free
+
+    return collapse_beta_free(jobs)[0]  # gpdlm's sweeper launches a beta-free model once per configuration
 
 
 def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int = 5) -> SweepPlan:

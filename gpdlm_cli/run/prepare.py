@@ -52,7 +52,11 @@ def prepare(cfg, *, adjust: Callable | None = None, check_data: Callable | None 
     config it runs with (``gpdlm bias`` sets ``model.variant=fixed``). ``check_data(table, splits)``:
     a check on the loaded data before the method is built (the saved-model rebuild compares the
     dataset fingerprint). torch's global seed is set to ``cfg.seed`` before the data is loaded: a
-    backstop for library-internal randomness (gpdlm's own is explicit)."""
+    backstop for library-internal randomness (gpdlm's own is explicit). Subnormal floats are flushed
+    to zero from here on (``runtime.flush_denormals``; ``GPDLM_FLUSH_DENORMAL=0`` keeps them)."""
+    from ..runtime import flush_denormals
+
+    flush_denormals()  # float32 kernels: subnormals would cost ~100x (runtime.flush_denormals)
     family = build.validate_config(cfg)
     if adjust is not None:
         cfg = adjust(cfg)

@@ -2,7 +2,8 @@
 
 ``run_train`` prepares the run (``run.prepare``: every check before an MLflow run exists), then
 follows the tracked-run lifecycle (``run.lifecycle``): tags, ``config.yaml``, the stages trained
-with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve
+with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve,
+the learned hyperparameters (``hyperparameters.json``, ``hp.*`` metrics: ``run.hyperparameters``)
 and the saved model as artifacts, and the one-line report.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..metrics import predictive_metrics
-from ..tracking.identity import config_hash
+from ..tracking.identity import config_hash, config_hashes
 from ..training import run_stages
 from .artifacts import plot_learning_curve
 from .lifecycle import TrackedRun, make_tracker, run_tags
@@ -45,13 +46,13 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
 
     tracker = tracker if tracker is not None else make_tracker(cfg.tracking)
     chash = config_hash(cfg)
-    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", chash):
+    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", config_hashes(cfg)):
         return None
     from ..training.checkpoint import FILE as CHECKPOINT_FILE
     from ..training.checkpoint import Checkpointer, read_checkpoint
 
     resume_state = read_checkpoint(output_dir / CHECKPOINT_FILE)  # a requeued or resumed job continues
-    if resume_state is not None and resume_state.get("config_hash") != chash:
+    if resume_state is not None and resume_state.get("config_hash") not in config_hashes(cfg):
         resume_state = None  # another configuration's checkpoint: start afresh (and overwrite it)
     extra_tags = {"gpdlm.resumed_from": str(resume_state.get("run_id"))} if resume_state is not None else {}
     # what the family declares for analysis (the metric `gpdlm select` and sweeps pick beta by, the
@@ -91,7 +92,10 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
 
         checkpoint = Checkpointer(output_dir / CHECKPOINT_FILE, int(cfg.trainer.get("checkpoint_every", 5)), run_state,
                                   state=resume_state) if int(cfg.trainer.get("checkpoint_every", 5)) > 0 else None
-        with run.interruptible(curve_so_far, info):  # a run stopped from outside leaves a self-explaining folder
+        from .artifacts import log_fit, log_protocol, warnings_to_log
+
+        log_protocol(output_dir, settings, method.stages)  # gpdlm.log: the protocol, then each stage's end
+        with run.interruptible(curve_so_far, info), warnings_to_log(output_dir):  # a kill leaves a self-explaining folder
             batched = None
             if cfg.sweep.get("batched", False):  # a member of a batch trained by the first job of its shape
                 from .batched import batched_member
@@ -114,6 +118,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
 
                 append_log(output_dir, batched.note, level="INFO")
         history["loss"] = fit.losses
+        log_fit(output_dir, fit)
         if fit.reused:
             tracker.set_tags({"gpdlm.reused_stage": ",".join(fit.reused)})
         if kmeans_reused:
@@ -129,7 +134,7 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
             grad = "" if fit.grad_max_abs is None else f", largest gradient component {fit.grad_max_abs:.2g} per datum"
             note = (f"trainer=fast: L-BFGS stage {', '.join(fit.lbfgs_budget_hit)} stopped at its budget "
                     f"(trainer.fast_max_iters) before its convergence tests held{grad}; trainer=paper can end lower "
-                    "on such jobs (README 'Fast protocol')")
+                    "on such jobs (docs/training.md, 'Fast protocol')")
             print(f"gpdlm: {note}", file=sys.stderr)
             append_log(output_dir, note, level="WARNING")
             tracker.set_tags({"gpdlm.lbfgs_budget_hit": ",".join(fit.lbfgs_budget_hit)})
@@ -165,12 +170,20 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
                 history["steps"].setdefault(k, []).append((fit.iterations, v))
         run.save("learning_curve.png", lambda path: plot_learning_curve(history, path, title=run.run_name, info=info))
         run.log_metrics(metrics, step=fit.iterations)
+        from .hyperparameters import FILE as HYPERPARAMETERS_FILE
+        from .hyperparameters import save_hyperparameters
+
+        save_hyperparameters(run, method)  # the learned values, constrained: hyperparameters.json and hp.* metrics
         from .saved_model import MODEL_FILE, save_model
 
         run.save(MODEL_FILE, lambda path: save_model(path, cfg, method, splits, data.target_names or []))
+        from .mlflow_model import write_mlflow_model
+
+        mlflow_model = write_mlflow_model(run, method, splits)  # model/: the pyfunc MLflow Model (runs:/<id>/model)
         if checkpoint is not None:
             checkpoint.remove()  # finished: the saved model is the result
-        run.close(("config.yaml", "metrics.json", "learning_curve.png", MODEL_FILE), metrics)
+        run.close(("config.yaml", "metrics.json", "learning_curve.png", HYPERPARAMETERS_FILE, MODEL_FILE, *mlflow_model),
+                  metrics)
     run.report(metrics)
     return metrics
 

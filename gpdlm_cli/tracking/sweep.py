@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from .identity import IGNORED_KEYS, config_hash  # noqa: F401 (re-exported)
+from .identity import IGNORED_KEYS, config_hash, config_hashes  # noqa: F401 (re-exported)
 from .liveness import process_tags
 
 SWEEP_FILE = "gpdlm_sweep.json"
@@ -53,7 +53,7 @@ def job_objective(cfg, metrics: dict | None, context: dict) -> float:
     metric the run does not have (``auto`` asks nothing of runs without one, e.g. ``gpdlm bias``)."""
     name = objective_metric(cfg)
     if metrics is None and context.get("uri"):
-        metrics = _finished_run_metrics(context["uri"], context.get("experiment"), config_hash(cfg))
+        metrics = _finished_run_metrics(context["uri"], context.get("experiment"), config_hashes(cfg))
     value = (metrics or {}).get(name)
     if value is None:
         if metrics is not None and str(cfg.sweep.get("objective", "auto")) != "auto":
@@ -65,15 +65,19 @@ def job_objective(cfg, metrics: dict | None, context: dict) -> float:
     return float(value)
 
 
-def _finished_run_metrics(uri: str, experiment: str | None, chash: str) -> dict | None:
+def _finished_run_metrics(uri: str, experiment: str | None, hashes: tuple[str, ...]) -> dict | None:
+    """The metrics of the latest FINISHED run tagged with one of ``hashes`` (the versions of a config hash)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(str(experiment)) if experiment else None
     if exp is None:
         return None
-    runs = client.search_runs([exp.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
-                              filter_string=f"tags.`gpdlm.config_hash` = '{chash}' and attributes.status = 'FINISHED'")
+    runs = []
+    for chash in hashes:
+        runs += client.search_runs([exp.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+                                   filter_string=f"tags.`gpdlm.config_hash` = '{chash}' and attributes.status = 'FINISHED'")
+    runs.sort(key=lambda r: r.info.start_time, reverse=True)
     return dict(runs[0].data.metrics) if runs else None
 
 

@@ -206,7 +206,11 @@ class MlflowTracker(NullTracker):
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_artifact(self, path):
-        self.client.log_artifact(self.run_id, str(path))
+        """A file, or a folder (its files under the folder's name: an MLflow Model's ``model/``)."""
+        if Path(path).is_dir():
+            self.client.log_artifacts(self.run_id, str(path), Path(path).name)
+        else:
+            self.client.log_artifact(self.run_id, str(path))
 
     def log_dataset(self, name, digest, source, columns, num_rows, context="training"):
         """The data as an MLflow dataset input (the UI's Dataset column, dataset tracking): name,
@@ -222,12 +226,16 @@ class MlflowTracker(NullTracker):
         self.client.log_inputs(self.run_id, datasets=[
             DatasetInput(ds, tags=[InputTag("mlflow.data.context", context)])])
 
-    def has_finished_run(self, tag: str, value: str) -> bool:
-        """Whether the experiment already has a FINISHED run whose ``tag`` equals ``value``."""
-        runs = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'",
-            max_results=1)
-        return len(runs) > 0
+    def has_finished_run(self, tag: str, value) -> bool:
+        """Whether the experiment already has a FINISHED run whose ``tag`` equals ``value`` (or one
+        of the values of a tuple: the versions of a config hash, ``tracking.identity``)."""
+        for v in (value,) if isinstance(value, str) else tuple(dict.fromkeys(value)):
+            runs = self.client.search_runs(
+                [self.experiment_id], filter_string=f"tags.`{tag}` = {quote(v)} and attributes.status = 'FINISHED'",
+                max_results=1)
+            if runs:
+                return True
+        return False
 
 
 class RetryingClient:
@@ -386,6 +394,18 @@ def quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def quote(value: str) -> str | None:
+    """``value`` as a string literal of an MLflow filter: in single quotes, or in double quotes when
+    it holds a ``'`` (MLflow's filter parser knows no escapes); None when it holds both kinds of
+    quote (the caller then compares in Python)."""
+    value = str(value)
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    return None
+
+
 def _param_str(v) -> str:
     s = "None" if v is None else str(v)
     return s[:6000]
@@ -449,6 +469,18 @@ def configure_view(client, experiment_id: str, tags: dict) -> None:
 
 
 def view_url(base: str, experiment_id: str) -> str:
-    """The UI address of an experiment's training runs in gpdlm's view."""
-    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}?viewStateShareKey={VIEW_KEY}"
-            f"&workflowType=machine_learning")
+    """The UI address of an experiment's training runs in gpdlm's view. The ``/runs`` page itself:
+    MLflow 3 redirects ``#/experiments/<id>`` there and drops the view's key on the way (the
+    default columns, every kind of run)."""
+    return f"{base.rstrip('/')}/{view_page(experiment_id)}"
+
+
+def view_page(experiment_id: str) -> str:
+    """``view_url`` without the server's address."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+
+
+def run_page(experiment_id: str, run_id: str) -> str:
+    """The UI page of one run (without the server's address), in the model-training mode: without
+    ``workflowType`` MLflow 3 shows a run page in its GenAI mode (evaluations, traces, judges)."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"

@@ -56,7 +56,7 @@ class Checkpointer:
                 "converged": f.converged, "best_iteration": f.best_iteration, "stop_rules": list(f.stop_rules),
                 "optimizers": list(f.optimizers), "losses": torch.tensor(f.losses, dtype=torch.float64),
                 "iter_ms": list(getattr(f, "stage_iter_ms", [])), "lbfgs_budget_hit": list(f.lbfgs_budget_hit),
-                "stage_final_loss": dict(f.stage_final_loss),
+                "stage_final_loss": dict(f.stage_final_loss), "stage_log": list(getattr(f, "stage_log", [])),
             },
             **self.run_state(),
         }

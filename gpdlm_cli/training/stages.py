@@ -36,6 +36,7 @@ class FitResult:
     lbfgs_budget_hit: list[str] = field(default_factory=list)  # L-BFGS stages its budget stopped before its tests held
     stage_final_loss: dict[str, float] = field(default_factory=dict)  # per iterative stage, its last loss (per datum)
     losses: list[float] = field(default_factory=list)
+    stage_log: list[str] = field(default_factory=list)  # per stage, how it was trained and why it stopped (gpdlm.log)
 
     def add(self, result) -> None:
         """Count one ``train`` call (a ``TrainResult``): its iterations, time, epochs and losses."""
@@ -54,7 +55,7 @@ def stage_settings(settings: TrainerSettings, stage, n: int | None = None) -> Tr
     over ``fast_window`` iterations *and* the largest component of its gradient is at most
     ``fast_grad_tol`` (per datum; ``None``: no gradient test), or for ``fast_max_iters`` iterations:
     the same objective as the paper's first-order protocol, minimised to a tighter tolerance in far
-    fewer iterations (README "Fast protocol"); ``run_stages`` first gives such a stage, when it starts
+    fewer iterations (docs/training.md "Fast protocol"); ``run_stages`` first gives such a stage, when it starts
     cold, ``fast_adam_iters`` steps of the paper's optimiser (``first_order_prefix``). Every other
     stage keeps the paper's optimiser, schedule and stopping rule."""
     changes = dict(stage.overrides)
@@ -79,7 +80,7 @@ def first_order_prefix(settings: TrainerSettings, stage, n: int | None) -> Train
     From the initial state, L-BFGS and the paper's Adam can end in different local optima of the same
     objective (SVGP on pol, n = 500, beta = 0.031: 0.0919 against Adam's 0.0746 per datum, at any
     L-BFGS tolerance); a few hundred Adam steps first let the paper's own path pick the basin and
-    L-BFGS converge in it (README "Fast protocol": measured on real study jobs)."""
+    L-BFGS converge in it (docs/performance.md: measured on real study jobs)."""
     s = stage_settings(settings, stage, n)
     if settings.protocol != "fast" or s.optimizer != "lbfgs" or settings.fast_adam_iters <= 0:
         return None
@@ -133,6 +134,7 @@ def run_stages(
         out.stop_rules, out.optimizers = list(f["stop_rules"]), list(f["optimizers"])
         out.lbfgs_budget_hit = list(f.get("lbfgs_budget_hit", []))
         out.stage_final_loss = dict(f.get("stage_final_loss", {}))
+        out.stage_log = list(f.get("stage_log", []))
         out.losses, iter_ms = [float(v) for v in f["losses"].tolist()], list(f["iter_ms"])
     for i, stage in enumerate(stages):
         if checkpoint is not None:
@@ -147,6 +149,7 @@ def run_stages(
             restore_run_state(state, modules, generators)
         if stage.solve:
             stage.solve(x, y)
+            out.stage_log.append(f"stage {stage.name}: solved in closed form")
             continue
         shared = cache is not None and getattr(stage, "shareable", False) and not resuming
         cached = cache.load(stage.name, modules, generators) if shared else None
@@ -159,6 +162,8 @@ def run_stages(
             if cached.losses:
                 out.stage_final_loss[stage.name] = float(cached.losses[-1])
             out.converged = out.converged and cached.converged
+            out.stage_log.append(f"stage {stage.name}: restored from the stage cache ({cache.reused[-1]}; "
+                                 f"{len(cached.losses)} iterations, {'converged' if cached.converged else 'not converged'})")
             continue
         warmed = warm.restore(stage.name, modules) if warm is not None and not resuming else False
         s = stage_settings(settings, stage, x.shape[0])
@@ -190,6 +195,7 @@ def run_stages(
             out.grad_max_abs = result.grad_max_abs
         if result.optimizer == "lbfgs" and not result.converged:
             out.lbfgs_budget_hit.append(stage.name)
+        out.stage_log.append(stage_line(stage.name, s, result, first if prefix is not None else None, warmed, resuming))
         if shared:
             cache.save(stage.name, modules, generators, (first.losses if prefix is not None else []) + result.losses,
                        converged=result.converged)
@@ -201,4 +207,20 @@ def run_stages(
     return out
 
 
-__all__ = ["FitResult", "first_order_prefix", "run_stages", "stage_settings", "uses_lbfgs"]
+def stage_line(name: str, s: TrainerSettings, result, first=None, warmed: bool = False, resuming: bool = False) -> str:
+    """One line for gpdlm.log: a trained stage's protocol (optimiser, lr, caps, batch, stopping rule)
+    and how it ended (iterations, converged or stopped at its cap, final loss)."""
+    rule = result.stop_rule if result.stop_rule in ("none", "") else (
+        f"{result.stop_rule} rule (window {s.stop.window}, tol {s.stop.tol:g})" if hasattr(s.stop, "window") else result.stop_rule)
+    start = (f"{first.optimizer} x {first.iterations} first-order steps, then " if first is not None else "")
+    how = ("resumed from a checkpoint; " if resuming else "") + ("warm-started from the previous beta; " if warmed else "")
+    end = ("converged: its stopping rule held" if result.converged else
+           "stopped at its iteration cap before its stopping rule held" if result.stop_rule != "none" else
+           "ran its full budget (no stopping rule)")
+    loss = f", final loss {result.losses[-1]:.6g} per datum" if result.losses else ""
+    caps = f"max_iters {s.max_iters}" + (f", max_epochs {s.max_epochs}" if s.max_epochs else "")
+    return (f"stage {name}: {how}{start}{result.optimizer} lr {s.lr:g}, batch {s.batch_size or 'full'}, {caps}, "
+            f"stopping {rule}; {result.iterations} iterations, {end}{loss}")
+
+
+__all__ = ["FitResult", "stage_line", "first_order_prefix", "run_stages", "stage_settings", "uses_lbfgs"]

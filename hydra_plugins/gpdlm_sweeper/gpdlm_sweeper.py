@@ -23,7 +23,23 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
 
 class GpdlmSweeper(BasicSweeper):
-    """``BasicSweeper`` whose pre-launch check composes one job per config structure (module docstring)."""
+    """``BasicSweeper`` whose pre-launch check composes one job per config structure (module docstring),
+    and which launches a model that ignores ``objective.beta`` once per configuration, not once per
+    beta (``gpdlm_cli.run.beta_free``)."""
+
+    @staticmethod
+    def split_arguments(overrides, max_batch_size):
+        import sys
+
+        from gpdlm_cli.run.beta_free import collapse_beta_free, collapse_note
+
+        jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+        jobs, dropped = collapse_beta_free(jobs)
+        if dropped:
+            print(f"gpdlm: note: {collapse_note(dropped)}", file=sys.stderr)
+        if max_batch_size is None:
+            return [jobs]
+        return list(BasicSweeper.split_overrides_to_chunks(jobs, max_batch_size))
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         from gpdlm_cli.tracking.sweep import jobs_to_compose

@@ -70,7 +70,7 @@ def one_line_error(capsys) -> str:
 
 
 # ----- one real `gpdlm ui` server, started early -------------------------------------------------------
-UI_TEST = "test_the_server_really_starts_and_answers"
+UI_TESTS = ("test_the_server_really_starts_and_answers", "test_the_printed_addresses_show_gpdlms_view_in_a_browser")
 
 
 def _free_port() -> int:
@@ -83,27 +83,43 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session", autouse=True)
 def ui_server(request, template_db, tmp_path_factory):
-    """The MLflow UI server of test_ui's real-start test, launched at the start of the session so
-    that its slow boot (two Python processes importing MLflow's server) overlaps the other tests;
-    the test polls it. Stopped (its whole process group) at the end of the session. None when that
-    test is not collected."""
+    """`gpdlm ui` on a free port, for test_ui's real-start and browser tests, launched at the start of
+    the session so that its slow boot (two Python processes importing MLflow's server) overlaps the
+    other tests; the tests poll it. Its store holds experiment ``gpdlm``: two training runs and a
+    ``compare`` run (``runs``: {name: run id}); the address ``gpdlm ui`` printed is the first line
+    of ``log``. Stopped (its whole process group) at the end of the session. None when neither
+    test is collected."""
     import os
     import signal
     import subprocess
 
-    if not any(item.name == UI_TEST for item in request.session.items):
+    from mlflow.tracking import MlflowClient
+
+    from ..conftest import gpdlm_subprocess
+
+    import shutil
+
+    browser = any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"))
+    wanted = UI_TESTS if browser else UI_TESTS[:1]  # the browser test is skipped without a browser
+    if not any(item.name in wanted for item in request.session.items):
         yield None
         return
-    from gpdlm_cli.commands import ui
-
     d = tmp_path_factory.mktemp("ui")
     uri = copy_store(template_db, d)
+    client = MlflowClient(uri)
+    exp_id = make_experiment(client, uri, "gpdlm")
+    runs = {f"dlm-concrete-s{s}": make_run(client, exp_id, {"model.name": "dlm", "seed": s, "objective.beta": 1.0},
+                                           {"test_nll": 3.25 + s, "test_rmse": 5.5}) for s in (0, 1)}
+    runs["compare"] = make_run(client, exp_id, {}, {}, command="compare")
+    for name, rid in runs.items():
+        client.set_tag(rid, "mlflow.runName", name)
     port = _free_port()
     log = open(d / "ui.log", "wb")
-    proc = subprocess.Popen(ui.command(["--tracking-uri", uri, "--port", str(port)]), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True, cwd=d, env=ui.server_env())
+    proc = gpdlm_subprocess(["ui", "--tracking-uri", uri, "--port", str(port)], d, runner=subprocess.Popen,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        yield {"proc": proc, "port": port, "log": d / "ui.log", "started": time.monotonic()}
+        yield {"proc": proc, "port": port, "log": d / "ui.log", "started": time.monotonic(), "uri": uri,
+               "experiment_id": exp_id, "runs": runs}
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)  # the server and its worker: the group started above

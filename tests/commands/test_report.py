@@ -434,3 +434,31 @@ def test_a_table_that_asks_for_bias_runs_reads_them(store, tmp_path):
     verdict = {r["claim"]: r for r in _rows(tmp_path / "out" / "verdicts.csv")}["ups-less-bias"]
     assert verdict["verdict"] == "holds"
     assert float(verdict["p"]) == pytest.approx(_p_less(ups, bmc), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_without_claims_the_report_is_the_experiments_own_tables_and_figures(store, tmp_path, capsys):
+    """`gpdlm report --experiment X` without --claims (once refused): compare's table -- mean ± SE per
+    group, the same rows -- and compare's figures, in one report, logged as a `report` run."""
+    uri = store["uri"]
+    assert cli.main(["compare", "--tracking-uri", uri, "--experiment", EXP, "--out", str(tmp_path / "c"), "--no-log"]) == 0
+    capsys.readouterr()
+    assert cli.main(["report", "--tracking-uri", uri, "--experiment", EXP, "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    md = (tmp_path / "r" / "report.md").read_text()
+    table = (tmp_path / "c" / "compare.md").read_text().strip()
+    assert table in md and md.startswith(f"# {EXP}\n\n48 FINISHED training runs of experiment '{EXP}'")
+    row = next(ln for ln in table.splitlines() if ln.startswith("| pol | dlm | joint") and "| 0.1 | 100 |" in ln)
+    mean, se = statistics.mean([1.00, 1.01, 1.02]), statistics.stdev([1.00, 1.01, 1.02]) / math.sqrt(3)
+    assert row.split(" | ")[-1].rstrip(" |").replace("±", "+-").split(" +- ") == [f"{mean:.4g}", f"{se:.2g}"]
+    figures = sorted(p.name for p in (tmp_path / "c").glob("*.png"))
+    assert figures and figures == sorted(p.name for p in (tmp_path / "r").glob("*.png"))
+    assert all(f"]({name})" in md for name in figures)
+    client = store["client"]
+    run = client.search_runs([store["exp"]], "tags.`gpdlm.command` = 'report' and params.claims = 'none'")[0]
+    assert {"report.md", "summary.csv", "runs.csv"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert f"MLflow run 'report' {run.info.run_id}" in out
+    assert cli.main(["report", "--tracking-uri", uri, "--experiment", EXP, "--out", str(tmp_path / "h"),
+                     "--format", "html", "--no-log"]) == 0
+    page = (tmp_path / "h" / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == len(figures) and "<td>pol</td>" in page

@@ -46,18 +46,22 @@ def test_sigterm_ends_the_run_killed_with_the_signal_as_reason(template_db, tmp_
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpdlm_cli.cli", "train", "trainer.max_iters=100000", "trainer.stop_window=0",
          "model.num_inducing=10", "dataset.split.train_size=100", "progress=false", "threads=1",
+         "trainer.eval_every=5", "trainer.checkpoint_every=1",
          f"tracking.uri={uri}", "tracking.experiment=term", f"hydra.run.dir={tmp_path / 'run'}"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
-    while _only_run(uri, "term") is None:
+    while _only_run(uri, "term") is None or not (tmp_path / "run" / "checkpoint.pt").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.5)
-    time.sleep(1.0)  # inside the training loop
+    time.sleep(0.5)  # inside the training loop
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err  # 128 + 15, as a shell reports a process killed by SIGTERM
     assert err.strip().splitlines()[-1] == "gpdlm: terminated by SIGTERM (signal 15)"
     run = _only_run(uri, "term")
+    # where the checkpoint is, and the command that continues the run (the short id `gpdlm runs` prints)
+    assert err.strip().splitlines()[-2] == ("gpdlm: checkpoint saved in run/checkpoint.pt; "
+                                            f"continue this run with: gpdlm resume {run.info.run_id[:8]}")
     assert run.info.status == "KILLED"
     assert run.data.tags["failure_reason"] == "terminated by SIGTERM (signal 15)"
     assert run.data.tags["gpdlm.pid"] == str(proc.pid)
@@ -202,7 +206,7 @@ def test_a_real_run_reports_one_line_and_logs_its_dataset(tmp_path, capfd):
     line = out[0]
     assert line.startswith(f"gpdlm: dlm_joint-concrete-b0.5-s0: test_nll {metrics['test_nll']:.4g}, ")
     assert f"| MLflow run {run.info.run_id}, open with `gpdlm ui --tracking-uri {module_uri}`" in line
-    assert line.endswith(f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}")
+    assert line.endswith(f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning")
     assert process_state(run.data.tags) == "alive"  # this very process
     inputs = MlflowClient(module_uri).get_run(run.info.run_id).inputs.dataset_inputs
     assert len(inputs) == 1

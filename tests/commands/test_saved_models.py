@@ -107,6 +107,60 @@ def test_eval_reproduces_every_metric_and_backfills_missing_ones(trained, capsys
         assert len({h.value for h in hist}) == 1 and len(hist) >= 2
 
 
+def test_predict_and_eval_take_the_short_id_gpdlm_runs_prints(trained, tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    uri, runs = trained
+    folder, metrics, cfg = runs["sgpr"]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("saved")
+    rid = next(r.info.run_id for r in client.search_runs([exp.experiment_id])
+               if r.data.tags["gpdlm.output_dir"] == str(folder.resolve()))
+    _test_rows_csv(cfg, tmp_path / "in.csv")
+    capsys.readouterr()
+    assert evaluate.predict_main([rid[:8], "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv"),
+                                  "--tracking-uri", uri]) == 0
+    assert capsys.readouterr().err.startswith(f"gpdlm: run {rid[:8]} (")
+    assert evaluate.eval_main([rid[:8], "--tracking-uri", uri, "--metric", "test_nll"]) == 0
+    assert capsys.readouterr().out.startswith(f"gpdlm eval: {rid}: 1 reproduced")
+
+
+@pytest.mark.parametrize("name", ["dlm", "probit", "count"])
+def test_the_mlflow_model_predicts_what_gpdlm_predict_writes(name, trained, tmp_path, capsys):
+    """Every run logs an MLflow Model (pyfunc): `mlflow.pyfunc.load_model("runs:/<id>/model")` takes a
+    DataFrame of the training columns and returns gpdlm predict's columns, value for value; its
+    signature names those columns and the parameter `level`; an input example is stored."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    uri, runs = trained
+    folder, metrics, cfg = runs[name]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("saved")
+    run = next(r for r in client.search_runs([exp.experiment_id])
+               if r.data.tags["gpdlm.output_dir"] == str(folder.resolve()))
+    assert run.data.tags["gpdlm.mlflow_model"] == "model"
+    _test_rows_csv(cfg, tmp_path / "in.csv")
+    for level in (0.9, 0.5):
+        assert evaluate.predict_main([str(folder), "--input", str(tmp_path / "in.csv"), "--output",
+                                      str(tmp_path / f"out{level}.csv"), "--level", str(level)]) == 0
+    with _use_tracking_uri(uri):
+        model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    df = pd.read_csv(tmp_path / "in.csv")
+    got = model.predict(df)
+    pd.testing.assert_frame_equal(got, pd.read_csv(tmp_path / "out0.9.csv"), check_exact=True)
+    pd.testing.assert_frame_equal(model.predict(df, params={"level": 0.5}), pd.read_csv(tmp_path / "out0.5.csv"),
+                                  check_exact=True)
+    sig = model.metadata.signature
+    assert sig.inputs.input_names() == list(df.columns)
+    assert sig.outputs.input_names() == list(got.columns)
+    assert [(p.name, p.default) for p in sig.params.params] == [("level", 0.9)]
+    example = model.metadata.load_input_example(str(folder / "model"))
+    assert list(example.columns) == list(df.columns) and len(example) == 2
+    assert (folder / MODEL_FILE).is_file()  # model.pt stays
+
+
 def test_reloaded_models_of_every_family_evaluate_identically(tmp_path):
     """One model per family not covered above (their own evaluate: sq_dlm, the gamma family, recurrent)."""
     from gpdlm_cli.run.train import evaluator

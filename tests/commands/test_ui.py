@@ -64,7 +64,7 @@ def test_ui_opens_the_training_runs_of_the_experiment(store_dir, monkeypatch, ca
     exp_id = client.create_experiment("older")  # made without gpdlm's tags (an older store)
     monkeypatch.setattr(os, "execve", lambda *a: None)
     assert cli.main(["ui", "--tracking-uri", uri, "--experiment", "older"]) == 0
-    assert (f"open http://127.0.0.1:5000/#/experiments/{exp_id}?viewStateShareKey=gpdlm&workflowType=machine_learning"
+    assert (f"open http://127.0.0.1:5000/#/experiments/{exp_id}/runs?viewStateShareKey=gpdlm&workflowType=machine_learning"
             in capsys.readouterr().err)
     tags = client.get_experiment(exp_id).tags
     assert tags["mlflow.experimentKind"] == "custom_model_development"
@@ -114,3 +114,65 @@ def test_the_server_really_starts_and_answers(ui_server):
     # the features gpdlm does not use are off: the CLI process and one server worker, no job runners
     group = subprocess.run(["ps", "-o", "args=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
     assert len(group.strip().splitlines()) <= 2 and "huey" not in group, group
+
+
+# ----- what a user sees: the printed addresses in a real (headless) browser ---------------------------
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def _browser() -> str | None:
+    import shutil
+
+    return next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
+
+
+def _rendered(browser: str, url: str, profile) -> str:
+    """The page's DOM after its scripts ran (headless, a fresh profile, a wide window: the runs
+    table draws only the columns in view)."""
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           "--no-first-run", "--window-size=2400,1200", f"--user-data-dir={profile}",
+                           "--virtual-time-budget=20000", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=120)
+    return proc.stdout
+
+
+def _wait_healthy(ui_server) -> None:
+    proc, port = ui_server["proc"], ui_server["port"]
+    deadline = max(ui_server["started"] + 90, time.monotonic() + 15)
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            time.sleep(0.5)
+    pytest.fail(ui_server["log"].read_text(errors="replace")[-2000:])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_browser() is None, reason="no Chromium/Chrome installed (apt-get install chromium)")
+def test_the_printed_addresses_show_gpdlms_view_in_a_browser(ui_server, tmp_path):
+    """The address `gpdlm ui` prints opens the training runs with gpdlm's columns (MLflow 3 once
+    redirected it to the default view: no metric column, the `compare` run mixed in), and a run's
+    address (``naming.ui_hint``) opens the run page in the model-training mode, not the GenAI one."""
+    import re
+
+    from gpdlm_cli.run.naming import ui_hint
+
+    _wait_healthy(ui_server)
+    port, runs = ui_server["port"], ui_server["runs"]
+    printed = ui_server["log"].read_text(errors="replace").splitlines()[0]
+    url = re.search(r"open (http://\S+)", printed).group(1)
+    page = _rendered(_browser(), url, tmp_path / "profile1")
+    assert "dlm-concrete-s0" in page and "dlm-concrete-s1" in page, page[-3000:]
+    assert ">compare<" not in page  # only training runs
+    assert 'col-id="metrics.`test_nll`"' in page and 'col-id="params.`objective.beta`"' in page
+    assert "3.25" in page and "4.25" in page  # the metric's values in their column
+    assert url.startswith(f"http://127.0.0.1:{port}/#/experiments/{ui_server['experiment_id']}/runs?")
+
+    hint = ui_hint(ui_server["uri"], ui_server["experiment_id"], runs["dlm-concrete-s0"])
+    run_url = f"http://127.0.0.1:{port}/" + hint.rsplit("http://127.0.0.1:5000/", 1)[1]
+    page = _rendered(_browser(), run_url, tmp_path / "profile2")
+    assert runs["dlm-concrete-s0"] in page and "test_nll" in page
+    assert "Observability" not in page and "Judges" not in page  # the GenAI mode's navigation

@@ -1,4 +1,4 @@
-"""The README's "Adding a model family" recipe, proved (issue 20): a new family written as one new
+"""CONTRIBUTING.md's "Adding a model family" recipe, proved (issue 20): a new family written as one new
 module (``methods/ridge.py``) plus its YAML (``conf/model/ridge.yaml``), dropped into a copy of the
 package with no other file edited, trains through ``gpdlm train``, and is selected (by the metric it
 declares, with the row of the reference beta it declares) and compared through ``gpdlm select`` and
@@ -21,7 +21,7 @@ import pytest
 import gpdlm_cli
 
 HERE = Path(__file__).resolve().parent / "new_family"
-#: exactly the files the recipe adds (the README's list)
+#: exactly the files the recipe adds (CONTRIBUTING.md's list)
 NEW_FILES = {"methods/ridge.py": HERE / "ridge.py", "conf/model/ridge.yaml": HERE / "ridge.yaml"}
 BETAS = (0.01, 30.0, 1.0)
 DATA = ["dataset=concrete", "dataset.split.train_size=200", "seed=0"]

@@ -227,8 +227,9 @@ def test_the_plan_says_what_is_batched():
     grid = ["model=svgp,dlm,sgpr", *GRID, *SMALL]
     assert plan(grid).summary().endswith(", not batched")
     p = plan(grid + ["sweep.batched=true"])
-    assert (p.batch_sizes, p.separate) == ([4, 4], 4)  # svgp and dlm: one batch each; sgpr has no batched form
-    assert p.summary().endswith(", batched: 2 groups of 4 members, 4 jobs separately")
+    # svgp and dlm: one batch each; sgpr has no batched form, and ignores beta: one job per seed (run/beta_free.py)
+    assert (p.batch_sizes, p.separate) == ([4, 4], 2)
+    assert p.summary().endswith(", batched: 2 groups of 4 members, 2 jobs separately")
     p = plan(["model=svgp", "seed=0,1,2", "dataset.split.train_size=150,200", "sweep.batched=true"])
     assert p.summary().endswith(", batched: 2 groups of 3 members")  # two training sizes: two shapes
     p = plan(["model=svgp", "seed=0", "dataset.split.train_size=150,200", "sweep.batched=true"])

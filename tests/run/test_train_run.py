@@ -188,6 +188,38 @@ def test_threads_auto_shares_the_cores_among_parallel_jobs(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_gpdlm_log_holds_the_protocol_the_stages_their_stops_and_warnings(tmp_path, mlflow_uri, monkeypatch):
+    """gpdlm.log was empty in most runs: it now says how the run was trained and why each stage stopped,
+    and keeps the warnings raised during training."""
+    import re
+    import warnings
+
+    import gpdlm_cli.run.train as T
+
+    real = T.evaluator
+
+    def warning_evaluator(*a, **k):
+        evaluate = real(*a, **k)
+
+        def ev():
+            warnings.warn("a test warning from the evaluation", RuntimeWarning)
+            return evaluate()
+        return ev
+
+    monkeypatch.setattr(T, "evaluator", warning_evaluator)
+    _run(tmp_path, mlflow_uri, ["tracking.enabled=false", "model=dlm", "model.variant=fixed", "trainer.max_iters=30",
+                                "trainer.eval_every=15"])
+    lines = [ln.split(" - ", 1)[1] for ln in (tmp_path / "gpdlm.log").read_text().splitlines()]
+    assert lines[0].startswith("protocol paper: optimizer adam, lr 0.1, max_iters 30, batch full, stop rule auto")
+    assert lines[1] == "stages: svgp (beta-free, shareable), dlm"
+    stages = [ln for ln in lines if ln.startswith("stage ")]
+    assert len(stages) == 2 and all(re.search(r"; 30 iterations, stopped at its iteration cap before its stopping "
+                                              r"rule held, final loss -?\d", s) for s in stages), stages
+    assert stages[0].startswith("stage svgp: adam lr 0.1, batch full, max_iters 30, stopping window rule (window 50")
+    assert any(ln.startswith("training done: 60 iterations") for ln in lines)
+    assert any(ln.startswith("RuntimeWarning: a test warning from the evaluation (") for ln in lines)
+
+
 def test_every_run_reports_its_peak_resident_memory(tmp_path):
     """Issue 39: peak_rss_mb is the run's resident-set high-water mark (Linux VmHWM, reset when the run
     starts), logged with the final metrics; the process's own mark is at least as high."""

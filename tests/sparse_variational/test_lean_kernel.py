@@ -40,10 +40,10 @@ def test_rbf_values_and_gradients_equal_gpytorch(ard, pair):
 
 
 def test_other_kernels_go_through_gpytorch():
-    """Matern (and anything that is not a plain ScaleKernel(RBF)), and batched inputs, are gpytorch's own
-    matrices, exactly."""
+    """Anything that is not a plain ScaleKernel(RBF) or ScaleKernel(Matern) (tests/kernels/test_lean_matern.py),
+    and batched inputs, are gpytorch's own matrices, exactly."""
     g = torch.Generator().manual_seed(1)
-    kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.MaternKernel(nu=1.5)).double()
+    kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.PeriodicKernel()).double()
     Z, X = torch.randn(10, 3, generator=g, dtype=torch.float64), torch.randn(50, 3, generator=g, dtype=torch.float64)
     assert torch.equal(dense_covariance(kernel, Z, X), kernel(Z, X).to_dense())
     assert torch.equal(diagonal_covariance(kernel, X), kernel(X, diag=True))
