@@ -178,3 +178,34 @@ def denormals_flushed() -> bool:
     import torch
 
     return float((torch.tensor([5e-324], dtype=torch.float64) * 1.0)[0]) == 0.0
+
+
+# ----- peak memory of a run ------------------------------------------------------------------------------
+def reset_peak_rss() -> bool:
+    """Reset this process's resident-set high-water mark (Linux >= 4.0: ``5`` into
+    ``/proc/self/clear_refs``), so that :func:`peak_rss_mb` measures from here: one run of a sweep
+    whose jobs share a process. False where that is not possible (the mark then covers the process)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float:
+    """The resident-set high-water mark in MiB since the last :func:`reset_peak_rss` (Linux
+    ``VmHWM`` of /proc/self/status), else of the whole process (``ru_maxrss``: KiB on Linux, bytes on
+    macOS). Includes the interpreter, the libraries and the data."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024

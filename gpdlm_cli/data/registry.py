@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..exceptions import DataError
-from . import aimpeak, airline, driving, generators, sequences, sources, uci
+from . import aimpeak, airline, driving, gef, generators, sequences, sources, uci
 from . import cache as table_cache
 from .catalog import (
     MASK_FILE,
@@ -38,7 +38,7 @@ from .table import Table
 log = logging.getLogger("gpdlm.data")
 
 #: every module that defines loaders (``@loader``); ``gpdlm datasets`` lists the entries, not these
-LOADER_MODULES: tuple[ModuleType, ...] = (sources, airline, uci, generators, sequences, aimpeak, driving)
+LOADER_MODULES: tuple[ModuleType, ...] = (sources, airline, uci, generators, sequences, gef, aimpeak, driving)
 
 LOADERS: dict[str, LoaderSpec] = collect_loaders(LOADER_MODULES)
 REGISTRY: dict[str, DatasetInfo] = {}

@@ -32,7 +32,7 @@ that full trajectory; ``sim_rmse_h<k>``, the RMSE over the first k steps of free
 over every start in the split; ``train_nlml`` (per window,
 standardised targets), ``lr_halvings``, ``lr_restores`` and ``lr_w_factor`` (lr_W's final factor),
 ``epoch_seconds``, ``embedding_drift`` (RMS change of h_i between
-refreshes) and ``test_ms_per_point``; on the sysid generators ``data_abs_corr`` and ``data_snr``, Table
+refreshes) and ``test_ms_per_point``; on the sysid sets (real and generated) ``data_abs_corr`` and ``data_snr``, Table
 1's statistics of the run's own series.
 
 Parameter groups: ``network`` (W), ``kernel`` (lengthscales, outputscale), ``likelihood`` (noise).
@@ -657,11 +657,17 @@ def _nan(v):
 
 
 def series_statistics(cfg) -> dict[str, float]:
-    """sysid datasets: Table 1's statistics of the series this run trained and tested on (its own
-    generator seed, ``dataset.seed``, which follows ``seed`` by default): ``data_abs_corr`` and
-    ``data_snr`` (``data.sequences.sysid_statistics``); other datasets: none."""
-    from ..data.sequences import sysid_statistics
+    """sysid datasets: Table 1's statistics of the series this run trained and tested on,
+    ``data_abs_corr`` and ``data_snr``: on the real ``actuator`` / ``drives`` their first
+    ``dataset.n`` steps (``data.sequences.real_sysid_statistics``); on the generators the series of
+    the run's own generator seed, ``dataset.seed``, which follows ``seed`` by default
+    (``data.sequences.sysid_statistics``); other datasets: none."""
+    from ..data.registry import get_dataset_info
+    from ..data.sequences import real_sysid_statistics, sysid_statistics
 
+    if cfg.dataset.name in ("actuator", "drives"):
+        stats = real_sysid_statistics(get_dataset_info(cfg.dataset.name), cfg.dataset.get("n"))
+        return {"data_abs_corr": stats["abs_corr"], "data_snr": stats["snr"]}
     system = {"sysid_actuator": "actuator", "sysid_drives": "drives"}.get(cfg.dataset.name)
     if system is None:
         return {}

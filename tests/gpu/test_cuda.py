@@ -41,7 +41,7 @@ RTOL = 1e-6
 CASE_RTOL = {"dlm_probit_quadrature": 1e-5}
 SEEDS = 6
 STAT_ATOL = 0.02  # nats: paired runs closer than this agree whatever their SE
-SKIP_KEYS = ("seconds", "_ms", "memory", "iterations_per")  # timings and device memory differ by design
+SKIP_KEYS = ("seconds", "_ms", "memory", "rss", "iterations_per")  # timings and device memory differ by design
 
 BASE = ["progress=false", "threads=1", "dtype=float64", "tracking.enabled=false"]
 

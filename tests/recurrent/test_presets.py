@@ -8,7 +8,8 @@ import itertools
 
 from ..conftest import compose, sweep_grid
 
-PRESETS = ("gplstm_sysid", "gplstm_driving", "gplstm_convergence", "gplstm_delay", "gplstm_scaling")
+PRESETS = ("gplstm_sysid", "gplstm_driving", "gplstm_convergence", "gplstm_delay", "gplstm_scaling", "gplstm_gef_power",
+           "gplstm_gef_wind")
 ONE_STEP = {"test_rmse", "test_nll", "val_rmse", "train_seconds", "epoch_seconds", "test_ms_per_point"}
 GP = {"train_nlml", "noise", "outputscale"}
 EXPECTED = {  # metrics beyond ONE_STEP, by preset and model
@@ -19,6 +20,8 @@ EXPECTED = {  # metrics beyond ONE_STEP, by preset and model
     "gplstm_convergence": {"gp_lstm": GP},
     "gplstm_delay": {"gp_lstm": GP | {"refreshes", "embedding_drift_mean", "lr_halvings"}},
     "gplstm_scaling": {"gp_lstm": GP | {"refreshes"}},
+    "gplstm_gef_power": {"lstm": set(), "gp_lstm": GP | {"embedding_drift_mean", "refreshes"}},
+    "gplstm_gef_wind": {"lstm": set(), "gp_lstm": GP | {"embedding_drift_mean", "refreshes"}},
 }
 
 
@@ -45,6 +48,30 @@ def test_presets_set_the_papers_protocol():
         "delayed", False, False, 16)
     jobs = sweep_jobs("gplstm_delay")
     assert len(jobs) == 4 * 3 * 5 and all("trainer.algorithm=delayed" in j for j in jobs)
+
+
+def test_table_2_and_3_presets_run_on_the_real_sets_and_the_stand_ins_stay_by_name():
+    """Issue 39: gplstm_sysid sweeps the real actuator/drives (Table 4's lags and units by name, the
+    generated sysid_* still composing to the same), Fig. 4 runs on the real Actuator, and the GEF
+    columns of Table 3 have presets with Table 4's GEF architectures writing one experiment."""
+    assert sweep_grid(["+experiment=gplstm_sysid"])["dataset"] == ["actuator", "drives"]
+    assert compose(["+experiment=gplstm_sysid"]).dataset.name == "actuator"
+    for real, standin in (("actuator", "sysid_actuator"), ("drives", "sysid_drives")):
+        for mode, lag in (("regression", {"actuator": 32, "drives": 16}[real]), ("free_simulation", 10)):
+            a = compose(["+experiment=gplstm_sysid", f"dataset={real}", f"dataset.mode={mode}", "model=gp_lstm"])
+            b = compose(["+experiment=gplstm_sysid", f"dataset={standin}", f"dataset.mode={mode}", "model=gp_lstm"])
+            assert a.dataset.lag == b.dataset.lag == lag and a.model.network.units == b.model.network.units
+    assert compose(["+experiment=gplstm_convergence"]).dataset.name == "actuator"
+    assert sweep_grid(["+experiment=gplstm_sysid_smoke"])["dataset"] == ["actuator", "drives"]
+    p = compose(["+experiment=gplstm_gef_power", "model=lstm"])
+    w = compose(["+experiment=gplstm_gef_wind", "model=lstm"])
+    assert (p.dataset.name, p.dataset.lag, p.model.network.layers, p.model.network.units) == ("gef_power", 48, 2, 256)
+    assert (w.dataset.name, w.dataset.lag, w.model.network.layers, w.model.network.units) == ("gef_wind", 48, 1, 64)
+    assert compose(["+experiment=gplstm_gef_wind", "model=narx"]).model.network.units == 16
+    assert compose(["+experiment=gplstm_gef_power", "model=rnn"]).model.network.units == 16
+    assert p.tracking.experiment == w.tracking.experiment == "gplstm_gef"
+    assert (p.model.gp.inference, p.model.init, p.dataset.mode) == ("kiss", "pretrained", "autoregression")
+    assert len(sweep_jobs("gplstm_gef_power")) == len(sweep_jobs("gplstm_gef_wind")) == 6 * 5
 
 
 def check_smoke_runs(preset: str, smoke) -> None:

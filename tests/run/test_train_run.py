@@ -218,3 +218,23 @@ def test_gpdlm_log_holds_the_protocol_the_stages_their_stops_and_warnings(tmp_pa
     assert stages[0].startswith("stage svgp: adam lr 0.1, batch full, max_iters 30, stopping window rule (window 50")
     assert any(ln.startswith("training done: 60 iterations") for ln in lines)
     assert any(ln.startswith("RuntimeWarning: a test warning from the evaluation (") for ln in lines)
+
+
+def test_every_run_reports_its_peak_resident_memory(tmp_path):
+    """Issue 39: peak_rss_mb is the run's resident-set high-water mark (Linux VmHWM, reset when the run
+    starts), logged with the final metrics; the process's own mark is at least as high."""
+    import resource
+
+    from gpdlm_cli.runtime import peak_rss_mb, reset_peak_rss
+    from gpdlm_cli.tracking import NullTracker
+
+    cfg = compose(fast(["model=svgp", "dataset=concrete", "tracking.enabled=false", "progress=false"]))
+    m = run_train(cfg, tmp_path, tracker=NullTracker())
+    process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert 50 < m["peak_rss_mb"] <= process_peak + 1
+    assert reset_peak_rss() is True  # Linux: the mark restarts from the current resident set
+    import numpy as np
+
+    before = peak_rss_mb()
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB touched
+    assert peak_rss_mb() >= before + 60 and block.sum() > 0

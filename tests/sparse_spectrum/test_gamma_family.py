@@ -110,3 +110,22 @@ def test_r_sample_predictive_on_kmeans_cells():
             vs = np.stack([per[j][i][1] for j in range(r)])
             np.testing.assert_allclose(mu[i, q].numpy(), mus.mean(0), rtol=0, atol=1e-10)
             np.testing.assert_allclose(var[i, q].numpy(), vs.mean(0) + mus.var(0), rtol=0, atol=1e-10)
+
+
+def test_cells_above_the_row_threshold_fit_on_a_seeded_subset_and_assign_every_row(monkeypatch):
+    """Issue 39: above SUBSET_ABOVE rows (the 1.9M airline rows at p = 2000) the centroids are those of
+    k-means on SUBSET_ROWS rows drawn with the seed; every training row still belongs to its nearest
+    centroid's cell."""
+    from sklearn.cluster import KMeans
+
+    from gpdlm_cli.models import gamma_family
+
+    monkeypatch.setattr(gamma_family, "SUBSET_ABOVE", 200)
+    monkeypatch.setattr(gamma_family, "SUBSET_ROWS", 120)
+    x = np.random.default_rng(5).normal(size=(250, D))
+    cells = LocalCells(torch.as_tensor(x), 4, seed=1)
+    pick = np.sort(np.random.default_rng(1 + gamma_family._SUBSET_STREAM).choice(250, 120, replace=False))
+    ref = KMeans(n_clusters=4, n_init=1, random_state=1, max_iter=100).fit(x[pick]).cluster_centers_
+    np.testing.assert_array_equal(cells.centroids.numpy(), ref)
+    nearest = ((x[:, None] - ref[None]) ** 2).sum(-1).argmin(1)
+    assert cells.sizes.tolist() == np.bincount(nearest, minlength=4).tolist() and int(cells.sizes.sum()) == 250

@@ -1,6 +1,7 @@
 """The DLM paper's presets follow its protocol (issue 23, part 3): the paper's M per dataset (App. D,
 Table 2) in every DLM preset, joint sq-DLM with its outputscale held, the exact-gradient arm of
-sampling_methods, the offline airline stand-in in airline_curves and sampling_methods, and the
+sampling_methods, the real 2008 airline data in airline_curves and sampling_methods (issue 39; the
+offline stand-in stays by name), and the
 presets of App. D Figs. 13-16. Each preset is composed exactly as `gpdlm train -m +experiment=NAME`
 would compose it, and every job of its sweep passes the builder's config validation."""
 
@@ -33,6 +34,7 @@ DLM_PRESETS = {
     "regression_bmc_exact": ["pol", "sarcos", "cadata", "song"],
     "beta_curve": ["cadata"],
     "classification": ["ringnorm", "twonorm", "banana", "thyroid"],
+    "classification_thyroid": ["thyroid"],
     "count": ["abalone", "peds1_dir0", "peds1_dir1", "peds1_dir2"],
     "count_curves": ["abalone", "peds1_dir0"],
     "airline_curves": ["airline"],
@@ -69,8 +71,6 @@ def test_every_dlm_preset_trains_with_the_papers_m(preset):
     paper_name = {"airline_nyc": "airline"}.get(default.dataset.name, default.dataset.name)
     assert default.model.num_inducing == PAPER_TABLE2_M[paper_name], (preset, default.dataset.name)
     for dataset in DLM_PRESETS[preset]:
-        if dataset == "airline":
-            continue  # the airline presets default to the stand-in (above); dataset=airline is the paper's set
         cfg = compose([f"+experiment={preset}", f"dataset={dataset}"])
         assert cfg.dataset.name == dataset
         assert cfg.model.num_inducing == PAPER_TABLE2_M[dataset], (preset, dataset)
@@ -112,7 +112,7 @@ def test_sampling_methods_has_an_exact_gradient_arm_in_its_experiment():
     for cfg in (base, exact, smooth):  # one experiment, one protocol: only the gradient differs
         assert cfg.tracking.experiment == "sampling_methods"
         assert cfg.model.name == "dlm" and cfg.model.variant == "joint" and cfg.objective.beta == 0.1
-        assert (cfg.dataset.name, cfg.dataset.target, cfg.likelihood.name) == ("airline_nyc", "delayed", "probit")
+        assert (cfg.dataset.name, cfg.dataset.target, cfg.likelihood.name) == ("airline", "delayed", "probit")
         assert cfg.model.num_inducing == 200 and cfg.kernel.ard is True
         assert (cfg.trainer.batch_size, cfg.trainer.lr, cfg.trainer.max_epochs, cfg.trainer.eval_every_epochs) == (1000, 1e-3, 20, 1)
     build.validate_config(compose(["+experiment=sampling_methods_exact"]))
@@ -120,9 +120,11 @@ def test_sampling_methods_has_an_exact_gradient_arm_in_its_experiment():
         assert compose([f"+experiment={preset}"]).tracking.experiment == "sampling_methods_smoke"
 
 
-def test_airline_curves_runs_offline_on_the_stand_in():
+def test_airline_curves_runs_on_the_real_2008_data():
     cfg, grid = compose_sweep("airline_curves")
-    assert (cfg.dataset.name, cfg.dataset.target, cfg.dataset.split.test_size) == ("airline_nyc", "delayed", 100000)
+    assert (cfg.dataset.name, cfg.dataset.target, cfg.dataset.split.test_size) == ("airline", "delayed", 100000)
+    standin = compose(["+experiment=airline_curves", "dataset=airline_nyc_class"])
+    assert (standin.dataset.name, standin.dataset.target, standin.model.num_inducing) == ("airline_nyc", "delayed", 200)
     assert grid == {"model": ["dlm", "dlm_fixed", "svgp"], "objective.beta": ["0.1", "1", "10"],
                     "seed": ["0", "1", "2", "3", "4"]}
     assert (cfg.trainer.max_epochs, cfg.trainer.max_iters, cfg.trainer.stop_rule) == (20, None, "none")
@@ -149,3 +151,23 @@ def test_the_appendix_learning_curve_presets(preset, experiment, estimators, sam
         build.validate_config(compose(["+experiment=regression_bmc_exact"]))
     for job in jobs(preset, ["seed=0", "dataset=concrete" if preset != "count_curves" else "dataset=doctor_visits"]):
         build.validate_config(job)
+
+
+def test_the_studies_run_on_the_real_sets_and_their_smoke_variants_too():
+    """Issue 39: the count, bias, thyroid, airline and BLOG studies and their CI-sized variants read the
+    mirrored real sets (abalone, thyroid, airline with target delayed / delay, blog)."""
+    expect = {"count": "abalone", "count_smoke": "abalone", "count_curves_smoke": "abalone", "bias_study": "abalone",
+              "bias_study_smoke": "abalone", "classification_thyroid": "thyroid",
+              "classification_thyroid_smoke": "thyroid", "airline_curves_smoke": "airline",
+              "sampling_methods_smoke": "airline", "svbssgp_airline": "airline", "svbssgp_airline_smoke": "airline",
+              "svbssgp_samples": "blog", "svbssgp_samples_smoke": "blog"}
+    for preset, name in expect.items():
+        assert compose([f"+experiment={preset}"]).dataset.name == name, preset
+    sv = compose(["+experiment=svbssgp_airline"])
+    assert (sv.dataset.target, sv.dataset.split.test_fraction, sv.model.partitions) == ("delay", 0.05, 2000)
+    assert compose(["+experiment=airline_curves_smoke"]).dataset.target == "delayed"
+    assert compose(["+experiment=classification_thyroid"]).tracking.experiment == "classification"
+    assert compose(["+experiment=classification_thyroid"]).model.num_inducing == 37
+    # the stand-ins stay available by name
+    assert compose(["+experiment=count_smoke", "dataset=doctor_visits"]).dataset.name == "doctor_visits"
+    assert compose(["+experiment=svbssgp_airline", "dataset=airline_nyc"]).dataset.name == "airline_nyc"

@@ -17,7 +17,7 @@ from ..conftest import compose
 
 BASE = ["dataset.split.train_size=150", "trainer.max_iters=60", "trainer.eval_every=10", "trainer.checkpoint_every=1",
         "progress=false", "threads=1", "tracking.enabled=false"]
-TIMING = ("train_seconds", "iter_ms", "peak_memory_mb")  # time and process memory differ by design
+TIMING = ("train_seconds", "iter_ms", "peak_memory_mb", "peak_rss_mb")  # time and process memory differ by design
 CASES = {
     "dlm_minibatch_keep_best": ["model=dlm", "model.num_inducing=12", "trainer.batch_size=32", "trainer.keep_best=val_nll"],
     "dlm_fixed_two_stages": ["model=dlm_fixed", "model.num_inducing=12", "trainer.max_iters=40"],

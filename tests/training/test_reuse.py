@@ -13,7 +13,7 @@ from ..conftest import compose
 
 BASE = ["model=dlm_fixed", "dataset.split.train_size=200", "model.num_inducing=15", "trainer.max_iters=60",
         "trainer.eval_every=0", "progress=false", "threads=1", "tracking.enabled=false"]
-TIMING = ("train_seconds", "iter_ms")
+TIMING = ("train_seconds", "iter_ms", "peak_rss_mb")  # time and process memory differ by design
 
 
 def _run(tmp_path, extra, name, parent_run_id=None):
@@ -174,3 +174,25 @@ def test_a_sweep_job_reuses_the_kmeans_centres_of_an_earlier_job_and_tags_it(tmp
     reused = _run(tmp_path, svgp + ["objective.beta=0.5"], "second", parent_run_id="p")
     assert _Tags.last["gpdlm.reused_inducing"].startswith("kmeans:")
     assert _same(cold, reused), (cold, reused)
+
+
+def test_kmeans_on_a_seeded_subset_above_the_row_threshold(monkeypatch):
+    """Issue 39: above KMEANS_SUBSET_ABOVE rows (the 1.9M airline rows) k-means runs on
+    KMEANS_SUBSET_ROWS rows drawn with the run's seed; at or below it, on every row (unchanged)."""
+    import numpy as np
+    import torch
+
+    from gpdlm_cli.methods import components
+
+    seen = []
+    real = components._kmeans_centres
+    monkeypatch.setattr(components, "_kmeans_centres", lambda xs, M, seed: seen.append(xs.copy()) or real(xs, M, seed))
+    monkeypatch.setattr(components, "KMEANS_SUBSET_ABOVE", 300)
+    monkeypatch.setattr(components, "KMEANS_SUBSET_ROWS", 100)
+    x = torch.randn(301, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    c = components.initial_inducing_points(x, 5, "kmeans", 2)
+    pick = np.sort(np.random.default_rng(2 + components._KMEANS_SUBSET_STREAM).choice(301, 100, replace=False))
+    assert seen[-1].shape == (100, 3) and np.array_equal(seen[-1], x.numpy()[pick])
+    assert torch.equal(c, torch.as_tensor(real(x.numpy()[pick], 5, 2)))
+    components.initial_inducing_points(x[:300], 5, "kmeans", 2)
+    assert seen[-1].shape == (300, 3)  # at the threshold: all rows
