@@ -67,7 +67,7 @@ def train_once(overrides, *, protocol: str, warm=None, max_iters=None, share_dir
     from gpdlm_cli.run.train import run_train
     from gpdlm_cli.tracking import NullTracker
 
-    share = [f"sweep.share_stages=true", f"sweep.cache_dir={share_dir}"] if share_dir else ["sweep.share_stages=false"]
+    share = ["sweep.share_stages=true", f"sweep.cache_dir={share_dir}"] if share_dir else ["sweep.share_stages=false"]
     ov = list(overrides) + [f"trainer={protocol}", "progress=false", "tracking.enabled=false", "threads=1",
                             "trainer.eval_every=0", *share]
     if max_iters is not None:

@@ -20,7 +20,6 @@ import shlex
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from markdown_it import MarkdownIt

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from ..metrics import predictive_metrics
+from ..runtime import peak_rss_mb as runtime_peak_rss_mb
 from ..tracking.identity import config_hash, config_hashes
 from ..training import run_stages
 from .artifacts import plot_learning_curve
@@ -45,16 +46,14 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     output_dir.mkdir(parents=True, exist_ok=True)
 
     # 1. everything that can fail on bad input, before a run exists
-    from ..runtime import peak_rss_mb, reset_peak_rss
+    from ..runtime import reset_peak_rss
 
     reset_peak_rss()  # peak_rss_mb: this run's own high-water mark (data loading included)
     with shared_kmeans(cfg, sweep_job=parent_run_id is not None) as kmeans_reused:  # k-means once per sweep
         p = prepare(cfg)
-    splits, data, method, settings = p.splits, p.data, p.method, p.settings
-    device = p.device
     generator = torch.Generator().manual_seed(cfg.seed)  # batch orders drawn on the CPU: the same on every device
-    if method.estimator is not None:
-        method.estimator.seed(cfg.seed, device)
+    if p.method.estimator is not None:
+        p.method.estimator.seed(cfg.seed, p.device)
 
     tracker = tracker if tracker is not None else make_tracker(cfg.tracking)
     chash = config_hash(cfg)
@@ -202,7 +201,7 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
             **({"first_loss": fit.losses[0], "final_loss": fit.losses[-1]} if fit.losses else {}),
             "converged": int(fit.converged),
             "n_train": splits.n_train,
-            "peak_rss_mb": peak_rss_mb(),  # resident-set high-water mark of this run (runtime.peak_rss_mb)
+            "peak_rss_mb": runtime_peak_rss_mb(),  # resident-set high-water mark of this run (runtime.peak_rss_mb)
         })
         if len(fit.stage_final_loss) > 1:  # multi-stage protocols (the fixed variants): each stage's own end
             metrics.update({f"final_loss_{name}": v for name, v in fit.stage_final_loss.items()})

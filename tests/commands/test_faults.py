@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient

@@ -6,7 +6,6 @@ stops between jobs, an interruption, and reruns that finish without re-running f
 from __future__ import annotations
 
 import gzip
-import itertools
 import json
 import math
 import re

@@ -11,7 +11,6 @@ component is beyond 5 SE.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from gpdlm_cli.objectives import SCGD, BatchNLML, Minimax

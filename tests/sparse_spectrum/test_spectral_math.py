@@ -13,7 +13,6 @@ import torch
 
 from gpdlm_cli.likelihoods import GaussianLikelihood
 from gpdlm_cli.models import SSGP, VSSGP, CollapsedVSSGP, SpectralPosterior, trig_features
-from gpdlm_cli.models.sparse_spectrum import gaussian_kl_tril
 
 
 def np_features(x, freqs):
