@@ -118,7 +118,7 @@ def test_the_smoke_scale_is_data(monkeypatch):
     reduced = rp.derive(claims.load("gplstm"), ["T2-gplstm-beats-lstm"], "reduced", "paper")
     assert [(m.preset, m.overrides) for m in reduced.multiruns] == [("gplstm_sysid", ["seed=0,1", "trainer.max_epochs=20"])]
     gef = rp.derive(claims.load("gplstm"), ["T3-gef-gplstm-beats-lstm"], "paper", "paper")
-    assert gef.multiruns == [] and "GEF" in gef.left_out[0][1]
+    assert [(m.preset, m.overrides) for m in gef.multiruns] == [("gplstm_gef_power", []), ("gplstm_gef_wind", [])]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -126,13 +126,26 @@ def test_the_smoke_scale_is_data(monkeypatch):
     (["gplstm", "--claims", "T9"], "--claims T9: no such claim in gplstm; claims: T2-gplstm-beats-lstm"),
     (["gplstm", "--budget", "soon"], "--budget 'soon': give a duration"),
     (["gplstm", "--scale", "huge"], "argument --scale: invalid choice"),
-    (["gplstm", "--claims", "T3-gef-gplstm-beats-lstm"], "nothing to run for gplstm at scale paper: T3-gef"),
     (["gplstm", "--scale", "smoke", "--dry-run", "--no-estimate", "--claims", "T2-gplstm-beats-lstm", "trainer.nope=1"],
      "gplstm_sysid_smoke"),
 ])
 def test_bad_input_is_one_line(args, message, capsys, tmp_path):
     assert cli.main(["reproduce", *args, "--output", str(tmp_path / "o")]) == 2
     assert message in one_line_error(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_plan_with_nothing_to_run_is_one_line(capsys, tmp_path):
+    """A claim whose only table cannot be run (here: GEF's preset replaced by `unavailable` in a copy of the claims file)."""
+    text = (Path(claims.__file__).parent.parent / "claims" / "gplstm.yaml").read_text()
+    assert text.count("    preset: gplstm_gef_power\n") == 1
+    path = tmp_path / "gplstm_nogef.yaml"
+    path.write_text(text.replace("    preset: gplstm_gef_power\n", "    unavailable: no GEF data on this machine\n")
+                    .replace("      - [+experiment=gplstm_gef_wind]\n", ""))
+    argv = ["reproduce", str(path), "--claims", "T3-gef-gplstm-beats-lstm", "--output", str(tmp_path / "o")]
+    assert cli.main(argv) == 2
+    assert "nothing to run for gplstm at scale paper: T3-gef-gplstm-beats-lstm (table3_gef): no GEF data on this machine" \
+        in one_line_error(capsys)
     assert not (tmp_path / "o").exists()
 
 
