@@ -152,8 +152,8 @@ def test_a_plan_with_nothing_to_run_is_one_line(capsys, tmp_path):
 # ----- real smoke runs ----------------------------------------------------------------------------------
 # the smallest claim subsets that still train every method they compare (a few jobs each)
 SMOKE = {
-    "gplstm": (["T2-gplstm-beats-lstm"], [], 4),                         # lstm, gp_lstm x 2 seeds
-    "dlm": (["D4-ringnorm"], [], 4),                                     # classification_smoke: dlm, svgp x 2 seeds
+    "gplstm": (["T2-gplstm-beats-lstm"], [], 8),                         # lstm, gp_lstm x actuator, drives x 2 seeds
+    "dlm": (["D4-ringnorm"], [], 8),                                     # classification(_thyroid)_smoke: dlm, svgp x 2 seeds
     "rkhs": (["T2-scgd-beats-bsgd-b32"], ["model=scgd_paper,bsgd"], 4),  # 2 methods x 2 masks of pol
     "svbssgp": (["F2a-gamma0-best"], [], 2),                             # one sVBSSGP run per seed, every gamma
 }
@@ -214,7 +214,8 @@ def test_budget_and_interruption_resume_without_rerunning(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     uri = f"sqlite:///{out}/mlflow.db"
-    args = ["reproduce", "gplstm", "--scale", "smoke", "--claims", "T2-gplstm-beats-lstm", "--output", str(out), "threads=1"]
+    args = ["reproduce", "gplstm", "--scale", "smoke", "--claims", "T2-gplstm-beats-lstm", "--output", str(out), "threads=1",
+            "dataset=actuator"]  # one of the preset's two sets: 4 jobs
     def spend_budget(progress, status):  # the budget runs out while the first job trains (a clock, not a race)
         progress.deadline = min(progress.deadline, rp.time.monotonic())
     monkeypatch.setattr(rp, "_after_job", spend_budget)
