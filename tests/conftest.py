@@ -165,6 +165,41 @@ def assert_no_mlflow_run(db) -> None:
 from gpdlm_cli.tracking import NullTracker  # noqa: E402
 
 
+class KillAt:
+    """A training hook that sends this process SIGTERM during step ``at`` (delivered after the iteration)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def after_step(self, iteration, epoch):
+        if iteration == self.at:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def checkpoint_state(self):
+        return {}
+
+    def load_checkpoint_state(self, state):
+        pass
+
+
+def kill_last_stage_at(monkeypatch, at: int):
+    """Make every run built from now on receive SIGTERM at step ``at`` of its last stage; returns the real
+    ``build.build_method`` (``monkeypatch.setattr(build, "build_method", real)`` undoes it)."""
+    from gpdlm_cli import build
+
+    real = build.build_method
+
+    def with_killer(cfg, data, task, *family):
+        method = real(cfg, data, task, *family)
+        method.stages[-1].hooks = list(method.stages[-1].hooks) + [KillAt(at)]
+        return method
+
+    monkeypatch.setattr(build, "build_method", with_killer)
+    return real
+
+
 class NoRunTracker(NullTracker):
     """The tracker of bad-input tests: starting a run is the failure."""
 

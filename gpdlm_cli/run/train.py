@@ -30,6 +30,7 @@ import torch
 
 from ..metrics import predictive_metrics
 from ..runtime import peak_rss_mb as runtime_peak_rss_mb
+from ..runtime import reset_peak_rss
 from ..tracking.identity import config_hash, config_hashes
 from ..training import run_stages
 from .artifacts import plot_learning_curve
@@ -46,8 +47,6 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     output_dir.mkdir(parents=True, exist_ok=True)
 
     # 1. everything that can fail on bad input, before a run exists
-    from ..runtime import reset_peak_rss
-
     reset_peak_rss()  # peak_rss_mb: this run's own high-water mark (data loading included)
     with shared_kmeans(cfg, sweep_job=parent_run_id is not None) as kmeans_reused:  # k-means once per sweep
         p = prepare(cfg)

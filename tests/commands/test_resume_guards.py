@@ -6,7 +6,6 @@ resumed from another directory logs into its original store; a broken config.yam
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -17,7 +16,7 @@ from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking.signals import Terminated, install_signal_handlers
 from gpdlm_cli.training.checkpoint import FILE
 
-from ..conftest import compose, run_cli
+from ..conftest import compose, kill_last_stage_at, run_cli
 from .conftest import copy_store
 
 pytestmark = pytest.mark.slow  # each trains a small run (~5 s)
@@ -25,21 +24,6 @@ pytestmark = pytest.mark.slow  # each trains a small run (~5 s)
 OV = ["dataset=diabetes", "model.num_inducing=8", "dataset.split.train_size=60", "trainer.max_iters=30",
       "trainer.eval_every=5", "trainer.checkpoint_every=1", "threads=1", "progress=false",
       "tracking.system_metrics=null"]
-
-
-class _StopAt:
-    def __init__(self, at):
-        self.at = at
-
-    def after_step(self, iteration, epoch):
-        if iteration == self.at:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def checkpoint_state(self):
-        return {}
-
-    def load_checkpoint_state(self, state):
-        pass
 
 
 @pytest.fixture
@@ -51,14 +35,7 @@ def stopped(template_db, tmp_path, monkeypatch):
     install_signal_handlers()
     uri = copy_store(template_db, tmp_path / "store")
     cfg = compose(OV + [f"tracking.uri={uri}"])
-    real = build.build_method
-
-    def with_stop(cfg, data, task, *family):
-        method = real(cfg, data, task, *family)
-        method.stages[-1].hooks = list(method.stages[-1].hooks) + [_StopAt(12)]
-        return method
-
-    monkeypatch.setattr(build, "build_method", with_stop)
+    real = kill_last_stage_at(monkeypatch, 12)
     folder = tmp_path / "run"
     tracker = make_tracker(cfg.tracking)
     with pytest.raises(Terminated):

@@ -13,7 +13,7 @@ from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.tracking.signals import Terminated, install_signal_handlers
 from gpdlm_cli.training.checkpoint import FILE, read_checkpoint
 
-from ..conftest import compose
+from ..conftest import KillAt, compose, kill_last_stage_at
 
 BASE = ["dataset.split.train_size=150", "trainer.max_iters=60", "trainer.eval_every=10", "trainer.checkpoint_every=1",
         "progress=false", "threads=1", "tracking.enabled=false"]
@@ -29,23 +29,6 @@ CASES = {
     "fast_lbfgs_stage": ["model=dlm", "model.num_inducing=12", "trainer=fast", "trainer.fast_adam_iters=10",
                          "trainer.fast_max_iters=60"],
 }
-
-
-class _KillAt:
-    """A hook that sends this process SIGTERM during step ``at`` (delivered after the iteration)."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def after_step(self, iteration, epoch):
-        if iteration == self.at:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def checkpoint_state(self):
-        return {}
-
-    def load_checkpoint_state(self, state):
-        pass
 
 
 def _strip(m):
@@ -68,7 +51,7 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(name, tmp_path, monkey
     def with_killer(cfg, data, task, *family):
         method = real_build(cfg, data, task, *family)
         stage = [s for s in method.stages if s.solve is None][-1]
-        stage.hooks = list(stage.hooks) + [_KillAt(27)]
+        stage.hooks = list(stage.hooks) + [KillAt(27)]
         return method
 
     monkeypatch.setattr(build, "build_method", with_killer)
@@ -87,14 +70,7 @@ def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path, monkeypa
     ov = BASE + CASES["dlm_minibatch_keep_best"]
     from gpdlm_cli import build
 
-    real_build = build.build_method
-
-    def with_killer(cfg, data, task, *family):
-        method = real_build(cfg, data, task, *family)
-        method.stages[-1].hooks = list(method.stages[-1].hooks) + [_KillAt(15)]
-        return method
-
-    monkeypatch.setattr(build, "build_method", with_killer)
+    real_build = kill_last_stage_at(monkeypatch, 15)
     with pytest.raises(Terminated):
         run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
     monkeypatch.setattr(build, "build_method", real_build)
@@ -259,16 +235,8 @@ def test_a_flipped_checkpoint_is_refused_by_resume_and_not_resumed_silently(tmp_
 
     install_signal_handlers()
     ov = BASE + CASES["dlm_minibatch_keep_best"]
-    from gpdlm_cli import build
 
-    real_build = build.build_method
-
-    def with_killer(cfg, data, task, *family):
-        method = real_build(cfg, data, task, *family)
-        method.stages[-1].hooks = list(method.stages[-1].hooks) + [_KillAt(15)]
-        return method
-
-    monkeypatch.setattr(build, "build_method", with_killer)
+    kill_last_stage_at(monkeypatch, 15)
     with pytest.raises(Terminated):
         run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
     path = tmp_path / "cut" / FILE
