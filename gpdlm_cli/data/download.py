@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..exceptions import DataError
+from ..files import sha256_file
 from . import paths
 
 log = logging.getLogger("gpdlm.data")
@@ -60,14 +61,7 @@ def file_path(dataset: str, spec: FileSpec) -> Path:
 
 
 # ----- checksums -----------------------------------------------------------------------------------
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
+# sha256_file: files.sha256_file (one reader for data files, saved models and checkpoints)
 def _checksum_db_path() -> Path:
     return paths.cache_dir() / "checksums.json"
 
