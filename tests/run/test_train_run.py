@@ -208,7 +208,7 @@ def test_gpdlm_log_holds_the_protocol_the_stages_their_stops_and_warnings(tmp_pa
 
     monkeypatch.setattr(T, "evaluator", warning_evaluator)
     _run(tmp_path, mlflow_uri, ["tracking.enabled=false", "model=dlm", "model.variant=fixed", "trainer.max_iters=30",
-                                "trainer.eval_every=15"])
+                                "trainer.eval_every=15", f"sweep.cache_dir={tmp_path / 'cache'}"])  # no stage cached before
     lines = [ln.split(" - ", 1)[1] for ln in (tmp_path / "gpdlm.log").read_text().splitlines()]
     assert lines[0].startswith("protocol paper: optimizer adam, lr 0.1, max_iters 30, batch full, stop rule auto")
     assert lines[1] == "stages: svgp (beta-free, shareable), dlm"
