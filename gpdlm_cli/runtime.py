@@ -188,22 +188,37 @@ def reset_peak_rss() -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return True
     except OSError:
         return False
+    # Some kernels and sandboxes (gVisor) accept the write and keep the mark: verify that it fell to the
+    # current resident set (VmHWM == VmRSS right after a reset, up to pages touched since).
+    status = _proc_status_kib(("VmHWM", "VmRSS"))
+    if len(status) < 2:
+        return False
+    return status["VmHWM"] - status["VmRSS"] <= 4096
+
+
+def _proc_status_kib(keys: tuple[str, ...]) -> dict[str, int]:
+    """The named ``kB`` fields of /proc/self/status (empty where it cannot be read)."""
+    found: dict[str, int] = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key = line.split(":", 1)[0]
+                if key in keys:
+                    found[key] = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return found
 
 
 def peak_rss_mb() -> float:
     """The resident-set high-water mark in MiB since the last :func:`reset_peak_rss` (Linux
     ``VmHWM`` of /proc/self/status), else of the whole process (``ru_maxrss``: KiB on Linux, bytes on
     macOS). Includes the interpreter, the libraries and the data."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    hwm = _proc_status_kib(("VmHWM",)).get("VmHWM")
+    if hwm is not None:
+        return hwm / 1024
     import resource
     import sys
 

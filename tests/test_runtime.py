@@ -164,3 +164,14 @@ def test_tune_allocator_respects_the_users_own_settings(monkeypatch):
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
     monkeypatch.setenv("GPDLM_MALLOC_TUNE", "0")
     assert runtime.tune_allocator() is False
+
+
+def test_reset_peak_rss_says_false_where_the_kernel_keeps_the_mark(monkeypatch):
+    """CI ran in a sandbox that accepts a write to /proc/self/clear_refs yet keeps VmHWM: the reset must be
+    verified (VmHWM back to VmRSS), not assumed from the write."""
+    from gpdlm_cli import runtime
+
+    monkeypatch.setattr(runtime, "_proc_status_kib", lambda keys: {"VmHWM": 1_300_000, "VmRSS": 400_000})
+    assert runtime.reset_peak_rss() is False
+    monkeypatch.setattr(runtime, "_proc_status_kib", lambda keys: {"VmHWM": 400_100, "VmRSS": 400_000})
+    assert runtime.reset_peak_rss() is (__import__("os").path.exists("/proc/self/clear_refs"))
