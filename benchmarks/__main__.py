@@ -7,7 +7,24 @@ import importlib
 import sys
 from pathlib import Path
 
-ALL = ["training", "optimizers", "estimators", "data", "sweep", "contention", "optuna", "sparse_spectrum", "pic", "rkhs", "gplstm", "study", "stochastic_start", "gpu", "batched", "kernels"]
+ALL = [
+    "training",
+    "optimizers",
+    "estimators",
+    "data",
+    "sweep",
+    "contention",
+    "optuna",
+    "sparse_spectrum",
+    "pic",
+    "rkhs",
+    "gplstm",
+    "study",
+    "stochastic_start",
+    "gpu",
+    "batched",
+    "kernels",
+]
 
 
 def main(argv: list[str]) -> int:

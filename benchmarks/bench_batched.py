@@ -37,14 +37,28 @@ def make_member(model: str, n: int, m: int, seed: int, beta: float, device, dtyp
     x = torch.randn(n, 8, generator=g, dtype=dtype)
     y = torch.sin(x[:, 0]) + 0.5 * x[:, 1] ** 2 / (1 + x[:, 2].abs()) + 0.1 * torch.randn(n, generator=g, dtype=dtype)
     x, y = x.to(device), y.to(device)
-    cfg = OmegaConf.create({
-        "seed": seed, "objective": {"beta": beta}, "features": {"name": "none"}, "trainer": {"batch_size": None},
-        "model": {"name": model, "variant": "joint", "num_inducing": m, "inducing_init": "random", "learn_inducing": True,
-                  "mean": "zero", "jitter": 1e-6, "elbo": "auto", "baseline_estimator": "deterministic"},
-        "likelihood": {"name": "gaussian", "noise_init": 0.1},
-        "estimator": {"name": "auto"},
-        "kernel": {"name": "rbf", "ard": False, "lengthscale": 1.0, "outputscale": 1.0},
-    })
+    cfg = OmegaConf.create(
+        {
+            "seed": seed,
+            "objective": {"beta": beta},
+            "features": {"name": "none"},
+            "trainer": {"batch_size": None},
+            "model": {
+                "name": model,
+                "variant": "joint",
+                "num_inducing": m,
+                "inducing_init": "random",
+                "learn_inducing": True,
+                "mean": "zero",
+                "jitter": 1e-6,
+                "elbo": "auto",
+                "baseline_estimator": "deterministic",
+            },
+            "likelihood": {"name": "gaussian", "noise_init": 0.1},
+            "estimator": {"name": "auto"},
+            "kernel": {"name": "rbf", "ard": False, "lengthscale": 1.0, "outputscale": 1.0},
+        }
+    )
     method = build.build_method(cfg, Tensors(x, y, x[:0], y[:0], x[:0], y[:0]), "regression")
     method.model._ensure_initialised()
     stage = method.stages[0]
@@ -62,7 +76,9 @@ def separate_ms(model, n, m, iters, device) -> float:
     from gpdlm_cli.training import TrainerSettings, train
 
     member, stage = make_member(model, n, m, 0, 1.0, device)
-    settings = TrainerSettings(max_iters=WARMUP, lr=0.1, eval_every=0, progress=False, stop_rule="none", check_every=iters)
+    settings = TrainerSettings(
+        max_iters=WARMUP, lr=0.1, eval_every=0, progress=False, stop_rule="none", check_every=iters
+    )
     gen = torch.Generator().manual_seed(0)
     train(stage.objective, stage.groups, member.x, member.y, settings, generator=gen)
     times = []

@@ -45,8 +45,13 @@ def run_demo(overrides, env_extra, workdir: Path, tag: str) -> float:
     out = workdir / tag
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "GOMP_SPINCOUNT")}
     env.update(env_extra)
-    subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", "train", *DEMO, *overrides, f"hydra.run.dir={out}"],
-                   cwd=workdir, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "gpdlm_cli.cli", "train", *DEMO, *overrides, f"hydra.run.dir={out}"],
+        cwd=workdir,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return float(json.loads((out / "metrics.json").read_text())["iter_ms"])
 
 
@@ -66,7 +71,9 @@ def busy_processes(n: int) -> list[subprocess.Popen]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=1, help="repetitions of each setting per condition (default 1)")
-    p.add_argument("--busy", type=int, default=CORES + 1, help=f"competing busy processes (default cores + 1 = {CORES + 1})")
+    p.add_argument(
+        "--busy", type=int, default=CORES + 1, help=f"competing busy processes (default cores + 1 = {CORES + 1})"
+    )
     args = p.parse_args(argv if argv is not None else sys.argv[1:])
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # still stop the busy processes
     with tempfile.TemporaryDirectory() as d:

@@ -125,8 +125,10 @@ def gradient_errors(model, lik, x, y, draws: int) -> dict[str, float]:
 
 def run(likelihood: str, dtype, batches, samples, reps: int, envelopes, smooth: bool, draws: int) -> None:
     model, lik, x_all, y_all = make_problem(likelihood, max(batches), dtype)
-    print(f"\n== likelihood={likelihood} dtype={str(dtype).replace('torch.', '')} M={NUM_INDUCING} "
-          f"threads={torch.get_num_threads()}: ms per gradient evaluation (best of {reps})")
+    print(
+        f"\n== likelihood={likelihood} dtype={str(dtype).replace('torch.', '')} M={NUM_INDUCING} "
+        f"threads={torch.get_num_threads()}: ms per gradient evaluation (best of {reps})"
+    )
     header = None
     for n in batches:
         x, y = x_all[:n], y_all[:n]
@@ -140,16 +142,28 @@ def run(likelihood: str, dtype, batches, samples, reps: int, envelopes, smooth: 
             print(f"{n:>6} {L:>4} " + " ".join(f"{v:>12.2f}" for v in ms.values()) + f" {ups / ms['bmc']:>8.2f}")
             if "ups" in ests:
                 stats = ests["ups"].statistics()
-                print(f"{'':>12}ups: acceptance {stats['ups_acceptance_rate']:.3f}, draws/sample "
-                      f"{stats['ups_draws_per_sample']:.2f}, fallback {stats['ups_fallback_fraction']:.4f}")
-        q20 = time_configs(model, lik, x, y, {"quadrature-20": QuadratureEstimator(num_nodes=20),
-                                               "bmc-20": BMCEstimator(num_samples=20)}, reps)
-        print(f"{n:>6}   quadrature(20 nodes) {q20['quadrature-20']:.2f} ms / bmc(20 samples) {q20['bmc-20']:.2f} ms"
-              f" = {q20['quadrature-20'] / q20['bmc-20']:.2f}")
+                print(
+                    f"{'':>12}ups: acceptance {stats['ups_acceptance_rate']:.3f}, draws/sample "
+                    f"{stats['ups_draws_per_sample']:.2f}, fallback {stats['ups_fallback_fraction']:.4f}"
+                )
+        q20 = time_configs(
+            model,
+            lik,
+            x,
+            y,
+            {"quadrature-20": QuadratureEstimator(num_nodes=20), "bmc-20": BMCEstimator(num_samples=20)},
+            reps,
+        )
+        print(
+            f"{n:>6}   quadrature(20 nodes) {q20['quadrature-20']:.2f} ms / bmc(20 samples) {q20['bmc-20']:.2f} ms"
+            f" = {q20['quadrature-20'] / q20['bmc-20']:.2f}"
+        )
     n = min(batches)
     errs = gradient_errors(model, lik, x_all[:n], y_all[:n], draws)
-    print(f"gradient error vs 200-node adaptive quadrature (batch {n}, relative L2 over all parameters; "
-          f"RMS over {draws} draws for the stochastic ones):")
+    print(
+        f"gradient error vs 200-node adaptive quadrature (batch {n}, relative L2 over all parameters; "
+        f"RMS over {draws} draws for the stochastic ones):"
+    )
     for k, v in errs.items():
         print(f"  {k:>28}: {v:.2e}")
 
@@ -169,8 +183,16 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     for dt in args.dtype:
-        run(args.likelihood, getattr(torch, dt), args.batches, args.samples, args.reps, args.envelopes,
-            args.smooth, args.draws)
+        run(
+            args.likelihood,
+            getattr(torch, dt),
+            args.batches,
+            args.samples,
+            args.reps,
+            args.envelopes,
+            args.smooth,
+            args.draws,
+        )
 
 
 if __name__ == "__main__":

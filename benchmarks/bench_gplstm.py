@@ -46,8 +46,14 @@ def _model(inference: str, grid: int = 100, dense_below: int = 0):
         net.head.weight.copy_(torch.cat([eye, -eye], 1))
         net.head.bias.zero_()
     lik = GaussianLikelihood(noise_init=0.01, noise_min=1e-4)
-    model = DeepKernelGP(net, [gpytorch.kernels.RBFKernel(ard_num_dims=2)], [lik], inference=inference, grid_size=grid,
-                         kiss_dense_below=dense_below)
+    model = DeepKernelGP(
+        net,
+        [gpytorch.kernels.RBFKernel(ard_num_dims=2)],
+        [lik],
+        inference=inference,
+        grid_size=grid,
+        kiss_dense_below=dense_below,
+    )
     base = model.gps[0].covar_module.base_kernel
     (base.base_kernel if inference == "kiss" else base).lengthscale = 0.3
     return model
@@ -90,16 +96,28 @@ def convergence():
     out = {}
     for algorithm in ("full", "delayed"):
         with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[
-                "+experiment=gplstm_convergence", "model.network.units=16", "seed=0", f"trainer.algorithm={algorithm}",
-                "progress=false", "tracking.enabled=false"])
+            cfg = compose(
+                config_name="config",
+                overrides=[
+                    "+experiment=gplstm_convergence",
+                    "model.network.units=16",
+                    "seed=0",
+                    f"trainer.algorithm={algorithm}",
+                    "progress=false",
+                    "tracking.enabled=false",
+                ],
+            )
         tracker = NullTracker()
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
             m = run_train(cfg, tmp, tracker=tracker)
         steps_per_epoch = 1 if algorithm == "full" else 360 // 64
-        curve = [(s / steps_per_epoch, v) for s, v in tracker.steps["train_nlml"] if s <= cfg.trainer.max_epochs * steps_per_epoch]
+        curve = [
+            (s / steps_per_epoch, v)
+            for s, v in tracker.steps["train_nlml"]
+            if s <= cfg.trainer.max_epochs * steps_per_epoch
+        ]
         out[algorithm] = (curve, m["epoch_seconds"], m["test_rmse"])
     target = max(min(v for _, v in c) for c, _, _ in out.values()) + 0.02
     print(f"target train NLML per window: {target:.4f}")
@@ -107,8 +125,10 @@ def convergence():
     for algorithm, (curve, epoch_s, rmse) in out.items():
         epoch = next((e for e, v in curve if v <= target), float("nan"))
         times[algorithm] = epoch * epoch_s
-        print(f"{algorithm:<8} epochs to target {epoch:6.1f}  s/epoch {epoch_s:7.3f}  seconds {times[algorithm]:7.2f}  "
-              f"final test RMSE {rmse:.4f}")
+        print(
+            f"{algorithm:<8} epochs to target {epoch:6.1f}  s/epoch {epoch_s:7.3f}  seconds {times[algorithm]:7.2f}  "
+            f"final test RMSE {rmse:.4f}"
+        )
     print(f"Algorithm 2 / full batch time to target: {times['delayed'] / times['full']:.2f}")
 
 
@@ -118,10 +138,16 @@ def main():
     print("   operator against dense KISS (the same kernel): |NLML/N difference| and dL/dh cosine")
     sizes, dense_sizes = (500, 1000, 2000, 4000), (500, 1000, 2000)
     dense = {n: refresh("kiss", n, 100, dense_below=10**9) for n in dense_sizes}
-    for label, inference, grid, below in (("exact", "exact", 100, 0), ("kiss-100 dense", "kiss", 100, 10**9),
-                                          ("kiss-100", "kiss", 100, 0), ("kiss-200", "kiss", 200, 0)):
-        runs = {n: dense[n] if below and n in dense else refresh(inference, n, grid, below)
-                for n in (dense_sizes if below else sizes)}
+    for label, inference, grid, below in (
+        ("exact", "exact", 100, 0),
+        ("kiss-100 dense", "kiss", 100, 10**9),
+        ("kiss-100", "kiss", 100, 0),
+        ("kiss-200", "kiss", 200, 0),
+    ):
+        runs = {
+            n: dense[n] if below and n in dense else refresh(inference, n, grid, below)
+            for n in (dense_sizes if below else sizes)
+        }
         t0 = runs[sizes[0]][0]
         cells = []
         for n, (secs, value, grad) in runs.items():
@@ -133,8 +159,11 @@ def main():
             cells.append(cell)
         print(f"{label:<15} " + "  ".join(cells), flush=True)
     print("2. prediction ms per test point (means and variances of 2,000 points)")
-    for label, inference, below, ns in (("exact", "exact", 0, sizes), ("kiss-100 dense", "kiss", 10**9, dense_sizes),
-                                        ("kiss-100", "kiss", 0, sizes)):
+    for label, inference, below, ns in (
+        ("exact", "exact", 0, sizes),
+        ("kiss-100 dense", "kiss", 10**9, dense_sizes),
+        ("kiss-100", "kiss", 0, sizes),
+    ):
         ms = [prediction_ms_per_point(inference, n, 100, below) for n in ns]
         print(f"{label:<15} " + "  ".join(f"n={n}: {v:7.4f} ({v / ms[0]:4.1f}x)" for n, v in zip(ns, ms)), flush=True)
     print("3. full batch vs Algorithm 2 (gplstm_convergence, 16 units, seed 0)")

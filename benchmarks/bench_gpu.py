@@ -31,7 +31,11 @@ N, D = 20000, 8
 def make_data(dtype, device):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(N, D, generator=g, dtype=torch.float64)
-    y = torch.sin(x[:, 0]) + 0.5 * x[:, 1] ** 2 / (1 + x[:, 2].abs()) + 0.1 * torch.randn(N, generator=g, dtype=torch.float64)
+    y = (
+        torch.sin(x[:, 0])
+        + 0.5 * x[:, 1] ** 2 / (1 + x[:, 2].abs())
+        + 0.1 * torch.randn(N, generator=g, dtype=torch.float64)
+    )
     return x.to(device, dtype), y.to(device, dtype)
 
 
@@ -45,20 +49,40 @@ def sparse_step_ms(model: str, M: int, batch: int, dtype, device, iters: int) ->
     from gpdlm_cli.training.sync import count_cuda_syncs
 
     x, y = make_data(dtype, device)
-    cfg = OmegaConf.create({
-        "seed": 0, "objective": {"beta": 1.0}, "features": {"name": "none"},
-        "model": {"name": model, "variant": "joint", "num_inducing": M, "inducing_init": "random", "elbo": "uncollapsed",
-                  "learn_inducing": True, "mean": "zero", "jitter": 1e-6},
-        "likelihood": {"name": "gaussian", "noise_init": 0.1}, "estimator": {"name": "exact"},
-        "kernel": {"name": "rbf", "ard": False, "lengthscale": 1.0, "outputscale": 1.0},
-        "trainer": {"batch_size": batch},
-    })
+    cfg = OmegaConf.create(
+        {
+            "seed": 0,
+            "objective": {"beta": 1.0},
+            "features": {"name": "none"},
+            "model": {
+                "name": model,
+                "variant": "joint",
+                "num_inducing": M,
+                "inducing_init": "random",
+                "elbo": "uncollapsed",
+                "learn_inducing": True,
+                "mean": "zero",
+                "jitter": 1e-6,
+            },
+            "likelihood": {"name": "gaussian", "noise_init": 0.1},
+            "estimator": {"name": "exact"},
+            "kernel": {"name": "rbf", "ard": False, "lengthscale": 1.0, "outputscale": 1.0},
+            "trainer": {"batch_size": batch},
+        }
+    )
     method = build.build_method(cfg, Tensors(x, y, x[:0], y[:0], x[:0], y[:0]), "regression")
     stage = [s for s in method.stages if s.solve is None][-1]
 
     def run(n):
-        s = TrainerSettings(max_iters=n, lr=1e-3, batch_size=batch, stop=ConvergenceRule(window=0), check_every=10**9,
-                            eval_every=0, progress=False)
+        s = TrainerSettings(
+            max_iters=n,
+            lr=1e-3,
+            batch_size=batch,
+            stop=ConvergenceRule(window=0),
+            check_every=10**9,
+            eval_every=0,
+            progress=False,
+        )
         return train(stage.objective, stage.params, x, y, s, generator=torch.Generator().manual_seed(1))
 
     run(5)  # warm-up
@@ -88,16 +112,34 @@ def family_step_ms(overrides: list[str], device: str, iters: int) -> float:
         cfg = compose(config_name="config", overrides=[f"device={device}", "progress=false", *overrides])
     prepared = prepare(cfg)
     data, method, settings = prepared.data, prepared.method, prepared.settings
-    settings = dataclasses.replace(settings, max_epochs=None, eval_every=0, eval_every_epochs=None, keep_best=None,
-                                   stop_rule="none", check_every=10**9, progress=False)
+    settings = dataclasses.replace(
+        settings,
+        max_epochs=None,
+        eval_every=0,
+        eval_every_epochs=None,
+        keep_best=None,
+        stop_rule="none",
+        check_every=10**9,
+        progress=False,
+    )
     stage = [s for s in method.stages if s.solve is None][0]
-    run_stages([stage], data.x_train, data.y_train, dataclasses.replace(settings, max_iters=3),
-               generator=torch.Generator().manual_seed(0))
+    run_stages(
+        [stage],
+        data.x_train,
+        data.y_train,
+        dataclasses.replace(settings, max_iters=3),
+        generator=torch.Generator().manual_seed(0),
+    )
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    run_stages([stage], data.x_train, data.y_train, dataclasses.replace(settings, max_iters=iters),
-               generator=torch.Generator().manual_seed(0))
+    run_stages(
+        [stage],
+        data.x_train,
+        data.y_train,
+        dataclasses.replace(settings, max_iters=iters),
+        generator=torch.Generator().manual_seed(0),
+    )
     if device == "cuda":
         torch.cuda.synchronize()
     return 1000 * (time.perf_counter() - t0) / iters
@@ -126,15 +168,19 @@ def main(argv=None):
     iters = 10 if a.quick else 30
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     print(f"GPU: {torch.cuda.get_device_name()}  CPU threads: {torch.get_num_threads()}  torch {torch.__version__}")
-    print(f"{'model':<5} {'dtype':<8} {'M':>5} {'batch':>6} {'CPU ms':>9} {'CUDA ms':>9} {'CPU/CUDA':>9} {'syncs/step':>10} {'peak MB':>8}")
+    print(
+        f"{'model':<5} {'dtype':<8} {'M':>5} {'batch':>6} {'CPU ms':>9} {'CUDA ms':>9} {'CPU/CUDA':>9} {'syncs/step':>10} {'peak MB':>8}"
+    )
     for dtype in (torch.float64, torch.float32):
         for model in ("svgp", "dlm"):
             for M in (200, 1000):
                 for batch in (1000, 10000):
                     c, _, _ = sparse_step_ms(model, M, batch, dtype, cpu, max(3, iters // 3))
                     g, syncs, peak = sparse_step_ms(model, M, batch, dtype, cuda, iters)
-                    print(f"{model:<5} {str(dtype)[6:]:<8} {M:5d} {batch:6d} {c:9.2f} {g:9.2f} {c / g:9.2f} {syncs:10.2f} {peak:8.0f}",
-                          flush=True)
+                    print(
+                        f"{model:<5} {str(dtype)[6:]:<8} {M:5d} {batch:6d} {c:9.2f} {g:9.2f} {c / g:9.2f} {syncs:10.2f} {peak:8.0f}",
+                        flush=True,
+                    )
     print(f"\n{'family step':<30} {'CPU ms':>9} {'CUDA ms':>9} {'CPU/CUDA':>9}")
     for name, ov in FAMILIES.items():
         c = family_step_ms(ov, "cpu", max(3, iters // 3))

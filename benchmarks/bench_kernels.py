@@ -50,9 +50,20 @@ def build(model: str, kernel: str, x, y, m: int, lengthscale: float):
 
     dtype = str(x.dtype).split(".")[-1]
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            f"model={model}", f"kernel={kernel}", f"model.num_inducing={m}", "model.inducing_init=random",
-            f"kernel.lengthscale={lengthscale}", f"dtype={dtype}", "device=cpu", "progress=false", "likelihood.noise_init=0.1"])
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                f"model={model}",
+                f"kernel={kernel}",
+                f"model.num_inducing={m}",
+                "model.inducing_init=random",
+                f"kernel.lengthscale={lengthscale}",
+                f"dtype={dtype}",
+                "device=cpu",
+                "progress=false",
+                "likelihood.noise_init=0.1",
+            ],
+        )
     method = B.build_method(cfg, Tensors(x, y, x[:0], y[:0], x[:0], y[:0]), "regression")
     stage = method.stages[0]
     if stage.prepare is not None:
@@ -86,8 +97,10 @@ def dtype_part(n: int, m: int, d: int = 26, repeats: int = 5, evals: int = 3):
     ell = subnormal_lengthscale(x64, m)
     x32, y32 = x64.float(), y64.float()
     print(f"lengthscale {ell:.3f}: {SUBNORMAL_SHARE:.0%} of the float32 kernel values below {FLOAT32_TINY:.3g}")
-    print(f"{'family':<7} {'float64':>9} {'f32 subn.':>10} {'f32 flush':>10} {'subnormal':>10}  "
-          f"{'f32 subn./f64':>13} {'f32 flush/f64':>13}")
+    print(
+        f"{'family':<7} {'float64':>9} {'f32 subn.':>10} {'f32 flush':>10} {'subnormal':>10}  "
+        f"{'f32 subn./f64':>13} {'f32 flush/f64':>13}"
+    )
     results = {}
     for family in ("sgpr", "svgp"):
         model64, obj64, par64 = build(family, "rbf", x64, y64, m, ell)
@@ -97,8 +110,11 @@ def dtype_part(n: int, m: int, d: int = 26, repeats: int = 5, evals: int = 3):
             Z = model32.Z if hasattr(model32, "Z") else model32.variational_strategy.inducing_points
             K = dense_covariance(model32.covar_module, Z, x32)
             frac = float(((K != 0) & (K.abs() < FLOAT32_TINY)).double().mean())
-        settings = {"float64": (obj64, par64, x64, y64, True), "f32 subnormal": (obj32, par32, x32, y32, False),
-                    "f32 flushed": (obj32, par32, x32, y32, True)}
+        settings = {
+            "float64": (obj64, par64, x64, y64, True),
+            "f32 subnormal": (obj32, par32, x32, y32, False),
+            "f32 flushed": (obj32, par32, x32, y32, True),
+        }
         times = {k: [] for k in settings}
         for k, (obj, par, x, y, flush) in settings.items():  # warm-up
             torch.set_flush_denormal(flush)
@@ -112,8 +128,10 @@ def dtype_part(n: int, m: int, d: int = 26, repeats: int = 5, evals: int = 3):
         slow = statistics.median(a / b for a, b in zip(times["f32 subnormal"], times["float64"]))
         fast = statistics.median(a / b for a, b in zip(times["f32 flushed"], times["float64"]))
         results[family] = (slow, fast)
-        print(f"{family:<7} {med['float64']:9.1f} {med['f32 subnormal']:10.1f} {med['f32 flushed']:10.1f} {frac:10.2%}  "
-              f"{slow:13.2f} {fast:13.2f}   float32 no slower: {fast <= 1.0}")
+        print(
+            f"{family:<7} {med['float64']:9.1f} {med['f32 subnormal']:10.1f} {med['f32 flushed']:10.1f} {frac:10.2%}  "
+            f"{slow:13.2f} {fast:13.2f}   float32 no slower: {fast <= 1.0}"
+        )
     return results
 
 
@@ -130,8 +148,11 @@ def kernel_part(n: int = 4000, d: int = 26, m: int = 100, repeats: int = 5, eval
     G = torch.randn(m, n, generator=g, dtype=torch.float64)
     results = {}
     for name in ("rbf", "matern12", "matern32", "matern52"):
-        base = (gpytorch.kernels.RBFKernel() if name == "rbf"
-                else gpytorch.kernels.MaternKernel(nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name]))
+        base = (
+            gpytorch.kernels.RBFKernel()
+            if name == "rbf"
+            else gpytorch.kernels.MaternKernel(nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name])
+        )
         kernel = gpytorch.kernels.ScaleKernel(base).double()
         base.lengthscale = 3.0
 
@@ -157,7 +178,9 @@ def kernel_part(n: int = 4000, d: int = 26, m: int = 100, repeats: int = 5, eval
 def matern_part(sizes=(2000, 4000), d: int = 26, m: int = 100, repeats: int = 5, evals: int = 5):
     from gpdlm_cli.models import kernels
 
-    print(f"\nlean kernels vs gpytorch's: ms per full-batch evaluation + gradient, D={d} M={m} float64 (gpytorch / lean)")
+    print(
+        f"\nlean kernels vs gpytorch's: ms per full-batch evaluation + gradient, D={d} M={m} float64 (gpytorch / lean)"
+    )
     print(f"{'family':<6} {'kernel':<9} {'N':>5} {'gpytorch':>9} {'lean':>8} {'ratio':>7}")
     results = {}
     for n in sizes:
@@ -178,7 +201,9 @@ def matern_part(sizes=(2000, 4000), d: int = 26, m: int = 100, repeats: int = 5,
                     ours.append(run(False))
                 ratio = statistics.median(o / r for o, r in zip(ours, ref))
                 results[(family, kernel, n)] = ratio
-                print(f"{family:<6} {kernel:<9} {n:5d} {statistics.median(ref):9.2f} {statistics.median(ours):8.2f} {ratio:7.3f}")
+                print(
+                    f"{family:<6} {kernel:<9} {n:5d} {statistics.median(ref):9.2f} {statistics.median(ours):8.2f} {ratio:7.3f}"
+                )
     return results
 
 

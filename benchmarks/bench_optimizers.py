@@ -36,14 +36,22 @@ def fit(overrides):
 
 def main():
     print(f"threads={torch.get_num_threads()}")
-    print(f"{'model':<22} {'optimizer':<10} {'objective':>10} {'conv':>5} {'iters':>6} {'seconds':>8} {'time ratio':>10}")
-    for label, model in (("sgpr concrete M=100", ["model=sgpr", "model.num_inducing=100"]),
-                         ("exact concrete", ["model=exact"])):
+    print(
+        f"{'model':<22} {'optimizer':<10} {'objective':>10} {'conv':>5} {'iters':>6} {'seconds':>8} {'time ratio':>10}"
+    )
+    for label, model in (
+        ("sgpr concrete M=100", ["model=sgpr", "model.num_inducing=100"]),
+        ("exact concrete", ["model=exact"]),
+    ):
         adam, adam_res, adam_s = fit(model + ["trainer.max_iters=1000"])
         lbfgs, lbfgs_res, lbfgs_s = fit(model + ["trainer.optimizer=lbfgs", "trainer.max_iters=1000"])
-        print(f"{label:<22} {'adam-1000':<10} {adam:10.5f} {int(adam_res.converged):5d} {adam_res.iterations:6d} {adam_s:8.2f} {1.0:10.2f}")
-        print(f"{label:<22} {'lbfgs':<10} {lbfgs:10.5f} {int(lbfgs_res.converged):5d} {lbfgs_res.iterations:6d} {lbfgs_s:8.2f} "
-              f"{lbfgs_s / adam_s:10.2f}   objective <= adam: {lbfgs <= adam + 1e-9}")
+        print(
+            f"{label:<22} {'adam-1000':<10} {adam:10.5f} {int(adam_res.converged):5d} {adam_res.iterations:6d} {adam_s:8.2f} {1.0:10.2f}"
+        )
+        print(
+            f"{label:<22} {'lbfgs':<10} {lbfgs:10.5f} {int(lbfgs_res.converged):5d} {lbfgs_res.iterations:6d} {lbfgs_s:8.2f} "
+            f"{lbfgs_s / adam_s:10.2f}   objective <= adam: {lbfgs <= adam + 1e-9}"
+        )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
-PROBLEM = ["model=dlm", "model.num_inducing=20", "trainer.max_iters=150", "trainer.eval_every=0",
-           "progress=false", "threads=1"]
+PROBLEM = [
+    "model=dlm",
+    "model.num_inducing=20",
+    "trainer.max_iters=150",
+    "trainer.eval_every=0",
+    "progress=false",
+    "threads=1",
+]
 
 
 def gpdlm(args, cwd) -> float:
@@ -42,11 +48,18 @@ def best_val_nll(db: Path, experiment: str) -> tuple[float, int, float, float]:
 
     client = MlflowClient(f"sqlite:///{db}")
     exp = client.get_experiment_by_name(experiment)
-    runs = [r for r in client.search_runs([exp.experiment_id], max_results=1000)
-            if r.data.tags.get("gpdlm.command") == "train" and r.info.status == "FINISHED"]
+    runs = [
+        r
+        for r in client.search_runs([exp.experiment_id], max_results=1000)
+        if r.data.tags.get("gpdlm.command") == "train" and r.info.status == "FINISHED"
+    ]
     best = min(runs, key=lambda r: r.data.metrics["val_nll"])
-    return (best.data.metrics["val_nll"], len(runs), float(best.data.params["objective.beta"]),
-            best.data.metrics["test_nll"])
+    return (
+        best.data.metrics["val_nll"],
+        len(runs),
+        float(best.data.params["objective.beta"]),
+        best.data.metrics["test_nll"],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,19 +74,39 @@ def main(argv: list[str] | None = None) -> int:
         db = Path(d) / "mlflow.db"
         uri = [f"tracking.uri=sqlite:///{db}"]
         t_grid = gpdlm(["sweep", "beta", *common, *uri, "tracking.experiment=grid"], d)
-        t_opt = gpdlm(["train", "-m", "hydra/sweeper=optuna", f"hydra.sweeper.n_trials={args.trials}",
-                       "hydra.sweeper.sampler.seed=0", "hydra.sweeper.sampler.n_startup_trials=4",
-                       f"objective.beta=tag(log, interval(0.01, {n}))", *common, *uri, "tracking.experiment=optuna"], d)
+        t_opt = gpdlm(
+            [
+                "train",
+                "-m",
+                "hydra/sweeper=optuna",
+                f"hydra.sweeper.n_trials={args.trials}",
+                "hydra.sweeper.sampler.seed=0",
+                "hydra.sweeper.sampler.n_startup_trials=4",
+                f"objective.beta=tag(log, interval(0.01, {n}))",
+                *common,
+                *uri,
+                "tracking.experiment=optuna",
+            ],
+            d,
+        )
         grid, n_grid, b_grid, t_grid_nll = best_val_nll(db, "grid")
         opt, n_opt, b_opt, t_opt_nll = best_val_nll(db, "optuna")
-    print(f"problem: dlm on concrete, n_train={n}, M=20, 150 iterations, seed {args.seed} "
-          f"({os.cpu_count()} cores; a loaded machine makes the times, not the NLLs, unreliable)")
-    print(f"paper's beta grid: best val_nll {grid:.4f} (beta {b_grid:.4g}, test_nll {t_grid_nll:.4f}) "
-          f"with {n_grid} runs in {t_grid:.0f} s")
-    print(f"optuna (TPE):      best val_nll {opt:.4f} (beta {b_opt:.4g}, test_nll {t_opt_nll:.4f}) "
-          f"with {n_opt} runs in {t_opt:.0f} s")
-    print(f"optuna - grid: {opt - grid:+.4f} nats per point (<= 0.01: optuna reaches the grid) "
-          f"with {n_opt / n_grid:.2f} of the runs")
+    print(
+        f"problem: dlm on concrete, n_train={n}, M=20, 150 iterations, seed {args.seed} "
+        f"({os.cpu_count()} cores; a loaded machine makes the times, not the NLLs, unreliable)"
+    )
+    print(
+        f"paper's beta grid: best val_nll {grid:.4f} (beta {b_grid:.4g}, test_nll {t_grid_nll:.4f}) "
+        f"with {n_grid} runs in {t_grid:.0f} s"
+    )
+    print(
+        f"optuna (TPE):      best val_nll {opt:.4f} (beta {b_opt:.4g}, test_nll {t_opt_nll:.4f}) "
+        f"with {n_opt} runs in {t_opt:.0f} s"
+    )
+    print(
+        f"optuna - grid: {opt - grid:+.4f} nats per point (<= 0.01: optuna reaches the grid) "
+        f"with {n_opt / n_grid:.2f} of the runs"
+    )
     return 0
 
 

@@ -47,8 +47,9 @@ def _pic_step_ms(x, y, M: int, steps: int = 40) -> float:
     blocks = list(torch.randperm(n, generator=torch.Generator().manual_seed(1)).split(BLOCK))
     model = PartiallyIndependentGP(x[:M].clone(), _kernel(), GaussianLikelihood().double()).double()
     obj = PICBlockBound(model, n, len(blocks))
-    return train(obj, list(model.parameters()), x, y, _settings(steps), blocks=blocks,
-                 generator=torch.Generator().manual_seed(2)).iter_ms
+    return train(
+        obj, list(model.parameters()), x, y, _settings(steps), blocks=blocks, generator=torch.Generator().manual_seed(2)
+    ).iter_ms
 
 
 def _svgp_step_ms(x, y, M: int, steps: int = 40) -> float:
@@ -65,8 +66,14 @@ def _svgp_step_ms(x, y, M: int, steps: int = 40) -> float:
     obj = ELBO(model, lik, AutoEstimator(), x.shape[0])
     settings = _settings(steps)
     settings.batch_size = BLOCK
-    return train(obj, list(model.parameters()) + list(lik.parameters()), x, y, settings,
-                 generator=torch.Generator().manual_seed(2)).iter_ms
+    return train(
+        obj,
+        list(model.parameters()) + list(lik.parameters()),
+        x,
+        y,
+        settings,
+        generator=torch.Generator().manual_seed(2),
+    ).iter_ms
 
 
 def _interleaved(labels, fn):

@@ -83,8 +83,15 @@ def build_method(model: str, d: int, b: int, data, seed: int = 0):
 
     from gpdlm_cli import build
 
-    overrides = [f"model={model}", f"trainer.batch_size={b}", "progress=false", "trainer.eval_every=0",
-                 "trainer.stop_rule=none", "trainer.lr=0.001", f"seed={seed}"]
+    overrides = [
+        f"model={model}",
+        f"trainer.batch_size={b}",
+        "progress=false",
+        "trainer.eval_every=0",
+        "trainer.stop_rule=none",
+        "trainer.lr=0.001",
+        f"seed={seed}",
+    ]
     if model == "svgp":
         overrides += ["kernel=rbf", f"model.num_inducing={b}", "model.inducing_init=random"]
     else:
@@ -151,8 +158,10 @@ def main(argv: list[str] | None = None):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     fixed_mmap_threshold()
     data = synthetic(args.n, device)
-    print(f"device={device} threads={torch.get_num_threads()} n={args.n} steps={args.steps} "
-          f"(timings measured on a loaded machine compare as ratios only)")
+    print(
+        f"device={device} threads={torch.get_num_threads()} n={args.n} steps={args.steps} "
+        f"(timings measured on a loaded machine compare as ratios only)"
+    )
     res: dict[tuple[str, int, int], tuple[float, float]] = {}
     print(f"{'method':<8} {'d':>5} {'b':>5} {'ms/iter':>9} {'peak MB':>8} {'x b_min':>8}")
     for d in args.d:
@@ -163,8 +172,10 @@ def main(argv: list[str] | None = None):
                 res[(model, d, b)] = measure(model, d, b, inputs, args.steps)
                 ms, mb = res[(model, d, b)]
                 base = res[(model, d, args.b[0])][0]
-                print(f"{model:<8} {d:>5} {b:>5} {ms:9.2f} {mb:8.1f} {ms / base:8.2f}   ({time.perf_counter() - t0:.0f} s)",
-                      flush=True)
+                print(
+                    f"{model:<8} {d:>5} {b:>5} {ms:9.2f} {mb:8.1f} {ms / base:8.2f}   ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
     print("\nratios of ms/iter (same run): BSGD / SCGD, SVGP / SCGD, MINIMAX / SCGD")
     for d in args.d:
         if "scgd" not in args.methods:

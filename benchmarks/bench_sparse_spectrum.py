@@ -35,10 +35,21 @@ def _svbssgp_step_ms(x, y, m: int, block: int, steps: int = 60) -> float:
     q = SpectralPosterior(m, D_IN, generator=torch.Generator().manual_seed(0)).double()
     lik = GaussianLikelihood().double()
     obj = SVBSSGPBound(q, lik, x.shape[0], generator=torch.Generator().manual_seed(1))
-    groups = {"variational": [q.b, q.raw_diag], "variational_offdiag": [q.offdiag],
-              "kernel": [q.raw_signal], "likelihood": list(lik.parameters())}
-    settings = TrainerSettings(max_iters=steps, lr=1e-2, batch_size=block, eval_every=0, progress=False,
-                               stop_rule="none", lr_scale={"variational_offdiag": 0.01})
+    groups = {
+        "variational": [q.b, q.raw_diag],
+        "variational_offdiag": [q.offdiag],
+        "kernel": [q.raw_signal],
+        "likelihood": list(lik.parameters()),
+    }
+    settings = TrainerSettings(
+        max_iters=steps,
+        lr=1e-2,
+        batch_size=block,
+        eval_every=0,
+        progress=False,
+        stop_rule="none",
+        lr_scale={"variational_offdiag": 0.01},
+    )
     return train(obj, groups, x, y, settings, generator=torch.Generator().manual_seed(2)).iter_ms
 
 
@@ -51,8 +62,14 @@ def _ssgp_step_ms(x, y, m: int, steps: int = 10) -> float:
     lik = GaussianLikelihood().double()
     model = SSGP(m, D_IN, lik, generator=torch.Generator().manual_seed(0)).double()
     settings = TrainerSettings(max_iters=steps, lr=0.05, eval_every=0, progress=False, stop_rule="none", check_every=5)
-    return train(SSGPMarginalLikelihood(model, x.shape[0]), list(model.parameters()), x, y, settings,
-                 generator=torch.Generator().manual_seed(0)).iter_ms
+    return train(
+        SSGPMarginalLikelihood(model, x.shape[0]),
+        list(model.parameters()),
+        x,
+        y,
+        settings,
+        generator=torch.Generator().manual_seed(0),
+    ).iter_ms
 
 
 def _interleaved(labels, fn):
@@ -96,8 +113,10 @@ def main():
             theta, s = q.split(q.sample(z))
             t0 = time.perf_counter()
             predict_gamma_family(cells, x, y, xt, theta, s, noise, signal, [0.0, 0.5, 1.0])
-        print(f"prediction, n = 40k, p = 200 cells, r = {r:2d}, 3 gammas: "
-              f"{1000 * (time.perf_counter() - t0) / xt.shape[0]:.3f} ms per test point")
+        print(
+            f"prediction, n = 40k, p = 200 cells, r = {r:2d}, 3 gammas: "
+            f"{1000 * (time.perf_counter() - t0) / xt.shape[0]:.3f} ms per test point"
+        )
 
     ssgp_sizes = (10_000, 40_000, 160_000)
     best = _interleaved(ssgp_sizes, lambda n: _ssgp_step_ms(*data[n], m=20))

@@ -24,19 +24,41 @@ import torch
 
 def _job(seed, beta, estimator, protocol, extra=()):
     from bench_study import compose
+
     from gpdlm_cli.run.prepare import prepare
 
-    return prepare(compose(["+experiment=count", "model=dlm", "dataset=doctor_visits", "dataset.split.train_size=500",
-                            f"seed={seed}", f"objective.beta={beta}", f"estimator={estimator}", f"trainer={protocol}",
-                            "threads=1", "trainer.eval_every=0", "progress=false", *extra]))
+    return prepare(
+        compose(
+            [
+                "+experiment=count",
+                "model=dlm",
+                "dataset=doctor_visits",
+                "dataset.split.train_size=500",
+                f"seed={seed}",
+                f"objective.beta={beta}",
+                f"estimator={estimator}",
+                f"trainer={protocol}",
+                "threads=1",
+                "trainer.eval_every=0",
+                "progress=false",
+                *extra,
+            ]
+        )
+    )
 
 
 def _fit(p):
     from gpdlm_cli.training import run_stages
 
     t = time.perf_counter()
-    f = run_stages(p.method.stages, p.data.x_train, p.data.y_train, p.settings,
-                   generator=torch.Generator().manual_seed(0), modules=p.method.modules)
+    f = run_stages(
+        p.method.stages,
+        p.data.x_train,
+        p.data.y_train,
+        p.settings,
+        generator=torch.Generator().manual_seed(0),
+        modules=p.method.modules,
+    )
     return f, time.perf_counter() - t
 
 
@@ -45,7 +67,7 @@ def _expected(p, reps):
     (stage,) = [s for s in p.method.stages if s.solve is None]
     with torch.no_grad():
         v = [float(stage.objective(p.data.x_train, p.data.y_train)) for _ in range(reps)]
-    return statistics.fmean(v), statistics.stdev(v) / reps ** 0.5
+    return statistics.fmean(v), statistics.stdev(v) / reps**0.5
 
 
 def main(argv=None):
@@ -67,9 +89,12 @@ def main(argv=None):
                 mine.load_state_dict(theirs.state_dict())
             fs, ts = _fit(start)
             ms, ss = _expected(start, a.reps)
-            print(f"seed={seed} beta={beta:<8g} paper: {fp.iterations} it {tp:5.1f} s, E[obj] {mp:.4f} +- {sp:.4f} | "
-                  f"deterministic start: L-BFGS {fq.iterations} it {tq:5.1f} s + bMC {fs.iterations} it {ts:5.1f} s, "
-                  f"E[obj] {ms:.4f} +- {ss:.4f} | difference {ms - mp:+.4f}, time x{(tq + ts) / tp:.1f}", flush=True)
+            print(
+                f"seed={seed} beta={beta:<8g} paper: {fp.iterations} it {tp:5.1f} s, E[obj] {mp:.4f} +- {sp:.4f} | "
+                f"deterministic start: L-BFGS {fq.iterations} it {tq:5.1f} s + bMC {fs.iterations} it {ts:5.1f} s, "
+                f"E[obj] {ms:.4f} +- {ss:.4f} | difference {ms - mp:+.4f}, time x{(tq + ts) / tp:.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ def preset_axes(preset: str) -> dict[str, list[str]]:
 
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
-    return {str(k): [v.strip() for v in str(val).split(",")] for k, val in (cfg.hydra.sweeper.get("params") or {}).items()}
+    return {
+        str(k): [v.strip() for v in str(val).split(",")] for k, val in (cfg.hydra.sweeper.get("params") or {}).items()
+    }
 
 
 def train_once(overrides, *, protocol: str, warm=None, max_iters=None, share_dir=None):
@@ -68,8 +70,14 @@ def train_once(overrides, *, protocol: str, warm=None, max_iters=None, share_dir
     from gpdlm_cli.tracking import NullTracker
 
     share = ["sweep.share_stages=true", f"sweep.cache_dir={share_dir}"] if share_dir else ["sweep.share_stages=false"]
-    ov = list(overrides) + [f"trainer={protocol}", "progress=false", "tracking.enabled=false", "threads=1",
-                            "trainer.eval_every=0", *share]
+    ov = list(overrides) + [
+        f"trainer={protocol}",
+        "progress=false",
+        "tracking.enabled=false",
+        "threads=1",
+        "trainer.eval_every=0",
+        *share,
+    ]
     if max_iters is not None:
         ov.append(f"trainer.max_iters={max_iters}")
     if warm is not None:
@@ -104,13 +112,16 @@ def _iteration_timer(code_dir: str, overrides, iterations: int, protocol: str = 
 
     # one thread, as in this process (main): train_once calls run_train, not the Hydra app that sets
     # `threads`, so a fresh process would otherwise train with torch's default (every core)
-    code = (f"import sys, json, torch; torch.set_num_threads({threads}); sys.path.insert(0, {code_dir!r}); "
-            f"from benchmarks.bench_study import train_once; "
-            f"_, it, secs, _ = train_once({list(overrides)!r}, protocol={protocol!r}, max_iters={iterations}); "
-            f"print(json.dumps(secs / it))")
+    code = (
+        f"import sys, json, torch; torch.set_num_threads({threads}); sys.path.insert(0, {code_dir!r}); "
+        f"from benchmarks.bench_study import train_once; "
+        f"_, it, secs, _ = train_once({list(overrides)!r}, protocol={protocol!r}, max_iters={iterations}); "
+        f"print(json.dumps(secs / it))"
+    )
     env = {**os.environ, "PYTHONPATH": code_dir}
-    return subprocess.Popen([sys.executable, "-c", code], cwd=code_dir, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=code_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _seconds_per_iteration(proc) -> float:
@@ -137,6 +148,7 @@ def two_worker_timings(code_dir: str, overrides, iterations: int = 300, protocol
     with ``threads=auto`` does). A sweep of such jobs takes, on the 2 cores, its job count x budget x
     ``two_workers`` / 2 with two workers and x ``two_threads`` run one after another. The pair starts
     together and trains for seconds, so their start-up difference (imports) does not matter."""
+
     def one(threads=1):
         return _seconds_per_iteration(_iteration_timer(code_dir, overrides, iterations, protocol, threads))
 
@@ -153,8 +165,11 @@ def lbfgs_stages(overrides) -> list[bool]:
     from gpdlm_cli.training import stage_settings
 
     p = prepare(compose(list(overrides) + ["trainer=fast", "threads=1"]))
-    return [stage_settings(p.settings, st, p.splits.n_train).optimizer == "lbfgs"
-            for st in p.method.stages if st.solve is None]
+    return [
+        stage_settings(p.settings, st, p.splits.n_train).optimizer == "lbfgs"
+        for st in p.method.stages
+        if st.solve is None
+    ]
 
 
 def shareable_stages(overrides) -> bool:
@@ -166,9 +181,18 @@ def shareable_stages(overrides) -> bool:
     return any(getattr(st, "shareable", False) for st in p.method.stages)
 
 
-def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float] | None = None,
-            warm: bool = False, extra=(), models=None, paper_code: str | None = None,
-            two_workers: int = 0) -> list[dict]:
+def project(
+    preset: str,
+    sizes,
+    seeds,
+    sample_betas: int,
+    share: dict[str, float] | None = None,
+    warm: bool = False,
+    extra=(),
+    models=None,
+    paper_code: str | None = None,
+    two_workers: int = 0,
+) -> list[dict]:
     """Projected wall time of the preset's whole beta-sweep grid on one core, both protocols.
 
     Per (model, size): the paper protocol's ms per iteration (30 iterations of one job) times its
@@ -214,8 +238,10 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
                 with tempfile.TemporaryDirectory() as cache:
                     first = train_once(ov + [f"objective.beta={pick[0]:g}"], protocol="fast", share_dir=cache)
                     clear_warm_starts()
-                    fast = [train_once(ov + [f"objective.beta={b:g}"], protocol="fast", warm=warm or None, share_dir=cache)
-                            for b in pick]
+                    fast = [
+                        train_once(ov + [f"objective.beta={b:g}"], protocol="fast", warm=warm or None, share_dir=cache)
+                        for b in pick
+                    ]
                 stage_s = max(0.0, first[2] - fast[0][2])  # the shared stage's own training time
             else:
                 fast = [train_once(ov + [f"objective.beta={b:g}"], protocol="fast", warm=warm or None) for b in pick]
@@ -229,49 +255,101 @@ def project(preset: str, sizes, seeds, sample_betas: int, share: dict[str, float
                 _, it, secs, _ = train_once(mid, protocol="paper", max_iters=30)
                 paper_job = secs / it * paper_cap * share.get(mname, 1.0)
                 two = two_worker_timings(paper_code, mid, two_workers) if paper_code and two_workers else None
-                ref_job = ((two["one_thread"] if two else paper_seconds_per_iteration_at(paper_code, mid))
-                           * paper_cap * share.get(mname, 1.0) if paper_code else None)
-                note = "" if all(kinds) else "  (a stochastic stage too: the paper side assumes its full budget, an upper bound)"
+                ref_job = (
+                    (two["one_thread"] if two else paper_seconds_per_iteration_at(paper_code, mid))
+                    * paper_cap
+                    * share.get(mname, 1.0)
+                    if paper_code
+                    else None
+                )
+                note = (
+                    ""
+                    if all(kinds)
+                    else "  (a stochastic stage too: the paper side assumes its full budget, an upper bound)"
+                )
 
             jobs = len(grid) * n_seeds
             ref_or_paper = ref_job if ref_job is not None else paper_job
-            rows.append({"preset": preset, "model": model, "n": n, "jobs": jobs, "paper_s_per_job": paper_job,
-                         "paper_total_h": jobs * paper_job / 3600, "fast_s_per_job": fast_job,
-                         "fast_iters": statistics.fmean(f[1] for f in fast),
-                         "fast_total_h": jobs * fast_job / 3600, "speedup": paper_job / max(fast_job, 1e-9),
-                         "shared_stage_s": stage_s, "fast_path_s_per_job": path_job,
-                         "fast_path_total_h": jobs * path_job / 3600, "path_speedup": paper_job / max(path_job, 1e-9),
-                         "paper_ref_s_per_job": ref_or_paper, "paper_ref_total_h": jobs * ref_or_paper / 3600,
-                         **({"paper_ref_2w_total_h": jobs * two["two_workers"] * paper_cap * share.get(mname, 1.0) / 7200,
-                             "paper_ref_2t_total_h": jobs * two["two_threads"] * paper_cap * share.get(mname, 1.0) / 3600,
-                             "paper_ref_two_worker_factor": two["two_workers"] / two["one_thread"],
-                             "paper_ref_two_thread_factor": two["two_threads"] / two["one_thread"]} if two else {})})
+            rows.append(
+                {
+                    "preset": preset,
+                    "model": model,
+                    "n": n,
+                    "jobs": jobs,
+                    "paper_s_per_job": paper_job,
+                    "paper_total_h": jobs * paper_job / 3600,
+                    "fast_s_per_job": fast_job,
+                    "fast_iters": statistics.fmean(f[1] for f in fast),
+                    "fast_total_h": jobs * fast_job / 3600,
+                    "speedup": paper_job / max(fast_job, 1e-9),
+                    "shared_stage_s": stage_s,
+                    "fast_path_s_per_job": path_job,
+                    "fast_path_total_h": jobs * path_job / 3600,
+                    "path_speedup": paper_job / max(path_job, 1e-9),
+                    "paper_ref_s_per_job": ref_or_paper,
+                    "paper_ref_total_h": jobs * ref_or_paper / 3600,
+                    **(
+                        {
+                            "paper_ref_2w_total_h": jobs
+                            * two["two_workers"]
+                            * paper_cap
+                            * share.get(mname, 1.0)
+                            / 7200,
+                            "paper_ref_2t_total_h": jobs
+                            * two["two_threads"]
+                            * paper_cap
+                            * share.get(mname, 1.0)
+                            / 3600,
+                            "paper_ref_two_worker_factor": two["two_workers"] / two["one_thread"],
+                            "paper_ref_two_thread_factor": two["two_threads"] / two["one_thread"],
+                        }
+                        if two
+                        else {}
+                    ),
+                }
+            )
             r = rows[-1]
-            shared = (f"   fast path (stage of {stage_s:.1f} s shared by {len(grid)} betas) {path_job:6.1f} s/job "
-                      f"{r['fast_path_total_h']:6.2f} h   x{r['path_speedup']:.1f}") if stage_s else ""
+            shared = (
+                (
+                    f"   fast path (stage of {stage_s:.1f} s shared by {len(grid)} betas) {path_job:6.1f} s/job "
+                    f"{r['fast_path_total_h']:6.2f} h   x{r['path_speedup']:.1f}"
+                )
+                if stage_s
+                else ""
+            )
             ref = f"paper at {paper_code} {ref_job:7.1f} s/job   " if ref_job is not None else ""
             if two:
-                ref += (f"(2 cores: two workers {r['paper_ref_2w_total_h']:.2f} h, x{r['paper_ref_two_worker_factor']:.2f} per "
-                        f"iteration; two threads {r['paper_ref_2t_total_h']:.2f} h, x{r['paper_ref_two_thread_factor']:.2f})   ")
-            print(f"{preset:<26} {model:<12} n={n:<5} jobs={jobs:<4} {ref}paper {paper_job:7.1f} s/job {r['paper_total_h']:7.2f} h   "
-                  f"fast {fast_job:6.1f} s/job ({r['fast_iters']:.0f} it) {r['fast_total_h']:6.2f} h   x{r['speedup']:.1f}{shared}{note}",
-                  flush=True)
+                ref += (
+                    f"(2 cores: two workers {r['paper_ref_2w_total_h']:.2f} h, x{r['paper_ref_two_worker_factor']:.2f} per "
+                    f"iteration; two threads {r['paper_ref_2t_total_h']:.2f} h, x{r['paper_ref_two_thread_factor']:.2f})   "
+                )
+            print(
+                f"{preset:<26} {model:<12} n={n:<5} jobs={jobs:<4} {ref}paper {paper_job:7.1f} s/job {r['paper_total_h']:7.2f} h   "
+                f"fast {fast_job:6.1f} s/job ({r['fast_iters']:.0f} it) {r['fast_total_h']:6.2f} h   x{r['speedup']:.1f}{shared}{note}",
+                flush=True,
+            )
     total_p = sum(r["paper_total_h"] for r in rows)
     total_f = sum(r["fast_total_h"] for r in rows)
     total_s = sum(r["fast_path_total_h"] for r in rows)
     if paper_code:
         total_r = sum(r["paper_ref_total_h"] for r in rows)
-        print(f"{preset}: paper protocol with the code at {paper_code} {total_r:.1f} h: x{total_r / max(total_f, 1e-9):.1f} "
-              f"against the fast protocol, x{total_r / max(total_s, 1e-9):.1f} against the fast path")
+        print(
+            f"{preset}: paper protocol with the code at {paper_code} {total_r:.1f} h: x{total_r / max(total_f, 1e-9):.1f} "
+            f"against the fast protocol, x{total_r / max(total_s, 1e-9):.1f} against the fast path"
+        )
         if two_workers:
             total_2w = sum(r.get("paper_ref_2w_total_h", r["paper_ref_total_h"] / 2) for r in rows)
             total_2t = sum(r.get("paper_ref_2t_total_h", r["paper_ref_total_h"]) for r in rows)
-            print(f"{preset}: paper protocol with the code at {paper_code} on the 2 cores, measured per shape: two "
-                  f"one-thread workers {total_2w:.2f} h (x{total_r / max(total_2w, 1e-9):.2f} the one-core time), one "
-                  f"two-thread job at a time {total_2t:.2f} h (x{total_r / max(total_2t, 1e-9):.2f})")
-    print(f"{preset}: {sum(r['jobs'] for r in rows)} jobs, paper protocol {total_p:.1f} h, fast protocol {total_f:.2f} h "
-          f"(x{total_p / max(total_f, 1e-9):.1f}), fast path with shared stages {total_s:.2f} h (x{total_p / max(total_s, 1e-9):.1f}) "
-          f"on 1 core; on 2 cores (2 joblib workers) about half of each")
+            print(
+                f"{preset}: paper protocol with the code at {paper_code} on the 2 cores, measured per shape: two "
+                f"one-thread workers {total_2w:.2f} h (x{total_r / max(total_2w, 1e-9):.2f} the one-core time), one "
+                f"two-thread job at a time {total_2t:.2f} h (x{total_r / max(total_2t, 1e-9):.2f})"
+            )
+    print(
+        f"{preset}: {sum(r['jobs'] for r in rows)} jobs, paper protocol {total_p:.1f} h, fast protocol {total_f:.2f} h "
+        f"(x{total_p / max(total_f, 1e-9):.1f}), fast path with shared stages {total_s:.2f} h (x{total_p / max(total_s, 1e-9):.1f}) "
+        f"on 1 core; on 2 cores (2 joblib workers) about half of each"
+    )
     return rows
 
 
@@ -294,7 +372,11 @@ def equivalence(preset: str, sizes, seeds, betas: int, models=None, warm: bool =
     for n in sizes:
         if betas:
             grid = beta_grid(n, 0.01, 2.0)
-            pick = [grid[round(i * (len(grid) - 1) / max(1, betas - 1))] for i in range(betas)] if betas < len(grid) else grid
+            pick = (
+                [grid[round(i * (len(grid) - 1) / max(1, betas - 1))] for i in range(betas)]
+                if betas < len(grid)
+                else grid
+            )
             pick = sorted(pick) if warm else pick
         else:
             pick = [None]
@@ -302,23 +384,42 @@ def equivalence(preset: str, sizes, seeds, betas: int, models=None, warm: bool =
             for seed in seeds:
                 clear_warm_starts()
                 for b in pick:
-                    ov = base + ([f"model={model}"] if model else []) + [f"dataset.split.train_size={n}", f"seed={seed}"]
+                    ov = (
+                        base + ([f"model={model}"] if model else []) + [f"dataset.split.train_size={n}", f"seed={seed}"]
+                    )
                     ov += [f"objective.beta={b:g}"] if b is not None else []
                     lp, ip, sp, mp = train_once(ov, protocol="paper")
                     lf, i_f, sf, mf = train_once(ov, protocol="fast", warm=True if warm else None)
                     beta = float(b) if b is not None else float(compose(ov).objective.beta)
-                    rows.append({"preset": preset, "model": model or str(compose(ov).model.name), "n": n, "seed": seed,
-                                 "beta": beta, "paper_loss": lp, "fast_loss": lf,
-                                 "paper_iters": ip, "fast_iters": i_f, "paper_s": sp, "fast_s": sf,
-                                 "paper_val_nll": mp.get("val_nll", float("nan")), "fast_val_nll": mf.get("val_nll", float("nan")),
-                                 "paper_test_nll": mp.get("test_nll", float("nan")), "fast_test_nll": mf.get("test_nll", float("nan"))})
+                    rows.append(
+                        {
+                            "preset": preset,
+                            "model": model or str(compose(ov).model.name),
+                            "n": n,
+                            "seed": seed,
+                            "beta": beta,
+                            "paper_loss": lp,
+                            "fast_loss": lf,
+                            "paper_iters": ip,
+                            "fast_iters": i_f,
+                            "paper_s": sp,
+                            "fast_s": sf,
+                            "paper_val_nll": mp.get("val_nll", float("nan")),
+                            "fast_val_nll": mf.get("val_nll", float("nan")),
+                            "paper_test_nll": mp.get("test_nll", float("nan")),
+                            "fast_test_nll": mf.get("test_nll", float("nan")),
+                        }
+                    )
                     r = rows[-1]
                     stages = sorted(k for k in mp if k.startswith("final_loss_"))  # multi-stage (fixed variants)
                     r["stages"] = ";".join(f"{k[11:]}={mp[k]:.6g}/{mf.get(k, float('nan')):.6g}" for k in stages)
                     ok = "ok" if lf <= lp + 1e-3 else "HIGHER"
                     per_stage = f"  per stage paper/fast: {r['stages']}" if stages else ""
-                    print(f"{preset:<24} {r['model']:<12} n={n:<5} seed={seed} beta={beta:<9.4g} paper {lp:9.5f} ({ip} it, {sp:6.1f} s)  "
-                          f"fast {lf:9.5f} ({i_f} it, {sf:6.1f} s)  {ok}{per_stage}", flush=True)
+                    print(
+                        f"{preset:<24} {r['model']:<12} n={n:<5} seed={seed} beta={beta:<9.4g} paper {lp:9.5f} ({ip} it, {sp:6.1f} s)  "
+                        f"fast {lf:9.5f} ({i_f} it, {sf:6.1f} s)  {ok}{per_stage}",
+                        flush=True,
+                    )
     # selection: per (model, n, seed) the beta with the lowest val_nll, its test NLL, mean over seeds
     for model in sorted({r["model"] for r in rows}):
         for n in sizes:
@@ -332,13 +433,17 @@ def equivalence(preset: str, sizes, seeds, betas: int, models=None, warm: bool =
                 if picks:
                     t = [p[1] for p in picks]
                     se = statistics.stdev(t) / len(t) ** 0.5 if len(t) > 1 else float("nan")
-                    print(f"select {model:<10} n={n:<5} {proto:<5}: betas {[p[0] for p in picks]}, test NLL "
-                          f"{statistics.mean(t):.4f} +- {se:.4f}")
+                    print(
+                        f"select {model:<10} n={n:<5} {proto:<5}: betas {[p[0] for p in picks]}, test NLL "
+                        f"{statistics.mean(t):.4f} +- {se:.4f}"
+                    )
     higher = [r for r in rows if r["fast_loss"] > r["paper_loss"] + 1e-3]
     if rows:
         sp, sf = sum(r["paper_s"] for r in rows), sum(r["fast_s"] for r in rows)
-        print(f"{preset}: fast <= paper + 1e-3 per datum in {len(rows) - len(higher)} of {len(rows)} jobs; "
-              f"seconds paper {sp:.0f}, fast {sf:.0f} (x{sp / max(sf, 1e-9):.1f})")
+        print(
+            f"{preset}: fast <= paper + 1e-3 per datum in {len(rows) - len(higher)} of {len(rows)} jobs; "
+            f"seconds paper {sp:.0f}, fast {sf:.0f} (x{sp / max(sf, 1e-9):.1f})"
+        )
     return rows
 
 
@@ -352,8 +457,10 @@ def from_store(uri: str, fast_experiment: str, paper_experiment: str) -> list[di
     from gpdlm_cli.analysis import store
 
     client, uri = store.open_store(uri)
+
     def runs(name):
         return store.load_runs(client, store.get_experiment(client, name, uri), notes=[])
+
     key = ("model.name", "model.variant", "train_size", "seed", "objective.beta")
     fast = {tuple(r.value(k) for k in key): r for r in runs(fast_experiment) if r.tags.get("gpdlm.protocol") == "fast"}
     rows = []
@@ -362,20 +469,36 @@ def from_store(uri: str, fast_experiment: str, paper_experiment: str) -> list[di
         f = fast.get(k)
         if f is None or r.tags.get("gpdlm.protocol") != "paper" or f.tags.get("gpdlm.protocol") != "fast":
             continue
-        rows.append({"model": f"{k[0]}_{k[1]}", "n": int(k[2]), "seed": int(k[3]), "beta": float(k[4]),
-                     "paper_loss": r.metrics["final_loss"], "fast_loss": f.metrics["final_loss"],
-                     "paper_iters": r.metrics["iterations"], "fast_iters": f.metrics["iterations"],
-                     "paper_s": r.metrics["train_seconds"], "fast_s": f.metrics["train_seconds"],
-                     "paper_val_nll": r.metrics["val_nll"], "fast_val_nll": f.metrics["val_nll"],
-                     "paper_test_nll": r.metrics["test_nll"], "fast_test_nll": f.metrics["test_nll"]})
+        rows.append(
+            {
+                "model": f"{k[0]}_{k[1]}",
+                "n": int(k[2]),
+                "seed": int(k[3]),
+                "beta": float(k[4]),
+                "paper_loss": r.metrics["final_loss"],
+                "fast_loss": f.metrics["final_loss"],
+                "paper_iters": r.metrics["iterations"],
+                "fast_iters": f.metrics["iterations"],
+                "paper_s": r.metrics["train_seconds"],
+                "fast_s": f.metrics["train_seconds"],
+                "paper_val_nll": r.metrics["val_nll"],
+                "fast_val_nll": f.metrics["val_nll"],
+                "paper_test_nll": r.metrics["test_nll"],
+                "fast_test_nll": f.metrics["test_nll"],
+            }
+        )
     rows.sort(key=lambda r: (r["model"], r["n"], r["seed"], -r["beta"]))
-    print(f"{'model':<11} {'n':>5} {'seed':>4} {'beta':>9} | {'paper loss':>10} {'its':>5} {'s':>6} | "
-          f"{'fast loss':>10} {'its':>5} {'s':>6} | fast - paper")
+    print(
+        f"{'model':<11} {'n':>5} {'seed':>4} {'beta':>9} | {'paper loss':>10} {'its':>5} {'s':>6} | "
+        f"{'fast loss':>10} {'its':>5} {'s':>6} | fast - paper"
+    )
     for r in rows:
         d = r["fast_loss"] - r["paper_loss"]
-        print(f"{r['model']:<11} {r['n']:>5} {r['seed']:>4} {r['beta']:>9.4g} | {r['paper_loss']:>10.5f} "
-              f"{r['paper_iters']:>5.0f} {r['paper_s']:>6.1f} | {r['fast_loss']:>10.5f} {r['fast_iters']:>5.0f} "
-              f"{r['fast_s']:>6.1f} | {d:+.5f} {'ok' if d <= 1e-3 else 'HIGHER'}")
+        print(
+            f"{r['model']:<11} {r['n']:>5} {r['seed']:>4} {r['beta']:>9.4g} | {r['paper_loss']:>10.5f} "
+            f"{r['paper_iters']:>5.0f} {r['paper_s']:>6.1f} | {r['fast_loss']:>10.5f} {r['fast_iters']:>5.0f} "
+            f"{r['fast_s']:>6.1f} | {d:+.5f} {'ok' if d <= 1e-3 else 'HIGHER'}"
+        )
     ok = sum(r["fast_loss"] <= r["paper_loss"] + 1e-3 for r in rows)
     print(f"fast <= paper + 1e-3 per datum in {ok} of {len(rows)} jobs")
     for model, n in sorted({(r["model"], r["n"]) for r in rows}):
@@ -402,25 +525,56 @@ def main(argv=None):
     p.add_argument("--preset", default="regression_logloss_pol")
     p.add_argument("--sizes", nargs="*", type=int, default=None)
     p.add_argument("--seeds", nargs="*", type=int, default=None)
-    p.add_argument("--betas", type=int, default=4, help="betas per (model, size, seed), spread over the paper's grid "
-                                                           "(equivalence: 0 = the preset's own beta)")
+    p.add_argument(
+        "--betas",
+        type=int,
+        default=4,
+        help="betas per (model, size, seed), spread over the paper's grid (equivalence: 0 = the preset's own beta)",
+    )
     p.add_argument("--models", nargs="*", default=None, help="default: the preset's models")
     p.add_argument("--csv", default=None)
-    p.add_argument("--from-store", default=None, metavar="URI",
-                   help="pair the paper protocol's runs with the fast protocol's in this MLflow store (no training)")
-    p.add_argument("--paper-share-store", default=None, metavar="URI",
-                   help="projection: scale the paper budget by the iterations its runs in this store used "
-                        "(experiment protocol_equivalence_pol)")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="overrides added to every job (e.g. dataset=doctor_visits)")
-    p.add_argument("--paper-share", nargs="*", default=[], metavar="MODEL=SHARE",
-                   help="projection: the paper budget's share its real runs used, per model name (e.g. dlm=0.73 "
-                        "svgp=0.58, the 114 runs of docs/performance.md), where no --paper-share-store is at hand")
-    p.add_argument("--paper-code", default=None, metavar="DIR",
-                   help="projection: also time the paper protocol with the gpdlm code of this checkout (a subprocess)")
-    p.add_argument("--two-workers", type=int, default=0, metavar="ITERS",
-                   help="projection with --paper-code: also measure how each shape's paper-protocol job scales to two "
-                        "concurrent workers, over ITERS iterations (300 is enough)")
+    p.add_argument(
+        "--from-store",
+        default=None,
+        metavar="URI",
+        help="pair the paper protocol's runs with the fast protocol's in this MLflow store (no training)",
+    )
+    p.add_argument(
+        "--paper-share-store",
+        default=None,
+        metavar="URI",
+        help="projection: scale the paper budget by the iterations its runs in this store used "
+        "(experiment protocol_equivalence_pol)",
+    )
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides added to every job (e.g. dataset=doctor_visits)",
+    )
+    p.add_argument(
+        "--paper-share",
+        nargs="*",
+        default=[],
+        metavar="MODEL=SHARE",
+        help="projection: the paper budget's share its real runs used, per model name (e.g. dlm=0.73 "
+        "svgp=0.58, the 114 runs of docs/performance.md), where no --paper-share-store is at hand",
+    )
+    p.add_argument(
+        "--paper-code",
+        default=None,
+        metavar="DIR",
+        help="projection: also time the paper protocol with the gpdlm code of this checkout (a subprocess)",
+    )
+    p.add_argument(
+        "--two-workers",
+        type=int,
+        default=0,
+        metavar="ITERS",
+        help="projection with --paper-code: also measure how each shape's paper-protocol job scales to two "
+        "concurrent workers, over ITERS iterations (300 is enough)",
+    )
     p.add_argument("--warm", action="store_true", help="fast jobs warm-started along the path")
     p.add_argument("--fast-experiment", default="regression_logloss_pol")
     p.add_argument("--paper-experiment", default="protocol_equivalence_pol")
@@ -430,15 +584,32 @@ def main(argv=None):
     if a.from_store:
         rows = from_store(a.from_store, a.fast_experiment, a.paper_experiment)
     elif a.equivalence:
-        rows = equivalence(a.preset, a.sizes or [500], a.seeds if a.seeds is not None else [0], a.betas, a.models,
-                           warm=a.warm, extra=a.set)
+        rows = equivalence(
+            a.preset,
+            a.sizes or [500],
+            a.seeds if a.seeds is not None else [0],
+            a.betas,
+            a.models,
+            warm=a.warm,
+            extra=a.set,
+        )
     else:
         rows = []
         share = paper_iteration_share(a.paper_share_store)
         share.update({k: float(v) for k, v in (kv.split("=", 1) for kv in a.paper_share)})
         for preset in a.project or ["regression_logloss_pol"]:
-            rows += project(preset, a.sizes, a.seeds, a.betas, share, warm=a.warm, extra=a.set, models=a.models,
-                            paper_code=a.paper_code, two_workers=a.two_workers)
+            rows += project(
+                preset,
+                a.sizes,
+                a.seeds,
+                a.betas,
+                share,
+                warm=a.warm,
+                extra=a.set,
+                models=a.models,
+                paper_code=a.paper_code,
+                two_workers=a.two_workers,
+            )
     if a.csv and rows:
         with open(a.csv, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))

@@ -50,12 +50,29 @@ def first_job_latency(sweeper: str, cwd) -> float:
     """Seconds from the start of a 255-job sweep to its first job's folder (the process is then stopped)."""
     from pathlib import Path
 
-    grid = ["model=dlm,dlm_fixed,svgp", "seed=0,1,2,3,4",
-            "objective.beta=" + ",".join(f"{2.0 ** -k:g}" for k in range(17)), *TINY]
+    grid = [
+        "model=dlm,dlm_fixed,svgp",
+        "seed=0,1,2,3,4",
+        "objective.beta=" + ",".join(f"{2.0**-k:g}" for k in range(17)),
+        *TINY,
+    ]
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", "-m", *grid, f"hydra/sweeper={sweeper}",
-                             "hydra.sweep.dir=latency_" + sweeper], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpdlm_cli.cli",
+            "train",
+            "-m",
+            *grid,
+            f"hydra/sweeper={sweeper}",
+            "hydra.sweep.dir=latency_" + sweeper,
+        ],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     first = Path(cwd) / f"latency_{sweeper}" / "0"
     try:
         while not first.exists():
@@ -82,12 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         one = gpdlm(["train", "-m", "seed=0", *TINY], d)
         five = gpdlm(["train", "-m", "seed=0,1,2,3,4", *TINY], d)
         seq, par = ratio(d, ["threads=1"], job, GRID)
-        print(f"8-job beta grid, threads=1: sequential {seq:.1f} s, joblib x2 {par:.1f} s, "
-              f"ratio {par / seq:.2f} (target <= 0.65)")
+        print(
+            f"8-job beta grid, threads=1: sequential {seq:.1f} s, joblib x2 {par:.1f} s, "
+            f"ratio {par / seq:.2f} (target <= 0.65)"
+        )
         if args.default_threads:
             seq_a, par_a = ratio(d, [], job, GRID)
-            print(f"8-job beta grid, threads=auto: sequential {seq_a:.1f} s, joblib x2 {par_a:.1f} s, "
-                  f"ratio {par_a / seq_a:.2f} (about s/2 on a quiet machine)")
+            print(
+                f"8-job beta grid, threads=auto: sequential {seq_a:.1f} s, joblib x2 {par_a:.1f} s, "
+                f"ratio {par_a / seq_a:.2f} (about s/2 on a quiet machine)"
+            )
     print(f"fixed cost per job inside a sweep (data, tracking, evaluation, figure): {(five - one) / 4:.2f} s")
     print(f"once per process (interpreter, imports, store, a 1-iteration job): {one:.1f} s")
     return latency()
@@ -97,8 +118,10 @@ def latency() -> int:
     with tempfile.TemporaryDirectory() as d:
         gpdlm(["train", "-m", "seed=0", *TINY], d)  # the store and the parsed data exist from here on
         basic, ours = first_job_latency("basic", d), first_job_latency("gpdlm", d)
-    print(f"255-job sweep, time to its first job: hydra/sweeper=basic {basic:.1f} s, gpdlm (default) {ours:.1f} s, "
-          f"ratio {ours / basic:.2f}")
+    print(
+        f"255-job sweep, time to its first job: hydra/sweeper=basic {basic:.1f} s, gpdlm (default) {ours:.1f} s, "
+        f"ratio {ours / basic:.2f}"
+    )
     return 0
 
 

@@ -60,7 +60,7 @@ def plain_loop(x, y, Z, objective: str):
     for _ in range(ITERS):
         if pos + BATCH > N:
             perm, pos = torch.randperm(N, generator=g), 0
-        idx = perm[pos:pos + BATCH]
+        idx = perm[pos : pos + BATCH]
         pos += BATCH
         opt.zero_grad()
         loss = -mll(model(x[idx]), y[idx])
@@ -78,29 +78,46 @@ def gpdlm_loop(x, y, Z, objective: str):
     from gpdlm_cli.training import ConvergenceRule, TrainerSettings, train
 
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):  # the real config
-        cfg = compose(config_name="config", overrides=[
-            f"model={objective}", f"model.num_inducing={M}", "model.inducing_init=random", "objective.beta=1.0",
-            f"trainer.batch_size={BATCH}", "likelihood.noise_init=0.1", f"dtype={str(x.dtype).split('.')[-1]}"])
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                f"model={objective}",
+                f"model.num_inducing={M}",
+                "model.inducing_init=random",
+                "objective.beta=1.0",
+                f"trainer.batch_size={BATCH}",
+                "likelihood.noise_init=0.1",
+                f"dtype={str(x.dtype).split('.')[-1]}",
+            ],
+        )
     t = Tensors(x, y, x[:0], y[:0], x[:0], y[:0])
     method = build.build_method(cfg, t, "regression")
     with torch.no_grad():
         method.model.variational_strategy.inducing_points.copy_(Z)
     stage = method.stages[0]
-    settings = TrainerSettings(max_iters=ITERS, lr=1e-3, batch_size=BATCH, stop=ConvergenceRule(window=0),
-                               check_every=10, eval_every=0, progress=False)
+    settings = TrainerSettings(
+        max_iters=ITERS,
+        lr=1e-3,
+        batch_size=BATCH,
+        stop=ConvergenceRule(window=0),
+        check_every=10,
+        eval_every=0,
+        progress=False,
+    )
     res = train(stage.objective, stage.params, x, y, settings, generator=torch.Generator().manual_seed(1))
     return 1000 * res.train_seconds / res.iterations
 
 
 def hot_path(sizes=(500, 2000, 4000), D=26, M_hot=100, repeats=5, evals=20):
     """ms per full-batch evaluation + gradient, gpdlm's RBF against gpytorch's (module docstring)."""
-    import gpytorch
     from unittest import mock
 
+    import gpytorch
+
+    from gpdlm_cli.estimators import ExactEstimator
     from gpdlm_cli.likelihoods import GaussianLikelihood
     from gpdlm_cli.models import SparseVariationalGP, kernels
     from gpdlm_cli.objectives import DLM
-    from gpdlm_cli.estimators import ExactEstimator
     from gpdlm_cli.objectives.collapsed_elbo import CollapsedELBO
 
     print(f"\nhot path: ms per full-batch evaluation + gradient, D={D} M={M_hot} float64 (gpytorch RBF / gpdlm RBF)")
@@ -112,8 +129,10 @@ def hot_path(sizes=(500, 2000, 4000), D=26, M_hot=100, repeats=5, evals=20):
         kernel.base_kernel.lengthscale = 3.0
         model = SparseVariationalGP(x[:M_hot].clone(), kernel, gpytorch.means.ZeroMean()).double()
         lik = GaussianLikelihood().double()
-        objectives = {"svgp": CollapsedELBO(model, lik, n, beta=1.0),
-                      "dlm": DLM(model, lik, ExactEstimator(), n, beta=1.0)}
+        objectives = {
+            "svgp": CollapsedELBO(model, lik, n, beta=1.0),
+            "dlm": DLM(model, lik, ExactEstimator(), n, beta=1.0),
+        }
         params = list(model.parameters()) + list(lik.parameters())
 
         def ms(objective):
@@ -152,8 +171,7 @@ def evaluation_paths(sizes=(500, 2000, 4000), D=26, M_hot=100, repeats=7, evals=
 
     from gpdlm_cli.estimators import ExactEstimator
     from gpdlm_cli.likelihoods import GaussianLikelihood
-    from gpdlm_cli.models import SparseVariationalGP
-    from gpdlm_cli.models import sparse_variational
+    from gpdlm_cli.models import SparseVariationalGP, sparse_variational
     from gpdlm_cli.models.linalg import safe_cholesky
     from gpdlm_cli.objectives import DLM
     from gpdlm_cli.objectives.collapsed_elbo import CollapsedELBO, collapsed_bound
@@ -182,15 +200,21 @@ def evaluation_paths(sizes=(500, 2000, 4000), D=26, M_hot=100, repeats=7, evals=
 
         def ms(f, patch=None):
             t0 = time.perf_counter()
-            with (mock.patch.object(sparse_variational, "whitened_marginal_updates", patch) if patch else contextlib.nullcontext()):
+            with (
+                mock.patch.object(sparse_variational, "whitened_marginal_updates", patch)
+                if patch
+                else contextlib.nullcontext()
+            ):
                 for _ in range(evals):
                     for q in params:
                         q.grad = None
                     f(x, y).backward()
             return 1000 * (time.perf_counter() - t0) / evals
 
-        pairs = {"svgp": ((collapsed_before, None), (collapsed, None)),
-                 "dlm": ((dlm, ComputePredictiveUpdates.apply), (dlm, None))}
+        pairs = {
+            "svgp": ((collapsed_before, None), (collapsed, None)),
+            "dlm": ((dlm, ComputePredictiveUpdates.apply), (dlm, None)),
+        }
         for name, (before, now) in pairs.items():
             ms(*before), ms(*now)
             ref, ours = [], []
@@ -198,7 +222,9 @@ def evaluation_paths(sizes=(500, 2000, 4000), D=26, M_hot=100, repeats=7, evals=
                 ref.append(ms(*before))
                 ours.append(ms(*now))
             ratio = statistics.median(o / r for o, r in zip(ours, ref))
-            print(f"{name:<5} N={n:<5} {statistics.median(ref):8.2f} {statistics.median(ours):8.2f}   ratio {ratio:.3f}")
+            print(
+                f"{name:<5} N={n:<5} {statistics.median(ref):8.2f} {statistics.median(ours):8.2f}   ratio {ratio:.3f}"
+            )
         assert math.isfinite(float(collapsed(x, y).detach()))
 
 
@@ -211,8 +237,16 @@ def lbfgs_step(p=7800, history=100, steps=100):
 
     def run(cls):
         x = torch.nn.Parameter(x0.clone())
-        opt = cls([x], lr=1, max_iter=1, max_eval=26, history_size=history, line_search_fn="strong_wolfe",
-                  tolerance_change=0.0, tolerance_grad=0.0)
+        opt = cls(
+            [x],
+            lr=1,
+            max_iter=1,
+            max_eval=26,
+            history_size=history,
+            line_search_fn="strong_wolfe",
+            tolerance_change=0.0,
+            tolerance_grad=0.0,
+        )
 
         def closure():
             opt.zero_grad()
@@ -232,14 +266,17 @@ def lbfgs_step(p=7800, history=100, steps=100):
         ref.append(run(torch.optim.LBFGS))
         ours.append(run(CompactLBFGS))
     r, o = statistics.median(ref), statistics.median(ours)
-    print(f"\nL-BFGS step, p={p}, history {history}: torch LBFGS {r:.2f} ms, CompactLBFGS {o:.2f} ms, ratio {o / r:.3f}")
+    print(
+        f"\nL-BFGS step, p={p}, history {history}: torch LBFGS {r:.2f} ms, CompactLBFGS {o:.2f} ms, ratio {o / r:.3f}"
+    )
 
 
 def end_to_end_demo_seconds() -> float:
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", "train", "progress=false"], cwd=d, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "gpdlm_cli.cli", "train", "progress=false"], cwd=d, check=True, capture_output=True
+        )
         return time.perf_counter() - t0
 
 

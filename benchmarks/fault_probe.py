@@ -28,9 +28,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["dataset=diabetes", "model.num_inducing=8", "dataset.split.train_size=60", "trainer.max_iters=30",
-        "trainer.eval_every=5", "trainer.checkpoint_every=1", "threads=1", "progress=false",
-        "tracking.system_metrics=null"]
+TINY = [
+    "dataset=diabetes",
+    "model.num_inducing=8",
+    "dataset.split.train_size=60",
+    "trainer.max_iters=30",
+    "trainer.eval_every=5",
+    "trainer.checkpoint_every=1",
+    "threads=1",
+    "progress=false",
+    "tracking.system_metrics=null",
+]
 TIMING = ("train_seconds", "iter_ms", "peak_memory_mb")
 RESULTS: list[tuple[str, str, bool, str]] = []
 
@@ -43,14 +51,37 @@ def env() -> dict:
 
 
 def gpdlm(args, cwd, timeout=300):
-    return subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, env=env(), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpdlm_cli.cli", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=timeout,
+    )
 
 
 def child(fault: str, folder: Path, uri: str, timeout=300, extra=()):
     """This script's --child mode: run_train into ``folder`` with ``fault`` injected."""
-    return subprocess.run([sys.executable, "-m", "benchmarks.fault_probe", "--child", fault, "--folder", str(folder),
-                           "--uri", uri, *extra], cwd=REPO, capture_output=True, text=True, env=env(), timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.fault_probe",
+            "--child",
+            fault,
+            "--folder",
+            str(folder),
+            "--uri",
+            uri,
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=timeout,
+    )
 
 
 def errors(proc) -> list[str]:
@@ -61,8 +92,12 @@ def store_runs(uri: str) -> list:
     from mlflow.tracking import MlflowClient
 
     c = MlflowClient(uri)
-    return [r for e in c.search_experiments() for r in c.search_runs([e.experiment_id])
-            if r.data.tags.get("gpdlm.command") == "train"]
+    return [
+        r
+        for e in c.search_experiments()
+        for r in c.search_runs([e.experiment_id])
+        if r.data.tags.get("gpdlm.command") == "train"
+    ]
 
 
 def statuses(uri: str) -> list[str]:
@@ -84,7 +119,7 @@ def new_store(root: Path, name: str) -> str:
 
 
 def integrity_ok(uri: str) -> bool:
-    con = sqlite3.connect(uri[len("sqlite:///"):])
+    con = sqlite3.connect(uri[len("sqlite:///") :])
     try:
         return con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
@@ -106,8 +141,10 @@ def case(group: str, name: str, fn, *args) -> None:
     except Exception as e:  # a crash of the probe itself counts as a failure of the case
         ok, note = False, f"{type(e).__name__}: {e}"
     RESULTS.append((group, name, ok, note))
-    print(f"{'PASS' if ok else 'FAIL'} [{group}] {name} ({time.monotonic() - t0:.0f} s){': ' + note if note else ''}",
-          flush=True)
+    print(
+        f"{'PASS' if ok else 'FAIL'} [{group}] {name} ({time.monotonic() - t0:.0f} s){': ' + note if note else ''}",
+        flush=True,
+    )
 
 
 # ----- the child: run_train with one fault --------------------------------------------------------
@@ -193,10 +230,25 @@ def reference(root: Path) -> dict:
 def concurrent_stores(root: Path, rounds: int = 2):
     uri = new_store(root, "concurrent")
     for r in range(rounds):
-        procs = [subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", *TINY, f"seed={r * 2 + k}",
-                                   f"tracking.uri={uri}", f"hydra.run.dir={root / 'concurrent' / f'{r}-{k}'}"],
-                                  cwd=root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                 for k in range(2)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpdlm_cli.cli",
+                    "train",
+                    *TINY,
+                    f"seed={r * 2 + k}",
+                    f"tracking.uri={uri}",
+                    f"hydra.run.dir={root / 'concurrent' / f'{r}-{k}'}",
+                ],
+                cwd=root,
+                env=env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for k in range(2)
+        ]
         for p in procs:
             p.communicate(timeout=300)
             assert p.returncode == 0, f"a concurrent run failed ({p.returncode})"
@@ -209,9 +261,24 @@ def concurrent_stores(root: Path, rounds: int = 2):
 def concurrent_folder(root: Path):
     uri = new_store(root, "samefolder")
     folder = root / "samefolder" / "run"
-    first = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", *TINY, "trainer.max_iters=1000000",
-                              "trainer.stop_rule=none", f"tracking.uri={uri}", f"hydra.run.dir={folder}"], cwd=root,
-                             env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpdlm_cli.cli",
+            "train",
+            *TINY,
+            "trainer.max_iters=1000000",
+            "trainer.stop_rule=none",
+            f"tracking.uri={uri}",
+            f"hydra.run.dir={folder}",
+        ],
+        cwd=root,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (folder / "checkpoint.pt").exists() and time.monotonic() < deadline:
@@ -221,8 +288,9 @@ def concurrent_folder(root: Path):
     finally:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=120)
-    assert second.returncode != 0 and len(errors(second)) == 1 and "another gpdlm process" in errors(second)[0], \
+    assert second.returncode != 0 and len(errors(second)) == 1 and "another gpdlm process" in errors(second)[0], (
         f"second writer: rc {second.returncode}: {second.stderr[-300:]}"
+    )
     assert statuses(uri) == ["KILLED"], statuses(uri)  # the second never made a run
     return "the second writer refused with one line (no run made); the first trained on (then SIGTERM: KILLED)"
 
@@ -261,9 +329,23 @@ def kill_after_finished(root: Path):
 def resume_live(root: Path):
     uri = new_store(root, "live")
     folder = root / "live" / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", *TINY, "trainer.max_iters=1000000",
-                             "trainer.stop_rule=none", f"tracking.uri={uri}", f"hydra.run.dir={folder}"],
-                            cwd=root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpdlm_cli.cli",
+            "train",
+            *TINY,
+            "trainer.max_iters=1000000",
+            "trainer.stop_rule=none",
+            f"tracking.uri={uri}",
+            f"hydra.run.dir={folder}",
+        ],
+        cwd=root,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (folder / "checkpoint.pt").exists() and time.monotonic() < deadline:
@@ -292,7 +374,7 @@ def artifacts(root: Path, ref_folder: Path):
     def flip(path):
         data = bytearray(path.read_bytes())
         mid = len(data) // 2
-        data[mid:mid + 8] = bytes(b ^ 0xFF for b in data[mid:mid + 8])
+        data[mid : mid + 8] = bytes(b ^ 0xFF for b in data[mid : mid + 8])
         path.write_bytes(bytes(data))
 
     from gpdlm_cli.run.saved_model import read_model_file
@@ -304,8 +386,14 @@ def artifacts(root: Path, ref_folder: Path):
     checks = []
     d = fresh("flipped-model")
     flip(d / "model.pt")
-    checks += [("predict, flipped model.pt", gpdlm(["predict", d, "--input", inp, "--output", base / "o.csv"], root),
-                "SHA-256"), ("eval, flipped model.pt", gpdlm(["eval", d], root), "SHA-256")]
+    checks += [
+        (
+            "predict, flipped model.pt",
+            gpdlm(["predict", d, "--input", inp, "--output", base / "o.csv"], root),
+            "SHA-256",
+        ),
+        ("eval, flipped model.pt", gpdlm(["eval", d], root), "SHA-256"),
+    ]
     d = fresh("foreign-model")
     other = root / "foreign" / "run"
     p = child("none", other, new_store(root, "foreign"), extra=["seed=7"])
@@ -320,14 +408,24 @@ def artifacts(root: Path, ref_folder: Path):
     (d / "config.yaml").write_text("model: [oops\n")
     checks.append(("resume, broken config.yaml", gpdlm(["resume", d], root), "not readable YAML"))
     d = fresh("directory-input")
-    checks.append(("predict, a directory as input", gpdlm(["predict", d, "--input", base, "--output", base / "o.csv"],
-                                                          root), "is a directory"))
+    checks.append(
+        (
+            "predict, a directory as input",
+            gpdlm(["predict", d, "--input", base, "--output", base / "o.csv"], root),
+            "is a directory",
+        )
+    )
     junk = base / "junk.csv"
     with open(junk, "w") as f:
         f.write(",".join(cols) + "\n" + ",".join(["x" * 5_000_000] + ["1"] * (len(cols) - 1)) + "\n")
         f.write(("1," * (len(cols) - 1) + "1\n") * 300_000)
-    checks.append(("predict, a huge junk file", gpdlm(["predict", d, "--input", junk, "--output", base / "o.csv"], root),
-                   "not a finite number"))
+    checks.append(
+        (
+            "predict, a huge junk file",
+            gpdlm(["predict", d, "--input", junk, "--output", base / "o.csv"], root),
+            "not a finite number",
+        )
+    )
     for name, proc, expected in checks:
         errs = errors(proc)
         ok = proc.returncode != 0 and len(errs) == 1 and expected in errs[0] and len(errs[0]) < 400
@@ -340,25 +438,51 @@ def full_disk(root: Path):
     uri = new_store(root, "enospc-checkpoint")
     p = child("enospc-checkpoint", root / "enospc-checkpoint" / "run", uri)
     warned = [ln for ln in p.stderr.splitlines() if "checkpoint not written" in ln]
-    out.append(("checkpoint on a full disk: run FINISHED, warned once",
-                p.returncode == 0 and len(warned) == 1 and statuses(uri) == ["FINISHED"]
-                and "gpdlm.checkpoint_failed" in store_runs(uri)[0].data.tags, warned[0][:100] if warned else p.stderr[-200:]))
+    out.append(
+        (
+            "checkpoint on a full disk: run FINISHED, warned once",
+            p.returncode == 0
+            and len(warned) == 1
+            and statuses(uri) == ["FINISHED"]
+            and "gpdlm.checkpoint_failed" in store_runs(uri)[0].data.tags,
+            warned[0][:100] if warned else p.stderr[-200:],
+        )
+    )
     uri = new_store(root, "enospc-metrics")
     p = child("enospc-metrics", root / "enospc-metrics" / "run", uri)
     runs = store_runs(uri)
-    out.append(("metrics.json on a full disk: one line, metrics in MLflow",
-                p.returncode != 0 and len(errors(p)) == 1 and runs and "test_nll" in runs[0].data.metrics,
-                (errors(p) or [p.stderr[-200:]])[0][:120]))
+    out.append(
+        (
+            "metrics.json on a full disk: one line, metrics in MLflow",
+            p.returncode != 0 and len(errors(p)) == 1 and runs and "test_nll" in runs[0].data.metrics,
+            (errors(p) or [p.stderr[-200:]])[0][:120],
+        )
+    )
     return out
 
 
 def locked_store(root: Path, seconds: float):
     uri = new_store(root, "locked")
-    db = uri[len("sqlite:///"):]
+    db = uri[len("sqlite:///") :]
     folder = root / "locked" / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", *TINY, "trainer.max_iters=3000",
-                             "trainer.stop_rule=none", f"tracking.uri={uri}", f"hydra.run.dir={folder}"],
-                            cwd=root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpdlm_cli.cli",
+            "train",
+            *TINY,
+            "trainer.max_iters=3000",
+            "trainer.stop_rule=none",
+            f"tracking.uri={uri}",
+            f"hydra.run.dir={folder}",
+        ],
+        cwd=root,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not (folder / "checkpoint.pt").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -377,13 +501,21 @@ def locked_store(root: Path, seconds: float):
 
 def read_only_store(root: Path):
     """compare on a store SQLite refuses to write (the refusal injected: root ignores file modes)."""
-    code = ("import sys, sqlalchemy.exc\nfrom mlflow.tracking import MlflowClient\n"
-            "def ro(self, *a, **k):\n    raise sqlalchemy.exc.OperationalError('INSERT', {}, "
-            "Exception('attempt to write a readonly database'))\n"
-            "MlflowClient.create_run = ro\nfrom gpdlm_cli import cli\nsys.exit(cli.main(sys.argv[1:]))\n")
+    code = (
+        "import sys, sqlalchemy.exc\nfrom mlflow.tracking import MlflowClient\n"
+        "def ro(self, *a, **k):\n    raise sqlalchemy.exc.OperationalError('INSERT', {}, "
+        "Exception('attempt to write a readonly database'))\n"
+        "MlflowClient.create_run = ro\nfrom gpdlm_cli import cli\nsys.exit(cli.main(sys.argv[1:]))\n"
+    )
     uri = new_store(root, "reference")
-    p = subprocess.run([sys.executable, "-c", code, "compare", "--tracking-uri", uri], cwd=root, capture_output=True,
-                       text=True, env=env(), timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", code, "compare", "--tracking-uri", uri],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=300,
+    )
     errs = errors(p)
     assert p.returncode != 0 and len(errs) == 1 and "read-only" in errs[0], p.stderr[-300:]
     return errs[0][:100]
@@ -412,9 +544,13 @@ def main(argv=None) -> int:
     if "concurrent" in groups:
         case("concurrent", "two runs into one folder", concurrent_folder, root)
     if "kills" in groups:
-        for fault, recover in (("kill-training", "resume"), ("kill-finalising", "resume"),
-                               ("term-finalising", "resume"), ("kill-after-model", "resume"),
-                               ("kill-after-model", "finish")):
+        for fault, recover in (
+            ("kill-training", "resume"),
+            ("kill-finalising", "resume"),
+            ("term-finalising", "resume"),
+            ("kill-after-model", "resume"),
+            ("kill-after-model", "finish"),
+        ):
             name = f"{fault} then {recover}"
             case("kills", name, kill_then_recover, root / recover, ref, fault, recover)
         case("kills", "kill-after-finished", kill_after_finished, root)
@@ -428,8 +564,13 @@ def main(argv=None) -> int:
             RESULTS.append(("disk", name, ok, note))
             print(f"{'PASS' if ok else 'FAIL'} [disk] {name}: {note}", flush=True)
     if "stores" in groups:
-        case("stores", f"store locked {a.lock_seconds:g} s mid-run (start limit 60 s)", locked_store, root,
-             a.lock_seconds)
+        case(
+            "stores",
+            f"store locked {a.lock_seconds:g} s mid-run (start limit 60 s)",
+            locked_store,
+            root,
+            a.lock_seconds,
+        )
         case("stores", "compare on a read-only store", read_only_store, root)
     print()
     for g in dict.fromkeys(r[0] for r in RESULTS):

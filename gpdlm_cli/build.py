@@ -110,7 +110,9 @@ def validate_trainer(t) -> None:
     if max_epochs is not None and (not is_int(max_epochs) or max_epochs < 1):
         raise param_error("max_epochs", "trainer", "an integer >= 1 or null", max_epochs)
     if t.max_iters is None and max_epochs is None:
-        raise param_error("max_iters", "trainer", "an integer >= 1 (null only with trainer.max_epochs set)", t.max_iters)
+        raise param_error(
+            "max_iters", "trainer", "an integer >= 1 (null only with trainer.max_epochs set)", t.max_iters
+        )
     if t.max_iters is not None and (not is_int(t.max_iters) or t.max_iters < 1):
         raise param_error("max_iters", "trainer", "an integer >= 1", t.max_iters)
     for key in ("check_every", "eval_every"):
@@ -141,16 +143,20 @@ def validate_trainer(t) -> None:
     if opt == "lbfgs" and t.batch_size is not None:
         raise UnsupportedCombination(
             "trainer.optimizer=lbfgs needs a deterministic full-batch objective; set trainer.batch_size=null "
-            "or use adam, adadelta or sgd for minibatch training")
+            "or use adam, adadelta or sgd for minibatch training"
+        )
     scales = t.get("lr_scale") or {}
     if not hasattr(scales, "items"):
-        raise param_error("lr_scale", "trainer", "a mapping of parameter groups to factors, e.g. {kernel: 0.1}, or null",
-                          scales)
+        raise param_error(
+            "lr_scale", "trainer", "a mapping of parameter groups to factors, e.g. {kernel: 0.1}, or null", scales
+        )
     for name, v in scales.items():
         if not is_number(v) or v < 0 or math.isinf(v):
             raise param_error(f"lr_scale.{name}", "trainer", "a finite float >= 0", v)
     if opt == "lbfgs" and any(v != 1 for v in scales.values()):
-        raise UnsupportedCombination("trainer.optimizer=lbfgs has one step size for all parameters; remove trainer.lr_scale")
+        raise UnsupportedCombination(
+            "trainer.optimizer=lbfgs has one step size for all parameters; remove trainer.lr_scale"
+        )
     schedule = t.get("schedule", "constant")
     if schedule not in SCHEDULES:
         raise param_error("schedule", "trainer", f"one of {', '.join(SCHEDULES)}", schedule)
@@ -180,15 +186,21 @@ def validate_trainer(t) -> None:
         raise param_error("fast_tol", "trainer (protocol=fast)", "a finite float >= 0", ft)
     fa = t.get("fast_adam_iters", 200)
     if not is_int(fa) or fa < 0:
-        raise param_error("fast_adam_iters", "trainer (protocol=fast)", "an integer >= 0 (0 = L-BFGS from the start)", fa)
+        raise param_error(
+            "fast_adam_iters", "trainer (protocol=fast)", "an integer >= 0 (0 = L-BFGS from the start)", fa
+        )
     fg = t.get("fast_grad_tol", 1e-4)
     if fg is not None and (not is_number(fg) or not 0 <= fg < math.inf):
-        raise param_error("fast_grad_tol", "trainer (protocol=fast)", "a finite float >= 0 or null (no gradient test)", fg)
+        raise param_error(
+            "fast_grad_tol", "trainer (protocol=fast)", "a finite float >= 0 or null (no gradient test)", fg
+        )
     keep = t.get("keep_best")
     if keep is not None and (not isinstance(keep, str) or not keep):
         raise param_error("keep_best", "trainer", "'auto', a metric name (e.g. val_nll) or null", keep)
     if keep not in (None, "auto") and not (t.eval_every or eve):
-        raise UnsupportedCombination("trainer.keep_best needs evaluations: set trainer.eval_every or trainer.eval_every_epochs")
+        raise UnsupportedCombination(
+            "trainer.keep_best needs evaluations: set trainer.eval_every or trainer.eval_every_epochs"
+        )
     if t.get("keep_best_mode", "auto") not in ("auto", "min", "max"):
         raise param_error("keep_best_mode", "trainer", "'auto', 'min' or 'max'", t.keep_best_mode)
 
@@ -276,9 +288,17 @@ def load_data(cfg):
     def t(a):
         return torch.as_tensor(a, dtype=dtype, device=device)
 
-    tensors = Tensors(t(splits.X_train), t(splits.y_train), t(splits.X_val), t(splits.y_val), t(splits.X_test), t(splits.y_test),
-                      feature_names=list(splits.feature_names), target_names=str(table.target_name).split(","),
-                      y_std=splits.y_std)
+    tensors = Tensors(
+        t(splits.X_train),
+        t(splits.y_train),
+        t(splits.X_val),
+        t(splits.y_val),
+        t(splits.X_test),
+        t(splits.y_test),
+        feature_names=list(splits.feature_names),
+        target_names=str(table.target_name).split(","),
+        y_std=splits.y_std,
+    )
     return table, splits, tensors
 
 
@@ -306,7 +326,8 @@ def build_method(cfg, tensors: Tensors, task: str, family=None) -> Method:
         multi = [m for f in FAMILIES if getattr(f, "MULTI_OUTPUT", False) for m in f.MODELS]
         raise UnsupportedCombination(
             f"dataset={cfg.dataset.name} has {tensors.y_train.shape[1]} outputs but model={cfg.model.name} predicts one; "
-            f"use one of {', '.join(multi) or '(none)'} or choose a single output of the dataset")
+            f"use one of {', '.join(multi) or '(none)'} or choose a single output of the dataset"
+        )
     return family.build(cfg, tensors, task)
 
 
@@ -327,9 +348,13 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
         uses = (*uses, "lbfgs_history")
     defaults = {"momentum": 0.0, "rho": 0.9, "eps": None, "lbfgs_history": 100}
     options = {k: t.get(k, defaults[k]) for k in uses}
-    schedule = Schedule(kind=t.get("schedule", "constant"), every_epochs=int(t.get("step_epochs", 10)),
-                        step_factor=float(t.get("step_factor", 0.5)), t0=float(t.get("rm_t0", 100.0)),
-                        kappa=float(t.get("rm_kappa", 0.6)))
+    schedule = Schedule(
+        kind=t.get("schedule", "constant"),
+        every_epochs=int(t.get("step_epochs", 10)),
+        step_factor=float(t.get("step_factor", 0.5)),
+        t0=float(t.get("rm_t0", 100.0)),
+        kappa=float(t.get("rm_kappa", 0.6)),
+    )
     keep = t.get("keep_best")
     if keep == "auto":
         keep = default_keep_best(cfg, method, n_val)
@@ -383,28 +408,38 @@ def _check_method_settings(cfg, method: Method, task: str, lr_scale: dict, keep,
     valid = method.group_names
     unknown = [g for g in lr_scale if g not in valid]
     if unknown:
-        raise param_error(f"lr_scale.{unknown[0]}", "trainer", f"a group of model={cfg.model.name}: one of {', '.join(valid)}",
-                          lr_scale[unknown[0]])
+        raise param_error(
+            f"lr_scale.{unknown[0]}",
+            "trainer",
+            f"a group of model={cfg.model.name}: one of {', '.join(valid)}",
+            lr_scale[unknown[0]],
+        )
     if optimizer == "lbfgs":
         stochastic = [s.name for s in method.stages if s.stochastic and s.solve is None]
         if stochastic:
             raise UnsupportedCombination(
                 f"trainer.optimizer=lbfgs needs a deterministic objective, but stage '{stochastic[0]}' uses the "
-                f"sampling estimator={cfg.estimator.name}; use estimator=auto/exact/quadrature or a first-order optimizer")
+                f"sampling estimator={cfg.estimator.name}; use estimator=auto/exact/quadrature or a first-order optimizer"
+            )
     if keep is not None:
         names = method.evaluation_metrics or PREDICTIVE_METRICS.get(task, ("nll",))
         prefixes = ("test_",) if n_val == 0 else ("val_", "test_")
         available = [p + k for p in prefixes for k in names] + list(method.monitors)
         if keep not in available:
-            raise param_error("keep_best", "trainer", f"a metric this run computes: one of {', '.join(available)}", keep)
+            raise param_error(
+                "keep_best", "trainer", f"a metric this run computes: one of {', '.join(available)}", keep
+            )
     objective = str(cfg.get("sweep", {}).get("objective", "auto"))
-    if objective.startswith(("val_", "test_")):  # a sweep job's objective; other names (statistics) are checked at its end
+    if objective.startswith(
+        ("val_", "test_")
+    ):  # a sweep job's objective; other names (statistics) are checked at its end
         names = method.evaluation_metrics or PREDICTIVE_METRICS.get(task, ("nll",))
         prefixes = ("test_",) if n_val == 0 else ("val_", "test_")
         available = [p + k for p in prefixes for k in names] + list(method.monitors)
         if objective not in available:
-            raise param_error("objective", "sweep", f"'auto' or a metric this run computes: one of {', '.join(available)}",
-                              objective)
+            raise param_error(
+                "objective", "sweep", f"'auto' or a metric this run computes: one of {', '.join(available)}", objective
+            )
 
 
 __all__ = [

@@ -15,14 +15,29 @@ SUBCOMMANDS = {
     "datasets": ("gpdlm_cli.commands.datasets:cli", "list, describe, fetch and verify datasets"),
     "compare": ("gpdlm_cli.commands.compare:cli", "mean +- SE tables and paper figures from the MLflow runs"),
     "select": ("gpdlm_cli.commands.select:cli", "pick beta by validation metric per group; test metrics (--refit)"),
-    "report": ("gpdlm_cli.commands.report:cli", "a paper's tables and a verdict per claim from the runs (--claims PAPER)"),
-    "reproduce": ("gpdlm_cli.commands.reproduce:cli", "run what a paper's claims need (resumable, --budget) and write its report"),
-    "export": ("gpdlm_cli.commands.export:cli", "write an experiment's runs to a versioned run-records file (report --from)"),
-    "runs": ("gpdlm_cli.commands.run_list:cli", "list an experiment's runs with status and metrics; find and close stale ones"),
+    "report": (
+        "gpdlm_cli.commands.report:cli",
+        "a paper's tables and a verdict per claim from the runs (--claims PAPER)",
+    ),
+    "reproduce": (
+        "gpdlm_cli.commands.reproduce:cli",
+        "run what a paper's claims need (resumable, --budget) and write its report",
+    ),
+    "export": (
+        "gpdlm_cli.commands.export:cli",
+        "write an experiment's runs to a versioned run-records file (report --from)",
+    ),
+    "runs": (
+        "gpdlm_cli.commands.run_list:cli",
+        "list an experiment's runs with status and metrics; find and close stale ones",
+    ),
     "ui": ("gpdlm_cli.commands.ui:cli", "open the MLflow UI on the tracking store (127.0.0.1 by default)"),
     "bias": ("gpdlm_cli.commands.bias:bias_main", "the DLM paper's gradient-bias statistics of an estimator"),
     "predict": ("gpdlm_cli.commands.evaluate:predict_cli", "apply a run's saved model to the rows of a CSV"),
-    "eval": ("gpdlm_cli.commands.evaluate:eval_cli", "recompute metrics from saved models; back-fill them into their runs"),
+    "eval": (
+        "gpdlm_cli.commands.evaluate:eval_cli",
+        "recompute metrics from saved models; back-fill them into their runs",
+    ),
     "resume": ("gpdlm_cli.commands.evaluate:resume_cli", "continue a stopped run from its checkpoint"),
 }
 
@@ -112,8 +127,21 @@ def main(argv: list[str] | None = None) -> int:
 
 #: commands that train; they import torch, gpytorch and MLflow (seconds, tens of seconds on a loaded machine)
 TRAINING_COMMANDS = ("train", "sweep", "bias", "resume")
-QUIET_FLAGS = {"-h", "--help", "--hydra-help", "-i", "--info", "-c", "--cfg", "-sc", "--shell-completion", "--dry-run",
-               "-p", "--package", "--resolve"}
+QUIET_FLAGS = {
+    "-h",
+    "--help",
+    "--hydra-help",
+    "-i",
+    "--info",
+    "-c",
+    "--cfg",
+    "-sc",
+    "--shell-completion",
+    "--dry-run",
+    "-p",
+    "--package",
+    "--resolve",
+}
 
 
 def _say_starting(name: str, rest: list[str]) -> None:
@@ -192,16 +220,22 @@ def _dry_run(name: str, rest: list[str]) -> int:
         print(p.summary())
         for shape, stages in p.per_shape.items():
             model, dataset, n, batch, m = shape
-            parts = ", ".join(f"{s}: {cap} it x {ms:.1f} ms" + (" (L-BFGS)" if lb else "") + (" shared" if sh else "")
-                              + (f", {secs:.0f} s with its first-order start" if secs > cap * ms / 1000 + 1e-9 else "")
-                              for s, sh, cap, ms, lb, secs in stages)
+            parts = ", ".join(
+                f"{s}: {cap} it x {ms:.1f} ms"
+                + (" (L-BFGS)" if lb else "")
+                + (" shared" if sh else "")
+                + (f", {secs:.0f} s with its first-order start" if secs > cap * ms / 1000 + 1e-9 else "")
+                for s, sh, cap, ms, lb, secs in stages
+            )
             print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}): {parts}")
     if len(plans) > 1:
         from .run.plan import _duration
 
         total = sum(p.estimate_s or 0.0 for p in plans)
-        print(f"gpdlm: {len(plans)} multiruns (one beta grid per dataset configuration), "
-              f"{sum(len(p.jobs) for p in plans)} jobs, estimated wall time {_duration(total)} in all (an upper bound)")
+        print(
+            f"gpdlm: {len(plans)} multiruns (one beta grid per dataset configuration), "
+            f"{sum(len(p.jobs) for p in plans)} jobs, estimated wall time {_duration(total)} in all (an upper bound)"
+        )
     return 0
 
 

@@ -28,8 +28,19 @@ import math
 
 # Hydra flags after which no override check makes sense
 HELP_FLAGS = {"-h", "--help", "--hydra-help", "-i", "--info", "-sc", "--shell-completion"}
-VALUE_FLAGS = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package",
-               "-c", "--cfg", "--experimental-rerun"}
+VALUE_FLAGS = {
+    "-cn",
+    "--config-name",
+    "-cp",
+    "--config-path",
+    "-cd",
+    "--config-dir",
+    "-p",
+    "--package",
+    "-c",
+    "--cfg",
+    "--experimental-rerun",
+}
 MAX_LISTED = 30  # model (22 options) is listed; dataset (47) points to `gpdlm datasets list`
 
 
@@ -107,7 +118,11 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
             if options:
                 choices = _group_values(o)
                 if o.is_sweep_override() and o.is_discrete_sweep() and not choices:
-                    listed = f"choose from: {', '.join(options)}" if len(options) <= MAX_LISTED else f"{len(options)} options"
+                    listed = (
+                        f"choose from: {', '.join(options)}"
+                        if len(options) <= MAX_LISTED
+                        else f"{len(options)} options"
+                    )
                     return f"'{o.input_line}' matches no {key} option ({listed})"
                 for v in choices:
                     if v not in options and v != "null":
@@ -149,12 +164,17 @@ def _sweep_kind(parsed) -> str | None:
     when the command line chooses a sweeper or an experiment preset (which may choose one)."""
     chosen = [o for o in parsed if o.key_or_group.lstrip("+~").startswith(("hydra/sweeper", "experiment"))]
     for o in parsed:
-        if o.is_sweep_override() and not o.is_discrete_sweep() and not chosen and not o.key_or_group.startswith("hydra"):
-            return (f"'{o.input_line}' is a sampled range, which the default sweeper cannot run: sweep a list "
-                    "(a,b / range(0,1,step=0.25) / choice(a,b)) or sample it with hydra/sweeper=optuna")
+        if (
+            o.is_sweep_override()
+            and not o.is_discrete_sweep()
+            and not chosen
+            and not o.key_or_group.startswith("hydra")
+        ):
+            return (
+                f"'{o.input_line}' is a sampled range, which the default sweeper cannot run: sweep a list "
+                "(a,b / range(0,1,step=0.25) / choice(a,b)) or sample it with hydra/sweeper=optuna"
+            )
     return None
-
-
 
 
 MISSING = "__gpdlm_missing__"
@@ -307,8 +327,14 @@ def check_value(key: str, default, value, model: str | None = None, ranges: bool
         return bad("a finite number (no nan or inf)" if isinstance(value, float) else "free of nan and inf")
     limit = NAME_LIMITS.get(key)
     if limit is not None and isinstance(value, str) and len(value) > limit:  # MLflow's own error blamed the store
-        return str(param_error(param, owner, f"at most {limit} characters long (MLflow's limit)",
-                               f"{value[:20]}... ({len(value)} characters)"))
+        return str(
+            param_error(
+                param,
+                owner,
+                f"at most {limit} characters long (MLflow's limit)",
+                f"{value[:20]}... ({len(value)} characters)",
+            )
+        )
     if value is None:  # null switches an option off where a key allows it (trainer.max_iters with max_epochs)
         return None
     if isinstance(default, bool):

@@ -66,13 +66,18 @@ def fault_message(e: BaseException, run_folder: bool = True) -> str | None:
         if e.errno == errno.EISDIR:
             return f"{where} is a directory, not a file; give a file path"
         return f"cannot create or write {where}: {e.strerror or text}; check the path" + (
-            " (hydra.run.dir=...)" if run_folder else "")
+            " (hydra.run.dir=...)" if run_folder else ""
+        )
     if "attempt to write a readonly database" in text or "readonly database" in text:
-        return ("the MLflow store is read-only (its file or folder cannot be written; SQLite needs both); "
-                "open a writable copy, or fix its permissions")
+        return (
+            "the MLflow store is read-only (its file or folder cannot be written; SQLite needs both); "
+            "open a writable copy, or fix its permissions"
+        )
     if "exceeds the maximum length" in text or getattr(e, "error_code", "") == "INVALID_PARAMETER_VALUE":
-        return (f"MLflow refused a value: {text[:300]}; shorten it (tracking.experiment, tracking.run_name and "
-                f"parameter values have MLflow's length limits)")
+        return (
+            f"MLflow refused a value: {text[:300]}; shorten it (tracking.experiment, tracking.run_name and "
+            f"parameter values have MLflow's length limits)"
+        )
     if "database or disk is full" in text:
         return "disk full while writing the MLflow store (mlflow.db); free some space and run again"
     if "database is locked" in text:

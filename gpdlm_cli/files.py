@@ -81,8 +81,10 @@ def verify_sha256(path) -> str | None:
         return None
     digest = sha256_file(path)
     if digest not in expected:
-        raise ChecksumMismatch(f"{path} does not match its recorded SHA-256 (expected {expected[0][:12]}..., got "
-                               f"{digest[:12]}...): altered, corrupted or copied from another run")
+        raise ChecksumMismatch(
+            f"{path} does not match its recorded SHA-256 (expected {expected[0][:12]}..., got "
+            f"{digest[:12]}...): altered, corrupted or copied from another run"
+        )
     return digest
 
 
@@ -161,5 +163,15 @@ def folder_holder(folder) -> str | None:
         return None
 
 
-__all__ = ["ChecksumMismatch", "FolderBusy", "folder_holder", "folder_lock", "remove_stale_temporaries",
-           "sha256_file", "verify_sha256", "write_atomic", "write_bytes_atomic", "write_verified"]
+__all__ = [
+    "ChecksumMismatch",
+    "FolderBusy",
+    "folder_holder",
+    "folder_lock",
+    "remove_stale_temporaries",
+    "sha256_file",
+    "verify_sha256",
+    "write_atomic",
+    "write_bytes_atomic",
+    "write_verified",
+]

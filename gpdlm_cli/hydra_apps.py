@@ -99,19 +99,32 @@ def run_job(cfg: DictConfig, runner, run_name=None):
 
         OmegaConf.update(cfg, "tracking.run_name", run_name(cfg, context.get("swept", [])), merge=False)
     try:
-        if cfg.get("sweep", {}).get("warm_start", False) and "BasicLauncher" not in str(hc.launcher.get("_target_", "")):
-            raise ConfigError("sweep.warm_start=true passes each beta's end state to the next job in the same process: "
-                              "use the default launcher (drop hydra/launcher=...) or set sweep.warm_start=false")
+        if cfg.get("sweep", {}).get("warm_start", False) and "BasicLauncher" not in str(
+            hc.launcher.get("_target_", "")
+        ):
+            raise ConfigError(
+                "sweep.warm_start=true passes each beta's end state to the next job in the same process: "
+                "use the default launcher (drop hydra/launcher=...) or set sweep.warm_start=false"
+            )
         if cfg.get("sweep", {}).get("batched", False):
             if "BasicLauncher" not in str(hc.launcher.get("_target_", "")):
-                raise ConfigError("sweep.batched=true trains the jobs of one shape together in one process: "
-                                  "use the default launcher (drop hydra/launcher=...) or set sweep.batched=false")
+                raise ConfigError(
+                    "sweep.batched=true trains the jobs of one shape together in one process: "
+                    "use the default launcher (drop hydra/launcher=...) or set sweep.batched=false"
+                )
             if cfg.sweep.get("warm_start", False):
-                raise ConfigError("sweep.batched=true and sweep.warm_start=true exclude each other (a batch starts every "
-                                  "member from its own initialisation): set one of them to false")
+                raise ConfigError(
+                    "sweep.batched=true and sweep.warm_start=true exclude each other (a batch starts every "
+                    "member from its own initialisation): set one of them to false"
+                )
         build.configure_threads(threads_setting(cfg.get("threads", "auto"), parallel_jobs(hc)))
-        metrics = runner(cfg, hc.runtime.output_dir, overrides=overrides,
-                         parent_run_id=context.get("parent_run_id"), skip_finished=cfg.sweep.skip_finished)
+        metrics = runner(
+            cfg,
+            hc.runtime.output_dir,
+            overrides=overrides,
+            parent_run_id=context.get("parent_run_id"),
+            skip_finished=cfg.sweep.skip_finished,
+        )
     except Exception as e:  # a job failure is reported, never raised into the sweep
         from .exceptions import fault_message
 

@@ -39,8 +39,17 @@ def require_int(node, key: str, owner: str, low: int = 1) -> None:
         raise param_error(key, owner, f"an integer >= {low}", v)
 
 
-def require_float(node, key: str, owner: str, lo: float = 0.0, hi: float = math.inf, *,
-                  lo_open: bool = True, hi_open: bool = True, allowed: str | None = None) -> None:
+def require_float(
+    node,
+    key: str,
+    owner: str,
+    lo: float = 0.0,
+    hi: float = math.inf,
+    *,
+    lo_open: bool = True,
+    hi_open: bool = True,
+    allowed: str | None = None,
+) -> None:
     """``node[key]`` must be a number in the interval from ``lo`` to ``hi`` (open ends by default:
     a finite float in (0, inf)); ``allowed`` overrides the message's description of the interval."""
     v = node[key]

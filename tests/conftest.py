@@ -22,7 +22,9 @@ def _private_data_cache(tmp_path_factory):
     os.environ["GPDLM_DATA"] = str(tmp_path_factory.mktemp("gpdlm_data"))
     # the byte-exact mirror of the registry's GitHub-hosted files beside the checkout (../shared):
     # tests and the gpdlm subprocesses they start fetch real UCI data from it, offline
-    os.environ.setdefault("GPDLM_DATA_MIRROR", str(Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "mirror"))
+    os.environ.setdefault(
+        "GPDLM_DATA_MIRROR", str(Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "mirror")
+    )
     yield
     if old is None:
         os.environ.pop("GPDLM_DATA", None)
@@ -32,9 +34,12 @@ def _private_data_cache(tmp_path_factory):
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--device", default=None, choices=("cpu", "cuda", "auto"),
+        "--device",
+        default=None,
+        choices=("cpu", "cuda", "auto"),
         help="gpdlm's default device for every run the tests start (composed configs and `gpdlm` "
-             "subprocesses, through GPDLM_DEVICE): `pytest --device=cuda` trains the suite on CUDA")
+        "subprocesses, through GPDLM_DEVICE): `pytest --device=cuda` trains the suite on CUDA",
+    )
 
 
 def pytest_configure(config):
@@ -115,8 +120,15 @@ def gpdlm_subprocess(args, cwd, *, env=None, timeout=None, runner=None, **kwargs
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     if runner is not None:
         return runner([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, env=env, **kwargs)
-    return subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=timeout, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "gpdlm_cli.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        **kwargs,
+    )
 
 
 @dataclasses.dataclass

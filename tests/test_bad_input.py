@@ -31,8 +31,16 @@ CONF = Path(cli.__file__).resolve().parent / "conf"
 GROUPS = ("model", "kernel", "likelihood", "estimator", "features", "dataset", "trainer", "tracking")
 SKIP_PREFIXES = ("hydra",)
 # keys whose values are free text or names looked up elsewhere: any string is a value
-FREE_TEXT = {"tracking.experiment", "tracking.run_name", "tracking.uri", "dataset.path", "dataset.target",
-             "dataset.sep", "dataset.planes_path", "sweep.cache_dir"}
+FREE_TEXT = {
+    "tracking.experiment",
+    "tracking.run_name",
+    "tracking.uri",
+    "dataset.path",
+    "dataset.target",
+    "dataset.sep",
+    "dataset.planes_path",
+    "sweep.cache_dir",
+}
 
 
 # keys that name one of the run's metrics (checked against those the run computes, before training)
@@ -96,8 +104,16 @@ def cases():
         for value in bad_values(key, default):
             marks = [pytest.mark.xfail(reason=KNOWN_GAPS[key, value], run=False)] if (key, value) in KNOWN_GAPS else []
             args = (*groups, *extra)
-            out.append(pytest.param(command, args, key, value, marks=marks,
-                                    id=f"{command} {' '.join(args) + ' ' if args else ''}{key}={value}"))
+            out.append(
+                pytest.param(
+                    command,
+                    args,
+                    key,
+                    value,
+                    marks=marks,
+                    id=f"{command} {' '.join(args) + ' ' if args else ''}{key}={value}",
+                )
+            )
     return out
 
 
@@ -122,8 +138,15 @@ def assert_rejected(rc, lines, cwd: Path):
 @pytest.mark.parametrize("command,groups,key,value", CASES)
 def test_bad_value_is_one_line_and_leaves_nothing(command, groups, key, value, tmp_path, capsys):
     budget = [] if key == "trainer.max_iters" else BUDGET
-    argv = [command, *groups, *budget, f"{key}={value}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "progress=false",
-            f"hydra.run.dir={tmp_path}/run"]
+    argv = [
+        command,
+        *groups,
+        *budget,
+        f"{key}={value}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        "progress=false",
+        f"hydra.run.dir={tmp_path}/run",
+    ]
     rc, lines = run_cli(argv, tmp_path, capsys)
     assert_rejected(rc, lines, tmp_path)
 
@@ -142,9 +165,15 @@ PROBED = {  # id in the probe -> (overrides, the start of the one line)
     "b19": (["seed=abc"], "the 'seed' parameter of gpdlm must be an integer"),
     "c06": (["dataset=csv", "dataset.target=y", "{csv}"], "dataset 'csv' ("),
     "t01": (["tracking.uri=http://127.0.0.1:1"], "the MLflow tracking server http://127.0.0.1:1 cannot be reached"),
-    "t02": (["tracking.uri=sqlite:////proc/gpdlm/mlflow.db"], "tracking.uri=sqlite:////proc/gpdlm/mlflow.db: the folder"),
+    "t02": (
+        ["tracking.uri=sqlite:////proc/gpdlm/mlflow.db"],
+        "tracking.uri=sqlite:////proc/gpdlm/mlflow.db: the folder",
+    ),
     # issue 45: a 600-character experiment name (MLflow's limit is 500) said "check tracking.uri", after the folder
-    "n45": (["tracking.experiment=" + "e" * 600], "the 'experiment' parameter of tracking must be at most 500 characters"),
+    "n45": (
+        ["tracking.experiment=" + "e" * 600],
+        "the 'experiment' parameter of tracking must be at most 500 characters",
+    ),
 }
 
 
@@ -154,7 +183,9 @@ def test_the_probes_bad_inputs_leave_no_outputs_folder(probe, tmp_path, capsys):
     f_e, a locked store, is in tests/commands/test_faults.py)."""
     overrides, start = PROBED[probe]
     overrides = [_inf_csv(tmp_path) if o == "{csv}" else o for o in overrides]
-    tracking = [] if any(o.startswith("tracking.uri") for o in overrides) else [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    tracking = (
+        [] if any(o.startswith("tracking.uri") for o in overrides) else [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    )
     rc, lines = run_cli(["train", *BUDGET, "threads=1", "progress=false", *overrides, *tracking], tmp_path, capsys)
     assert_rejected(rc, lines, tmp_path)
     assert lines[0].startswith("gpdlm: error: " + start), lines
@@ -166,8 +197,19 @@ def test_the_probes_bad_inputs_leave_no_outputs_folder(probe, tmp_path, capsys):
 def test_a_non_finite_csv_cell_from_the_command_line(tmp_path):
     """The one subprocess case of bad input: `gpdlm train dataset=csv ...` with an inf cell (43 lines
     before) exits 2 with one line as a shell sees it, and leaves no run folder and no MLflow run."""
-    proc = gpdlm_subprocess(["train", "dataset=csv", "dataset.target=y", _inf_csv(tmp_path), *BUDGET, "threads=1",
-                             "progress=false", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], tmp_path)
+    proc = gpdlm_subprocess(
+        [
+            "train",
+            "dataset=csv",
+            "dataset.target=y",
+            _inf_csv(tmp_path),
+            *BUDGET,
+            "threads=1",
+            "progress=false",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        ],
+        tmp_path,
+    )
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2, lines
     assert_rejected(proc.returncode, lines, tmp_path)

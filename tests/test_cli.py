@@ -38,9 +38,18 @@ BAD = [
     (["model.num_inducing=5000"], "an integer in [1, n_train=690]; got 5000"),
     (["trainer.lr=0"], "the 'lr' parameter of trainer"),
     (["trainer.batch_size=0"], "the 'batch_size' parameter of trainer"),
-    (["dataset=doctor_visits", "estimator=exact"], "estimator=exact has no closed form of log E_q[p(y|f)] for likelihood=poisson_exp"),
-    (["likelihood=probit"], "likelihood=probit is for classification targets but dataset=concrete is a regression dataset"),
-    (["model=sgpr", "likelihood=probit", "dataset=breast_cancer"], "model=sgpr is defined for likelihood=gaussian only"),
+    (
+        ["dataset=doctor_visits", "estimator=exact"],
+        "estimator=exact has no closed form of log E_q[p(y|f)] for likelihood=poisson_exp",
+    ),
+    (
+        ["likelihood=probit"],
+        "likelihood=probit is for classification targets but dataset=concrete is a regression dataset",
+    ),
+    (
+        ["model=sgpr", "likelihood=probit", "dataset=breast_cancer"],
+        "model=sgpr is defined for likelihood=gaussian only",
+    ),
     (["model=exact", "model.max_train=100"], "model=exact refuses n_train=690"),
 ]
 
@@ -59,8 +68,9 @@ def assert_bad_input_left_nothing(rc, stderr_lines, message, cwd):
 def test_bad_input_fails_before_any_run(tmp_path, capsys, overrides, message):
     """`gpdlm train <bad>` in this process (cli.main, from tmp_path); the exit status a shell sees from
     a subprocess is checked once, in test_bad_input.test_a_non_finite_csv_cell_from_the_command_line."""
-    rc, lines = run_cli(["train", *overrides, f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "progress=false"],
-                        tmp_path, capsys)
+    rc, lines = run_cli(
+        ["train", *overrides, f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "progress=false"], tmp_path, capsys
+    )
     assert_bad_input_left_nothing(rc, lines, message, tmp_path)
 
 
@@ -78,13 +88,19 @@ def test_unknown_config_option_is_one_line_with_the_closest_names(tmp_path, caps
     assert not (tmp_path / "outputs").exists()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["dataset=concret"], "unknown dataset 'concret'; did you mean 'concrete'? ({n_datasets} options; `gpdlm datasets list` shows them)"),
-    (["-m", "model=dlm,nosuch"], "unknown model 'nosuch' (choose from: {models})"),
-    (["objective.betta=1"], "unknown config key 'objective.betta'; did you mean 'objective.beta'"),
-    (["-m", "trainer.lrr=interval(0.001,0.1)"], "unknown config key 'trainer.lrr'; did you mean 'trainer.lr'"),
-    (["hydra/launcher=jobib"], "unknown hydra/launcher 'jobib'; did you mean 'joblib'?"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["dataset=concret"],
+            "unknown dataset 'concret'; did you mean 'concrete'? ({n_datasets} options; `gpdlm datasets list` shows them)",
+        ),
+        (["-m", "model=dlm,nosuch"], "unknown model 'nosuch' (choose from: {models})"),
+        (["objective.betta=1"], "unknown config key 'objective.betta'; did you mean 'objective.beta'"),
+        (["-m", "trainer.lrr=interval(0.001,0.1)"], "unknown config key 'trainer.lrr'; did you mean 'trainer.lr'"),
+        (["hydra/launcher=jobib"], "unknown hydra/launcher 'jobib'; did you mean 'joblib'?"),
+    ],
+)
 def test_unknown_options_and_keys_are_named_before_hydra_runs(args, message):
     from gpdlm_cli.config_check import check_overrides
 
@@ -95,9 +111,22 @@ def test_unknown_options_and_keys_are_named_before_hydra_runs(args, message):
 def test_valid_overrides_pass_the_check():
     from gpdlm_cli.config_check import check_overrides
 
-    assert check_overrides(["-m", "model=dlm,svgp", "objective.beta=tag(log, interval(0.01, 10))", "seed=range(3)",
-                            "+experiment=beta_curve_smoke", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                            "+new.key=1", "dataset.split.train_size=100"]) is None
+    assert (
+        check_overrides(
+            [
+                "-m",
+                "model=dlm,svgp",
+                "objective.beta=tag(log, interval(0.01, 10))",
+                "seed=range(3)",
+                "+experiment=beta_curve_smoke",
+                "hydra/launcher=joblib",
+                "hydra.launcher.n_jobs=2",
+                "+new.key=1",
+                "dataset.split.train_size=100",
+            ]
+        )
+        is None
+    )
     assert check_overrides(["--help"]) is None
 
 
@@ -118,12 +147,15 @@ def test_shell_completion_goes_through_the_dispatcher(monkeypatch, capsys):
     assert {"model=svgp", "model=sgpr", "model=scgd"} <= set(options) and "model=dlm" not in options
 
 
-@pytest.mark.parametrize("override,jobs", [
-    ("model=glob(sv*)", ["model=svbssgp", "model=svgp"]),
-    ("seed=range(0,3)", ["seed=0", "seed=1", "seed=2"]),
-    ("seed=choice(4,5)", ["seed=4", "seed=5"]),
-    ("seed=sort(2,1)", ["seed=1", "seed=2"]),
-])
+@pytest.mark.parametrize(
+    "override,jobs",
+    [
+        ("model=glob(sv*)", ["model=svbssgp", "model=svgp"]),
+        ("seed=range(0,3)", ["seed=0", "seed=1", "seed=2"]),
+        ("seed=choice(4,5)", ["seed=4", "seed=5"]),
+        ("seed=sort(2,1)", ["seed=1", "seed=2"]),
+    ],
+)
 def test_hydra_sweep_grammar_is_checked_and_expanded(override, jobs):
     """Hydra's sweep functions pass the check and expand to their jobs (glob needs the config loader:
     it once ended in 'ConfigLoader is not set')."""
@@ -134,10 +166,16 @@ def test_hydra_sweep_grammar_is_checked_and_expanded(override, jobs):
     assert [j[0] for j in job_overrides([override])[0]] == jobs
 
 
-@pytest.mark.parametrize("override,message", [
-    ("model=glob(nosuch*)", "'model=glob(nosuch*)' matches no model option (choose from: "),
-    ("objective.beta=interval(0,1)", "'objective.beta=interval(0,1)' is a sampled range, which the default sweeper"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("model=glob(nosuch*)", "'model=glob(nosuch*)' matches no model option (choose from: "),
+        (
+            "objective.beta=interval(0,1)",
+            "'objective.beta=interval(0,1)' is a sampled range, which the default sweeper",
+        ),
+    ],
+)
 def test_a_sweep_the_sweeper_cannot_run_is_one_line(tmp_path, capsys, override, message):
     rc, lines = run_cli(["train", "-m", override], tmp_path, capsys)
     assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"gpdlm: error: {message}")
@@ -160,11 +198,19 @@ def test_a_training_command_says_it_started_before_the_slow_imports(tmp_path, ca
 
     monkeypatch.setattr(importlib, "import_module", spy)
     run_cli(["resume", str(tmp_path)], tmp_path, capsys)
-    assert printed["gpdlm_cli.commands.evaluate"] == "gpdlm resume: starting a run (loading torch, the config and the data)...\n"
+    assert (
+        printed["gpdlm_cli.commands.evaluate"]
+        == "gpdlm resume: starting a run (loading torch, the config and the data)...\n"
+    )
     monkeypatch.setattr(importlib, "import_module", real)
     rc, err = run_cli(["train", "-m", "objective.betta=1"], tmp_path, capsys)
     assert rc == 2 and err[0].startswith("gpdlm: error: unknown config key")
-    for argv in (["train", "--cfg", "job"], ["train", "-m", "seed=0,1", "--dry-run"], ["train", "--help"], ["runs", "--help"]):
+    for argv in (
+        ["train", "--cfg", "job"],
+        ["train", "-m", "seed=0,1", "--dry-run"],
+        ["train", "--help"],
+        ["runs", "--help"],
+    ):
         try:
             cli.main(argv)
         except SystemExit:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,9 @@ from gpdlm_cli import build
 from .conftest import compose
 
 CONF = Path(build.__file__).resolve().parent / "conf"
-GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and not p.name.startswith("_") and p.name != "experiment")  # presets: test_sweeps
+GROUPS = sorted(
+    p.name for p in CONF.iterdir() if p.is_dir() and not p.name.startswith("_") and p.name != "experiment"
+)  # presets: test_sweeps
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
 
 
@@ -46,7 +47,12 @@ def test_defaults_are_the_documented_public_interface():
     cfg = compose([])
     assert cfg.model.name == "dlm" and cfg.model.variant == "joint" and cfg.model.num_inducing == 100
     assert cfg.likelihood.name == "gaussian" and cfg.estimator.name == "auto"
-    assert cfg.objective.beta == 1.0 and cfg.seed == 0 and cfg.device == os.environ.get("GPDLM_DEVICE", "auto") and cfg.dtype == "float64"
+    assert (
+        cfg.objective.beta == 1.0
+        and cfg.seed == 0
+        and cfg.device == os.environ.get("GPDLM_DEVICE", "auto")
+        and cfg.dtype == "float64"
+    )
     assert cfg.trainer.lr is None and cfg.trainer.batch_size is None and cfg.trainer.stop_tol == 1e-4
     assert cfg.tracking.uri is None and cfg.tracking.experiment == "gpdlm"
     build.validate_config(cfg)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -42,7 +42,7 @@ FILES = markdown_files()
 _MD = MarkdownIt("commonmark").enable("table")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tokens(path: Path):
     return _MD.parse(path.read_text(encoding="utf-8"))
 
@@ -54,7 +54,7 @@ def slug(text: str) -> str:
     return text.replace(" ", "-")
 
 
-@lru_cache(maxsize=None)
+@cache
 def anchors(path: Path) -> frozenset[str]:
     """The anchors a Markdown file defines: its headings' slugs (repeats numbered -1, -2, ... as GitHub
     does) and explicit HTML ids / names."""
@@ -114,17 +114,30 @@ def fence_problems(path: Path) -> list[str]:
         if tok.info.strip().lower() not in ("markdown", "md"):
             for j, line in enumerate(tok.content.splitlines()):
                 if re.match(r"^#{2,6} \S", line):
-                    problems.append(f"line {start + 2 + j}: a heading inside a code block ({line.strip()!r}): "
-                                    "fences paired wrongly?")
+                    problems.append(
+                        f"line {start + 2 + j}: a heading inside a code block ({line.strip()!r}): "
+                        "fences paired wrongly?"
+                    )
                     break
     return problems
 
 
 def test_the_project_has_its_markdown_pages():
     names = {p.relative_to(ROOT).as_posix() for p in FILES}
-    for required in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md", "docs/configuration.md", "docs/performance.md",
-                     "docs/dlm.md", "docs/sweeps.md", "docs/results-and-reports.md", "docs/saved-models.md",
-                     "docs/training.md", "docs/results/README.md", "datasets/README.md"):
+    for required in (
+        "README.md",
+        "CONTRIBUTING.md",
+        "CHANGELOG.md",
+        "docs/configuration.md",
+        "docs/performance.md",
+        "docs/dlm.md",
+        "docs/sweeps.md",
+        "docs/results-and-reports.md",
+        "docs/saved-models.md",
+        "docs/training.md",
+        "docs/results/README.md",
+        "datasets/README.md",
+    ):
         assert required in names
 
 
@@ -144,8 +157,10 @@ def test_the_checks_catch_what_they_claim(tmp_path):
     page.write_text("# T\n\n## Tests\n\nmake test\n```\n\n## Layout\n\n```\ncode\n```\n\n## After\n\ntext\n")
     problems = fence_problems(page)
     assert any("never closed" in p for p in problems) and any("'## Layout'" in p for p in problems)
-    page.write_text("# T\n\n## Good one\n\n```bash\n# a comment\n```\n\n[a](#good-one) [b](#nope) [c](missing.md)"
-                    " [d](page.md#t) [e](https://example.org/x)\n")
+    page.write_text(
+        "# T\n\n## Good one\n\n```bash\n# a comment\n```\n\n[a](#good-one) [b](#nope) [c](missing.md)"
+        " [d](page.md#t) [e](https://example.org/x)\n"
+    )
     _tokens.cache_clear()
     anchors.cache_clear()
     assert fence_problems(page) == []
@@ -154,25 +169,41 @@ def test_the_checks_catch_what_they_claim(tmp_path):
 
 def test_slugs_follow_github():
     assert slug("Checkpoints and `gpdlm resume`") == "checkpoints-and-gpdlm-resume"
-    assert slug("Do the papers' headline results hold? (measured here, reduced)") == \
-        "do-the-papers-headline-results-hold-measured-here-reduced"
-    assert slug("DTC++ and PIC++: the inducing-input baselines (Table 1)") == \
-        "dtc-and-pic-the-inducing-input-baselines-table-1"
+    assert (
+        slug("Do the papers' headline results hold? (measured here, reduced)")
+        == "do-the-papers-headline-results-hold-measured-here-reduced"
+    )
+    assert (
+        slug("DTC++ and PIC++: the inducing-input baselines (Table 1)")
+        == "dtc-and-pic-the-inducing-input-baselines-table-1"
+    )
 
 
 def test_the_readme_is_a_manual():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 300
-    for page in ("docs/configuration.md", "docs/performance.md", "CONTRIBUTING.md", "docs/results/README.md",
-                 "docs/reliability.md", "LICENSE", "CITATION.cff"):
+    for page in (
+        "docs/configuration.md",
+        "docs/performance.md",
+        "CONTRIBUTING.md",
+        "docs/results/README.md",
+        "docs/reliability.md",
+        "LICENSE",
+        "CITATION.cff",
+    ):
         assert page in readme, page
 
 
 @pytest.mark.slow
 def test_configuration_page_is_generated_from_the_configs():
     """docs/configuration.md == `python tools/config_docs.py`'s output (composes every config option, ~8 s)."""
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "config_docs.py"), "--check"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "config_docs.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -196,9 +227,13 @@ def _config_docs():
 
 def test_config_docs_defaults_come_from_the_options_and_unknown_keys_are_refused():
     cd = _config_docs()
-    groups = {"model": {"dlm": {"model.variant": "joint", "model.jitter": 1e-6},
-                        "dlm_fixed": {"model.variant": "fixed", "model.jitter": 1e-6},
-                        "ssgp": {"model.num_frequencies": 20}}}
+    groups = {
+        "model": {
+            "dlm": {"model.variant": "joint", "model.jitter": 1e-6},
+            "dlm_fixed": {"model.variant": "fixed", "model.jitter": 1e-6},
+            "ssgp": {"model.num_frequencies": 20},
+        }
+    }
     choices = {"model": "dlm"}
     top = {"seed": 0}
     assert cd.default_of("model", choices, top, groups, {}) == "`dlm`"

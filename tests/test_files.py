@@ -8,8 +8,17 @@ import sys
 
 import pytest
 
-from gpdlm_cli.files import (ChecksumMismatch, FolderBusy, folder_holder, folder_lock, remove_stale_temporaries,
-                             sidecar, verify_sha256, write_bytes_atomic, write_verified)
+from gpdlm_cli.files import (
+    ChecksumMismatch,
+    FolderBusy,
+    folder_holder,
+    folder_lock,
+    remove_stale_temporaries,
+    sidecar,
+    verify_sha256,
+    write_bytes_atomic,
+    write_verified,
+)
 
 
 def test_a_verified_file_checks_its_bytes_and_survives_a_kill_between_its_two_writes(tmp_path):
@@ -61,8 +70,17 @@ def test_a_second_train_into_a_busy_folder_is_one_line(tmp_path):
 
     from .conftest import compose
 
-    cfg = compose(["dataset=diabetes", "model.num_inducing=8", "dataset.split.train_size=60", "trainer.max_iters=2",
-                   "progress=false", "threads=1", "tracking.enabled=false"])
+    cfg = compose(
+        [
+            "dataset=diabetes",
+            "model.num_inducing=8",
+            "dataset.split.train_size=60",
+            "trainer.max_iters=2",
+            "progress=false",
+            "threads=1",
+            "tracking.enabled=false",
+        ]
+    )
     with folder_lock(tmp_path):
         with pytest.raises(GpdlmError, match=rf"another gpdlm process \(pid {os.getpid()}\) is training into"):
             run_train(cfg, tmp_path, tracker=NullTracker())
@@ -78,13 +96,21 @@ def test_a_worker_exits_when_the_process_that_started_it_is_killed(tmp_path):
 
     import psutil
 
-    child = ("import time; from gpdlm_cli.tracking.signals import exit_with_parent\n"
-             "exit_with_parent(poll_s=0.1, grace_s=5); time.sleep(120)\n")
-    parent = ("import subprocess, sys, time\n"
-              f"p = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
-              "print(p.pid, flush=True); time.sleep(120)\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(__import__('pathlib').Path(__file__).parents[1])]
-                                                     + [os.environ.get("PYTHONPATH", "")]))
+    child = (
+        "import time; from gpdlm_cli.tracking.signals import exit_with_parent\n"
+        "exit_with_parent(poll_s=0.1, grace_s=5); time.sleep(120)\n"
+    )
+    parent = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+        "print(p.pid, flush=True); time.sleep(120)\n"
+    )
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(__import__("pathlib").Path(__file__).parents[1])] + [os.environ.get("PYTHONPATH", "")]
+        ),
+    )
     proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True, env=env)
     worker = int(proc.stdout.readline())
     time.sleep(1.5)  # the worker has started watching

@@ -152,7 +152,7 @@ def a_cycle(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
         nxt = sorted(w for w in graph[path[-1]] if w in inside)
         back = [w for w in nxt if w in seen]
         if back:
-            return path[path.index(back[0]):] + [back[0]]
+            return path[path.index(back[0]) :] + [back[0]]
         fresh = [w for w in nxt if w not in seen]
         path.append(fresh[0])
         seen.add(fresh[0])
@@ -160,7 +160,7 @@ def a_cycle(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
 
 def layer_of(module: str) -> int:
     """The layer of the longest ``LAYERS`` entry that ``module`` (below gpdlm_cli) starts with."""
-    rel = module[len(ROOT) + 1:] if module != ROOT else ""
+    rel = module[len(ROOT) + 1 :] if module != ROOT else ""
     best, best_len = None, -1
     for i, names in enumerate(LAYERS):
         for name in names:
@@ -196,8 +196,12 @@ def test_no_module_imports_from_a_layer_above_it():
     graph = import_graph()
     for mod in graph:
         layer_of(mod)  # every module has a layer
-    upward = sorted((m, t) for m, ts in graph.items() for t in ts
-                    if layer_of(t) > layer_of(m) and (m, t) not in PENDING_COMMANDS_UPWARD)
+    upward = sorted(
+        (m, t)
+        for m, ts in graph.items()
+        for t in ts
+        if layer_of(t) > layer_of(m) and (m, t) not in PENDING_COMMANDS_UPWARD
+    )
     report = "\n".join(f"  {m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})" for m, t in upward)
     assert not upward, f"imports from a layer above:\n{report}"
 

@@ -41,8 +41,9 @@ def test_citation_cff_is_valid_cff_1_2_0():
 
 
 def _make(*args, **kw):
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=60, **kw)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=REPO, capture_output=True, text=True, timeout=60, **kw
+    )
 
 
 @pytest.mark.slow

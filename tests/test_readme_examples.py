@@ -126,10 +126,19 @@ def test_the_small_study_block_runs_as_pasted(tmp_path):
 
     commands = [c for c in STUDY if _kind(c) == "study" or c[:1] == ["train"]]
     assert commands[0][:3] == ["train", "-m", "+experiment=regression_logloss_smoke"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-               MPLBACKEND="Agg")
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(STUDY_SCRIPT), json.dumps(commands)], cwd=tmp_path,
-                          capture_output=True, text=True, env=env, timeout=600)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+        MPLBACKEND="Agg",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(STUDY_SCRIPT), json.dumps(commands)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     ran = [ln for ln in done.stdout.splitlines() if ln.startswith("README-EXAMPLE")]
     assert done.returncode == 0, (ran, done.stderr[-3000:])
     assert len(ran) == len(commands) and all(ln.split()[1] == "0" for ln in ran)

@@ -12,25 +12,30 @@ import pytest
 from gpdlm_cli import cli, runtime
 
 
-@pytest.mark.parametrize("cores,jobs,busy,expected", [
-    (2, 1, 0.0, 2),    # quiet: all cores
-    (2, 1, 0.3, 2),    # background noise
-    (2, 1, 0.7, 1),    # one core mostly taken
-    (2, 1, 2.0, 1),    # busy machine: one thread, never zero
-    (2, 2, 0.0, 1),    # two parallel jobs share the cores
-    (8, 1, 1.6, 6),
-    (8, 2, 0.0, 4),
-    (8, 2, 6.0, 2),
-])
+@pytest.mark.parametrize(
+    "cores,jobs,busy,expected",
+    [
+        (2, 1, 0.0, 2),  # quiet: all cores
+        (2, 1, 0.3, 2),  # background noise
+        (2, 1, 0.7, 1),  # one core mostly taken
+        (2, 1, 2.0, 1),  # busy machine: one thread, never zero
+        (2, 2, 0.0, 1),  # two parallel jobs share the cores
+        (8, 1, 1.6, 6),
+        (8, 2, 0.0, 4),
+        (8, 2, 6.0, 2),
+    ],
+)
 def test_auto_threads_takes_the_free_share_of_the_cores(cores, jobs, busy, expected):
     assert runtime.auto_threads(jobs, busy=busy, cores=cores) == expected
 
 
 def test_cpu_times_reads_the_allowed_cpus_of_proc_stat():
-    text = ("cpu  100 0 50 800 50 0 0 0 0 0\n"
-            "cpu0 60 0 20 300 20 0 0 0 0 0\n"
-            "cpu1 40 0 30 500 30 0 0 0 0 0\n"
-            "intr 12345\nctxt 99\n")
+    text = (
+        "cpu  100 0 50 800 50 0 0 0 0 0\n"
+        "cpu0 60 0 20 300 20 0 0 0 0 0\n"
+        "cpu1 40 0 30 500 30 0 0 0 0 0\n"
+        "intr 12345\nctxt 99\n"
+    )
     # cpu0: user+nice+system+irq+softirq+steal = 80 busy of 400; cpu1: 70 of 600
     assert runtime._cpu_times({0}, text) == (80.0, 400.0)
     assert runtime._cpu_times({0, 1}, text) == (150.0, 1000.0)

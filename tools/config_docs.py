@@ -49,7 +49,7 @@ def _compose(overrides: list[str]):
     return compose(config_name="config", overrides=overrides, return_hydra_config=True)
 
 
-def _flatten(node, prefix: str) -> "OrderedDict[str, object]":
+def _flatten(node, prefix: str) -> OrderedDict[str, object]:
     from omegaconf import DictConfig, OmegaConf
 
     out: OrderedDict[str, object] = OrderedDict()
@@ -60,7 +60,9 @@ def _flatten(node, prefix: str) -> "OrderedDict[str, object]":
             if isinstance(child, DictConfig) and len(child) > 0:
                 out.update(_flatten(child, name))
             else:
-                value = OmegaConf.to_container(child, resolve=False) if isinstance(child, DictConfig) else child._value()
+                value = (
+                    OmegaConf.to_container(child, resolve=False) if isinstance(child, DictConfig) else child._value()
+                )
                 out[name] = value
     return out
 
@@ -107,7 +109,11 @@ def _comments(path: Path) -> dict[str, str]:
             stack.pop()
         dotted = ".".join([k for _, k in stack] + [key])
         stack.append((indent, key))
-        comment = rest.split(" #", 1)[1].strip() if " #" in rest else (rest.strip()[1:].strip() if rest.strip().startswith("#") else "")
+        comment = (
+            rest.split(" #", 1)[1].strip()
+            if " #" in rest
+            else (rest.strip()[1:].strip() if rest.strip().startswith("#") else "")
+        )
         if comment:
             out[dotted] = comment
             last = dotted
@@ -154,7 +160,7 @@ def collect():
     return choices, top, groups, dataset
 
 
-def _flatten_plain(node: dict, prefix: str) -> "OrderedDict[str, object]":
+def _flatten_plain(node: dict, prefix: str) -> OrderedDict[str, object]:
     out: OrderedDict[str, object] = OrderedDict()
     for key, value in node.items():
         name = f"{prefix}.{key}"
@@ -165,7 +171,7 @@ def _flatten_plain(node: dict, prefix: str) -> "OrderedDict[str, object]":
     return out
 
 
-def _values_by_option(groups, key: str) -> "OrderedDict[str, list[str]]":
+def _values_by_option(groups, key: str) -> OrderedDict[str, list[str]]:
     group = key.split(".", 1)[0]
     by_value: OrderedDict[str, list[str]] = OrderedDict()
     for option, flat in groups.get(group, {}).items():
@@ -252,14 +258,26 @@ def render() -> str:
     if missing:
         raise SystemExit(f"tools/config_keys.yaml names keys no composed config has: {', '.join(missing)}")
 
-    lines.extend(["## Options of each config group", "",
-                  "Each table is the group's subtree as `gpdlm train <group>=<option>` composes it; the comment is the",
-                  "one in the option's YAML file (`gpdlm_cli/conf/<group>/<option>.yaml`).", ""])
+    lines.extend(
+        [
+            "## Options of each config group",
+            "",
+            "Each table is the group's subtree as `gpdlm train <group>=<option>` composes it; the comment is the",
+            "one in the option's YAML file (`gpdlm_cli/conf/<group>/<option>.yaml`).",
+            "",
+        ]
+    )
     for group in GROUPS:
         if group == "dataset":
             continue
-        lines.extend([f"### {group}", "", f"Default: `{group}={choices[group]}`. Options: "
-                      + ", ".join(f"`{o}`" for o in groups[group]) + ".", ""])
+        lines.extend(
+            [
+                f"### {group}",
+                "",
+                f"Default: `{group}={choices[group]}`. Options: " + ", ".join(f"`{o}`" for o in groups[group]) + ".",
+                "",
+            ]
+        )
         group_comments: dict[str, str] = {}
         for path in sorted((CONF / group).glob("*.yaml")):
             for k, c in _comments(path).items():
@@ -284,19 +302,33 @@ def render() -> str:
         lines.append(f"| `{key}` | {_cell(_fmt(value))} | {_cell(top_comments.get(key, ''))} |")
     lines.append("")
 
-    lines.extend(["## Experiment presets", "",
-                  "`gpdlm train -m +experiment=<preset>` (or `gpdlm sweep beta +experiment=<preset>`); the studies they",
-                  "run are described in [sweeps.md](sweeps.md#experiment-presets-the-four-papers-studies). "
-                  "Files starting with `_` are shared parts, not presets.", "",
-                  "| preset | header of its file |", "|---|---|"])
+    lines.extend(
+        [
+            "## Experiment presets",
+            "",
+            "`gpdlm train -m +experiment=<preset>` (or `gpdlm sweep beta +experiment=<preset>`); the studies they",
+            "run are described in [sweeps.md](sweeps.md#experiment-presets-the-four-papers-studies). "
+            "Files starting with `_` are shared parts, not presets.",
+            "",
+            "| preset | header of its file |",
+            "|---|---|",
+        ]
+    )
     for path in sorted((CONF / "experiment").glob("*.yaml")):
         if not path.stem.startswith("_"):
             lines.append(f"| `{path.stem}` | {_cell(_header(path))} |")
     lines.append("")
-    lines.extend(["## Datasets", "",
-                  f"`dataset=<name>` (default `{choices['dataset']}`); `gpdlm datasets list` and `gpdlm datasets info NAME`",
-                  "describe them, [datasets/README.md](../datasets/README.md) gives the protocols. The default dataset's keys:", "",
-                  "| key | value | comment |", "|---|---|---|"])
+    lines.extend(
+        [
+            "## Datasets",
+            "",
+            f"`dataset=<name>` (default `{choices['dataset']}`); `gpdlm datasets list` and `gpdlm datasets info NAME`",
+            "describe them, [datasets/README.md](../datasets/README.md) gives the protocols. The default dataset's keys:",
+            "",
+            "| key | value | comment |",
+            "|---|---|---|",
+        ]
+    )
     ds_comments = _comments(CONF / "dataset" / f"{choices['dataset']}.yaml")
     for key, value in dataset.items():
         rel = key.split(".", 1)[1]

@@ -54,8 +54,15 @@ KINDS = ("better", "not_worse", "equivalent", "argmin")
 #: (robust); a larger budget / the paper's protocol changes it (budget-bound, protocol-bound); it fails on
 #: the stand-in or generator only and says nothing about the paper's data (stand-in only); a property
 #: of the data set (data-specific); gpdlm's own mistake, repaired or not yet (gpdlm defect (fixed/open))
-CAUSES = ("robust", "budget-bound", "protocol-bound", "stand-in only", "data-specific", "gpdlm defect (fixed)",
-          "gpdlm defect (open)")
+CAUSES = (
+    "robust",
+    "budget-bound",
+    "protocol-bound",
+    "stand-in only",
+    "data-specific",
+    "gpdlm defect (fixed)",
+    "gpdlm defect (open)",
+)
 TESTS = ("ttest", "wilcoxon")
 CONDITIONS = ("gt", "ge", "lt", "le", "in")
 SEP = " / "  # joins the labels of several column dimensions in a paper entry
@@ -185,8 +192,10 @@ def load(name_or_path: str | Path) -> Paper:
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") and path.is_file()):
         if str(name_or_path) not in available():
-            raise AnalysisError(f"unknown paper '{name_or_path}': choose from {', '.join(available())} "
-                                f"(or give the path of a claims .yaml file)")
+            raise AnalysisError(
+                f"unknown paper '{name_or_path}': choose from {', '.join(available())} "
+                f"(or give the path of a claims .yaml file)"
+            )
         path = CLAIMS_DIR / f"{name_or_path}.yaml"
     import yaml
 
@@ -230,8 +239,11 @@ def label_name(v) -> str:
 def _paper(raw: dict) -> Paper:
     if not isinstance(raw, dict):
         raise AnalysisError("the file must be a mapping")
-    _only({k: v for k, v in raw.items() if not str(k).startswith("x-")},  # x-...: YAML anchors to reuse
-          {"paper", "title", "citation", "text", "alpha", "test", "units", "data", "tables", "claims"}, "top level")
+    _only(
+        {k: v for k, v in raw.items() if not str(k).startswith("x-")},  # x-...: YAML anchors to reuse
+        {"paper", "title", "citation", "text", "alpha", "test", "units", "data", "tables", "claims"},
+        "top level",
+    )
     alpha = float(raw.get("alpha", 0.05))
     test = raw.get("test", "ttest")
     if test not in TESTS:
@@ -246,9 +258,17 @@ def _paper(raw: dict) -> Paper:
         if table.id in tables:
             raise AnalysisError(f"table '{table.id}' defined twice")
         tables[table.id] = table
-    paper = Paper(name=str(_need(raw, "paper", "top level")), title=raw.get("title", ""), citation=raw.get("citation", ""),
-                  text=raw.get("text"), alpha=alpha, test=test, units=_list(raw.get("units", ["seed"])), data=data,
-                  tables=tables)
+    paper = Paper(
+        name=str(_need(raw, "paper", "top level")),
+        title=raw.get("title", ""),
+        citation=raw.get("citation", ""),
+        text=raw.get("text"),
+        alpha=alpha,
+        test=test,
+        units=_list(raw.get("units", ["seed"])),
+        data=data,
+        tables=tables,
+    )
     seen = set()
     for c in raw.get("claims", []) or []:
         claim = _claim(c, paper)
@@ -262,8 +282,30 @@ def _paper(raw: dict) -> Paper:
 def _table(t: dict) -> Table:
     tid = str(_need(t, "id", "a table"))
     where = f"table {tid}"
-    _only(t, {"id", "title", "preset", "overrides", "arms", "unavailable", "metric", "goal", "rows", "columns",
-              "methods", "match", "select", "curves", "decimals", "dimensions", "paper", "notes"}, where)
+    _only(
+        t,
+        {
+            "id",
+            "title",
+            "preset",
+            "overrides",
+            "arms",
+            "unavailable",
+            "metric",
+            "goal",
+            "rows",
+            "columns",
+            "methods",
+            "match",
+            "select",
+            "curves",
+            "decimals",
+            "dimensions",
+            "paper",
+            "notes",
+        },
+        where,
+    )
     goal = t.get("goal", "min")
     if goal not in ("min", "max"):
         raise AnalysisError(f"{where}: goal '{goal}': min or max")
@@ -282,12 +324,27 @@ def _table(t: dict) -> Table:
         raise AnalysisError(f"{where}: dimension(s) {', '.join(sorted(extra))} in neither rows nor columns")
     select = t.get("select") or {}
     _only(select, {"over", "by"}, f"{where}, select")
-    table = Table(id=tid, title=t.get("title", tid), preset=t.get("preset"), overrides=list(t.get("overrides", []) or []),
-                  arms=[list(a) for a in t.get("arms", []) or []], unavailable=t.get("unavailable"),
-                  metric=str(_need(t, "metric", where)), goal=goal, rows=rows, columns=columns, methods=methods,
-                  match=dict(t.get("match", {}) or {}), select_over=_list(select.get("over", [])),
-                  select_by=select.get("by"), curves=bool(t.get("curves", False)), decimals=int(t.get("decimals", 3)),
-                  dimensions=dims, paper={}, notes=t.get("notes", ""))
+    table = Table(
+        id=tid,
+        title=t.get("title", tid),
+        preset=t.get("preset"),
+        overrides=list(t.get("overrides", []) or []),
+        arms=[list(a) for a in t.get("arms", []) or []],
+        unavailable=t.get("unavailable"),
+        metric=str(_need(t, "metric", where)),
+        goal=goal,
+        rows=rows,
+        columns=columns,
+        methods=methods,
+        match=dict(t.get("match", {}) or {}),
+        select_over=_list(select.get("over", [])),
+        select_by=select.get("by"),
+        curves=bool(t.get("curves", False)),
+        decimals=int(t.get("decimals", 3)),
+        dimensions=dims,
+        paper={},
+        notes=t.get("notes", ""),
+    )
     table.paper = _paper_values(table, t.get("paper", []) or [], where)
     return table
 
@@ -316,8 +373,16 @@ def _dimension(name: str, d: dict, where: str) -> Dimension:
                 match = {key: lname}
             if not match and "match" not in spec and not spec.get("quoted"):  # match: {} = every run of the table
                 raise AnalysisError(f"{where}, value {lname}: no match and no key")
-            labels.append(Label(label_name(lname), match, spec.get("metric"), spec.get("select_by"), spec.get("quoted"),
-                                spec.get("note", "")))
+            labels.append(
+                Label(
+                    label_name(lname),
+                    match,
+                    spec.get("metric"),
+                    spec.get("select_by"),
+                    spec.get("quoted"),
+                    spec.get("note", ""),
+                )
+            )
     else:
         raise AnalysisError(f"{where}: values must be 'auto', a list or a mapping")
     if len({lab.name for lab in labels}) != len(labels):
@@ -345,8 +410,11 @@ def _paper_values(table: Table, entries: list, where: str) -> dict:
     row-dimension labels as fields and one field per column (labels of several column dimensions
     joined by ' / ')."""
     line_dims, cross_dims = table.rows, table.columns
-    cross = {SEP.join(c): c for c in itertools.product(*(_labels_of(table, d) for d in cross_dims))} if all(
-        not table.dimensions[d].auto for d in cross_dims) else None
+    cross = (
+        {SEP.join(c): c for c in itertools.product(*(_labels_of(table, d) for d in cross_dims))}
+        if all(not table.dimensions[d].auto for d in cross_dims)
+        else None
+    )
     out = {}
     for e in entries:
         if not isinstance(e, dict):
@@ -387,8 +455,12 @@ def _selector(table: Table, sel, where: str, many: bool) -> list[dict[str, str]]
             raise AnalysisError(f"{where}: '{k}' is not a dimension of table {table.id} ({', '.join(table.dims)})")
         for v in _list(sel[k]):
             if not table.dimensions[k].auto and label_name(v) not in _labels_of(table, k):
-                raise AnalysisError(f"{where}: '{label_name(v)}' is not a label of {k} ({', '.join(_labels_of(table, k))})")
-    combos = [dict(zip(keys, (label_name(v) for v in vals))) for vals in itertools.product(*(_list(sel[k]) for k in keys))]
+                raise AnalysisError(
+                    f"{where}: '{label_name(v)}' is not a label of {k} ({', '.join(_labels_of(table, k))})"
+                )
+    combos = [
+        dict(zip(keys, (label_name(v) for v in vals))) for vals in itertools.product(*(_list(sel[k]) for k in keys))
+    ]
     if not many and len(combos) != 1:
         raise AnalysisError(f"{where}: must name one label per dimension")
     return combos
@@ -397,8 +469,31 @@ def _selector(table: Table, sel, where: str, many: bool) -> list[dict[str, str]]
 def _claim(c: dict, paper: Paper) -> Claim:
     cid = str(_need(c, "id", "a claim"))
     where = f"claim {cid}"
-    _only(c, {"id", "statement", "source", "table", "preset", "overrides", "data", "kind", "better", "than", "where",
-              "over", "condition", "margin", "test", "alpha", "require", "note", "cause"}, where)
+    _only(
+        c,
+        {
+            "id",
+            "statement",
+            "source",
+            "table",
+            "preset",
+            "overrides",
+            "data",
+            "kind",
+            "better",
+            "than",
+            "where",
+            "over",
+            "condition",
+            "margin",
+            "test",
+            "alpha",
+            "require",
+            "note",
+            "cause",
+        },
+        where,
+    )
     tid = _need(c, "table", where)
     if tid not in paper.tables:
         raise AnalysisError(f"{where}: unknown table '{tid}' ({', '.join(paper.tables)})")
@@ -420,8 +515,10 @@ def _claim(c: dict, paper: Paper) -> Claim:
             raise AnalysisError(f"{where}: kind {kind} needs 'than'")
         for t in than:
             if set(t) - named:
-                raise AnalysisError(f"{where}: 'than' names {', '.join(sorted(set(t) - named))}, which "
-                                    f"'better' does not (a dimension 'better' leaves out is iterated for both)")
+                raise AnalysisError(
+                    f"{where}: 'than' names {', '.join(sorted(set(t) - named))}, which "
+                    f"'better' does not (a dimension 'better' leaves out is iterated for both)"
+                )
     wh = c.get("where") or {}
     _selector(table, wh, f"{where}, where", many=True)  # checks the labels
     where_sets = {k: [label_name(v) for v in _list(v)] for k, v in wh.items()}
@@ -457,12 +554,29 @@ def _claim(c: dict, paper: Paper) -> Claim:
     _only(cause, {"label", "evidence"}, f"{where}, cause")
     if cause and cause.get("label") not in CAUSES:
         raise AnalysisError(f"{where}: cause label {cause.get('label')!r}: choose from {', '.join(CAUSES)}")
-    return Claim(id=cid, statement=str(_need(c, "statement", where)), source=str(c.get("source", "")), table=tid,
-                 preset=preset, overrides=list(c.get("overrides", table.overrides) or []), data=data, kind=kind,
-                 better=better, than=than, where=where_sets, over=over, condition=condition,
-                 margin=float(margin) if margin is not None else None, test=test, alpha=float(c.get("alpha", paper.alpha)),
-                 at_least=int(at_least) if at_least is not None else None, group_over=group_over, note=c.get("note", ""),
-                 cause=str(cause.get("label", "")), cause_evidence=" ".join(str(cause.get("evidence", "")).split()))
+    return Claim(
+        id=cid,
+        statement=str(_need(c, "statement", where)),
+        source=str(c.get("source", "")),
+        table=tid,
+        preset=preset,
+        overrides=list(c.get("overrides", table.overrides) or []),
+        data=data,
+        kind=kind,
+        better=better,
+        than=than,
+        where=where_sets,
+        over=over,
+        condition=condition,
+        margin=float(margin) if margin is not None else None,
+        test=test,
+        alpha=float(c.get("alpha", paper.alpha)),
+        at_least=int(at_least) if at_least is not None else None,
+        group_over=group_over,
+        note=c.get("note", ""),
+        cause=str(cause.get("label", "")),
+        cause_evidence=" ".join(str(cause.get("evidence", "")).split()),
+    )
 
 
 def condition_holds(condition: tuple[str, Any], label: str) -> bool:

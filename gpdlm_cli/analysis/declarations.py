@@ -44,8 +44,7 @@ def _family_declaration(runs: list[RunRecord], key: str):
 
 def selection_metric(runs: list[RunRecord]) -> str:
     """The metric the runs' family selects by: the tag, else the family's declaration, else val_nll."""
-    return (_tagged(runs, SELECTION_TAG) or _family_declaration(runs, "SELECTION_METRIC")
-            or DEFAULT_SELECTION_METRIC)
+    return _tagged(runs, SELECTION_TAG) or _family_declaration(runs, "SELECTION_METRIC") or DEFAULT_SELECTION_METRIC
 
 
 def validation_metrics(runs: list[RunRecord]) -> list[str]:

@@ -60,8 +60,14 @@ def run_entry(experiment: str, run, histories: dict | None, keep_points: bool = 
         pts = sorted((int(s), float(v)) for s, v in pts)
         vals = [v for _, v in pts]
         finite = [v for v in vals if math.isfinite(v)] or [math.nan]
-        entry = {"n": len(pts), "first": _num(vals[0]), "last": _num(vals[-1]), "min": _num(min(finite)),
-                 "max": _num(max(finite)), "last_step": pts[-1][0]}
+        entry = {
+            "n": len(pts),
+            "first": _num(vals[0]),
+            "last": _num(vals[-1]),
+            "min": _num(min(finite)),
+            "max": _num(max(finite)),
+            "last_step": pts[-1][0],
+        }
         if keep_points:
             entry["points"] = [[s, _num(v)] for s, v in pts]
         steps[name] = entry
@@ -87,8 +93,14 @@ def write(path: str | Path, entries: list[dict], experiments: list[str]) -> str:
     """Write ``entries`` (``run_entry`` lines) to ``path`` (gzip, deterministic bytes, written to a
     temporary file and renamed); returns the SHA-256 recorded in the trailer."""
     path = Path(path)
-    entries = sorted(entries, key=lambda e: (experiments.index(e["experiment"]) if e["experiment"] in experiments
-                                             else len(experiments), e["start_time"], e["run_id"]))
+    entries = sorted(
+        entries,
+        key=lambda e: (
+            experiments.index(e["experiment"]) if e["experiment"] in experiments else len(experiments),
+            e["start_time"],
+            e["run_id"],
+        ),
+    )
     body = [_line({"format": FORMAT, "version": VERSION, "experiments": list(experiments), "n_runs": len(entries)})]
     body += [_line(e) for e in entries]
     digest = hashlib.sha256(b"".join(body)).hexdigest()
@@ -103,8 +115,14 @@ def write(path: str | Path, entries: list[dict], experiments: list[str]) -> str:
     return digest
 
 
-def export_store(client, experiments: list, *, histories: bool = True, keep_points: bool = True,
-                 commands: tuple[str, ...] = ("train", "bias")) -> list[dict]:
+def export_store(
+    client,
+    experiments: list,
+    *,
+    histories: bool = True,
+    keep_points: bool = True,
+    commands: tuple[str, ...] = ("train", "bias"),
+) -> list[dict]:
     """The export lines of every run of ``experiments`` (MLflow experiment objects) made by one of
     ``commands`` (all statuses: the reader applies the report's rules), step metrics read from each
     run's metric histories when ``histories``."""
@@ -117,8 +135,10 @@ def export_store(client, experiments: list, *, histories: bool = True, keep_poin
                 continue
             hist = None
             if histories:
-                hist = {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)]
-                        for k in run.data.metrics}
+                hist = {
+                    k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)]
+                    for k in run.data.metrics
+                }
             out.append(run_entry(exp.name, run, hist, keep_points))
     return out
 
@@ -150,10 +170,16 @@ class RunFile:
 
 def as_run(e: dict):
     """An export line as an object with MLflow's run shape (``info.run_id``, ``data.params``, ...)."""
-    info = SimpleNamespace(run_id=e["run_id"], run_name=e["run_name"], status=e["status"],
-                           start_time=e["start_time"], end_time=e.get("end_time"))
-    data = SimpleNamespace(params=dict(e["params"]), metrics={k: _unnum(v) for k, v in e["metrics"].items()},
-                           tags=dict(e["tags"]))
+    info = SimpleNamespace(
+        run_id=e["run_id"],
+        run_name=e["run_name"],
+        status=e["status"],
+        start_time=e["start_time"],
+        end_time=e.get("end_time"),
+    )
+    data = SimpleNamespace(
+        params=dict(e["params"]), metrics={k: _unnum(v) for k, v in e["metrics"].items()}, tags=dict(e["tags"])
+    )
     return SimpleNamespace(info=info, data=data)
 
 
@@ -175,8 +201,9 @@ def read(path: str | Path) -> RunFile:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise AnalysisError(f"{path}: not a gpdlm run-records file (no '{FORMAT}' header)")
     if header.get("version") != VERSION:
-        raise AnalysisError(f"{path}: run-records format version {header.get('version')}; this gpdlm reads "
-                            f"version {VERSION}")
+        raise AnalysisError(
+            f"{path}: run-records format version {header.get('version')}; this gpdlm reads version {VERSION}"
+        )
     try:
         trailer = json.loads(lines[-1]) if len(lines) > 1 else {}
     except ValueError:
@@ -185,16 +212,19 @@ def read(path: str | Path) -> RunFile:
         raise AnalysisError(f"{path}: truncated (no checksum line at the end)")
     digest = hashlib.sha256(b"".join(lines[:-1])).hexdigest()
     if digest != trailer["sha256"]:
-        raise AnalysisError(f"{path}: SHA-256 mismatch (file {trailer['sha256'][:12]}..., content {digest[:12]}...): "
-                            f"the file was changed or damaged")
+        raise AnalysisError(
+            f"{path}: SHA-256 mismatch (file {trailer['sha256'][:12]}..., content {digest[:12]}...): "
+            f"the file was changed or damaged"
+        )
     entries = [json.loads(ln) for ln in lines[1:-1]]
     if len(entries) != header.get("n_runs") or len(entries) != trailer.get("n_runs"):
         raise AnalysisError(f"{path}: {len(entries)} runs, the header says {header.get('n_runs')}")
     return RunFile(path, list(header.get("experiments", [])), entries, digest, header)
 
 
-def load_records(files: list[RunFile], experiments: list[str], notes: list[str],
-                 commands: tuple[str, ...] = ("train", "bias")) -> tuple[list[str], dict[str, list[RunRecord]]]:
+def load_records(
+    files: list[RunFile], experiments: list[str], notes: list[str], commands: tuple[str, ...] = ("train", "bias")
+) -> tuple[list[str], dict[str, list[RunRecord]]]:
     """(experiment names, their FINISHED training runs) from run-records ``files``, by the rules of
     ``store.load_runs``; ``experiments`` empty: every experiment of the files, in their order."""
     from .store import drop_reruns, is_training_run, skipped_note
@@ -204,16 +234,20 @@ def load_records(files: list[RunFile], experiments: list[str], notes: list[str],
     out = {}
     for name in names:
         if name not in have:
-            raise AnalysisError(f"experiment '{name}' is not in {', '.join(str(f.path) for f in files)}; "
-                                f"experiments there: {', '.join(have) or '(none)'}")
+            raise AnalysisError(
+                f"experiment '{name}' is not in {', '.join(str(f.path) for f in files)}; "
+                f"experiments there: {', '.join(have) or '(none)'}"
+            )
         found = [r for f in files for r in f.runs(name)]
         runs = [RunRecord.from_run(r) for r in found if is_training_run(r, False, commands)]
         if skipped_note(found):
             notes.append(skipped_note(found))
         runs, reruns = drop_reruns(runs)
         if reruns:
-            notes.append(f"{reruns} rerun(s) of identical configurations (same gpdlm.config_hash) counted once: "
-                         f"the latest run of each is used")
+            notes.append(
+                f"{reruns} rerun(s) of identical configurations (same gpdlm.config_hash) counted once: "
+                f"the latest run of each is used"
+            )
         if not runs:
             raise AnalysisError(f"no FINISHED training runs in experiment '{name}'")
         runs.sort(key=lambda r: (r.start_time, r.run_id))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import records as R
 
+
 # ----- figures --------------------------------------------------------------------------------------
 def _plt():
     import matplotlib
@@ -31,8 +32,12 @@ def _labels(line_keys: list[str], line_values: list[tuple], fallback: str) -> di
     varying = [i for i in range(len(line_keys)) if len({v[i] for v in line_values}) > 1]
     out = {}
     for vals in line_values:
-        parts = [f"{line_keys[i]}={R.fmt_value(vals[i])}" if line_keys[i] not in ("model", "method")
-                 else R.fmt_value(vals[i]) for i in varying]
+        parts = [
+            f"{line_keys[i]}={R.fmt_value(vals[i])}"
+            if line_keys[i] not in ("model", "method")
+            else R.fmt_value(vals[i])
+            for i in varying
+        ]
         if not parts:  # one line: name its method if a key says it
             parts = [R.fmt_value(vals[i]) for i, k in enumerate(line_keys) if k in ("method", "model")]
         out[vals] = ", ".join(parts) or fallback
@@ -72,8 +77,9 @@ def _layout(records, by: list[str], exclude: set, metric: str):
     """Panels (one per dataset) and lines (one per combination of the other --by keys), the lines
     in numeric order with their legend labels."""
     _, line_keys, panels = _panels(records, by, exclude)
-    all_lines = sorted({tuple(r.value(k) for k in line_keys) for r in records},
-                       key=lambda t: tuple(R.sort_key(v) for v in t))
+    all_lines = sorted(
+        {tuple(r.value(k) for k in line_keys) for r in records}, key=lambda t: tuple(R.sort_key(v) for v in t)
+    )
     return line_keys, panels, all_lines, _labels(line_keys, all_lines, metric)
 
 
@@ -81,8 +87,11 @@ def figure_vs(records, by: list[str], x_key: str, metric: str, path: Path, logx:
     """``metric`` against the numeric key ``x_key``: a panel per dataset, a line per combination of
     the other --by keys, mean ± SE over the runs at each x. False (nothing drawn) unless the data
     has more than one value of ``x_key``."""
-    usable = [r for r in records if metric in r.metrics and isinstance(r.value(x_key), float)
-              and (not logx or r.value(x_key) > 0)]
+    usable = [
+        r
+        for r in records
+        if metric in r.metrics and isinstance(r.value(x_key), float) and (not logx or r.value(x_key) > 0)
+    ]
     if len({r.value(x_key) for r in usable}) < 2:
         return False
     line_keys, panels, all_lines, labels = _layout(usable, by, {x_key}, metric)
@@ -94,8 +103,17 @@ def figure_vs(records, by: list[str], x_key: str, metric: str, path: Path, logx:
                 mean, se, _ = R.mean_se([r.metrics[metric] for r in xruns])
                 pts.append((x, mean, 0.0 if math.isnan(se) else se))
             xs, ys, es = zip(*pts)
-            ax.errorbar(xs, ys, yerr=es, marker="o", ms=4, capsize=3, lw=1.3, label=labels[lvals],
-                        color=_color(all_lines.index(lvals), len(all_lines)))
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=es,
+                marker="o",
+                ms=4,
+                capsize=3,
+                lw=1.3,
+                label=labels[lvals],
+                color=_color(all_lines.index(lvals), len(all_lines)),
+            )
         xs_all = [r.value(x_key) for r in usable]
         if logx or (min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 10):
             ax.set_xscale("log")
@@ -133,8 +151,15 @@ def figure_curves(client, records, by: list[str], metric: str, path: Path) -> bo
             if len(steps) < 2:  # the runs stopped at different iterations: average what exists
                 steps = sorted(set.union(*(set(h) for h in hs)))
             ys = [R.mean_se([h[s] for h in hs if s in h])[0] for s in steps]
-            ax.plot(steps, ys, marker="o", ms=2.5, lw=1.2, color=_color(all_lines.index(lvals), len(all_lines)),
-                    label=labels[lvals] + (f" (n={len(lruns)})" if len(lruns) > 1 else ""))
+            ax.plot(
+                steps,
+                ys,
+                marker="o",
+                ms=2.5,
+                lw=1.2,
+                color=_color(all_lines.index(lvals), len(all_lines)),
+                label=labels[lvals] + (f" (n={len(lruns)})" if len(lruns) > 1 else ""),
+            )
         ax.set_xlabel("iteration")
         ax.set_ylabel(metric)
         ax.set_title(" ".join(R.fmt_value(v) for v in pvals) or f"learning curves: {metric}")

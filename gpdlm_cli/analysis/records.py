@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ..exceptions import GpdlmError
 
@@ -112,9 +113,15 @@ class RunRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_run(cls, run) -> "RunRecord":
-        return cls(run.info.run_id, run.info.run_name or "", int(run.info.start_time or 0),
-                   dict(run.data.params), dict(run.data.metrics), dict(run.data.tags))
+    def from_run(cls, run) -> RunRecord:
+        return cls(
+            run.info.run_id,
+            run.info.run_name or "",
+            int(run.info.start_time or 0),
+            dict(run.data.params),
+            dict(run.data.metrics),
+            dict(run.data.tags),
+        )
 
     def raw(self, key: str):
         """The raw value behind a grouping key (None if the run does not have it)."""
@@ -130,9 +137,10 @@ class RunRecord:
     def value(self, key: str) -> float | str | None:
         return canon(self.raw(key))
 
-    def with_extra(self, **extra) -> "RunRecord":
-        return RunRecord(self.run_id, self.run_name, self.start_time, self.params, self.metrics, self.tags,
-                         {**self.extra, **extra})
+    def with_extra(self, **extra) -> RunRecord:
+        return RunRecord(
+            self.run_id, self.run_name, self.start_time, self.params, self.metrics, self.tags, {**self.extra, **extra}
+        )
 
 
 def resolve_key(key: str) -> tuple[str, str]:
@@ -142,7 +150,7 @@ def resolve_key(key: str) -> tuple[str, str]:
         return ALIASES[key]
     for prefix, source in (("params.", "param"), ("metrics.", "metric"), ("tags.", "tag")):
         if key.startswith(prefix):
-            return source, key[len(prefix):]
+            return source, key[len(prefix) :]
     return "param", key
 
 
@@ -153,8 +161,10 @@ def check_keys(records: list[RunRecord], keys: Iterable[str], option: str = "--b
             continue
         if not any(r.raw(key) is not None for r in records):
             short = ", ".join(list(ALIASES) + list(DERIVED))
-            raise AnalysisError(f"unknown {option} key '{key}': not a short name ({short}) and no run has a "
-                                f"param of that name (metrics.NAME / tags.NAME for other sources)")
+            raise AnalysisError(
+                f"unknown {option} key '{key}': not a short name ({short}) and no run has a "
+                f"param of that name (metrics.NAME / tags.NAME for other sources)"
+            )
 
 
 def group_records(records: list[RunRecord], keys: list[str]) -> list[tuple[tuple, list[RunRecord]]]:
@@ -181,8 +191,11 @@ def varying_params(runs: list[RunRecord], ignore: Iterable[str] = ("seed",)) -> 
     values: "1" and "1.0" are equal); a key missing from some runs counts as a difference."""
     ignore = set(ignore)
     keys = set().union(*(r.params for r in runs)) if runs else set()
-    return sorted(k for k in keys if k not in ignore and not k.startswith(BOOKKEEPING)
-                  and len({canon(r.params.get(k)) for r in runs}) > 1)
+    return sorted(
+        k
+        for k in keys
+        if k not in ignore and not k.startswith(BOOKKEEPING) and len({canon(r.params.get(k)) for r in runs}) > 1
+    )
 
 
 def short_key(param: str) -> str:
@@ -199,7 +212,9 @@ def choose_metrics(records: list[RunRecord], requested: list[str]) -> list[str]:
     if requested:
         for m in requested:
             if m not in present:
-                shown = ", ".join(sorted(k for k in present if k.startswith(("test_", "val_")))) or ", ".join(sorted(present))
+                shown = ", ".join(sorted(k for k in present if k.startswith(("test_", "val_")))) or ", ".join(
+                    sorted(present)
+                )
                 raise AnalysisError(f"no run has metric '{m}'; metrics present: {shown}")
         return list(dict.fromkeys(requested))
     chosen = [m for m in DEFAULT_METRICS if m in present]

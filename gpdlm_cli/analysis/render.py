@@ -15,14 +15,16 @@ import io
 import math
 
 from . import records as R
-from . import tables as T
 from . import stats
+from . import tables as T
 from .claims import SEP, is_number
 from .report import FAILS, HOLDS, NOT_MEASURED, Report, TableReport, Verdict, counts
 
 DAGGER = "\u2020"
-NOTE_BEST = ("bold: best along the methods; " + DAGGER + ": within one standard error of the best; "
-             "'paper': the printed number; '-': no run")
+NOTE_BEST = (
+    "bold: best along the methods; " + DAGGER + ": within one standard error of the best; "
+    "'paper': the printed number; '-': no run"
+)
 
 
 # ----- numbers ----------------------------------------------------------------------------------------
@@ -51,7 +53,9 @@ def cell_parts(cell, decimals: int) -> tuple[str, str]:
         ours += f" (n={cell.n})"
     paper = ""
     if cell.paper is not None:
-        paper = fmt(cell.paper.mean, decimals) + (f" ± {fmt(cell.paper.spread, decimals)}" if cell.paper.spread is not None else "")
+        paper = fmt(cell.paper.mean, decimals) + (
+            f" ± {fmt(cell.paper.spread, decimals)}" if cell.paper.spread is not None else ""
+        )
     return ours, paper
 
 
@@ -70,15 +74,30 @@ def verdict_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     for v in report.verdicts:
         c = v.claim
         lo, hi = v.n_range
-        rows.append([c.id, v.verdict, cause_of(v) or "-", "-" if not hi else (str(lo) if lo == hi else f"{lo}-{hi}"),
-                     describe_test(v), fmt_p(v.p), c.data, c.preset or "-", c.statement])
+        rows.append(
+            [
+                c.id,
+                v.verdict,
+                cause_of(v) or "-",
+                "-" if not hi else (str(lo) if lo == hi else f"{lo}-{hi}"),
+                describe_test(v),
+                fmt_p(v.p),
+                c.data,
+                c.preset or "-",
+                c.statement,
+            ]
+        )
     return header, rows
 
 
 def describe_test(v: Verdict) -> str:
     c = v.claim
-    what = {"better": "one-sided", "argmin": "one-sided, best vs best", "not_worse": f"non-inferiority, margin {c.margin:g}"
-            if c.margin else "non-inferiority", "equivalent": f"TOST, margin {c.margin:g}" if c.margin else "TOST"}[c.kind]
+    what = {
+        "better": "one-sided",
+        "argmin": "one-sided, best vs best",
+        "not_worse": f"non-inferiority, margin {c.margin:g}" if c.margin else "non-inferiority",
+        "equivalent": f"TOST, margin {c.margin:g}" if c.margin else "TOST",
+    }[c.kind]
     return f"{stats.TEST_NAMES[c.test]} ({what}), alpha={c.alpha:g}"
 
 
@@ -94,8 +113,10 @@ def comparison_text(comp, table) -> str:
         n = res.n if res is not None else 0
         why = comp.note or (f"n={n}" if n else "a cell has no run")
         return f"[{a}] vs [{b_short}]: not measured ({why})"
-    return (f"[{a}] vs [{b_short}]: {comp.status}, n={res.n}, mean difference {res.mean_diff:+.4g} "
-            f"(negative: first better), p={fmt_p(res.p)}" + (f"; {comp.note}" if comp.note else ""))
+    return (
+        f"[{a}] vs [{b_short}]: {comp.status}, n={res.n}, mean difference {res.mean_diff:+.4g} "
+        f"(negative: first better), p={fmt_p(res.p)}" + (f"; {comp.note}" if comp.note else "")
+    )
 
 
 # ----- Markdown ---------------------------------------------------------------------------------------
@@ -137,9 +158,12 @@ def markdown(report: Report) -> str:
     out = [f"# {p.title or p.name}: results and claims", ""]
     if p.citation:
         out += [p.citation, ""]
-    out += [f"Experiment(s): {', '.join(report.experiments) or '-'}; {report.n_runs} FINISHED training runs read. "
-            f"Claims: {c[HOLDS]} hold, {c[FAILS]} fail, {c[NOT_MEASURED]} not measured. "
-            f"Cells: mean ± standard error over {', '.join(p.units)} (n units), {NOTE_BEST}.", ""]
+    out += [
+        f"Experiment(s): {', '.join(report.experiments) or '-'}; {report.n_runs} FINISHED training runs read. "
+        f"Claims: {c[HOLDS]} hold, {c[FAILS]} fail, {c[NOT_MEASURED]} not measured. "
+        f"Cells: mean ± standard error over {', '.join(p.units)} (n units), {NOTE_BEST}.",
+        "",
+    ]
     for note in report.notes:
         out.append(f"> note: {note}")
     out += _md_provenance(report)
@@ -148,8 +172,12 @@ def markdown(report: Report) -> str:
     out.append(T.markdown_table(header, rows))
     for v in report.verdicts:
         cause = cause_of(v)
-        out += [f"### {v.claim.id}: {v.verdict}" + (f" ({cause})" if cause else ""), "",
-                f"{v.claim.statement} ({v.claim.source}; table {v.claim.table}, data: {v.claim.data}). {v.detail}.", ""]
+        out += [
+            f"### {v.claim.id}: {v.verdict}" + (f" ({cause})" if cause else ""),
+            "",
+            f"{v.claim.statement} ({v.claim.source}; table {v.claim.table}, data: {v.claim.data}). {v.detail}.",
+            "",
+        ]
         if cause:
             out += [f"Cause: **{cause}**" + (f". {v.claim.cause_evidence}" if v.claim.cause_evidence else ""), ""]
         table = next(tr.table for tr in report.tables if tr.table.id == v.claim.table)
@@ -162,13 +190,33 @@ def markdown(report: Report) -> str:
 
 def provenance_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """One row per experiment read: runs, protocol, datasets, code commit, dates, training time."""
+
     def counted(d: dict) -> str:
         return ", ".join(f"{k} ({n})" for k, n in d.items()) or "-"
 
-    header = ["experiment", "runs", "protocol (runs)", "datasets (runs)", "code commit (runs)", "first run",
-              "last run", "training hours"]
-    rows = [[p.experiment, str(p.n_runs), counted(p.protocols), counted(p.datasets), counted(p.commits), p.first,
-             p.last, f"{p.train_hours:.2f}"] for p in report.provenance]
+    header = [
+        "experiment",
+        "runs",
+        "protocol (runs)",
+        "datasets (runs)",
+        "code commit (runs)",
+        "first run",
+        "last run",
+        "training hours",
+    ]
+    rows = [
+        [
+            p.experiment,
+            str(p.n_runs),
+            counted(p.protocols),
+            counted(p.datasets),
+            counted(p.commits),
+            p.first,
+            p.last,
+            f"{p.train_hours:.2f}",
+        ]
+        for p in report.provenance
+    ]
     return header, rows
 
 
@@ -177,8 +225,13 @@ def _md_provenance(report: Report) -> list[str]:
     if report.study.strip():
         out += ["## The study", "", report.study.strip(), ""]
     if report.provenance:
-        out += ["## The runs read", "", "Read from the runs' own tags, params and metrics (training hours: the sum "
-                "of their `train_seconds`, one process each).", ""]
+        out += [
+            "## The runs read",
+            "",
+            "Read from the runs' own tags, params and metrics (training hours: the sum "
+            "of their `train_seconds`, one process each).",
+            "",
+        ]
         out += [T.markdown_table(*provenance_rows(report)), ""]
     return out
 
@@ -189,7 +242,10 @@ def _md_table(tr: TableReport) -> list[str]:
     out.append(_meta(tr))
     out.append("")
     header, rows = table_grid(tr)
-    body = [[_md_escape(x) if not hasattr(x, "measured") else _md_escape(_md_cell(x, t.decimals)) for x in row] for row in rows]
+    body = [
+        [_md_escape(x) if not hasattr(x, "measured") else _md_escape(_md_cell(x, t.decimals)) for x in row]
+        for row in rows
+    ]
     if t.methods == "columns":
         body.append(["average rank"] + [""] * (len(t.rows) - 1) + [rank_text(tr, i) for i in range(len(tr.col_keys))])
     else:
@@ -205,12 +261,19 @@ def _md_table(tr: TableReport) -> list[str]:
 
 def _meta(tr: TableReport) -> str:
     t = tr.table
-    parts = [f"metric `{t.metric}` ({'lower' if t.goal == 'min' else 'higher'} is better)",
-             f"preset `{t.preset}`" + (f" with `{' '.join(t.overrides)}`" if t.overrides else "") if t.preset else
-             f"not runnable here: {t.unavailable}"]
+    parts = [
+        f"metric `{t.metric}` ({'lower' if t.goal == 'min' else 'higher'} is better)",
+        f"preset `{t.preset}`" + (f" with `{' '.join(t.overrides)}`" if t.overrides else "")
+        if t.preset
+        else f"not runnable here: {t.unavailable}",
+    ]
     if t.select_by:
-        parts.append(f"per unit the run with the lowest `{t.select_by}` over {', '.join(f'`{k}`' for k in t.select_over) or 'its runs'}")
-    parts.append(f"{tr.n_runs} runs; average ranks over the {tr.ranked_rows} complete line(s) (every measured method has a value)")
+        parts.append(
+            f"per unit the run with the lowest `{t.select_by}` over {', '.join(f'`{k}`' for k in t.select_over) or 'its runs'}"
+        )
+    parts.append(
+        f"{tr.n_runs} runs; average ranks over the {tr.ranked_rows} complete line(s) (every measured method has a value)"
+    )
     text = "; ".join(parts) + "."
     if t.notes:
         text += " " + " ".join(str(t.notes).split())
@@ -218,8 +281,18 @@ def _meta(tr: TableReport) -> str:
 
 
 # ----- LaTeX ------------------------------------------------------------------------------------------
-_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_TEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def tex(s) -> str:
@@ -242,31 +315,56 @@ def _tex_cell(cell, decimals: int) -> str:
 def latex(report: Report) -> str:
     p = report.paper
     c = counts(report)
-    out = [r"% gpdlm report: needs \usepackage{booktabs}", r"\section*{" + tex(p.title or p.name) + "}",
-           tex(f"Experiment(s): {', '.join(report.experiments) or '-'}; {report.n_runs} runs. Claims: {c[HOLDS]} hold, "
-               f"{c[FAILS]} fail, {c[NOT_MEASURED]} not measured. Cells: mean ± standard error over "
-               f"{', '.join(p.units)}, {NOTE_BEST}.") + "", ""]
+    out = [
+        r"% gpdlm report: needs \usepackage{booktabs}",
+        r"\section*{" + tex(p.title or p.name) + "}",
+        tex(
+            f"Experiment(s): {', '.join(report.experiments) or '-'}; {report.n_runs} runs. Claims: {c[HOLDS]} hold, "
+            f"{c[FAILS]} fail, {c[NOT_MEASURED]} not measured. Cells: mean ± standard error over "
+            f"{', '.join(p.units)}, {NOTE_BEST}."
+        )
+        + "",
+        "",
+    ]
     header, rows = provenance_rows(report)
     out += [f"% runs read -- {'; '.join(f'{h}: {v}' for h, v in zip(header, row))}" for row in rows]
     for tr in report.tables:
         t = tr.table
         header, rows = table_grid(tr)
         ncols = len(header) + (1 if t.methods == "rows" else 0)
-        out += [r"\begin{table}[ht]\centering\small", r"\caption{" + tex(t.title) + "}",
-                r"\begin{tabular}{" + "l" * len(t.rows) + "r" * (ncols - len(t.rows)) + "}", r"\toprule",
-                " & ".join(tex(h) for h in header + (["average rank"] if t.methods == "rows" else [])) + r" \\", r"\midrule"]
+        out += [
+            r"\begin{table}[ht]\centering\small",
+            r"\caption{" + tex(t.title) + "}",
+            r"\begin{tabular}{" + "l" * len(t.rows) + "r" * (ncols - len(t.rows)) + "}",
+            r"\toprule",
+            " & ".join(tex(h) for h in header + (["average rank"] if t.methods == "rows" else [])) + r" \\",
+            r"\midrule",
+        ]
         for i, row in enumerate(rows):
             cells = [tex(x) if not hasattr(x, "measured") else _tex_cell(x, t.decimals) for x in row]
             if t.methods == "rows":
                 cells.append(tex(rank_text(tr, i)))
             out.append(" & ".join(cells) + r" \\")
         if t.methods == "columns":
-            out += [r"\midrule", " & ".join(["average rank"] + [""] * (len(t.rows) - 1)
-                                             + [tex(rank_text(tr, i)) for i in range(len(tr.col_keys))]) + r" \\"]
+            out += [
+                r"\midrule",
+                " & ".join(
+                    ["average rank"]
+                    + [""] * (len(t.rows) - 1)
+                    + [tex(rank_text(tr, i)) for i in range(len(tr.col_keys))]
+                )
+                + r" \\",
+            ]
         out += [r"\bottomrule", r"\end{tabular}", r"\par\footnotesize " + tex(_meta(tr)), r"\end{table}", ""]
     header, rows = verdict_rows(report)
-    out += [r"\begin{table}[ht]\centering\footnotesize", r"\caption{Claims}", r"\begin{tabular}{lllllllp{6cm}}",
-            r"\toprule", " & ".join(tex(h) for h in header if h != "preset") + r" \\", r"\midrule"]
+    out += [
+        r"\begin{table}[ht]\centering\footnotesize",
+        r"\caption{Claims}",
+        r"\begin{tabular}{lllllllp{6cm}}",
+        r"\toprule",
+        " & ".join(tex(h) for h in header if h != "preset") + r" \\",
+        r"\midrule",
+    ]
     for row in rows:
         out.append(" & ".join(tex(x) for h, x in zip(header, row) if h != "preset") + r" \\")
     out += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
@@ -346,7 +444,9 @@ def _figure_vs(tr: TableReport, dim: str) -> bytes | None:
     for ax, (panel, lines) in zip(axes, series):
         for i, (name, pts) in enumerate(lines):
             xs, ys, es = zip(*pts)
-            ax.errorbar(xs, ys, yerr=es, marker="o", ms=4, capsize=3, lw=1.2, label=name, color=_plt().get_cmap("tab10")(i % 10))
+            ax.errorbar(
+                xs, ys, yerr=es, marker="o", ms=4, capsize=3, lw=1.2, label=name, color=_plt().get_cmap("tab10")(i % 10)
+            )
         xs_all = [x for _, pts in lines for x, _, _ in pts]
         if xs_all and min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 10:
             ax.set_xscale("log")
@@ -419,13 +519,20 @@ def html_page(report: Report, figs: dict | None = None) -> str:
     p = report.paper
     c = counts(report)
     figs = figs or {}
-    out = ["<!DOCTYPE html>", '<html><head><meta charset="utf-8">', f"<title>{_h(p.title or p.name)}</title>",
-           f"<style>{CSS}</style></head><body>", f"<h1>{_h(p.title or p.name)}: results and claims</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html><head><meta charset="utf-8">',
+        f"<title>{_h(p.title or p.name)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{_h(p.title or p.name)}: results and claims</h1>",
+    ]
     if p.citation:
         out.append(f"<p>{_h(p.citation)}</p>")
-    out.append(f'<p class="meta">Experiment(s): {_h(", ".join(report.experiments) or "-")}; {report.n_runs} FINISHED '
-               f"training runs. Claims: {c[HOLDS]} hold, {c[FAILS]} fail, {c[NOT_MEASURED]} not measured. Cells: mean "
-               f"± standard error over {_h(', '.join(p.units))}; {_h(NOTE_BEST)}.</p>")
+    out.append(
+        f'<p class="meta">Experiment(s): {_h(", ".join(report.experiments) or "-")}; {report.n_runs} FINISHED '
+        f"training runs. Claims: {c[HOLDS]} hold, {c[FAILS]} fail, {c[NOT_MEASURED]} not measured. Cells: mean "
+        f"± standard error over {_h(', '.join(p.units))}; {_h(NOTE_BEST)}.</p>"
+    )
     out += [f'<p class="note">note: {_h(n)}</p>' for n in report.notes]
     if report.study.strip():
         out += ["<h2>The study</h2>", f"<pre>{_h(report.study.strip())}</pre>"]
@@ -441,7 +548,11 @@ def html_page(report: Report, figs: dict | None = None) -> str:
         cls = v.verdict.replace(" ", "-")
         tds = []
         for h, x in zip(header, row):
-            klass = f' class="{cls}"' if h == "verdict" else (' class="s"' if h == "statement" else ' class="k"' if h == "claim" else "")
+            klass = (
+                f' class="{cls}"'
+                if h == "verdict"
+                else (' class="s"' if h == "statement" else ' class="k"' if h == "claim" else "")
+            )
             tds.append(f"<td{klass}>{_h(x)}</td>")
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</table>")
@@ -460,13 +571,19 @@ def html_page(report: Report, figs: dict | None = None) -> str:
         extra = ["average rank"] if t.methods == "rows" else []
         out.append("<table><tr>" + "".join(f"<th>{_h(x)}</th>" for x in header + extra) + "</tr>")
         for i, row in enumerate(rows):
-            tds = [f'<td class="k">{_h(x)}</td>' if not hasattr(x, "measured") else _html_cell(x, t.decimals) for x in row]
+            tds = [
+                f'<td class="k">{_h(x)}</td>' if not hasattr(x, "measured") else _html_cell(x, t.decimals) for x in row
+            ]
             if t.methods == "rows":
                 tds.append(f"<td>{_h(rank_text(tr, i))}</td>")
             out.append("<tr>" + "".join(tds) + "</tr>")
         if t.methods == "columns":
-            out.append('<tr><td class="k">average rank</td>' + "<td></td>" * (len(t.rows) - 1)
-                       + "".join(f"<td>{_h(rank_text(tr, i))}</td>" for i in range(len(tr.col_keys))) + "</tr>")
+            out.append(
+                '<tr><td class="k">average rank</td>'
+                + "<td></td>" * (len(t.rows) - 1)
+                + "".join(f"<td>{_h(rank_text(tr, i))}</td>" for i in range(len(tr.col_keys)))
+                + "</tr>"
+            )
         out.append("</table>")
         out += [f'<p class="note">note: {_h(n)}</p>' for n in tr.notes]
         for title, png in figs.get(t.id, []):
@@ -478,27 +595,86 @@ def html_page(report: Report, figs: dict | None = None) -> str:
 
 # ----- CSV --------------------------------------------------------------------------------------------
 def cells_csv_rows(report: Report) -> tuple[list[str], list[list]]:
-    header = ["table", "row", "column", "metric", "mean", "se", "n", "best", "within_1se", "paper_mean", "paper_spread",
-              "units", "run_ids"]
+    header = [
+        "table",
+        "row",
+        "column",
+        "metric",
+        "mean",
+        "se",
+        "n",
+        "best",
+        "within_1se",
+        "paper_mean",
+        "paper_spread",
+        "units",
+        "run_ids",
+    ]
     rows = []
     for tr in report.tables:
         for (r, c), cell in tr.cells.items():
-            rows.append([tr.table.id, key_label(r), key_label(c), cell.metric, cell.mean if cell.measured else None,
-                         cell.se if cell.measured else None, cell.n, int(cell.best), int(cell.near),
-                         cell.paper.mean if cell.paper else None, cell.paper.spread if cell.paper else None,
-                         ";".join(",".join(R.fmt_value(x) for x in u) for u in sorted(cell.values, key=repr)),
-                         ";".join(run.run_id for run in cell.runs.values())])
+            rows.append(
+                [
+                    tr.table.id,
+                    key_label(r),
+                    key_label(c),
+                    cell.metric,
+                    cell.mean if cell.measured else None,
+                    cell.se if cell.measured else None,
+                    cell.n,
+                    int(cell.best),
+                    int(cell.near),
+                    cell.paper.mean if cell.paper else None,
+                    cell.paper.spread if cell.paper else None,
+                    ";".join(",".join(R.fmt_value(x) for x in u) for u in sorted(cell.values, key=repr)),
+                    ";".join(run.run_id for run in cell.runs.values()),
+                ]
+            )
     return header, rows
 
 
 def verdicts_csv_rows(report: Report) -> tuple[list[str], list[list]]:
-    header = ["claim", "table", "kind", "verdict", "cause", "n_min", "n_max", "p", "test", "alpha", "margin", "data",
-              "preset", "detail", "cause_evidence", "statement"]
+    header = [
+        "claim",
+        "table",
+        "kind",
+        "verdict",
+        "cause",
+        "n_min",
+        "n_max",
+        "p",
+        "test",
+        "alpha",
+        "margin",
+        "data",
+        "preset",
+        "detail",
+        "cause_evidence",
+        "statement",
+    ]
     rows = []
     for v in report.verdicts:
         c = v.claim
         lo, hi = v.n_range
         cause = cause_of(v)
-        rows.append([c.id, c.table, c.kind, v.verdict, cause, lo, hi, v.p, c.test, c.alpha, c.margin, c.data,
-                     c.preset or "", v.detail, c.cause_evidence if cause else "", c.statement])
+        rows.append(
+            [
+                c.id,
+                c.table,
+                c.kind,
+                v.verdict,
+                cause,
+                lo,
+                hi,
+                v.p,
+                c.test,
+                c.alpha,
+                c.margin,
+                c.data,
+                c.preset or "",
+                v.detail,
+                c.cause_evidence if cause else "",
+                c.statement,
+            ]
+        )
     return header, rows

@@ -34,9 +34,9 @@ class Cell:
     row: tuple
     col: tuple
     metric: str
-    values: dict = field(default_factory=dict)   # unit -> value
-    runs: dict = field(default_factory=dict)     # unit -> the run that gave the value (or the first pooled one)
-    chosen: dict = field(default_factory=dict)   # unit -> {select.over key: value of the selected run}
+    values: dict = field(default_factory=dict)  # unit -> value
+    runs: dict = field(default_factory=dict)  # unit -> the run that gave the value (or the first pooled one)
+    chosen: dict = field(default_factory=dict)  # unit -> {select.over key: value of the selected run}
     paper: PaperValue | None = None
     quoted: str | None = None
     mean: float = math.nan
@@ -53,12 +53,12 @@ class Cell:
 @dataclass
 class TableReport:
     table: Table
-    labels: dict            # dimension -> its labels (declared, or the runs' values for 'auto')
+    labels: dict  # dimension -> its labels (declared, or the runs' values for 'auto')
     row_keys: list
     col_keys: list
-    cells: dict             # (row, col) -> Cell
-    method_keys: list       # the labels along the methods' axis
-    ranks: list             # average rank per method key (None: not ranked)
+    cells: dict  # (row, col) -> Cell
+    method_keys: list  # the labels along the methods' axis
+    ranks: list  # average rank per method key (None: not ranked)
     ranked_rows: int
     paper_ranks: list
     paper_ranked_rows: int
@@ -114,12 +114,12 @@ class Provenance:
 
     experiment: str
     n_runs: int
-    protocols: dict      # tag gpdlm.protocol -> runs (paper, fast; "-" for runs older than the tag)
-    datasets: dict       # param dataset.name -> runs
-    commits: dict        # tag gpdlm.git_commit -> runs (the code that trained them)
-    first: str           # UTC date-times of the first and last run start
+    protocols: dict  # tag gpdlm.protocol -> runs (paper, fast; "-" for runs older than the tag)
+    datasets: dict  # param dataset.name -> runs
+    commits: dict  # tag gpdlm.git_commit -> runs (the code that trained them)
+    first: str  # UTC date-times of the first and last run start
     last: str
-    train_hours: float   # the sum of the runs' train_seconds, in hours
+    train_hours: float  # the sum of the runs' train_seconds, in hours
 
 
 def provenance(experiment: str, records: list) -> Provenance:
@@ -128,17 +128,23 @@ def provenance(experiment: str, records: list) -> Provenance:
     from collections import Counter
 
     def stamp(ms: int) -> str:
-        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ms else "-"
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if ms else "-"
 
     starts = sorted(r.start_time for r in records)
-    seconds = sum(float(r.metrics.get("train_seconds", 0.0)) for r in records
-                  if _finite(r.metrics.get("train_seconds", 0.0)))
+    seconds = sum(
+        float(r.metrics.get("train_seconds", 0.0)) for r in records if _finite(r.metrics.get("train_seconds", 0.0))
+    )
     count = lambda values: dict(Counter(values).most_common())  # noqa: E731
-    return Provenance(experiment, len(records),
-                      count(r.tags.get("gpdlm.protocol", "-") for r in records),
-                      count(r.params.get("dataset.name", "-") for r in records),
-                      count((r.tags.get("gpdlm.git_commit") or "-")[:10] for r in records),
-                      stamp(starts[0]) if starts else "-", stamp(starts[-1]) if starts else "-", seconds / 3600.0)
+    return Provenance(
+        experiment,
+        len(records),
+        count(r.tags.get("gpdlm.protocol", "-") for r in records),
+        count(r.params.get("dataset.name", "-") for r in records),
+        count((r.tags.get("gpdlm.git_commit") or "-")[:10] for r in records),
+        stamp(starts[0]) if starts else "-",
+        stamp(starts[-1]) if starts else "-",
+        seconds / 3600.0,
+    )
 
 
 # ----- matching runs to cells --------------------------------------------------------------------------
@@ -173,8 +179,9 @@ def _labels(table: Table, records: list) -> dict:
     that belong to the table -- those matching a label of every declared dimension (so the pol
     runs' training sizes do not become rows of a classification table read from the same store)."""
     declared = [dim for dim in table.dimensions.values() if not dim.auto and any(lab.match for lab in dim.labels)]
-    inside = [r for r in records
-              if all(any(lab.match and matches(r, lab.match) for lab in dim.labels) for dim in declared)]
+    inside = [
+        r for r in records if all(any(lab.match and matches(r, lab.match) for lab in dim.labels) for dim in declared)
+    ]
     out = {}
     for name, dim in table.dimensions.items():
         if not dim.auto:
@@ -188,8 +195,11 @@ def _labels(table: Table, records: list) -> dict:
 def build_table(table: Table, records: list, units: list[str]) -> TableReport:
     """The cells of ``table`` from ``records`` (the experiment's training runs). A table reads the
     runs of ``gpdlm train`` unless its ``match`` names another command (``tags.gpdlm.command: bias``)."""
-    mine = [r for r in records if matches(r, table.match)
-            and (COMMAND in table.match or r.tags.get("gpdlm.command", "train") == "train")]
+    mine = [
+        r
+        for r in records
+        if matches(r, table.match) and (COMMAND in table.match or r.tags.get("gpdlm.command", "train") == "train")
+    ]
     labels = _labels(table, mine)
     row_keys = list(itertools.product(*(labels[d] for d in table.rows)))
     col_keys = list(itertools.product(*(labels[d] for d in table.columns)))
@@ -245,11 +255,14 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
         notes.append(f"{unselected} cell unit(s) had no run with a finite {table.select_by}: left out")
     if differing:
         shown = ", ".join(f"{k} ({n})" for k, n in sorted(differing.items()))
-        notes.append(f"{varying} cell(s) pool runs that differ in more than the seed/split and "
-                     f"{', '.join(table.select_over) or 'the selection'}: {shown}")
+        notes.append(
+            f"{varying} cell(s) pool runs that differ in more than the seed/split and "
+            f"{', '.join(table.select_over) or 'the selection'}: {shown}"
+        )
     method_keys, ranks, ranked, pranks, pranked = _best_and_ranks(table, cells, row_keys, col_keys)
-    return TableReport(table, labels, row_keys, col_keys, cells, method_keys, ranks, ranked, pranks, pranked,
-                       len(used), notes)
+    return TableReport(
+        table, labels, row_keys, col_keys, cells, method_keys, ranks, ranked, pranks, pranked, len(used), notes
+    )
 
 
 def _lines(table: Table, cells: dict, row_keys: list, col_keys: list) -> tuple[list, list]:
@@ -274,8 +287,9 @@ def _best_and_ranks(table: Table, cells, row_keys, col_keys):
                     c.near = True
     ranks, ranked = stats.average_ranks([[c.mean if c.measured else None for c in line] for line in lines], table.goal)
     # the paper's own ranks from its printed numbers (rows it quotes from elsewhere, like RGP, left out)
-    pranks, pranked = stats.average_ranks([[c.paper.mean if c.paper and not c.quoted else None for c in line]
-                                           for line in lines], table.goal)
+    pranks, pranked = stats.average_ranks(
+        [[c.paper.mean if c.paper and not c.quoted else None for c in line] for line in lines], table.goal
+    )
     return method_keys, ranks, ranked, pranks, pranked
 
 
@@ -329,8 +343,15 @@ def _argmin(claim: Claim, tr: TableReport, base: dict) -> Comparison:
     sat = [x for x in along if condition_holds(claim.condition, x[0])]
     non = [x for x in along if not condition_holds(claim.condition, x[0])]
     if not sat or not non:
-        return Comparison(base | claim.better[0], base | claim.better[0], None, None, None, NOT_MEASURED,
-                          f"needs measured {claim.over} values on both sides of the condition")
+        return Comparison(
+            base | claim.better[0],
+            base | claim.better[0],
+            None,
+            None,
+            None,
+            NOT_MEASURED,
+            f"needs measured {claim.over} values on both sides of the condition",
+        )
     best = min(along, key=lambda x: sign * x[2].mean)
     best_sat = min(sat, key=lambda x: sign * x[2].mean)
     best_non = min(non, key=lambda x: sign * x[2].mean)
@@ -385,22 +406,24 @@ def _aggregate(claim: Claim, comps: list[Comparison]) -> Verdict:
         verdict = NOT_MEASURED
     group_p = sorted(_max_p(groups[g]) for g in held)
     p = group_p[k - 1] if verdict == HOLDS else None
-    detail = (f"holds for {len(held)} of {total} {claim.group_over} values (needs {k}): "
-              f"{', '.join(map(str, held)) or 'none'}; fails for {', '.join(map(str, failed)) or 'none'}")
+    detail = (
+        f"holds for {len(held)} of {total} {claim.group_over} values (needs {k}): "
+        f"{', '.join(map(str, held)) or 'none'}; fails for {', '.join(map(str, failed)) or 'none'}"
+    )
     return Verdict(claim, verdict, comps, p, detail)
 
 
 # ----- the whole report -------------------------------------------------------------------------------
-def build(paper: Paper, records: list, experiments: list[str] | None = None, provenance: list | None = None,
-          study: str = "") -> Report:
+def build(
+    paper: Paper, records: list, experiments: list[str] | None = None, provenance: list | None = None, study: str = ""
+) -> Report:
     tables = [build_table(t, records, paper.units) for t in paper.tables.values()]
     by_id = {tr.table.id: tr for tr in tables}
     verdicts = [evaluate(c, by_id.get(c.table)) for c in paper.claims]
     notes = []
     if records and not any(tr.n_runs for tr in tables):
         notes.append(f"no run matches any table of the {paper.name} claims: is this the right paper?")
-    return Report(paper, list(experiments or []), tables, verdicts, len(records), notes, list(provenance or []),
-                  study)
+    return Report(paper, list(experiments or []), tables, verdicts, len(records), notes, list(provenance or []), study)
 
 
 def counts(report: Report) -> dict[str, int]:

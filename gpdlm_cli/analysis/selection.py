@@ -42,6 +42,7 @@ def _beta(r: RunRecord) -> float:
 
 def pick(candidates: list[RunRecord], metric: str) -> RunRecord:
     """The arg-min of ``metric``; ties: larger beta, then earlier start, then run id."""
+
     def key(r):
         b = _beta(r)
         return (r.metrics[metric], -b if not math.isnan(b) else math.inf, r.start_time, r.run_id)
@@ -75,12 +76,23 @@ class Studies:
 def find_studies(client, experiment_id: str) -> Studies:
     """The Optuna sweep parents of the experiment (``gpdlm.sweeper=optuna``)."""
     found = store.search_all(client, experiment_id, "tags.`gpdlm.sweeper` = 'optuna'")
-    return Studies({r.info.run_id: ([k for k in r.data.tags.get("gpdlm.swept", "").split(",") if k],
-                                    r.data.tags.get("gpdlm.sweep_objective", "auto")) for r in found})
+    return Studies(
+        {
+            r.info.run_id: (
+                [k for k in r.data.tags.get("gpdlm.swept", "").split(",") if k],
+                r.data.tags.get("gpdlm.sweep_objective", "auto"),
+            )
+            for r in found
+        }
+    )
 
 
-def select_records(records: list[RunRecord], also_by: list[str] | None = None,
-                   val_metric: str | None = None, studies: Studies | None = None) -> tuple[list[Selection], list[str]]:
+def select_records(
+    records: list[RunRecord],
+    also_by: list[str] | None = None,
+    val_metric: str | None = None,
+    studies: Studies | None = None,
+) -> tuple[list[Selection], list[str]]:
     """The selected run of every group (and the reference-beta row of groups whose family declares
     one, ``declarations.reference_beta``), and notes about
     groups that could not be selected or that hold repeated betas (keys an Optuna study searched
@@ -123,16 +135,19 @@ def select_records(records: list[RunRecord], also_by: list[str] | None = None,
             else:
                 notes.append(f"no beta={R.fmt_value(reference)} run in group [{label}]: no '{row}' row")
         for method, run, pool in rows:
-            selections.append(Selection(values, method, run.with_extra(method=method), metric,
-                                        run.metrics[metric], len(pool), betas))
+            selections.append(
+                Selection(values, method, run.with_extra(method=method), metric, run.metrics[metric], len(pool), betas)
+            )
     # rows by method (a reference-beta row right after its model's), then the remaining keys and the seed
     mi = keys.index("model")
     selections.sort(key=lambda s: tuple(R.sort_key(s.method if i == mi else v) for i, v in enumerate(s.values)))
     if repeated:
         which = ", ".join(f"{k} ({n})" for k, n in sorted(repeated.items()))
-        notes.append("some groups hold several runs with the same beta; the best validation run of them was "
-                     f"used. Params that differ between such runs (groups affected): {which}; "
-                     "add them with --also-by to select separately")
+        notes.append(
+            "some groups hold several runs with the same beta; the best validation run of them was "
+            f"used. Params that differ between such runs (groups affected): {which}; "
+            "add them with --also-by to select separately"
+        )
     return selections, notes
 
 

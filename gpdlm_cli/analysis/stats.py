@@ -27,7 +27,7 @@ TEST_NAMES = {"ttest": "paired t-test", "wilcoxon": "Wilcoxon signed-rank test"}
 class TestResult:
     n: int
     mean_diff: float  # mean of d (negative: a better)
-    p: float | None   # None: not testable (n < 2)
+    p: float | None  # None: not testable (n < 2)
 
 
 def _one_sided(d: list[float], test: str, alternative: str) -> float:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .records import AnalysisError, RunRecord
 
+
 # ----- the store -------------------------------------------------------------------------------------
 def resolve_uri(uri: str | None) -> str:
     from ..tracking import resolve_tracking_uri
@@ -31,7 +32,7 @@ def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI (None for other stores or in-memory SQLite)."""
     if not uri.startswith("sqlite:"):
         return None
-    rest = uri[len("sqlite:"):]
+    rest = uri[len("sqlite:") :]
     if not rest.startswith("///"):
         return None
     path = rest[3:].split("?", 1)[0]
@@ -45,8 +46,10 @@ def open_store(uri: str | None):
     uri = resolve_uri(uri)
     db = sqlite_path(uri)
     if db is not None and not db.exists():
-        raise AnalysisError(f"no MLflow store at {db} (nothing tracked there yet): run 'gpdlm train' in "
-                            f"that directory first, or pass --tracking-uri")
+        raise AnalysisError(
+            f"no MLflow store at {db} (nothing tracked there yet): run 'gpdlm train' in "
+            f"that directory first, or pass --tracking-uri"
+        )
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri), uri
@@ -56,8 +59,9 @@ def get_experiment(client, name: str, uri: str):
     exp = client.get_experiment_by_name(name)
     if exp is None:
         names = sorted(e.name for e in client.search_experiments())
-        raise AnalysisError(f"experiment '{name}' does not exist in {uri}; experiments there: "
-                            f"{', '.join(names) or '(none)'}")
+        raise AnalysisError(
+            f"experiment '{name}' does not exist in {uri}; experiments there: {', '.join(names) or '(none)'}"
+        )
     return exp
 
 
@@ -68,11 +72,14 @@ def search_all(client, experiment_id: str, filter_string: str = "") -> list:
     runs, token = [], None
     while True:
         try:
-            page = client.search_runs([experiment_id], filter_string=filter_string or "", max_results=1000,
-                                      page_token=token)
+            page = client.search_runs(
+                [experiment_id], filter_string=filter_string or "", max_results=1000, page_token=token
+            )
         except MlflowException as e:
             msg = str(e.message if hasattr(e, "message") else e).strip().splitlines()
-            raise AnalysisError(f"invalid --filter {filter_string!r}: {msg[0] if msg else 'rejected by MLflow'}") from None
+            raise AnalysisError(
+                f"invalid --filter {filter_string!r}: {msg[0] if msg else 'rejected by MLflow'}"
+            ) from None
         runs.extend(page)
         token = page.token
         if not token:
@@ -83,13 +90,22 @@ def is_training_run(run, include_refits: bool = False, commands: tuple[str, ...]
     """A FINISHED child or single run of one of ``commands`` (``gpdlm.command``: train, bias), not a sweep
     parent, and not a ``select --refit`` rerun unless ``include_refits``."""
     tags = run.data.tags
-    return (run.info.status == "FINISHED" and tags.get("gpdlm.command") in commands
-            and tags.get("gpdlm.sweep") != "parent"
-            and (include_refits or not tags.get("gpdlm.refit_of")))
+    return (
+        run.info.status == "FINISHED"
+        and tags.get("gpdlm.command") in commands
+        and tags.get("gpdlm.sweep") != "parent"
+        and (include_refits or not tags.get("gpdlm.refit_of"))
+    )
 
 
-def load_runs(client, experiment, filter_string: str = "", include_refits: bool = False,
-              notes: list[str] | None = None, commands: tuple[str, ...] = ("train",)) -> list[RunRecord]:
+def load_runs(
+    client,
+    experiment,
+    filter_string: str = "",
+    include_refits: bool = False,
+    notes: list[str] | None = None,
+    commands: tuple[str, ...] = ("train",),
+) -> list[RunRecord]:
     """The FINISHED training runs of ``experiment`` that match ``filter_string``, reruns of the same
     configuration counted once; an error if none. ``commands`` widens "training" to other run kinds
     (``gpdlm report`` also reads ``gpdlm bias`` runs, for the tables that ask for them). What was left
@@ -99,8 +115,10 @@ def load_runs(client, experiment, filter_string: str = "", include_refits: bool 
     said = [skipped_note(found)] if skipped_note(found) else []
     runs, reruns = drop_reruns(runs)
     if reruns:
-        said.append(f"{reruns} rerun(s) of identical configurations (same gpdlm.config_hash) counted once: "
-                    f"the latest run of each is used")
+        said.append(
+            f"{reruns} rerun(s) of identical configurations (same gpdlm.config_hash) counted once: "
+            f"the latest run of each is used"
+        )
     for note in said:
         if notes is None:
             print(f"gpdlm: note: {note}", file=sys.stderr)
@@ -122,8 +140,12 @@ def skipped_note(found: list) -> str:
             counts[r.info.status] = counts.get(r.info.status, 0) + 1
     if not counts:
         return ""
-    why = {"RUNNING": "still running or orphaned: see `gpdlm runs --stale`", "FAILED": "see their failure_reason",
-           "KILLED": "interrupted", "SCHEDULED": "not started"}
+    why = {
+        "RUNNING": "still running or orphaned: see `gpdlm runs --stale`",
+        "FAILED": "see their failure_reason",
+        "KILLED": "interrupted",
+        "SCHEDULED": "not started",
+    }
     parts = [f"{n} {status} ({why.get(status, 'unfinished')})" for status, n in sorted(counts.items())]
     return f"skipped {sum(counts.values())} unfinished training run(s): " + ", ".join(parts)
 
@@ -178,19 +200,26 @@ def is_read_only_error(e: BaseException) -> bool:
     return "readonly database" in text or "read-only file system" in text
 
 
-def log_analysis_run(client, experiment_id: str, command: str, outdir: Path, params: dict, tags: dict | None = None) -> str:
+def log_analysis_run(
+    client, experiment_id: str, command: str, outdir: Path, params: dict, tags: dict | None = None
+) -> str:
     """A FINISHED run named after ``command`` holding the files of ``outdir`` (not its subfolders)
     as artifacts."""
     from mlflow.entities import Param
 
     try:
-        run = client.create_run(experiment_id, run_name=command,
-                                tags={"gpdlm.command": command, **{k: str(v) for k, v in (tags or {}).items()}})
+        run = client.create_run(
+            experiment_id,
+            run_name=command,
+            tags={"gpdlm.command": command, **{k: str(v) for k, v in (tags or {}).items()}},
+        )
     except Exception as e:
         if is_read_only_error(e):
-            raise AnalysisError(f"the MLflow store is read-only ({_first_line(e)[:120]}): gpdlm {command}'s files are "
-                                f"in {outdir}, but they could not be logged as a run there; open a writable copy "
-                                f"of the store to log them") from None
+            raise AnalysisError(
+                f"the MLflow store is read-only ({_first_line(e)[:120]}): gpdlm {command}'s files are "
+                f"in {outdir}, but they could not be logged as a run there; open a writable copy "
+                f"of the store to log them"
+            ) from None
         raise
     rid = run.info.run_id
     try:
@@ -201,8 +230,10 @@ def log_analysis_run(client, experiment_id: str, command: str, outdir: Path, par
     except BaseException as e:
         client.set_terminated(rid, "FAILED")
         if isinstance(e, Exception) and is_read_only_error(e):
-            raise AnalysisError(f"the MLflow store's artifact folder is read-only ({_first_line(e)[:120]}): gpdlm "
-                                f"{command}'s files are in {outdir}, but not in the store") from None
+            raise AnalysisError(
+                f"the MLflow store's artifact folder is read-only ({_first_line(e)[:120]}): gpdlm "
+                f"{command}'s files are in {outdir}, but not in the store"
+            ) from None
         raise
     client.set_terminated(rid, "FINISHED")
     return rid

@@ -16,6 +16,7 @@ from . import tables as T
 from .figures import draw_figures
 from .records import RunRecord
 
+
 # ----- groups that differ only in the seed -----------------------------------------------------------
 def separate_configurations(records: list[RunRecord], by: list[str]) -> tuple[list[str], str]:
     """``by`` plus every param that differs inside one of its groups (seed and bookkeeping aside),
@@ -32,10 +33,14 @@ def separate_configurations(records: list[RunRecord], by: list[str]) -> tuple[li
     if not found:
         return by, ""
     extra = [R.short_key(k) for k in sorted(found)]
-    shown = "; ".join(f"{R.short_key(k)}: {'/'.join(sorted(v, key=str)[:4])}{'/...' if len(v) > 4 else ''}"
-                      for k, v in sorted(found.items()))
-    return by + extra, (f"runs grouped by {','.join(by)} differ in more than the seed ({shown}); grouped by "
-                        f"{','.join(extra)} as well, so that no mean pools different configurations")
+    shown = "; ".join(
+        f"{R.short_key(k)}: {'/'.join(sorted(v, key=str)[:4])}{'/...' if len(v) > 4 else ''}"
+        for k, v in sorted(found.items())
+    )
+    return by + extra, (
+        f"runs grouped by {','.join(by)} differ in more than the seed ({shown}); grouped by "
+        f"{','.join(extra)} as well, so that no mean pools different configurations"
+    )
 
 
 # ----- the table -----------------------------------------------------------------------------------
@@ -70,14 +75,26 @@ def display_rows(rows: list[dict], by: list[str], metrics: list[str]) -> tuple[l
     header = list(by) + ["n"] + list(metrics)
     out = []
     for row in rows:
-        out.append([R.fmt_value(v) for v in row["values"]] + [str(row["n"])]
-                   + [R.fmt_mean_se(*row["stats"][m][:2]) if row["stats"][m][2] else "-" for m in metrics])
+        out.append(
+            [R.fmt_value(v) for v in row["values"]]
+            + [str(row["n"])]
+            + [R.fmt_mean_se(*row["stats"][m][:2]) if row["stats"][m][2] else "-" for m in metrics]
+        )
     return header, out
 
 
 # ----- the whole analysis ---------------------------------------------------------------------------
-def analyse(client, records, by: list[str], metrics: list[str], outdir: Path, basename: str, title: str,
-            figures: bool = True, out=None) -> dict:
+def analyse(
+    client,
+    records,
+    by: list[str],
+    metrics: list[str],
+    outdir: Path,
+    basename: str,
+    title: str,
+    figures: bool = True,
+    out=None,
+) -> dict:
     """Table (printed, CSV, Markdown) and figures of ``records`` grouped by ``by``."""
     rows = summarise(records, by, metrics)
     files = write_summary(rows, by, metrics, outdir, basename)
@@ -90,7 +107,9 @@ def analyse(client, records, by: list[str], metrics: list[str], outdir: Path, ba
 def write_runs_csv(records, keys: list[str], metrics: list[str], path: Path) -> Path:
     """Provenance: every run that went into the analysis with its key values and metrics."""
     header = ["run_id", "run_name"] + list(keys) + list(metrics)
-    rows = [[r.run_id, r.run_name] + [R.fmt_value(r.value(k)) for k in keys] + [r.metrics.get(m) for m in metrics]
-            for r in records]
+    rows = [
+        [r.run_id, r.run_name] + [R.fmt_value(r.value(k)) for k in keys] + [r.metrics.get(m) for m in metrics]
+        for r in records
+    ]
     T.write_csv(path, header, rows)
     return path

@@ -6,6 +6,7 @@ import csv
 import sys
 from pathlib import Path
 
+
 # ----- tables ---------------------------------------------------------------------------------------
 def write_csv(path: Path, header: list[str], rows: list[list]) -> None:
     with open(path, "w", newline="") as f:
@@ -17,8 +18,7 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> None:
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(esc(h) for h in header) + " |",
-             "|" + "|".join("---" for _ in header) + "|"]
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 

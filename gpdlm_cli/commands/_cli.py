@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from ..analysis.records import DEFAULT_EXPERIMENT, AnalysisError
 from ..exceptions import GpdlmError
@@ -27,8 +27,12 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def add_store_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: gpdlm)")
-    p.add_argument("--tracking-uri", default=None, metavar="URI",
-                   help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as for gpdlm train)")
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        metavar="URI",
+        help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as for gpdlm train)",
+    )
 
 
 def run_cli(fn: Callable[[list[str]], int], argv: list[str] | None = None) -> int:

@@ -19,8 +19,14 @@ def main(argv: list[str] | None = None) -> int:
     table, splits, _ = load_data(cfg)
     tr, te = splits.indices["train"], splits.indices["test"]
     aimpeak = cfg.dataset.name == "aimpeak"
-    res = anchor_rmse(table.X[tr], table.y[tr], table.X[te], table.y[te], group_cols=(0, 1, 2, 3) if aimpeak else (),
-                      time_col=4 if aimpeak else None)
+    res = anchor_rmse(
+        table.X[tr],
+        table.y[tr],
+        table.X[te],
+        table.y[te],
+        group_cols=(0, 1, 2, 3) if aimpeak else (),
+        time_col=4 if aimpeak else None,
+    )
     print(" ".join(f"{k} {v:.4f}" for k, v in res.items()))
     return 0
 

@@ -51,27 +51,46 @@ def build_parser():
     p = _cli.make_parser("gpdlm compare", "Compare gpdlm runs: mean ± standard error tables and figures from MLflow.")
     p.epilog = EPILOG
     _cli.add_store_options(p)
-    p.add_argument("--filter", default="", metavar="EXPR",
-                   help="MLflow search filter, e.g. 'params.`dataset.name` = \"concrete\"' (params are "
-                        "compared as strings, as MLflow stores them)")
-    p.add_argument("--by", action="append", metavar="KEYS",
-                   help=f"comma-separated grouping keys (default: {','.join(DEFAULT_BY)}; "
-                        f"with --select: {','.join(SELECTED_BY)})")
-    p.add_argument("--metric", nargs="+", action="extend", metavar="NAME",
-                   help="metrics to compare (default: those of test_nll, test_rmse, test_error, test_mre that exist)")
+    p.add_argument(
+        "--filter",
+        default="",
+        metavar="EXPR",
+        help="MLflow search filter, e.g. 'params.`dataset.name` = \"concrete\"' (params are "
+        "compared as strings, as MLflow stores them)",
+    )
+    p.add_argument(
+        "--by",
+        action="append",
+        metavar="KEYS",
+        help=f"comma-separated grouping keys (default: {','.join(DEFAULT_BY)}; with --select: {','.join(SELECTED_BY)})",
+    )
+    p.add_argument(
+        "--metric",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="metrics to compare (default: those of test_nll, test_rmse, test_error, test_mre that exist)",
+    )
     p.add_argument("--out", metavar="DIR", help="output folder (default: outputs/compare/<timestamp>)")
-    p.add_argument("--select", action="store_true",
-                   help="compare only the runs `gpdlm select` picks (best beta by validation per group)")
-    p.add_argument("--include-refits", action="store_true",
-                   help="also use refit runs (tag gpdlm.refit_of); adds the 'refit' key to --by")
-    p.add_argument("--hyperparameters", action="store_true",
-                   help="also compare the learned hyperparameters (every hp.* metric the runs logged: "
-                        "hp.noise, hp.outputscale, hp.lengthscale[.i], hp.num_inducing)")
+    p.add_argument(
+        "--select",
+        action="store_true",
+        help="compare only the runs `gpdlm select` picks (best beta by validation per group)",
+    )
+    p.add_argument(
+        "--include-refits",
+        action="store_true",
+        help="also use refit runs (tag gpdlm.refit_of); adds the 'refit' key to --by",
+    )
+    p.add_argument(
+        "--hyperparameters",
+        action="store_true",
+        help="also compare the learned hyperparameters (every hp.* metric the runs logged: "
+        "hp.noise, hp.outputscale, hp.lengthscale[.i], hp.num_inducing)",
+    )
     p.add_argument("--no-figures", action="store_true", help="tables only")
     p.add_argument("--no-log", action="store_true", help="do not create the `compare` MLflow run")
     return p
-
-
 
 
 def hyperparameter_metrics(records, chosen: list[str]) -> list[str]:
@@ -82,7 +101,9 @@ def hyperparameter_metrics(records, chosen: list[str]) -> list[str]:
 
     present = {k for r in records for k in r.metrics if k.startswith("hp.") and k not in chosen}
     if not present:
-        raise R.AnalysisError("--hyperparameters: no run has hp.* metrics (runs log them since issue 47; retrain to get them)")
+        raise R.AnalysisError(
+            "--hyperparameters: no run has hp.* metrics (runs log them since issue 47; retrain to get them)"
+        )
     return sorted(present, key=lambda k: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)])
 
 
@@ -113,14 +134,33 @@ def main(argv: list[str]) -> int:
     outdir = store.output_dir(args.out, "compare")
     write_runs_csv(records, by, metrics, outdir / "runs.csv")
     what = "selected runs" if args.select else "runs"
-    result = analyse(client, records, by, metrics, outdir, "compare", figures=not args.no_figures,
-                     title=f"{exp.name}: mean ± standard error over {len(records)} {what}")
+    result = analyse(
+        client,
+        records,
+        by,
+        metrics,
+        outdir,
+        "compare",
+        figures=not args.no_figures,
+        title=f"{exp.name}: mean ± standard error over {len(records)} {what}",
+    )
     print(f"wrote {', '.join(p.name for p in result['files'] + result['figures'])} and runs.csv to {outdir}")
     if not args.no_log:
-        rid = store.log_analysis_run(client, exp.experiment_id, "compare", outdir, params={
-            "by": ",".join(by), "metrics": ",".join(metrics), "filter": args.filter or "", "select": args.select,
-            "n_runs": len(records), "n_groups": len(result["rows"]),
-        }, tags={"gpdlm.output_dir": outdir.resolve()})
+        rid = store.log_analysis_run(
+            client,
+            exp.experiment_id,
+            "compare",
+            outdir,
+            params={
+                "by": ",".join(by),
+                "metrics": ",".join(metrics),
+                "filter": args.filter or "",
+                "select": args.select,
+                "n_runs": len(records),
+                "n_groups": len(result["rows"]),
+            },
+            tags={"gpdlm.output_dir": outdir.resolve()},
+        )
         print(f"MLflow run 'compare' {rid} in experiment '{exp.name}' ({uri})")
     return 0
 

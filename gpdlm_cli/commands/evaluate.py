@@ -20,9 +20,9 @@ import json
 import math
 from pathlib import Path
 
-from ..files import write_atomic
 from ..analysis.records import AnalysisError, split_list
 from ..analysis.store import get_experiment, is_training_run, open_store, search_all
+from ..files import write_atomic
 from ._cli import make_parser, run_cli
 
 EPILOG_EVAL = """examples:
@@ -63,16 +63,21 @@ def check_model_belongs(folder: Path, meta: dict, tags: dict | None = None) -> N
         except Exception:  # a config that no longer resolves: the fingerprint check below still runs
             model_hash = run_hash = None
     if model_hash and run_hash and model_hash != run_hash:
-        raise AnalysisError(f"{folder}/model.pt is not this run's model: its config hash {model_hash} differs from "
-                            f"the run's {run_hash} (a model.pt copied from another run?); nothing was written")
+        raise AnalysisError(
+            f"{folder}/model.pt is not this run's model: its config hash {model_hash} differs from "
+            f"the run's {run_hash} (a model.pt copied from another run?); nothing was written"
+        )
     fp = tags.get("gpdlm.dataset_fingerprint")
     if fp and meta.get("fingerprint") and fp != meta["fingerprint"]:
-        raise AnalysisError(f"{folder}/model.pt was trained on other data (fingerprint {meta['fingerprint']}) than "
-                            f"the run ({fp}); nothing was written")
+        raise AnalysisError(
+            f"{folder}/model.pt was trained on other data (fingerprint {meta['fingerprint']}) than "
+            f"the run ({fp}); nothing was written"
+        )
 
 
-def evaluate_folder(folder: Path, split: str = "all", metrics: list[str] | None = None,
-                    tags: dict | None = None) -> dict[str, float]:
+def evaluate_folder(
+    folder: Path, split: str = "all", metrics: list[str] | None = None, tags: dict | None = None
+) -> dict[str, float]:
     """The run's predictive metrics recomputed from its saved model (checked to be the run's own:
     ``check_model_belongs``)."""
     from ..run.saved_model import load_run, read_model_file
@@ -86,8 +91,9 @@ def evaluate_folder(folder: Path, split: str = "all", metrics: list[str] | None 
     if metrics:
         unknown = [m for m in metrics if m not in values]
         if unknown:
-            raise AnalysisError(f"--metric {unknown[0]} is not a metric of this run's model; it has: "
-                                  f"{', '.join(sorted(values))}")
+            raise AnalysisError(
+                f"--metric {unknown[0]} is not a metric of this run's model; it has: {', '.join(sorted(values))}"
+            )
         values = {k: values[k] for k in metrics}
     return values
 
@@ -100,8 +106,11 @@ def eval_main(argv: list[str]) -> int:
     p.add_argument("--metric", nargs="+", default=None, help="only these metrics (default: every val_/test_ metric)")
     p.add_argument("--split", choices=("val", "test", "all"), default="all")
     p.add_argument("--tracking-uri", default=None, metavar="URI")
-    p.add_argument("--overwrite", action="store_true",
-                   help="write recomputed values that differ from those saved (default: keep them, report, exit 1)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write recomputed values that differ from those saved (default: keep them, report, exit 1)",
+    )
     a = p.parse_args(argv)
     metrics = split_list(a.metric)
     if bool(a.runs) == bool(a.experiment):
@@ -124,8 +133,9 @@ def eval_main(argv: list[str]) -> int:
         if rid and rid not in run_tags:
             run_tags[rid] = dict(client.get_run(rid).data.tags)
     saved = {folder: read_saved_metrics(folder) for folder, _ in targets}  # a broken file: one line, before any work
-    results = [(folder, rid, evaluate_folder(folder, a.split, metrics, run_tags.get(rid)))
-               for folder, rid in targets]  # all before writing
+    results = [
+        (folder, rid, evaluate_folder(folder, a.split, metrics, run_tags.get(rid))) for folder, rid in targets
+    ]  # all before writing
     kept = 0
     for folder, rid, values in results:
         old = saved[folder]
@@ -133,15 +143,17 @@ def eval_main(argv: list[str]) -> int:
         added = sorted(k for k in values if k not in old)
         if differs and not a.overwrite:  # reproduced something else: the saved results stay as they are
             kept += 1
-            print(f"gpdlm eval: {rid or folder}: DIFFERS " + ", ".join(f"{k} {_show(o)} -> {_show(n)}"
-                                                                     for k, (o, n) in differs.items())
-                  + "; nothing written (the saved model does not reproduce the run's results: --overwrite writes them)")
+            print(
+                f"gpdlm eval: {rid or folder}: DIFFERS "
+                + ", ".join(f"{k} {_show(o)} -> {_show(n)}" for k, (o, n) in differs.items())
+                + "; nothing written (the saved model does not reproduce the run's results: --overwrite writes them)"
+            )
             continue
         write_atomic(folder / "metrics.json", json.dumps({**old, **values}, indent=2, sort_keys=True))
         if client is not None and rid:
-            from mlflow.entities import Metric
-
             import time
+
+            from mlflow.entities import Metric
 
             now = int(time.time() * 1000)
             client.log_batch(rid, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()])
@@ -162,11 +174,15 @@ def read_saved_metrics(folder: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise AnalysisError(f"{path} is not readable JSON ({type(e).__name__}); move it aside to rebuild it from "
-                            f"the model (gpdlm eval writes a new one)") from None
+        raise AnalysisError(
+            f"{path} is not readable JSON ({type(e).__name__}); move it aside to rebuild it from "
+            f"the model (gpdlm eval writes a new one)"
+        ) from None
     if not isinstance(data, dict):
-        raise AnalysisError(f"{path} holds a JSON {type(data).__name__}, not the run's metrics; move it aside to "
-                            f"rebuild it from the model")
+        raise AnalysisError(
+            f"{path} holds a JSON {type(data).__name__}, not the run's metrics; move it aside to "
+            f"rebuild it from the model"
+        )
     return data
 
 
@@ -195,7 +211,7 @@ HEADER_BYTES = 1 << 20  # a first line longer than this is no CSV header
 def clip(value, limit: int = ECHO_CHARS) -> str:
     """``repr(value)`` cut to ``limit`` characters (an error line never echoes a 40 MB cell)."""
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _read_csv(path: Path, check=None):
@@ -214,8 +230,10 @@ def _read_csv(path: Path, check=None):
     except OSError as e:
         raise AnalysisError(f"--input {path} cannot be read ({e.strerror or type(e).__name__})") from None
     if len(head) >= HEADER_BYTES and not head.endswith(b"\n"):
-        raise AnalysisError(f"--input {path}: its first line is longer than {HEADER_BYTES >> 20} MiB: not a CSV with "
-                            f"a header row of column names")
+        raise AnalysisError(
+            f"--input {path}: its first line is longer than {HEADER_BYTES >> 20} MiB: not a CSV with "
+            f"a header row of column names"
+        )
     chunks, first = [], 0
     try:
         with pd.read_csv(path, chunksize=CHUNK_ROWS) as reader:
@@ -227,8 +245,10 @@ def _read_csv(path: Path, check=None):
     except AnalysisError:
         raise
     except Exception as e:
-        raise AnalysisError(f"--input {path} is not a readable CSV ({type(e).__name__}: "
-                            f"{clip(str(e).strip().splitlines()[0] if str(e).strip() else '')})") from None
+        raise AnalysisError(
+            f"--input {path} is not a readable CSV ({type(e).__name__}: "
+            f"{clip(str(e).strip().splitlines()[0] if str(e).strip() else '')})"
+        ) from None
     if not chunks:
         return pd.DataFrame()
     return pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0]
@@ -238,18 +258,27 @@ def _check_columns(path: Path, columns, required: list[str], allowed: list[str],
     missing = [c for c in required if c not in columns]
     extra = [c for c in columns if c not in allowed]
     if missing or extra:
-        raise AnalysisError(f"--input {path}: {takes}; " + (f"missing {', '.join(missing)}" if missing else "")
-                            + ("; " if missing and extra else "")
-                            + (f"unexpected {', '.join(clip(str(c), 40)[1:-1] for c in extra[:10])}"
-                               + (f" (+{len(extra) - 10} more)" if len(extra) > 10 else "") if extra else ""))
+        raise AnalysisError(
+            f"--input {path}: {takes}; "
+            + (f"missing {', '.join(missing)}" if missing else "")
+            + ("; " if missing and extra else "")
+            + (
+                f"unexpected {', '.join(clip(str(c), 40)[1:-1] for c in extra[:10])}"
+                + (f" (+{len(extra) - 10} more)" if len(extra) > 10 else "")
+                if extra
+                else ""
+            )
+        )
 
 
 def _first_bad(path: Path, chunk, column: str, bad, first_row: int):
     import numpy as np
 
     row = int(np.flatnonzero(bad)[0])
-    raise AnalysisError(f"--input {path}: column '{column}' row {first_row + row + 2} holds {clip(chunk[column].iloc[row])}, "
-                        f"not a finite number")
+    raise AnalysisError(
+        f"--input {path}: column '{column}' row {first_row + row + 2} holds {clip(chunk[column].iloc[row])}, "
+        f"not a finite number"
+    )
 
 
 def read_inputs(path: Path, feature_names: list[str]):
@@ -294,9 +323,11 @@ def predict_main(argv: list[str]) -> int:
     if str(run.table.task) == "sequence" and method.predict is not None:
         return predict_series(run, Path(a.input), Path(a.output), a.level)
     if str(run.table.task) == "sequence" or method.evaluate is not None:
-        raise AnalysisError(f"model={run.cfg.model.name} predicts in its own way (the gamma family, "
-                              f"sq_dlm's completion); gpdlm predict takes the other models for now "
-                              f"(gpdlm eval recomputes its metrics)")
+        raise AnalysisError(
+            f"model={run.cfg.model.name} predicts in its own way (the gamma family, "
+            f"sq_dlm's completion); gpdlm predict takes the other models for now "
+            f"(gpdlm eval recomputes its metrics)"
+        )
     X = read_inputs(Path(a.input), meta["feature_names"])
     import pandas as pd
 
@@ -327,11 +358,14 @@ def series_layout(cfg, feature_names: list[str], target_names: list[str]):
     has_targets = any(t in taps for t in target_names)
     mode = str(cfg.dataset.get("mode") or ("autoregression" if has_targets else "regression"))
     lag, lag_step, stride = (int(cfg.dataset.get(k) or 1) for k in ("lag", "lag_step", "stride"))
-    names = window_names(inputs, target_names, lag, "regression" if not has_targets else mode, past_names=past,
-                         lag_step=lag_step)
+    names = window_names(
+        inputs, target_names, lag, "regression" if not has_targets else mode, past_names=past, lag_step=lag_step
+    )
     if names != [str(n) for n in feature_names]:
-        raise AnalysisError(f"the windows of dataset={cfg.dataset.name} are not those of one series with lag={lag}, "
-                              f"lag_step={lag_step}: gpdlm predict cannot rebuild them from a CSV of the series")
+        raise AnalysisError(
+            f"the windows of dataset={cfg.dataset.name} are not those of one series with lag={lag}, "
+            f"lag_step={lag_step}: gpdlm predict cannot rebuild them from a CSV of the series"
+        )
     return inputs, list(target_names), past, lag, lag_step, stride, mode
 
 
@@ -343,8 +377,11 @@ def read_series(path: Path, required: list[str], optional: list[str], *, gaps_af
     import numpy as np
     import pandas as pd
 
-    takes = "the model reads a series with the columns " + ", ".join(required) + (
-        f" (and optionally {', '.join(optional)})" if optional else "")
+    takes = (
+        "the model reads a series with the columns "
+        + ", ".join(required)
+        + (f" (and optionally {', '.join(optional)})" if optional else "")
+    )
 
     def check(chunk, first_row):
         _check_columns(path, chunk.columns, required, required + optional, takes)
@@ -361,7 +398,9 @@ def read_series(path: Path, required: list[str], optional: list[str], *, gaps_af
     df = _read_csv(path, check)
     if len(df) == 0:
         raise AnalysisError(f"--input {path} has no rows")
-    out = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) for c in required + optional if c in df.columns}
+    out = {
+        c: pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) for c in required + optional if c in df.columns
+    }
     return pd.DataFrame(out)
 
 
@@ -382,20 +421,31 @@ def predict_series(run, inp: Path, output: Path, level: float) -> int:
     from ..data.sequences import make_windows
 
     meta, method = run.meta, run.method
-    inputs, targets, past, lag, lag_step, stride, mode = series_layout(run.cfg, meta["feature_names"], meta["target_names"])
+    inputs, targets, past, lag, lag_step, stride, mode = series_layout(
+        run.cfg, meta["feature_names"], meta["target_names"]
+    )
     needs_outputs = mode != "regression"
     required = inputs + past + (targets if needs_outputs else [])
     optional = [] if needs_outputs else targets
     gaps = {t: lag for t in targets} if mode == "free_simulation" else None
     df = read_series(inp, required, optional, gaps_after=gaps)
     if len(df) <= lag:
-        raise AnalysisError(f"--input {inp} has {len(df)} rows; a window of model={run.cfg.model.name} needs "
-                              f"lag={lag} earlier rows, so the series must have more than {lag}")
+        raise AnalysisError(
+            f"--input {inp} has {len(df)} rows; a window of model={run.cfg.model.name} needs "
+            f"lag={lag} earlier rows, so the series must have more than {lag}"
+        )
     Y = df[targets].to_numpy(float) if all(t in df for t in targets) else np.zeros((len(df), len(targets)))
     if mode == "free_simulation":
         Y = np.where(np.isnan(Y), 0.0, Y)  # overwritten by the rollout before any window reads them
-    X, _, t_idx = make_windows(df[inputs].to_numpy(float), Y, lag, "regression" if not needs_outputs else mode,
-                               past=df[past].to_numpy(float) if past else None, lag_step=lag_step, stride=stride)
+    X, _, t_idx = make_windows(
+        df[inputs].to_numpy(float),
+        Y,
+        lag,
+        "regression" if not needs_outputs else mode,
+        past=df[past].to_numpy(float) if past else None,
+        lag_step=lag_step,
+        stride=stride,
+    )
     x_mean, x_std = np.asarray(meta["x_mean"]), np.asarray(meta["x_std"])
     ref = run.data.x_train
     x = torch.as_tensor((X - x_mean) / x_std, dtype=ref.dtype, device=ref.device)
@@ -412,8 +462,10 @@ def predict_series(run, inp: Path, output: Path, level: float) -> int:
         frame.update({pre + "mean": m, pre + "variance": s**2, pre + "lower": m - z * s, pre + "upper": m + z * s})
     out = pd.DataFrame(frame)
     out.to_csv(output, index=False)
-    print(f"gpdlm predict: {len(out)} steps -> {output} ({mode}, lag={lag}; {', '.join(out.columns)}; "
-          f"model={run.cfg.model.name})")
+    print(
+        f"gpdlm predict: {len(out)} steps -> {output} ({mode}, lag={lag}; {', '.join(out.columns)}; "
+        f"model={run.cfg.model.name})"
+    )
     return 0
 
 
@@ -428,9 +480,12 @@ def load_run_config(folder: Path):
     try:
         cfg = OmegaConf.load(path)
     except Exception as e:
-        raise AnalysisError(f"{path} is not readable YAML ({type(e).__name__}): the run's config is damaged; "
-                            f"retrain the run") from None
-    missing = [k for k in ("model", "trainer", "tracking", "dataset") if not isinstance(cfg, DictConfig) or k not in cfg]
+        raise AnalysisError(
+            f"{path} is not readable YAML ({type(e).__name__}): the run's config is damaged; retrain the run"
+        ) from None
+    missing = [
+        k for k in ("model", "trainer", "tracking", "dataset") if not isinstance(cfg, DictConfig) or k not in cfg
+    ]
     if missing:
         raise AnalysisError(f"{path} is not a gpdlm run config (no {missing[0]!r} section); retrain the run")
     return cfg
@@ -450,9 +505,11 @@ def resume_store(a_uri: str | None, state: dict, cfg) -> str:
         from ..tracking import resolve_tracking_uri
 
         return resolve_tracking_uri(uri)
-    raise AnalysisError("the run's checkpoint does not say which MLflow store it logged into (written by an older "
-                        "gpdlm) and its config names a store relative to the directory it was started from; "
-                        "give it: gpdlm resume RUN --tracking-uri URI")
+    raise AnalysisError(
+        "the run's checkpoint does not say which MLflow store it logged into (written by an older "
+        "gpdlm) and its config names a store relative to the directory it was started from; "
+        "give it: gpdlm resume RUN --tracking-uri URI"
+    )
 
 
 def resume_main(argv: list[str]) -> int:
@@ -474,19 +531,25 @@ def resume_main(argv: list[str]) -> int:
     folder, rid = run_folder(a.run, a.tracking_uri)
     holder = folder_holder(folder)
     if holder:
-        raise AnalysisError(f"{folder} is still being trained by a live process (pid {holder}); resume only a "
-                            f"stopped run (`gpdlm runs --stale` lists those whose process is gone)")
+        raise AnalysisError(
+            f"{folder} is still being trained by a live process (pid {holder}); resume only a "
+            f"stopped run (`gpdlm runs --stale` lists those whose process is gone)"
+        )
     cfg = load_run_config(folder)
     state = read_checkpoint(folder / FILE, strict=True)
     if state is None:
         finished = (folder / "model.pt").is_file() and "status" not in _read_metrics(folder)
         if finished:
             raise AnalysisError(f"{folder} holds a finished run (model.pt, final metrics.json): nothing to resume")
-        raise AnalysisError(f"{folder} has no readable {FILE}: the run was stopped before its first checkpoint, "
-                            f"or ran with trainer.checkpoint_every=0; retrain it")
+        raise AnalysisError(
+            f"{folder} has no readable {FILE}: the run was stopped before its first checkpoint, "
+            f"or ran with trainer.checkpoint_every=0; retrain it"
+        )
     if state.get("config_hash") != config_hash(cfg):
-        raise AnalysisError(f"{folder}/{FILE} belongs to another configuration than {folder}/config.yaml "
-                            f"(config hash {state.get('config_hash')} != {config_hash(cfg)}); retrain the run")
+        raise AnalysisError(
+            f"{folder}/{FILE} belongs to another configuration than {folder}/config.yaml "
+            f"(config hash {state.get('config_hash')} != {config_hash(cfg)}); retrain the run"
+        )
     client, stopped = None, None
     if cfg.tracking.get("enabled", True):
         uri = resume_store(a.tracking_uri, state, cfg)
@@ -528,22 +591,33 @@ def _stopped_run(uri: str, run_id: str | None):
     try:
         run = client.get_run(run_id)
     except MlflowException:
-        raise AnalysisError(f"the stopped run {run_id} is not in the MLflow store {uri}; give the store it was "
-                            f"tracked in (--tracking-uri URI)") from None
+        raise AnalysisError(
+            f"the stopped run {run_id} is not in the MLflow store {uri}; give the store it was "
+            f"tracked in (--tracking-uri URI)"
+        ) from None
     status = run.info.status
     if status == "FINISHED":
         raise AnalysisError(f"run {run_id} is FINISHED: nothing to resume (retrain it to run it again)")
     if status == "RUNNING":
         alive = process_state(run.data.tags)
         if alive == "alive":
-            raise AnalysisError(f"run {run_id} is still running (pid {run.data.tags.get(PID_TAG)} is alive); "
-                                f"resume only a stopped run")
+            raise AnalysisError(
+                f"run {run_id} is still running (pid {run.data.tags.get(PID_TAG)} is alive); resume only a stopped run"
+            )
         if alive == "unknown":
-            raise AnalysisError(f"run {run_id} is RUNNING and its process (host {run.data.tags.get(HOST_TAG, '?')}) "
-                                f"cannot be checked from here; if it is dead, `gpdlm runs --stale --mark-failed` "
-                                f"closes it, then resume")
-        client.log_batch(run_id, tags=[RunTag("failure_reason", f"orphaned: process {run.data.tags.get(PID_TAG)} is "
-                                                                f"gone (closed by gpdlm resume)")])
+            raise AnalysisError(
+                f"run {run_id} is RUNNING and its process (host {run.data.tags.get(HOST_TAG, '?')}) "
+                f"cannot be checked from here; if it is dead, `gpdlm runs --stale --mark-failed` "
+                f"closes it, then resume"
+            )
+        client.log_batch(
+            run_id,
+            tags=[
+                RunTag(
+                    "failure_reason", f"orphaned: process {run.data.tags.get(PID_TAG)} is gone (closed by gpdlm resume)"
+                )
+            ],
+        )
         client.set_terminated(run_id, "KILLED")
     return client, run
 

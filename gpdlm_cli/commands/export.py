@@ -23,17 +23,31 @@ EPILOG = """examples:
 
 
 def build_parser():
-    p = _cli.make_parser("gpdlm export", "Write a store's training runs (params, metrics, tags, step-metric "
-                                         "summaries; not model files) to a compressed, versioned, checksummed "
-                                         "JSON-lines file.")
+    p = _cli.make_parser(
+        "gpdlm export",
+        "Write a store's training runs (params, metrics, tags, step-metric "
+        "summaries; not model files) to a compressed, versioned, checksummed "
+        "JSON-lines file.",
+    )
     p.epilog = EPILOG
-    p.add_argument("--experiment", action="append", metavar="NAME",
-                   help="experiment to export (repeatable; default: every experiment with training runs)")
-    p.add_argument("--tracking-uri", default=None, metavar="URI",
-                   help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as for gpdlm train)")
+    p.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="experiment to export (repeatable; default: every experiment with training runs)",
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        metavar="URI",
+        help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as for gpdlm train)",
+    )
     p.add_argument("--output", default="runs.jsonl.gz", metavar="FILE", help="the file (default: runs.jsonl.gz)")
-    p.add_argument("--no-histories", action="store_true",
-                   help="step metrics as summaries only (no points: smaller, but no learning-curve figures)")
+    p.add_argument(
+        "--no-histories",
+        action="store_true",
+        help="step metrics as summaries only (no points: smaller, but no learning-curve figures)",
+    )
     return p
 
 
@@ -57,8 +71,10 @@ def main(argv: list[str]) -> int:
         raise R.AnalysisError(f"no training runs to export in {', '.join(e.name for e in exps) or '(no experiments)'}")
     digest = export.write(args.output, entries, kept)
     size = Path(args.output).stat().st_size
-    print(f"wrote {len(entries)} runs of {', '.join(kept)} to {args.output} ({size / 1024:.1f} KiB, "
-          f"sha256 {digest[:16]}...)")
+    print(
+        f"wrote {len(entries)} runs of {', '.join(kept)} to {args.output} ({size / 1024:.1f} KiB, "
+        f"sha256 {digest[:16]}...)"
+    )
     return 0
 
 

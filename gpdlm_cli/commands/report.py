@@ -46,27 +46,55 @@ and give each claim its comparison, paired test and significance level: docs/ana
 def build_parser():
     from ..analysis import claims
 
-    p = _cli.make_parser("gpdlm report", "A paper's tables (mean ± SE, best, ranks, the paper's numbers) and a verdict "
-                                      "per claim (holds / fails / not measured) from MLflow runs.")
+    p = _cli.make_parser(
+        "gpdlm report",
+        "A paper's tables (mean ± SE, best, ranks, the paper's numbers) and a verdict "
+        "per claim (holds / fails / not measured) from MLflow runs.",
+    )
     p.epilog = EPILOG
-    p.add_argument("--claims", default=None, metavar="PAPER",
-                   help=f"the paper: {', '.join(claims.available())}, or a claims .yaml file (default: none -- "
-                        f"the experiment's own tables and figures, as gpdlm compare computes them)")
-    p.add_argument("--experiment", action="append", metavar="NAME",
-                   help=f"MLflow experiment whose runs are read (repeatable; default: {R.DEFAULT_EXPERIMENT})")
-    p.add_argument("--tracking-uri", default=None, metavar="URI",
-                   help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as for gpdlm train)")
-    p.add_argument("--format", choices=list(FORMATS), default="md", help="md (default), latex or html (self-contained, "
-                                                                           "with the figures)")
+    p.add_argument(
+        "--claims",
+        default=None,
+        metavar="PAPER",
+        help=f"the paper: {', '.join(claims.available())}, or a claims .yaml file (default: none -- "
+        f"the experiment's own tables and figures, as gpdlm compare computes them)",
+    )
+    p.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help=f"MLflow experiment whose runs are read (repeatable; default: {R.DEFAULT_EXPERIMENT})",
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        metavar="URI",
+        help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as for gpdlm train)",
+    )
+    p.add_argument(
+        "--format",
+        choices=list(FORMATS),
+        default="md",
+        help="md (default), latex or html (self-contained, with the figures)",
+    )
     p.add_argument("--output", metavar="FILE", help="also write the report to FILE")
     p.add_argument("--out", metavar="DIR", help="output folder (default: outputs/report/<timestamp>)")
     p.add_argument("--filter", default="", metavar="EXPR", help="MLflow search filter on the runs read")
     p.add_argument("--no-log", action="store_true", help="do not create the `report` MLflow run")
-    p.add_argument("--from", dest="from_files", action="append", metavar="FILE",
-                   help="read the runs from a run-records file of `gpdlm export` instead of a store (repeatable; "
-                        "--experiment then picks experiments in the files, default: all of them)")
-    p.add_argument("--study", metavar="FILE", help="a Markdown file with the study's commands, protocol, budget and "
-                                                   "reductions, printed at the top of the report")
+    p.add_argument(
+        "--from",
+        dest="from_files",
+        action="append",
+        metavar="FILE",
+        help="read the runs from a run-records file of `gpdlm export` instead of a store (repeatable; "
+        "--experiment then picks experiments in the files, default: all of them)",
+    )
+    p.add_argument(
+        "--study",
+        metavar="FILE",
+        help="a Markdown file with the study's commands, protocol, budget and "
+        "reductions, printed at the top of the report",
+    )
     return p
 
 
@@ -130,16 +158,36 @@ def main(argv: list[str]) -> int:
     keep = [i for i, h in enumerate(header) if h in ("claim", "verdict", "cause", "n", "p", "data", "statement")]
     short = [[row[i] if header[i] != "statement" else row[i][:90] for i in keep] for row in rows]
     c = rep.counts(report)
-    T.print_table(f"{paper.name}: {c[rep.HOLDS]} hold, {c[rep.FAILS]} fail, {c[rep.NOT_MEASURED]} not measured "
-                  f"({len(records)} runs of {', '.join(names)})", [header[i] for i in keep], short, numeric_from=99)
-    written = [FORMATS[args.format], "cells.csv", "verdicts.csv"] + [f"{k}_{i}.png" for k, v in figs.items() for i in range(len(v))]
+    T.print_table(
+        f"{paper.name}: {c[rep.HOLDS]} hold, {c[rep.FAILS]} fail, {c[rep.NOT_MEASURED]} not measured "
+        f"({len(records)} runs of {', '.join(names)})",
+        [header[i] for i in keep],
+        short,
+        numeric_from=99,
+    )
+    written = [FORMATS[args.format], "cells.csv", "verdicts.csv"] + [
+        f"{k}_{i}.png" for k, v in figs.items() for i in range(len(v))
+    ]
     print(f"wrote {', '.join(written)} to {outdir}" + (f" and {args.output}" if args.output else ""))
     if not args.no_log and client is not None:
-        rid = store.log_analysis_run(client, exps[0].experiment_id, "report", outdir, params={
-            "claims": paper.name, "experiments": ",".join(names), "format": args.format, "filter": args.filter or "",
-            "n_runs": len(records), "n_claims": len(report.verdicts), "holds": c[rep.HOLDS], "fails": c[rep.FAILS],
-            "not_measured": c[rep.NOT_MEASURED],
-        }, tags={"gpdlm.output_dir": outdir.resolve(), "gpdlm.claims": str(paper.path)})
+        rid = store.log_analysis_run(
+            client,
+            exps[0].experiment_id,
+            "report",
+            outdir,
+            params={
+                "claims": paper.name,
+                "experiments": ",".join(names),
+                "format": args.format,
+                "filter": args.filter or "",
+                "n_runs": len(records),
+                "n_claims": len(report.verdicts),
+                "holds": c[rep.HOLDS],
+                "fails": c[rep.FAILS],
+                "not_measured": c[rep.NOT_MEASURED],
+            },
+            tags={"gpdlm.output_dir": outdir.resolve(), "gpdlm.claims": str(paper.path)},
+        )
         print(f"MLflow run 'report' {rid} in experiment '{exps[0].name}' ({uri})")
     return 0
 
@@ -172,14 +220,23 @@ def experiment_report(args) -> int:
         if warning:
             notes.append(warning)
         metrics = R.choose_metrics(records, [])
-        result = analyse(client, records, by, metrics, where, "summary", title=f"{name}: mean ± standard error over "
-                         f"{len(records)} runs")
+        result = analyse(
+            client,
+            records,
+            by,
+            metrics,
+            where,
+            "summary",
+            title=f"{name}: mean ± standard error over {len(records)} runs",
+        )
         write_runs_csv(records, by, metrics, where / "runs.csv")
         header, rows = display_rows(result["rows"], by, metrics)
         made = rep.provenance(name, records)
-        about = (f"{len(records)} FINISHED training runs of experiment '{name}' ({uri}), {made.first} to {made.last}, "
-                 f"{made.train_hours:.2f} h of training; protocol {', '.join(map(str, made.protocols))}; code "
-                 f"{', '.join(map(str, made.commits))}. Grouped by {', '.join(by)}: mean ± standard error over seeds.")
+        about = (
+            f"{len(records)} FINISHED training runs of experiment '{name}' ({uri}), {made.first} to {made.last}, "
+            f"{made.train_hours:.2f} h of training; protocol {', '.join(map(str, made.protocols))}; code "
+            f"{', '.join(map(str, made.commits))}. Grouped by {', '.join(by)}: mean ± standard error over seeds."
+        )
         rel = lambda p: p.relative_to(outdir).as_posix()  # noqa: E731
         md += [f"# {name}", "", about, "", T.markdown_table(header, rows), ""]
         md += [f"![{p.stem}]({rel(p)})" for p in result["figures"]] + [""]
@@ -187,33 +244,65 @@ def experiment_report(args) -> int:
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
         import base64
 
-        imgs = "".join(f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
-                       f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
-                       for p in result["figures"])
-        page += [f"<h1>{html.escape(name)}</h1><p>{html.escape(about)}</p><table><thead><tr>{cells}</tr></thead>"
-                 f"<tbody>{body}</tbody></table>{imgs}"]
-        esc = lambda s: str(s).replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("&", "\\&").replace("%", "\\%").replace("±", "$\\pm$")  # noqa: E731
-        tex += [f"\\section*{{{esc(name)}}}", esc(about), "", "\\begin{tabular}{" + "l" * len(by) + "r" * (len(header) - len(by)) + "}",
-                " & ".join(esc(h) for h in header) + " \\\\ \\hline"] + [" & ".join(esc(c) for c in row) + " \\\\" for row in rows]
+        imgs = "".join(
+            f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
+            f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
+            for p in result["figures"]
+        )
+        page += [
+            f"<h1>{html.escape(name)}</h1><p>{html.escape(about)}</p><table><thead><tr>{cells}</tr></thead>"
+            f"<tbody>{body}</tbody></table>{imgs}"
+        ]
+        esc = lambda s: (
+            str(s)
+            .replace("\\", "\\textbackslash{}")
+            .replace("_", "\\_")
+            .replace("&", "\\&")
+            .replace("%", "\\%")
+            .replace("±", "$\\pm$")
+        )  # noqa: E731
+        tex += [
+            f"\\section*{{{esc(name)}}}",
+            esc(about),
+            "",
+            "\\begin{tabular}{" + "l" * len(by) + "r" * (len(header) - len(by)) + "}",
+            " & ".join(esc(h) for h in header) + " \\\\ \\hline",
+        ] + [" & ".join(esc(c) for c in row) + " \\\\" for row in rows]
         tex += ["\\end{tabular}", ""]
         written += [rel(p) for p in result["files"] + result["figures"]] + [rel(where / "runs.csv")]
         n_runs += len(records)
     for note in notes:
         print(f"gpdlm: note: {note}", file=sys.stderr)
     style = "body{font-family:sans-serif;max-width:70em;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}"
-    text = {"md": "\n".join(md),
-            "html": f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(', '.join(names))}</title>"
-                    f"<style>{style}</style></head><body>{''.join(page)}</body></html>\n",
-            "latex": "\n".join(tex)}[args.format]
+    text = {
+        "md": "\n".join(md),
+        "html": f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(', '.join(names))}</title>"
+        f"<style>{style}</style></head><body>{''.join(page)}</body></html>\n",
+        "latex": "\n".join(tex),
+    }[args.format]
     (outdir / FORMATS[args.format]).write_text(text)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text)
-    print(f"wrote {', '.join([FORMATS[args.format]] + written)} to {outdir}" + (f" and {args.output}" if args.output else ""))
+    print(
+        f"wrote {', '.join([FORMATS[args.format]] + written)} to {outdir}"
+        + (f" and {args.output}" if args.output else "")
+    )
     if not args.no_log:
-        rid = store.log_analysis_run(client, exps[0].experiment_id, "report", outdir, params={
-            "claims": "none", "experiments": ",".join(names), "format": args.format, "filter": args.filter or "",
-            "n_runs": n_runs}, tags={"gpdlm.output_dir": outdir.resolve()})
+        rid = store.log_analysis_run(
+            client,
+            exps[0].experiment_id,
+            "report",
+            outdir,
+            params={
+                "claims": "none",
+                "experiments": ",".join(names),
+                "format": args.format,
+                "filter": args.filter or "",
+                "n_runs": n_runs,
+            },
+            tags={"gpdlm.output_dir": outdir.resolve()},
+        )
         print(f"MLflow run 'report' {rid} in experiment '{exps[0].name}' ({uri})")
     return 0
 

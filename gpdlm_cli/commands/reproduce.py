@@ -220,8 +220,13 @@ def expand(plan: Plan, estimate: bool = False) -> None:
             m.jobs = sum(len(job_overrides(a)[0]) for a in m.argvs)
         else:  # the grid's length from each job's training size (the data itself is not here)
             grid_min, factor = float(cfg.sweep.grid_min), float(cfg.sweep.factor)
-            sizes = [next((o.split("=", 1)[1] for o in j if o.startswith("dataset.split.train_size=")),
-                          cfg.dataset.split.get("train_size")) for j in jobs]
+            sizes = [
+                next(
+                    (o.split("=", 1)[1] for o in j if o.startswith("dataset.split.train_size=")),
+                    cfg.dataset.split.get("train_size"),
+                )
+                for j in jobs
+            ]
             if any(s in (None, "null") for s in sizes):
                 m.jobs, m.note = None, "beta grid: needs the data's size (not offline)"
             else:
@@ -232,12 +237,16 @@ def expand(plan: Plan, estimate: bool = False) -> None:
             # the data sets that load offline are timed; the others' jobs are counted but not estimated
             pins = [] if all_offline else [f"dataset={','.join(here)}"]
             try:
-                m.estimate_s = sum(sweep_plan(merge_overrides(a, pins), estimate=True).estimate_s or 0.0 for a in m.argvs)
+                m.estimate_s = sum(
+                    sweep_plan(merge_overrides(a, pins), estimate=True).estimate_s or 0.0 for a in m.argvs
+                )
             except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
                 m.note = (m.note + "; " if m.note else "") + f"no estimate ({str(e).strip().splitlines()[0][:80]})"
             if pins and m.estimate_s is not None:
-                m.note = (m.note + "; " if m.note else "") + (f"estimate for {', '.join(here)} only: the jobs on "
-                                                               f"{len(m.datasets) - len(here)} other data sets not offline")
+                m.note = (m.note + "; " if m.note else "") + (
+                    f"estimate for {', '.join(here)} only: the jobs on "
+                    f"{len(m.datasets) - len(here)} other data sets not offline"
+                )
         elif estimate:
             m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
 
@@ -255,29 +264,38 @@ def duration(s: float | None) -> str:
 def describe(plan: Plan) -> str:
     """The plan as text (``--dry-run``): per multirun its tables, jobs, data and estimate; per table the
     job count; what was left out and why; the totals."""
-    out = [f"gpdlm reproduce {plan.paper}: scale {plan.scale}, protocol {plan.protocol}, "
-           f"{len(plan.multiruns)} multiruns, {plan.jobs} jobs"
-           + ("" if all(m.jobs is not None for m in plan.multiruns) else " (+ jobs of unknown count)")]
+    out = [
+        f"gpdlm reproduce {plan.paper}: scale {plan.scale}, protocol {plan.protocol}, "
+        f"{len(plan.multiruns)} multiruns, {plan.jobs} jobs"
+        + ("" if all(m.jobs is not None for m in plan.multiruns) else " (+ jobs of unknown count)")
+    ]
     per_table: dict[str, int] = {}
     for i, m in enumerate(plan.multiruns, 1):
         data = ", ".join(f"{n} [{s}]" for n, s in m.datasets.items())
         est = f", estimated {duration(m.estimate_s)}" if m.estimate_s is not None else ""
         grid = ", beta grid per training size" if m.beta_grid else ""
         out.append(f"  {i}. gpdlm {m.command} -m +experiment={m.preset} {' '.join(m.overrides)}".rstrip())
-        out.append(f"     tables {', '.join(m.tables)}; claims {', '.join(m.claims)}; "
-                   f"{m.jobs if m.jobs is not None else '?'} jobs{grid} -> experiment {m.experiment}; data {data}{est}"
-                   + (f"; {m.note}" if m.note else ""))
+        out.append(
+            f"     tables {', '.join(m.tables)}; claims {', '.join(m.claims)}; "
+            f"{m.jobs if m.jobs is not None else '?'} jobs{grid} -> experiment {m.experiment}; data {data}{est}"
+            + (f"; {m.note}" if m.note else "")
+        )
         for t in m.tables:
             per_table[t] = per_table.get(t, 0) + (m.jobs or 0)
-    out.append("jobs per table (a multirun shared by tables counts for each): "
-               + ", ".join(f"{t} {n}" for t, n in per_table.items()))
+    out.append(
+        "jobs per table (a multirun shared by tables counts for each): "
+        + ", ".join(f"{t} {n}" for t, n in per_table.items())
+    )
     if plan.left_out:
         out.append("left out: " + "; ".join(f"{what}: {why}" for what, why in plan.left_out))
     known = [m.estimate_s for m in plan.multiruns if m.estimate_s is not None]
     if known:
         missing = sum(m.estimate_s is None for m in plan.multiruns)
-        out.append(f"estimated wall time on this machine: {duration(sum(known))} (an upper bound"
-                   + (f"; {missing} multiruns without an estimate" if missing else "") + ")")
+        out.append(
+            f"estimated wall time on this machine: {duration(sum(known))} (an upper bound"
+            + (f"; {missing} multiruns without an estimate" if missing else "")
+            + ")"
+        )
     return "\n".join(out)
 
 
@@ -308,8 +326,9 @@ class Progress:
     def line(self, what: str) -> str:
         left = max(0, self.total - self.done)
         eta = self.left_s()
-        return (f"gpdlm reproduce: {self.done}/{self.total} jobs done ({what}), {left} left, "
-                + (f"about {duration(eta)} left" if eta is not None else "time left not known yet (no job trained)"))
+        return f"gpdlm reproduce: {self.done}/{self.total} jobs done ({what}), {left} left, " + (
+            f"about {duration(eta)} left" if eta is not None else "time left not known yet (no job trained)"
+        )
 
     def log(self, line: str) -> None:
         if self.client is None or self.run_id is None:
@@ -318,7 +337,10 @@ class Progress:
 
         ts = int(time.time() * 1000)
         eta = self.left_s()
-        metrics = [Metric("jobs_done", self.done, ts, self.done), Metric("jobs_left", max(0, self.total - self.done), ts, self.done)]
+        metrics = [
+            Metric("jobs_done", self.done, ts, self.done),
+            Metric("jobs_left", max(0, self.total - self.done), ts, self.done),
+        ]
         if eta is not None:
             metrics.append(Metric("eta_s", eta, ts, self.done))
         self.client.log_batch(self.run_id, metrics=metrics, tags=[RunTag("gpdlm.progress", line)])
@@ -384,8 +406,11 @@ def _count_outcomes(p: Progress, sweep_dir: Path, what: str) -> None:
         return
     p.done += len(outcomes)
     p.trained += sum(o["status"] == "finished" for o in outcomes)
-    counts = ", ".join(f"{n} {s}" for s in ("finished", "skipped", "failed", "killed")
-                       if (n := sum(o["status"] == s for o in outcomes)))
+    counts = ", ".join(
+        f"{n} {s}"
+        for s in ("finished", "skipped", "failed", "killed")
+        if (n := sum(o["status"] == s for o in outcomes))
+    )
     line = p.line(f"{what}: {counts}")
     print(line, file=sys.stderr, flush=True)
     p.log(line)
@@ -403,25 +428,35 @@ def study_text(paper, records: list, settings: dict) -> str:
         c = Counter(get(r) for r in runs)
         return ", ".join(f"{k} ({n})" for k, n in sorted(c.items(), key=lambda kv: str(kv[0])))
 
-    lines = [f"**Reproduced with `gpdlm reproduce {paper.name}`**: "
-             + ", ".join(f"{k} {v}" for k, v in settings.items()) + ". Per table, from the runs' own params and tags "
-             "(value (runs)):", "",
-             "| table | runs | scale | protocol | data | seeds | masks | epochs |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"**Reproduced with `gpdlm reproduce {paper.name}`**: "
+        + ", ".join(f"{k} {v}" for k, v in settings.items())
+        + ". Per table, from the runs' own params and tags "
+        "(value (runs)):",
+        "",
+        "| table | runs | scale | protocol | data | seeds | masks | epochs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for t in paper.tables.values():
-        mine = [r for r in records if matches(r, t.match)
-                and (COMMAND in t.match or r.tags.get("gpdlm.command", "train") == "train")]
+        mine = [
+            r
+            for r in records
+            if matches(r, t.match) and (COMMAND in t.match or r.tags.get("gpdlm.command", "train") == "train")
+        ]
         declared = [d for d in t.dimensions.values() if not d.auto and any(lab.match for lab in d.labels)]
         runs = [r for r in mine if all(any(lab.match and matches(r, lab.match) for lab in d.labels) for d in declared)]
         if not runs:
             why = f"not run here: {t.unavailable}" if t.unavailable else "not measured (no runs)"
             lines.append(f"| {t.id} | 0 | {why} | | | | | |")
             continue
-        p = lambda key: (lambda r: r.params.get(key, "-"))  # noqa: E731
-        lines.append(f"| {t.id} | {len(runs)} | {values(runs, p('sweep.scale'))} | "
-                     f"{values(runs, lambda r: r.tags.get('gpdlm.protocol', '-'))} | {values(runs, p('dataset.name'))} | "
-                     f"{len({r.params.get('seed') for r in runs})} | "
-                     f"{len({r.params.get('dataset.split.mask') for r in runs} - {None, 'None'}) or '-'} | "
-                     f"{values(runs, p('trainer.max_epochs'))} |")
+        p = lambda key: lambda r: r.params.get(key, "-")  # noqa: E731
+        lines.append(
+            f"| {t.id} | {len(runs)} | {values(runs, p('sweep.scale'))} | "
+            f"{values(runs, lambda r: r.tags.get('gpdlm.protocol', '-'))} | {values(runs, p('dataset.name'))} | "
+            f"{len({r.params.get('seed') for r in runs})} | "
+            f"{len({r.params.get('dataset.split.mask') for r in runs} - {None, 'None'}) or '-'} | "
+            f"{values(runs, p('trainer.max_epochs'))} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -438,19 +473,25 @@ Rerun the same command after an interruption or a spent budget: finished jobs ar
 def build_parser():
     from ..analysis import claims
 
-    p = _cli.make_parser("gpdlm reproduce", "Run what a paper's claims need (from its claims file), resumably and "
-                                            "within a budget, into one store, and write the report.")
+    p = _cli.make_parser(
+        "gpdlm reproduce",
+        "Run what a paper's claims need (from its claims file), resumably and "
+        "within a budget, into one store, and write the report.",
+    )
     p.epilog = EPILOG
     p.add_argument("paper", help=f"the paper: {', '.join(claims.available())}, or a claims .yaml file")
     p.add_argument("--claims", action="append", metavar="ID", help="only these claims (repeatable, comma-separated)")
     p.add_argument("--scale", choices=SCALES, default="paper", help="smoke (CI), reduced (a laptop), paper (default)")
-    p.add_argument("--protocol", choices=PROTOCOLS, default="paper", help="trainer.protocol of every run (default paper)")
+    p.add_argument(
+        "--protocol", choices=PROTOCOLS, default="paper", help="trainer.protocol of every run (default paper)"
+    )
     p.add_argument("--budget", metavar="TIME", help="stop cleanly between jobs after this long (3h, 90m, 45s)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time; run nothing")
     p.add_argument("--no-estimate", action="store_true", help="with --dry-run: count jobs only (no timed steps)")
     p.add_argument("--format", choices=list(FORMATS), default="md", help="the report's format (default md)")
-    p.add_argument("--output", metavar="DIR", help="folder of the store, report and study (default "
-                                                    "reproduce/<paper>-<scale>)")
+    p.add_argument(
+        "--output", metavar="DIR", help="folder of the store, report and study (default reproduce/<paper>-<scale>)"
+    )
     p.add_argument("--tracking-uri", metavar="URI", help="the store (default sqlite:///<output>/mlflow.db)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every multirun (hydra/launcher=joblib, ...)")
     return p
@@ -468,8 +509,10 @@ def main(argv: list[str]) -> int:
             raise AnalysisError(f"unexpected argument {o!r}: overrides are key=value")
     plan = derive(paper, split_list(args.claims), args.scale, args.protocol, args.overrides)
     if not plan.multiruns:
-        raise AnalysisError(f"nothing to run for {paper.name} at scale {args.scale}: "
-                            + "; ".join(f"{w}: {y}" for w, y in plan.left_out))
+        raise AnalysisError(
+            f"nothing to run for {paper.name} at scale {args.scale}: "
+            + "; ".join(f"{w}: {y}" for w, y in plan.left_out)
+        )
     expand(plan, estimate=args.dry_run and not args.no_estimate)
     if args.dry_run:
         print(describe(plan))
@@ -491,15 +534,24 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     uri = resolve_tracking_uri(args.tracking_uri or f"sqlite:///{outdir.resolve()}/mlflow.db")
     client = MlflowClient(tracking_uri=uri)
-    settings = {"scale": plan.scale, "protocol": plan.protocol, "budget": args.budget or "none",
-                "claims": ",".join(sorted({c for m in plan.multiruns for c in m.claims}))}
+    settings = {
+        "scale": plan.scale,
+        "protocol": plan.protocol,
+        "budget": args.budget or "none",
+        "claims": ",".join(sorted({c for m in plan.multiruns for c in m.claims})),
+    }
     exp_id = ensure_experiment(client, f"reproduce_{plan.paper}", uri)
-    parent = client.create_run(exp_id, run_name=f"reproduce-{plan.paper}-{plan.scale}", tags={
-        "gpdlm.command": "reproduce", "gpdlm.sweep": "parent", "gpdlm.output_dir": str(outdir.resolve())})
+    parent = client.create_run(
+        exp_id,
+        run_name=f"reproduce-{plan.paper}-{plan.scale}",
+        tags={"gpdlm.command": "reproduce", "gpdlm.sweep": "parent", "gpdlm.output_dir": str(outdir.resolve())},
+    )
     from mlflow.entities import Param
 
-    client.log_batch(parent.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in settings.items()]
-                     + [Param("jobs", str(plan.jobs))])
+    client.log_batch(
+        parent.info.run_id,
+        params=[Param(k, str(v)[:6000]) for k, v in settings.items()] + [Param("jobs", str(plan.jobs))],
+    )
     deadline = time.monotonic() + budget if budget else None
     PROGRESS = Progress(plan.jobs, deadline, client, parent.info.run_id)
     print(describe(plan), file=sys.stderr)
@@ -528,8 +580,10 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
     except BudgetReached:
         sweep_mod.abort_active_sweeps("KILLED", f"stopped by gpdlm reproduce --budget {args.budget}")
         p = PROGRESS
-        stopped = (f"gpdlm reproduce: budget {args.budget} reached: {p.done} of {p.total} jobs done, "
-                   f"{p.total - p.done} left (about {duration(p.left_s())}); rerun the same command to continue")
+        stopped = (
+            f"gpdlm reproduce: budget {args.budget} reached: {p.done} of {p.total} jobs done, "
+            f"{p.total - p.done} left (about {duration(p.left_s())}); rerun the same command to continue"
+        )
         print(stopped, file=sys.stderr)
         client.set_tag(parent.info.run_id, "gpdlm.progress", stopped)
     except BaseException as e:
@@ -543,9 +597,14 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
     names = []
     for m in plan.multiruns:
         exp = client.get_experiment_by_name(m.experiment)
-        if exp is not None and m.experiment not in names and any(
+        if (
+            exp is not None
+            and m.experiment not in names
+            and any(
                 r.data.tags.get("gpdlm.command") in ("train", "bias")
-                for r in store.search_all(client, exp.experiment_id, "attributes.status = 'FINISHED'")):
+                for r in store.search_all(client, exp.experiment_id, "attributes.status = 'FINISHED'")
+            )
+        ):
             names.append(m.experiment)
     if names:
         records = []
@@ -558,9 +617,24 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
         export.write(outdir / "runs.jsonl.gz", export.export_store(client, exps), names)
         from .report import main as report_main
 
-        report_main(["--claims", args.paper, "--tracking-uri", uri, *[a for n in names for a in ("--experiment", n)],
-                     "--format", args.format, "--out", str(outdir / "report"), "--study", str(outdir / "study.md"),
-                     "--output", str(outdir / FORMATS[args.format]), "--no-log"])
+        report_main(
+            [
+                "--claims",
+                args.paper,
+                "--tracking-uri",
+                uri,
+                *[a for n in names for a in ("--experiment", n)],
+                "--format",
+                args.format,
+                "--out",
+                str(outdir / "report"),
+                "--study",
+                str(outdir / "study.md"),
+                "--output",
+                str(outdir / FORMATS[args.format]),
+                "--no-log",
+            ]
+        )
     else:
         print("gpdlm reproduce: no finished runs yet: no report", file=sys.stderr)
     client.set_terminated(parent.info.run_id, "KILLED" if stopped else "FINISHED")

@@ -85,12 +85,16 @@ def resolve_run(ref: str, uri: str | None, *, announce: bool = True) -> tuple[Pa
     if len(runs) > 1 and (len(folders) > 1 or None in folders):
         listed = "; ".join(_describe(r, experiments) for r in runs[:MAX_LISTED])
         more = f"; and {len(runs) - MAX_LISTED} more" if len(runs) > MAX_LISTED else ""
-        raise AnalysisError(f"'{ref}' is ambiguous: {len(runs)} runs match: {listed}{more}; "
-                            f"give a longer run id prefix (gpdlm runs lists them)")
+        raise AnalysisError(
+            f"'{ref}' is ambiguous: {len(runs)} runs match: {listed}{more}; "
+            f"give a longer run id prefix (gpdlm runs lists them)"
+        )
     run = runs[0]  # the only one, or the newest run of the one folder they share
     folder = run.data.tags.get("gpdlm.output_dir")
     if not folder or not Path(folder).is_dir():
-        raise AnalysisError(f"run {run.info.run_id} has no output folder on this machine ({folder or 'no gpdlm.output_dir tag'})")
+        raise AnalysisError(
+            f"run {run.info.run_id} has no output folder on this machine ({folder or 'no gpdlm.output_dir tag'})"
+        )
     if announce:
         also = f"; the newest of {len(runs)} runs of that folder" if len(runs) > 1 else ""
         print(f"gpdlm: run {_describe(run, experiments)} -> {folder}{also}", file=sys.stderr)

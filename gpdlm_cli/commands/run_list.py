@@ -126,7 +126,10 @@ def complete_folder(run) -> tuple[dict | None, str]:
     except (OSError, ValueError):
         return None, "no readable metrics.json"
     if not isinstance(metrics, dict) or "status" in metrics:
-        return None, f"metrics.json is partial ({metrics.get('status') if isinstance(metrics, dict) else 'not a table'})"
+        return (
+            None,
+            f"metrics.json is partial ({metrics.get('status') if isinstance(metrics, dict) else 'not a table'})",
+        )
     try:
         meta, _ = read_model_file(folder / MODEL_FILE)
     except Exception as e:
@@ -145,18 +148,20 @@ def finish(client, run, metrics: dict) -> None:
 
     from mlflow.entities import Metric, RunTag
 
-    from ..training.checkpoint import Checkpointer, FILE
+    from ..training.checkpoint import FILE, Checkpointer
 
     folder = Path(run.data.tags["gpdlm.output_dir"])
     now, step = int(_time.time() * 1000), int(metrics.get("iterations", 0) or 0)
     items = [Metric(k, float(v), now, step) for k, v in metrics.items() if isinstance(v, (int, float))]
     for i in range(0, len(items), 1000):
-        client.log_batch(run.info.run_id, metrics=items[i:i + 1000])
+        client.log_batch(run.info.run_id, metrics=items[i : i + 1000])
     for f in RESULT_FILES:
         if (folder / f).exists():
             client.log_artifact(run.info.run_id, str(folder / f))
-    client.log_batch(run.info.run_id, tags=[RunTag("gpdlm.finished_by", "gpdlm runs --stale --finish (its folder "
-                                                                        "held the whole result)")])
+    client.log_batch(
+        run.info.run_id,
+        tags=[RunTag("gpdlm.finished_by", "gpdlm runs --stale --finish (its folder held the whole result)")],
+    )
     client.set_terminated(run.info.run_id, "FINISHED")
     Checkpointer(folder / FILE, 0, dict).remove()
 
@@ -165,18 +170,35 @@ def build_parser():
     p = _cli.make_parser("gpdlm runs", "List the runs of an experiment; find and close stale RUNNING runs.")
     p.epilog = EPILOG
     _cli.add_store_options(p)
-    p.add_argument("--status", nargs="+", type=str.upper, metavar="STATUS",
-                   help=f"only runs with these statuses ({', '.join(STATUSES)})")
+    p.add_argument(
+        "--status",
+        nargs="+",
+        type=str.upper,
+        metavar="STATUS",
+        help=f"only runs with these statuses ({', '.join(STATUSES)})",
+    )
     p.add_argument("--limit", type=int, default=30, help="at most this many runs, newest first (default: 30; 0 = all)")
     p.add_argument("--stale", action="store_true", help="only RUNNING runs that look orphaned (see --stale-after)")
-    p.add_argument("--stale-after", default=DEFAULT_STALE, metavar="DURATION",
-                   help=f"a RUNNING run with no metric for this long is stale (default: {DEFAULT_STALE}; 90s, 2h, 1d)")
-    p.add_argument("--mark-failed", action="store_true", help="with --stale: end the stale runs FAILED, with the reason")
-    p.add_argument("--finish", action="store_true",
-                   help="with --stale: end FINISHED the stale runs whose folder holds their whole result")
-    p.add_argument("--hyperparameters", action="store_true",
-                   help="also show each run's learned hyperparameters (its hp.* metrics: noise, outputscale, "
-                        "lengthscales -- one per input with ARD --, inducing count)")
+    p.add_argument(
+        "--stale-after",
+        default=DEFAULT_STALE,
+        metavar="DURATION",
+        help=f"a RUNNING run with no metric for this long is stale (default: {DEFAULT_STALE}; 90s, 2h, 1d)",
+    )
+    p.add_argument(
+        "--mark-failed", action="store_true", help="with --stale: end the stale runs FAILED, with the reason"
+    )
+    p.add_argument(
+        "--finish",
+        action="store_true",
+        help="with --stale: end FINISHED the stale runs whose folder holds their whole result",
+    )
+    p.add_argument(
+        "--hyperparameters",
+        action="store_true",
+        help="also show each run's learned hyperparameters (its hp.* metrics: noise, outputscale, "
+        "lengthscales -- one per input with ARD --, inducing count)",
+    )
     return p
 
 
@@ -208,8 +230,10 @@ def main(argv: list[str]) -> int:
     if args.finish and not args.stale:
         raise R.AnalysisError("--finish needs --stale (only stale runs are ever closed)")
     if args.finish and args.mark_failed:
-        raise R.AnalysisError("--finish and --mark-failed exclude each other (run --finish first: it closes the "
-                              "complete runs; then --mark-failed the rest)")
+        raise R.AnalysisError(
+            "--finish and --mark-failed exclude each other (run --finish first: it closes the "
+            "complete runs; then --mark-failed the rest)"
+        )
     bad = [s for s in args.status or [] if s not in STATUSES]
     if bad:
         raise R.AnalysisError(f"unknown --status {bad[0]!r}; choose from: {', '.join(STATUSES)}")
@@ -229,9 +253,10 @@ def main(argv: list[str]) -> int:
         found = [r for r in found if marks[r.info.run_id].stale]
     everything, total = found, len(found)
     if args.limit:
-        found = found[:args.limit]
-    header = ["run_id", "name", "status", "started", "last logged"] + [m for m in METRICS
-                                                                       if any(m in r.data.metrics for r in found)]
+        found = found[: args.limit]
+    header = ["run_id", "name", "status", "started", "last logged"] + [
+        m for m in METRICS if any(m in r.data.metrics for r in found)
+    ]
     n_metrics = len(header) - 5
     hp_columns = hyperparameter_columns([r.data.metrics for r in found]) if args.hyperparameters else []
     header += [name for name, _ in hp_columns]
@@ -240,11 +265,17 @@ def main(argv: list[str]) -> int:
         st = marks[r.info.run_id]
         status = r.info.status + (" (stale)" if st.stale else "")
         kind = " [sweep]" if r.data.tags.get("gpdlm.sweep") == "parent" else ""
-        rows.append([r.info.run_id[:8], (r.info.run_name or "") + kind, status,
-                     time.strftime("%Y-%m-%d %H:%M", time.localtime((r.info.start_time or 0) / 1000)),
-                     _duration((now - last_activity_ms(r)) / 1000) + " ago"]
-                    + [R.fmt_num(r.data.metrics[m]) if m in r.data.metrics else "-" for m in header[5:5 + n_metrics]]
-                    + hyperparameter_cells(r.data.metrics, hp_columns))
+        rows.append(
+            [
+                r.info.run_id[:8],
+                (r.info.run_name or "") + kind,
+                status,
+                time.strftime("%Y-%m-%d %H:%M", time.localtime((r.info.start_time or 0) / 1000)),
+                _duration((now - last_activity_ms(r)) / 1000) + " ago",
+            ]
+            + [R.fmt_num(r.data.metrics[m]) if m in r.data.metrics else "-" for m in header[5 : 5 + n_metrics]]
+            + hyperparameter_cells(r.data.metrics, hp_columns)
+        )
     what = "stale RUNNING runs" if args.stale else "runs"
     shown = f"{len(found)} of {total}" if len(found) < total else f"{total}"
     T.print_table(f"{exp.name}: {shown} {what} ({uri})", header, rows, numeric_from=5)
@@ -256,8 +287,10 @@ def main(argv: list[str]) -> int:
         for r in everything:
             metrics, missing = complete_folder(r)
             if metrics is None:
-                print(f"{r.info.run_id[:8]} {r.info.run_name}: not finished: {missing} "
-                      f"(`gpdlm resume {r.info.run_id}` continues it)")
+                print(
+                    f"{r.info.run_id[:8]} {r.info.run_name}: not finished: {missing} "
+                    f"(`gpdlm resume {r.info.run_id}` continues it)"
+                )
                 continue
             finish(client, r, metrics)
             done += 1

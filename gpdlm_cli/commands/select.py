@@ -60,9 +60,9 @@ EPILOG = """examples:
 def _load_config(client, record: RunRecord, tmp: Path):
     """The selected run's composed config: its ``config.yaml`` artifact (or the file in its output
     folder)."""
-    from omegaconf import OmegaConf
-
     import os
+
+    from omegaconf import OmegaConf
 
     quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     saved = {k: os.environ.get(k) for k in quiet}
@@ -111,17 +111,26 @@ def refit_config(cfg, uri: str, experiment: str, run_name: str):
     OmegaConf.update(new, "tracking.run_name", run_name, merge=False)
     _, rsplits, _ = build.load_data(new)
     rtrain, rval, rtest = (np.asarray(rsplits.indices[k]) for k in ("train", "val", "test"))
-    if (rval.size or set(rtrain.tolist()) != set(train.tolist()) | set(val.tolist())
-            or sorted(rtest.tolist()) != sorted(test.tolist())):
-        raise R.AnalysisError(f"cannot refit dataset '{cfg.dataset.name}' exactly: with validation fraction 0 the "
-                              f"training rows are not the old train+validation rows (or the test rows change)")
+    if (
+        rval.size
+        or set(rtrain.tolist()) != set(train.tolist()) | set(val.tolist())
+        or sorted(rtest.tolist()) != sorted(test.tolist())
+    ):
+        raise R.AnalysisError(
+            f"cannot refit dataset '{cfg.dataset.name}' exactly: with validation fraction 0 the "
+            f"training rows are not the old train+validation rows (or the test rows change)"
+        )
     return new, overrides
 
 
 def refit(client, uri: str, experiment, record: RunRecord, outdir: Path) -> tuple[RunRecord, bool]:
     """The refit run of ``record`` (an existing FINISHED one, or a new one); (record, reused)."""
-    found = client.search_runs([experiment.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
-                               filter_string=f"tags.`gpdlm.refit_of` = '{record.run_id}' and attributes.status = 'FINISHED'")
+    found = client.search_runs(
+        [experiment.experiment_id],
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+        filter_string=f"tags.`gpdlm.refit_of` = '{record.run_id}' and attributes.status = 'FINISHED'",
+    )
     if found:
         return RunRecord.from_run(found[0]), True
     from ..run.train import run_train
@@ -141,8 +150,9 @@ def _tagging_tracker(uri: str, experiment: str, extra_tags: dict):
 
     class TaggingTracker(MlflowTracker):
         def run(self, run_name=None, params=None, tags=None, parent_run_id=None):
-            return super().run(run_name=run_name, params=params, tags={**(tags or {}), **extra_tags},
-                               parent_run_id=parent_run_id)
+            return super().run(
+                run_name=run_name, params=params, tags={**(tags or {}), **extra_tags}, parent_run_id=parent_run_id
+            )
 
     return TaggingTracker(uri, experiment)
 
@@ -153,12 +163,25 @@ def build_parser():
     p.epilog = EPILOG
     _cli.add_store_options(p)
     p.add_argument("--filter", default="", metavar="EXPR", help="MLflow search filter for the candidate runs")
-    p.add_argument("--also-by", action="append", metavar="KEYS",
-                   help="extra comma-separated grouping keys (params that distinguish methods, e.g. model.num_inducing)")
-    p.add_argument("--metric", nargs="+", action="extend", metavar="NAME",
-                   help="test metrics to report (default: those of test_nll, test_rmse, test_error, test_mre that exist)")
-    p.add_argument("--val-metric", metavar="NAME", help="select every model by this metric (default: the one its "
-                                                        "family declares: val_mse for sq_dlm, val_nll otherwise)")
+    p.add_argument(
+        "--also-by",
+        action="append",
+        metavar="KEYS",
+        help="extra comma-separated grouping keys (params that distinguish methods, e.g. model.num_inducing)",
+    )
+    p.add_argument(
+        "--metric",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="test metrics to report (default: those of test_nll, test_rmse, test_error, test_mre that exist)",
+    )
+    p.add_argument(
+        "--val-metric",
+        metavar="NAME",
+        help="select every model by this metric (default: the one its "
+        "family declares: val_mse for sq_dlm, val_nll otherwise)",
+    )
     p.add_argument("--out", metavar="DIR", help="output folder (default: outputs/select/<timestamp>)")
     p.add_argument("--refit", action="store_true", help="retrain each selected configuration on train+validation")
     p.add_argument("--no-figures", action="store_true", help="tables only")
@@ -180,8 +203,10 @@ def main(argv: list[str]) -> int:
     from_studies = sum(1 for r in records if studies.of(r))
     if from_studies:
         keys = sorted({k for ks, _ in studies.parents.values() for k in ks})
-        notes.append(f"{from_studies} run(s) are trials of {len(studies.parents)} Optuna study(ies); "
-                     f"selecting over the searched keys {', '.join(keys) or '(none)'}")
+        notes.append(
+            f"{from_studies} run(s) are trials of {len(studies.parents)} Optuna study(ies); "
+            f"selecting over the searched keys {', '.join(keys) or '(none)'}"
+        )
     selections, select_notes = select_records(records, also, args.val_metric, studies)
     notes += select_notes
     if not selections:
@@ -200,8 +225,10 @@ def main(argv: list[str]) -> int:
             if rid in refits:
                 continue
             desc = ", ".join(f"{k}={R.fmt_value(v)}" for k, v in zip(keys, s.values))
-            print(f"refit of {rid} ({desc}, beta={R.fmt_value(s.record.value('beta'))}) on train+validation ...",
-                  file=sys.stderr)
+            print(
+                f"refit of {rid} ({desc}, beta={R.fmt_value(s.record.value('beta'))}) on train+validation ...",
+                file=sys.stderr,
+            )
             rec, reused = refit(client, uri, exp, s.record, outdir)
             if reused:
                 print(f"  reusing the FINISHED refit run {rec.run_id}", file=sys.stderr)
@@ -216,7 +243,12 @@ def main(argv: list[str]) -> int:
     for s in selections:
         vals = [s.method if k == "model" else R.fmt_value(v) for k, v in zip(keys, s.values)]
         tm = [s.record.metrics.get(m) for m in metrics]
-        line = vals + [R.fmt_value(s.record.value("beta")), s.val_metric, s.val_value, s.n_candidates] + tm + [s.record.run_id]
+        line = (
+            vals
+            + [R.fmt_value(s.record.value("beta")), s.val_metric, s.val_value, s.n_candidates]
+            + tm
+            + [s.record.run_id]
+        )
         show = vals + [R.fmt_value(s.record.value("beta")), s.val_metric, R.fmt_num(s.val_value), str(s.n_candidates)]
         show += ["-" if v is None else R.fmt_num(v) for v in tm] + [s.record.run_id]
         if args.refit:
@@ -228,28 +260,61 @@ def main(argv: list[str]) -> int:
     T.write_csv(outdir / "selected.csv", header, csv_rows)
     write_atomic(outdir / "selected.md", T.markdown_table(header, disp))
     short = [[c[:8] if h.endswith("run_id") else c for h, c in zip(header, row)] for row in disp]
-    T.print_table(f"{exp.name}: beta selected by validation ({len(selections)} rows from {len(records)} runs)",
-                  header, short, numeric_from=len(keys))
+    T.print_table(
+        f"{exp.name}: beta selected by validation ({len(selections)} rows from {len(records)} runs)",
+        header,
+        short,
+        numeric_from=len(keys),
+    )
 
     summary_keys = SUMMARY_KEYS + also
     write_runs_csv(selected, summary_keys + ["seed", "beta"], metrics, outdir / "runs.csv")
-    result = analyse(client, selected, summary_keys, metrics, outdir, "summary", figures=not args.no_figures,
-                     title="selected runs: mean ± standard error over seeds")
+    result = analyse(
+        client,
+        selected,
+        summary_keys,
+        metrics,
+        outdir,
+        "summary",
+        figures=not args.no_figures,
+        title="selected runs: mean ± standard error over seeds",
+    )
     files = ["selected.csv", "selected.md", "runs.csv"] + [p.name for p in result["files"] + result["figures"]]
     if args.refit:
-        refit_records = [refits[s.record.run_id].with_extra(method=s.method, train_size=s.record.raw("train_size"))
-                         for s in selections]
-        result_r = analyse(client, refit_records, summary_keys, metrics, outdir, "summary_refit", figures=False,
-                           title="refits on train+validation: mean ± standard error over seeds "
-                                 "(train_size = the selection's training size)")
+        refit_records = [
+            refits[s.record.run_id].with_extra(method=s.method, train_size=s.record.raw("train_size"))
+            for s in selections
+        ]
+        result_r = analyse(
+            client,
+            refit_records,
+            summary_keys,
+            metrics,
+            outdir,
+            "summary_refit",
+            figures=False,
+            title="refits on train+validation: mean ± standard error over seeds "
+            "(train_size = the selection's training size)",
+        )
         files += [p.name for p in result_r["files"]]
     print(f"wrote {', '.join(files)} to {outdir}")
     if not args.no_log:
-        rid = store.log_analysis_run(client, exp.experiment_id, "select", outdir, params={
-            "also_by": ",".join(also), "metrics": ",".join(metrics), "filter": args.filter or "",
-            "val_metric": args.val_metric or "auto", "refit": args.refit, "n_runs": len(records),
-            "n_selected": len(selections),
-        }, tags={"gpdlm.output_dir": outdir.resolve()})
+        rid = store.log_analysis_run(
+            client,
+            exp.experiment_id,
+            "select",
+            outdir,
+            params={
+                "also_by": ",".join(also),
+                "metrics": ",".join(metrics),
+                "filter": args.filter or "",
+                "val_metric": args.val_metric or "auto",
+                "refit": args.refit,
+                "n_runs": len(records),
+                "n_selected": len(selections),
+            },
+            tags={"gpdlm.output_dir": outdir.resolve()},
+        )
         print(f"MLflow run 'select' {rid} in experiment '{exp.name}' ({uri})")
     return 0
 

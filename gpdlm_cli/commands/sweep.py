@@ -108,7 +108,7 @@ def cli() -> int:
     from .train import train_main
 
     for i, args in enumerate(runs):
-        pins = args[2 + len(argv) - 1:]
+        pins = args[2 + len(argv) - 1 :]
         where = f" ({' '.join(pins)}; multirun {i + 1} of {len(runs)})" if len(runs) > 1 else ""
         print(f"gpdlm: sweeping {args[1]}{where}", file=sys.stderr)
         sys.argv = ["gpdlm train", *args]

@@ -37,20 +37,47 @@ def build_parser():
     p = _cli.make_parser("gpdlm ui", "Open the MLflow UI on gpdlm's tracking store (bound to 127.0.0.1 by default).")
     p.epilog = "examples:\n  gpdlm ui\n  gpdlm ui --port 5001\n  gpdlm ui --tracking-uri sqlite:///runs/mlflow.db"
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
-    p.add_argument("--host", default=DEFAULT_HOST, help=f"interface to bind (default: {DEFAULT_HOST}, this machine only)")
-    p.add_argument("--tracking-uri", default=None, metavar="URI",
-                   help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as for gpdlm train)")
-    p.add_argument("--experiment", default=None,
-                   help="the experiment the printed address opens (default: gpdlm, else the one with the latest run)")
-    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
-                   help=f"server worker processes (default: {DEFAULT_WORKERS}; MLflow's own default is 4)")
+    p.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"interface to bind (default: {DEFAULT_HOST}, this machine only)"
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        metavar="URI",
+        help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as for gpdlm train)",
+    )
+    p.add_argument(
+        "--experiment",
+        default=None,
+        help="the experiment the printed address opens (default: gpdlm, else the one with the latest run)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"server worker processes (default: {DEFAULT_WORKERS}; MLflow's own default is 4)",
+    )
     return p
 
 
-def build_argv(uri: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, workers: int = DEFAULT_WORKERS) -> list[str]:
+def build_argv(
+    uri: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, workers: int = DEFAULT_WORKERS
+) -> list[str]:
     """The command line of the MLflow UI server."""
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port),
-            "--workers", str(workers)]
+    return [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
 
 
 def command(argv: list[str]) -> list[str]:
@@ -65,8 +92,10 @@ def command(argv: list[str]) -> list[str]:
     uri = store.resolve_uri(args.tracking_uri)
     db = store.sqlite_path(uri)
     if db is not None and not db.exists():
-        raise R.AnalysisError(f"no MLflow store at {db} (nothing tracked there yet): run 'gpdlm train' in that "
-                              f"directory first, or pass --tracking-uri")
+        raise R.AnalysisError(
+            f"no MLflow store at {db} (nothing tracked there yet): run 'gpdlm train' in that "
+            f"directory first, or pass --tracking-uri"
+        )
     return build_argv(uri, args.host, args.port, args.workers)
 
 
@@ -90,8 +119,10 @@ def landing_experiment(uri: str, name: str | None):
     if name is not None:
         chosen = [e for e in exps if e.name == name]
         if not chosen:
-            raise R.AnalysisError(f"experiment '{name}' does not exist in {uri}; experiments there: "
-                                  f"{', '.join(sorted(e.name for e in exps)) or '(none)'}")
+            raise R.AnalysisError(
+                f"experiment '{name}' does not exist in {uri}; experiments there: "
+                f"{', '.join(sorted(e.name for e in exps)) or '(none)'}"
+            )
         return chosen[0].experiment_id, name
     named = [e for e in exps if e.name == R.DEFAULT_EXPERIMENT]
     if named:

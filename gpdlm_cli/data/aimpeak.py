@@ -130,7 +130,7 @@ def generate(n_segments: int = 775, n_slots: int = 54, seed: int = 0, noise_kmh:
     field, A = _smoother(net)
     z = field(rng)
     minutes = 7 * 60 + 5 * np.arange(n_slots)
-    D = np.exp(-((minutes - (8 * 60 + 40)) ** 2) / (2 * 50.0 ** 2))
+    D = np.exp(-((minutes - (8 * 60 + 40)) ** 2) / (2 * 50.0**2))
     w = field(rng)
     speeds = np.empty((n_segments, n_slots))
     lanes = net["lanes"].to_numpy(float)
@@ -140,21 +140,23 @@ def generate(n_segments: int = 775, n_slots: int = 54, seed: int = 0, noise_kmh:
     rho = 0.85
     for k in range(n_slots):
         if k:
-            w = rho * w + np.sqrt(1 - rho ** 2) * field(rng)
+            w = rho * w + np.sqrt(1 - rho**2) * field(rng)
         c = 1 / (1 + np.exp(-(-2.2 + 3.0 * D[k] * (1 + 0.3 * major) + 0.9 * z + 0.6 * w - 0.35 * (lanes - 2))))
         v = v_free * (1 - 0.75 * c) + rng.normal(0, noise_kmh, n_segments)
         speeds[:, k] = np.clip(v, 3.0, 1.1 * limit)
     seg = np.repeat(np.arange(n_segments), n_slots)
     slot = np.tile(np.arange(1, n_slots + 1), n_segments)
-    df = pd.DataFrame({
-        "segment": seg,
-        "length": net["length"].to_numpy()[seg],
-        "lanes": lanes[seg],
-        "speed_limit": limit[seg],
-        "direction": net["direction"].to_numpy()[seg],
-        "time_slot": slot.astype(float),
-        "speed": speeds.ravel(),
-    })
+    df = pd.DataFrame(
+        {
+            "segment": seg,
+            "length": net["length"].to_numpy()[seg],
+            "lanes": lanes[seg],
+            "speed_limit": limit[seg],
+            "direction": net["direction"].to_numpy()[seg],
+            "time_slot": slot.astype(float),
+            "speed": speeds.ravel(),
+        }
+    )
     return df, A
 
 
@@ -179,9 +181,17 @@ def holdout_mask(segment: np.ndarray, slot: np.ndarray, kind: str, fraction: flo
 
 
 @loader("aimpeak")
-def load_aimpeak(info, n_segments: int = 775, n_slots: int = 54, noise_kmh: float = 2.0, seed: int = 0,
-                 missing: str = "drop", holdout: str = "random", holdout_fraction: float = 0.05,
-                 holdout_seed: int = 0) -> Table:
+def load_aimpeak(
+    info,
+    n_segments: int = 775,
+    n_slots: int = 54,
+    noise_kmh: float = 2.0,
+    seed: int = 0,
+    missing: str = "drop",
+    holdout: str = "random",
+    holdout_fraction: float = 0.05,
+    holdout_seed: int = 0,
+) -> Table:
     for nm, v, lo in (("n_segments", n_segments, 8), ("n_slots", n_slots, 1), ("holdout_seed", holdout_seed, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise DataError(f"dataset '{info.name}': option {nm} must be an integer >= {lo}; got {v!r}")
@@ -189,13 +199,24 @@ def load_aimpeak(info, n_segments: int = 775, n_slots: int = 54, noise_kmh: floa
         raise DataError(f"dataset '{info.name}': option noise_kmh must be >= 0; got {noise_kmh!r}")
     if holdout not in HOLDOUTS:
         raise DataError(f"dataset '{info.name}': option holdout must be one of {', '.join(HOLDOUTS)}; got {holdout!r}")
-    if isinstance(holdout_fraction, bool) or not isinstance(holdout_fraction, (int, float)) \
-            or not 0 < holdout_fraction < 1:
+    if (
+        isinstance(holdout_fraction, bool)
+        or not isinstance(holdout_fraction, (int, float))
+        or not 0 < holdout_fraction < 1
+    ):
         raise DataError(f"dataset '{info.name}': option holdout_fraction must be in (0, 1); got {holdout_fraction!r}")
     df, _ = generate(n_segments, n_slots, seed, float(noise_kmh))
-    mask = holdout_mask(df["segment"].to_numpy(), df["time_slot"].to_numpy(), holdout, float(holdout_fraction),
-                        int(holdout_seed))
+    mask = holdout_mask(
+        df["segment"].to_numpy(), df["time_slot"].to_numpy(), holdout, float(holdout_fraction), int(holdout_seed)
+    )
     where = "" if mask is None else f", holdout={holdout}"
-    return table_from_frame(df, name=info.name, task="regression", target="speed", features=FEATURES,
-                            missing=missing, test_mask=mask,
-                            source=f"generator:aimpeak(n_segments={n_segments}, seed={seed}{where})")
+    return table_from_frame(
+        df,
+        name=info.name,
+        task="regression",
+        target="speed",
+        features=FEATURES,
+        missing=missing,
+        test_mask=mask,
+        source=f"generator:aimpeak(n_segments={n_segments}, seed={seed}{where})",
+    )

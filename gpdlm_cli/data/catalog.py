@@ -14,10 +14,10 @@ The loader modules import this module, never ``registry.py``: the registry sits 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 from ..exceptions import DataError
 from .download import FileSpec, ensure_file
@@ -98,8 +98,9 @@ def collect_loaders(modules: tuple[ModuleType, ...]) -> dict[str, LoaderSpec]:
             if not isinstance(spec, LoaderSpec) or spec.fn is not obj:
                 continue
             if spec.key in found and found[spec.key].fn is not obj:
-                raise DataError(f"loader '{spec.key}' is defined twice ({found[spec.key].fn.__module__} and "
-                                f"{module.__name__})")
+                raise DataError(
+                    f"loader '{spec.key}' is defined twice ({found[spec.key].fn.__module__} and {module.__name__})"
+                )
             found[spec.key] = spec
     return found
 

@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import socket
 import tempfile
 import urllib.error
 import urllib.parse
@@ -186,14 +185,20 @@ def check_cached(dataset: str, spec: FileSpec, path: Path | None = None) -> str:
         invalidate_parsed(dataset)
         raise DataError(
             f"dataset '{dataset}': the cached file {path} ({st.st_size} bytes) does not match its registry SHA-256 "
-            f"(expected {expected[:12]}..., got {digest[:12]}...: truncated or altered); {refetch_hint(dataset, spec)}")
+            f"(expected {expected[:12]}..., got {digest[:12]}...: truncated or altered); {refetch_hint(dataset, spec)}"
+        )
     first = rec.get("first_fetch_sha256")
     if expected is None and first is None:
         warn_unchecked(dataset, spec, digest, str(path))
     elif expected is None and digest != first:  # no registry hash: a replaced file is used, loudly
-        log.warning("dataset '%s': %s changed since it was first fetched (recorded sha256 %s, now %s) and the "
-                    "registry has no checksum to tell which is right; using the new file", dataset, path,
-                    first[:12], digest[:12])
+        log.warning(
+            "dataset '%s': %s changed since it was first fetched (recorded sha256 %s, now %s) and the "
+            "registry has no checksum to tell which is right; using the new file",
+            dataset,
+            path,
+            first[:12],
+            digest[:12],
+        )
     _record(path, digest, fetched=expected is None and digest != first)
     return digest
 
@@ -201,9 +206,15 @@ def check_cached(dataset: str, spec: FileSpec, path: Path | None = None) -> str:
 def warn_unchecked(dataset: str, spec: FileSpec, digest: str, origin: str) -> None:
     """A console warning: a raw file that no registry checksum vouches for entered use."""
     plain = ", fetched over plain http" if origin.startswith("http://") else ""
-    log.warning("dataset '%s': %s (from %s%s) has no SHA-256 in the registry; trusting it on first use and "
-                "recording sha256 %s (compare it with a published checksum if you can)",
-                dataset, spec.filename, origin, plain, digest)
+    log.warning(
+        "dataset '%s': %s (from %s%s) has no SHA-256 in the registry; trusting it on first use and "
+        "recording sha256 %s (compare it with a published checksum if you can)",
+        dataset,
+        spec.filename,
+        origin,
+        plain,
+        digest,
+    )
 
 
 # ----- messages ------------------------------------------------------------------------------------
@@ -298,8 +309,9 @@ def store(dataset: str, spec: FileSpec, open_source, origin: str) -> Path:
 
 
 # ----- download ------------------------------------------------------------------------------------
-def download(dataset: str, spec: FileSpec, *, timeout: float = TIMEOUT_S, force: bool = False,
-             mirror: str | Path | None = None) -> Path:
+def download(
+    dataset: str, spec: FileSpec, *, timeout: float = TIMEOUT_S, force: bool = False, mirror: str | Path | None = None
+) -> Path:
     """Fetch ``spec`` into the cache (atomic, verified) and return its final path.
 
     With a mirror (``mirror`` or ``$GPDLM_DATA_MIRROR``) the file is read from
@@ -316,8 +328,9 @@ def download(dataset: str, spec: FileSpec, *, timeout: float = TIMEOUT_S, force:
     if mdir is not None:
         src = mirror_path(mdir, spec.url)
         if not src.is_file():
-            raise DataError(f"dataset '{dataset}': file {spec.filename} is not in the data mirror {mdir}: "
-                            f"looked for {src}")
+            raise DataError(
+                f"dataset '{dataset}': file {spec.filename} is not in the data mirror {mdir}: looked for {src}"
+            )
         try:
             return store(dataset, spec, lambda: open(src, "rb"), str(src))
         except OSError as e:
@@ -331,7 +344,7 @@ def download(dataset: str, spec: FileSpec, *, timeout: float = TIMEOUT_S, force:
 
     try:
         return store(dataset, spec, open_url, spec.url)
-    except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as e:
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
         reason = getattr(e, "reason", None) or e
         if isinstance(e, urllib.error.HTTPError):
             reason = f"HTTP {e.code} {e.reason}"
@@ -372,11 +385,18 @@ def verify_file(dataset: str, spec: FileSpec) -> VerifyResult:
     first = recorded_checksum(p)
     if first is None:
         _record(p, digest)
-        return VerifyResult(dataset, spec.filename, p, "unknown",
-                            f"checksum unknown, recorded on first fetch: {digest}")
+        return VerifyResult(
+            dataset, spec.filename, p, "unknown", f"checksum unknown, recorded on first fetch: {digest}"
+        )
     if first == digest:
-        return VerifyResult(dataset, spec.filename, p, "unknown-recorded",
-                            f"checksum unknown in the registry; matches the one recorded on first fetch ({digest})")
+        return VerifyResult(
+            dataset,
+            spec.filename,
+            p,
+            "unknown-recorded",
+            f"checksum unknown in the registry; matches the one recorded on first fetch ({digest})",
+        )
     invalidate_parsed(dataset)
-    return VerifyResult(dataset, spec.filename, p, "mismatch",
-                        f"changed since first fetch: recorded {first}, now {digest}")
+    return VerifyResult(
+        dataset, spec.filename, p, "mismatch", f"changed since first fetch: recorded {first}, now {digest}"
+    )

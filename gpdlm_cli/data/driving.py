@@ -91,7 +91,7 @@ def _road(rng, length_m: float) -> np.ndarray:
         if s + ln < n:
             k = rng.uniform(1 / 300, 1 / 80) * rng.choice([-1, 1])
             ramp = np.sin(np.linspace(0, np.pi, ln)) ** 2
-            kappa[s:s + ln] += k * ramp
+            kappa[s : s + ln] += k * ramp
     return kappa
 
 
@@ -108,7 +108,7 @@ def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
             d, v = int(rng.uniform(10, 25) / DT), 0.0
         else:
             d, v = int(rng.uniform(40, 90) / DT), float(rng.choice([9.0, 13.0, 20.0, 27.0, 31.0]))
-        legs[t:t + d] = v
+        legs[t : t + d] = v
         t += d
     steer_noise = _ou(rng, T, DT, 1.5, 0.004)
     lead_dev = _ou(rng, T, DT, 8.0, 2.0)
@@ -159,35 +159,39 @@ def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
         y += v * math.sin(psi) * DT
         rows.append((v, a, r, delta, psi, e_y, e_psi, kap, d, v_lead, x, y))
     arr = np.array(rows)
-    out = {k: arr[:, j] for j, k in enumerate(("v", "a", "r", "delta", "psi", "e_y", "e_psi", "kappa", "d", "v_lead", "x", "y"))}
+    out = {
+        k: arr[:, j]
+        for j, k in enumerate(("v", "a", "r", "delta", "psi", "e_y", "e_psi", "kappa", "d", "v_lead", "x", "y"))
+    }
     v, a, r, psi = out["v"], out["a"], out["r"], out["psi"]
     n = lambda std, size=T: rng.standard_normal(size) * std  # noqa: E731
     hold = (np.arange(T) // 10) * 10  # 10 Hz GPS
-    df = pd.DataFrame({
-        "time_s": np.arange(T) * DT,
-        "gps_ve": (v * np.cos(psi))[hold] + n(0.15)[hold],
-        "gps_vn": (v * np.sin(psi))[hold] + n(0.15)[hold],
-        "gps_vu": n(0.1)[hold],
-        "gyro_x": n(0.003),
-        "gyro_y": n(0.003),
-        "gyro_z": r + gyro_bias + n(0.003),
-        "compass_x": np.cos(psi) + n(0.02),
-        "compass_y": np.sin(psi) + n(0.02),
-        "compass_z": -0.5 + n(0.02),
-        "acc_x": a + n(0.05),
-        "acc_y": v * r + n(0.05),
-        "acc_z": 9.81 + n(0.05),
-        "steering": 15.0 * out["delta"] + n(0.002),
-        "speed": 1.015 * v + n(0.03),
-    })
+    df = pd.DataFrame(
+        {
+            "time_s": np.arange(T) * DT,
+            "gps_ve": (v * np.cos(psi))[hold] + n(0.15)[hold],
+            "gps_vn": (v * np.sin(psi))[hold] + n(0.15)[hold],
+            "gps_vu": n(0.1)[hold],
+            "gyro_x": n(0.003),
+            "gyro_y": n(0.003),
+            "gyro_z": r + gyro_bias + n(0.003),
+            "compass_x": np.cos(psi) + n(0.02),
+            "compass_y": np.sin(psi) + n(0.02),
+            "compass_z": -0.5 + n(0.02),
+            "acc_x": a + n(0.05),
+            "acc_y": v * r + n(0.05),
+            "acc_z": 9.81 + n(0.05),
+            "steering": 15.0 * out["delta"] + n(0.002),
+            "speed": 1.015 * v + n(0.03),
+        }
+    )
     tan_e = np.tan(out["e_psi"])
     for side, off in (("left", LANE_W / 2), ("right", -LANE_W / 2)):
         for k, xl in enumerate(LOOKAHEAD):
-            df[f"lane_{side}_y{k}"] = (off - out["e_y"] - tan_e * xl + out["kappa"] * xl ** 2 / 2
-                                       + n(0.03 + 0.002 * xl))
+            df[f"lane_{side}_y{k}"] = off - out["e_y"] - tan_e * xl + out["kappa"] * xl**2 / 2 + n(0.03 + 0.002 * xl)
     dd = out["d"]
     df["lead_x"] = dd + n(0.2)
-    df["lead_y"] = -out["e_y"] - tan_e * dd + out["kappa"] * dd ** 2 / 2 + n(0.1)
+    df["lead_y"] = -out["e_y"] - tan_e * dd + out["kappa"] * dd**2 / 2 + n(0.1)
     df["true_speed"] = v
     df["true_heading"] = psi  # ENU, radians from east (unwrapped)
     df["true_yaw_rate"] = r
@@ -204,9 +208,19 @@ TASKS = {
 
 
 @loader("driving")
-def load_driving(info, task: str = "speed", output: str | None = None, train_minutes: float = 10.0,
-                 test_minutes: float = 5.0, lag: int = 128, lag_step: int = 16, stride: int = 10,
-                 mode: str | None = None, seed: int = 0, missing: str = "drop") -> Table:
+def load_driving(
+    info,
+    task: str = "speed",
+    output: str | None = None,
+    train_minutes: float = 10.0,
+    test_minutes: float = 5.0,
+    lag: int = 128,
+    lag_step: int = 16,
+    stride: int = 10,
+    mode: str | None = None,
+    seed: int = 0,
+    missing: str = "drop",
+) -> Table:
     """Train trip (seed 2*seed) and test trip (seed 2*seed+1) as lagged windows; see the module doc."""
     if task not in TASKS:
         raise DataError(f"dataset '{info.name}': option task must be one of {', '.join(TASKS)}; got {task!r}")
@@ -218,13 +232,25 @@ def load_driving(info, task: str = "speed", output: str | None = None, train_min
         target = list(outputs or [target])
     elif output is not None:
         if output not in (outputs or [target]):
-            raise DataError(f"dataset '{info.name}': task={task} has outputs {outputs or [target]} (or 'all'); "
-                            f"got output={output!r}")
+            raise DataError(
+                f"dataset '{info.name}': task={task} has outputs {outputs or [target]} (or 'all'); "
+                f"got output={output!r}"
+            )
         target = output
     past = [c for c in outputs if c not in ([target] if isinstance(target, str) else target)]
     mode = mode or ("autoregression" if task in ("lanes", "lead") else "regression")
     train = simulate_trip(60.0 * train_minutes, seed=2 * seed)
     test = simulate_trip(60.0 * test_minutes, seed=2 * seed + 1)
-    return windows_table(info.name, [(train, False), (test, True)], inputs=inputs, target=target, lag=lag,
-                         mode=mode, past=past, lag_step=lag_step, stride=stride, missing=missing,
-                         source=f"generator:driving(task={task}, seed={seed})")
+    return windows_table(
+        info.name,
+        [(train, False), (test, True)],
+        inputs=inputs,
+        target=target,
+        lag=lag,
+        mode=mode,
+        past=past,
+        lag_step=lag_step,
+        stride=stride,
+        missing=missing,
+        source=f"generator:driving(task={task}, seed={seed})",
+    )

@@ -44,8 +44,8 @@ import pandas as pd
 
 from ..exceptions import DataError
 from .catalog import download_inputs, loader
-from .table import Table
 from .sequences import windows_table
+from .table import Table
 
 HOURS = [f"h{i}" for i in range(1, 25)]
 WIND_VARS = ("u", "v", "ws", "wd")
@@ -71,8 +71,9 @@ def _hourly(df: pd.DataFrame, key: str, path) -> pd.DataFrame:
     if missing:
         raise DataError(f"{path}: not a GEFCom2012 load/temperature file; missing columns {missing}")
     long = df.melt(id_vars=[key, "year", "month", "day"], value_vars=HOURS, var_name="h", value_name="v")
-    long["time"] = (pd.to_datetime(long[["year", "month", "day"]])
-                    + pd.to_timedelta(long["h"].str[1:].astype(int) - 1, unit="h"))
+    long["time"] = pd.to_datetime(long[["year", "month", "day"]]) + pd.to_timedelta(
+        long["h"].str[1:].astype(int) - 1, unit="h"
+    )
     return long.pivot_table(index="time", columns=key, values="v", aggfunc="first", dropna=False)
 
 
@@ -101,9 +102,9 @@ def series_parts(df: pd.DataFrame, *, lag: int, test_fraction: float, gaps: str)
     parts = []
     for a, b in stretches:
         if a < cut:
-            parts.append((df.iloc[a:min(b, cut)], False))
+            parts.append((df.iloc[a : min(b, cut)], False))
         if b > cut:
-            parts.append((df.iloc[max(a, cut - lag):b], True))
+            parts.append((df.iloc[max(a, cut - lag) : b], True))
     return [(p, t) for p, t in parts if len(p) > lag]
 
 
@@ -124,9 +125,17 @@ def gef_power_frame(load_path, temp_path) -> pd.DataFrame:
 
 
 @loader("gef_power", inputs=download_inputs)
-def load_gef_power(info, lag: int = 48, mode: str = "autoregression", lag_step: int = 1, stride: int = 1,
-                   test_fraction: float = 0.25, gaps: str = "split", n: int | None = None,
-                   missing: str = "drop") -> Table:
+def load_gef_power(
+    info,
+    lag: int = 48,
+    mode: str = "autoregression",
+    lag_step: int = 1,
+    stride: int = 1,
+    test_fraction: float = 0.25,
+    gaps: str = "split",
+    n: int | None = None,
+    missing: str = "drop",
+) -> Table:
     """GEFCom2012 load: the summed load of 20 zones from 11 hourly temperature series (module
     docstring), as ``lag``-hour windows predicting the next hour; chronological test part."""
     _check_common(info, lag, test_fraction, gaps, n)
@@ -135,9 +144,18 @@ def load_gef_power(info, lag: int = 48, mode: str = "autoregression", lag_step: 
     if n is not None:
         df = df.iloc[:n]
     parts = series_parts(df, lag=lag, test_fraction=test_fraction, gaps=gaps)
-    t = windows_table(info.name, parts, inputs=[f"temp{i}" for i in range(1, 12)], target="load", lag=lag,
-                      mode=mode, lag_step=lag_step, stride=stride, missing=missing,
-                      source=f"{load_path} + {temp_path}")
+    t = windows_table(
+        info.name,
+        parts,
+        inputs=[f"temp{i}" for i in range(1, 12)],
+        target="load",
+        lag=lag,
+        mode=mode,
+        lag_step=lag_step,
+        stride=stride,
+        missing=missing,
+        source=f"{load_path} + {temp_path}",
+    )
     t.notes.append(f"gef_power: {len(df)} hours, gaps={gaps}, test_fraction={test_fraction}")
     return t
 
@@ -159,7 +177,8 @@ def wind_forecast_inputs(path) -> pd.DataFrame:
     f["age"] = (f["hors"].astype(int) - 1) // 12 + 1
     wide = f.pivot_table(index="time", columns="age", values=list(WIND_VARS), aggfunc="first", dropna=False)
     return wide[[(v, a) for a in (1, 2, 3, 4) for v in WIND_VARS]].set_axis(
-        [f"{v}_{a}" for a in (1, 2, 3, 4) for v in WIND_VARS], axis=1)
+        [f"{v}_{a}" for a in (1, 2, 3, 4) for v in WIND_VARS], axis=1
+    )
 
 
 WIND_INPUTS = [f"{v}_{a}" for a in (1, 2, 3, 4) for v in WIND_VARS]
@@ -184,9 +203,18 @@ def gef_wind_series(power_path, forecast_path, farm: int, power: pd.DataFrame | 
 
 
 @loader("gef_wind", inputs=download_inputs)
-def load_gef_wind(info, lag: int = 48, mode: str = "autoregression", lag_step: int = 1, stride: int = 1,
-                  test_fraction: float = 0.25, gaps: str = "join", farms: list | None = None, n: int | None = None,
-                  missing: str = "drop") -> Table:
+def load_gef_wind(
+    info,
+    lag: int = 48,
+    mode: str = "autoregression",
+    lag_step: int = 1,
+    stride: int = 1,
+    test_fraction: float = 0.25,
+    gaps: str = "join",
+    farms: list | None = None,
+    n: int | None = None,
+    missing: str = "drop",
+) -> Table:
     """GEFCom2012 wind: each farm's power from the 16 values of the 4 forecasts covering the hour
     (module docstring), ``lag``-hour windows predicting the next hour, farm by farm; the last
     ``test_fraction`` of each farm's series tests."""
@@ -206,7 +234,17 @@ def load_gef_wind(info, lag: int = 48, mode: str = "autoregression", lag_step: i
             df = df.iloc[:n]
         hours += len(df)
         parts += series_parts(df, lag=lag, test_fraction=test_fraction, gaps=gaps)
-    t = windows_table(info.name, parts, inputs=WIND_INPUTS, target="power", lag=lag, mode=mode, lag_step=lag_step,
-                      stride=stride, missing=missing, source=f"{power_path} + windforecasts_wf*.csv.zip")
+    t = windows_table(
+        info.name,
+        parts,
+        inputs=WIND_INPUTS,
+        target="power",
+        lag=lag,
+        mode=mode,
+        lag_step=lag_step,
+        stride=stride,
+        missing=missing,
+        source=f"{power_path} + windforecasts_wf*.csv.zip",
+    )
     t.notes.append(f"gef_wind: farms {farms}, {hours} hours, gaps={gaps}, test_fraction={test_fraction}")
     return t

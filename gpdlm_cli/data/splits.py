@@ -12,7 +12,6 @@ from ..exceptions import DataError, param_error
 from .scaling import fit_scaler
 from .table import Table
 
-
 N_MASKS = 10  # the uci_datasets collection publishes ten 90/10 test masks per set
 
 
@@ -122,16 +121,21 @@ def _random_rows(table: Table, seed: int, val_fraction: float, test_fraction: fl
         if train_size is not None and test_size and n_test + n_val + train_size > n:
             shrunk = n - n_val - int(train_size)
             if shrunk >= 1:
-                notes.append(f"test set reduced from {n_test} to {shrunk} rows (up to test_size after "
-                             f"train_size={train_size} and {n_val} validation rows)")
+                notes.append(
+                    f"test set reduced from {n_test} to {shrunk} rows (up to test_size after "
+                    f"train_size={train_size} and {n_val} validation rows)"
+                )
                 n_test = shrunk
         n_rest = n - n_test - n_val
         perm = rng.permutation(n)
-        test_idx, val_idx, train_idx = perm[:n_test], perm[n_test:n_test + n_val], perm[n_test + n_val:]
+        test_idx, val_idx, train_idx = perm[:n_test], perm[n_test : n_test + n_val], perm[n_test + n_val :]
     if n_rest < 2:
-        raise DataError(f"dataset '{table.name}' ({n} rows) leaves {n_rest} training rows after the test/validation split")
-    train_idx = first_train_rows(train_idx, train_size, table.name,
-                                 f"rows left for training after test ({n_test}) and validation ({n_val})")
+        raise DataError(
+            f"dataset '{table.name}' ({n} rows) leaves {n_rest} training rows after the test/validation split"
+        )
+    train_idx = first_train_rows(
+        train_idx, train_size, table.name, f"rows left for training after test ({n_test}) and validation ({n_val})"
+    )
     return train_idx, val_idx, test_idx, notes
 
 
@@ -154,15 +158,20 @@ def _chronological_rows(table: Table, val_fraction: float, train_size, test_size
     if test_size:
         test_idx = test_idx[: int(test_size)]
     n_val = int(round(val_fraction * pool.size))
-    train_idx, val_idx = pool[: pool.size - n_val], pool[pool.size - n_val:]
+    train_idx, val_idx = pool[: pool.size - n_val], pool[pool.size - n_val :]
     if train_idx.size < 2:
-        raise DataError(f"dataset '{table.name}' ({table.n} rows) leaves {train_idx.size} training rows after "
-                        f"the chronological validation block ({n_val} rows)")
-    train_idx = first_train_rows(train_idx, train_size, table.name,
-                                 f"training windows before its validation block ({n_val})")
-    notes = [f"chronological split: {train_idx.size} training, {val_idx.size} validation (the last "
-             f"{val_fraction:g} of the training span), {test_idx.size} test windows, all in time order; "
-             f"features standardised per channel"]
+        raise DataError(
+            f"dataset '{table.name}' ({table.n} rows) leaves {train_idx.size} training rows after "
+            f"the chronological validation block ({n_val} rows)"
+        )
+    train_idx = first_train_rows(
+        train_idx, train_size, table.name, f"training windows before its validation block ({n_val})"
+    )
+    notes = [
+        f"chronological split: {train_idx.size} training, {val_idx.size} validation (the last "
+        f"{val_fraction:g} of the training span), {test_idx.size} test windows, all in time order; "
+        f"features standardised per channel"
+    ]
     return train_idx, val_idx, test_idx, notes
 
 
@@ -181,12 +190,20 @@ def check_split_values(split) -> None:
 
 def check_mask_value(mask, mask_val_fraction=0.0, n_masks: int = N_MASKS) -> None:
     """Range checks of ``dataset.split.mask`` / ``mask_val_fraction`` (need no data)."""
-    if mask is not None and (isinstance(mask, bool) or not isinstance(mask, (int, np.integer))
-                             or not 0 <= mask < n_masks):
-        raise param_error("mask", "dataset.split",
-                          f"an integer in 0..{n_masks - 1} (one of the {n_masks} published test masks) or null", mask)
-    if isinstance(mask_val_fraction, bool) or not isinstance(mask_val_fraction, (int, float)) \
-            or not 0 <= mask_val_fraction < 1:
+    if mask is not None and (
+        isinstance(mask, bool) or not isinstance(mask, (int, np.integer)) or not 0 <= mask < n_masks
+    ):
+        raise param_error(
+            "mask",
+            "dataset.split",
+            f"an integer in 0..{n_masks - 1} (one of the {n_masks} published test masks) or null",
+            mask,
+        )
+    if (
+        isinstance(mask_val_fraction, bool)
+        or not isinstance(mask_val_fraction, (int, float))
+        or not 0 <= mask_val_fraction < 1
+    ):
         raise param_error("mask_val_fraction", "dataset.split", "a float in [0, 1)", mask_val_fraction)
 
 
@@ -194,13 +211,18 @@ def sets_with_masks() -> list[str]:
     """Registry names whose tables carry published test masks (``dataset.split.mask`` applies)."""
     from .registry import all_datasets
 
-    return [n + (" (dataset.source=download)" if i.mask_source == "alt_files" else "")
-            for n, i in all_datasets().items() if i.mask_source]
+    return [
+        n + (" (dataset.source=download)" if i.mask_source == "alt_files" else "")
+        for n, i in all_datasets().items()
+        if i.mask_source
+    ]
 
 
 def no_masks_error(name: str, mask) -> DataError:
-    return DataError(f"dataset.split.mask={mask}: dataset '{name}' has no published test masks; "
-                     f"the sets that have them: {', '.join(sets_with_masks())}")
+    return DataError(
+        f"dataset.split.mask={mask}: dataset '{name}' has no published test masks; "
+        f"the sets that have them: {', '.join(sets_with_masks())}"
+    )
 
 
 def check_split(name: str, split: dict, options: dict | None = None) -> None:
@@ -224,11 +246,14 @@ def first_train_rows(train_idx: np.ndarray, train_size, dataset: str, what: str)
     if train_size is None:
         return train_idx
     if train_size < 2:
-        raise DataError(f"dataset.split.train_size={train_size}: a training set needs at least 2 rows "
-                        f"(null = all {train_idx.size} {what})")
+        raise DataError(
+            f"dataset.split.train_size={train_size}: a training set needs at least 2 rows "
+            f"(null = all {train_idx.size} {what})"
+        )
     if train_size > train_idx.size:
-        raise DataError(f"dataset.split.train_size={train_size} but dataset '{dataset}' has only "
-                        f"{train_idx.size} {what}")
+        raise DataError(
+            f"dataset.split.train_size={train_size} but dataset '{dataset}' has only {train_idx.size} {what}"
+        )
     return train_idx[: int(train_size)]
 
 
@@ -251,22 +276,42 @@ def _mask_rows(table: Table, k: int, mask_val_fraction: float, train_size, test_
     n_val = int(round(mask_val_fraction * pool.size))
     val_idx, train_idx = pool[:n_val], pool[n_val:]
     if train_idx.size < 2:
-        raise DataError(f"dataset '{table.name}' ({table.n} rows) leaves {train_idx.size} training rows outside "
-                        f"test mask {k} and {val_idx.size} validation rows")
+        raise DataError(
+            f"dataset '{table.name}' ({table.n} rows) leaves {train_idx.size} training rows outside "
+            f"test mask {k} and {val_idx.size} validation rows"
+        )
     train_idx = first_train_rows(train_idx, train_size, table.name, f"training rows outside test mask {k}")
-    notes = [f"published test mask {k} of {masks.shape[1]}: {test_idx.size} test rows, {train_idx.size} training, "
-             f"{val_idx.size} validation"]
+    notes = [
+        f"published test mask {k} of {masks.shape[1]}: {test_idx.size} test rows, {train_idx.size} training, "
+        f"{val_idx.size} validation"
+    ]
     return train_idx, val_idx, test_idx, notes
 
 
-def _finish(table: Table, train_idx, val_idx, test_idx, notes, *, standardize_x: bool, standardize_y,
-            per_channel: bool = False) -> DataSplits:
+def _finish(
+    table: Table, train_idx, val_idx, test_idx, notes, *, standardize_x: bool, standardize_y, per_channel: bool = False
+) -> DataSplits:
     """Scale with training statistics only (``scaling.fit_scaler``) and assemble the DataSplits."""
-    scaler = fit_scaler(table, train_idx, standardize_x=standardize_x, standardize_y=standardize_y,
-                        per_channel=per_channel)
+    scaler = fit_scaler(
+        table, train_idx, standardize_x=standardize_x, standardize_y=standardize_y, per_channel=per_channel
+    )
     X, y = table.X, table.y
     y_mean, y_std = scaler.target_stats(multi_output=y.ndim == 2)
-    return DataSplits(table.name, table.task, scaler.x(X[train_idx]), scaler.y(y[train_idx]),
-                      scaler.x(X[val_idx]), scaler.y(y[val_idx]), scaler.x(X[test_idx]), scaler.y(y[test_idx]),
-                      scaler.x_mean, scaler.x_std, y_mean, y_std, table.fingerprint(), table.feature_names,
-                      notes=notes, indices={"train": train_idx, "val": val_idx, "test": test_idx})
+    return DataSplits(
+        table.name,
+        table.task,
+        scaler.x(X[train_idx]),
+        scaler.y(y[train_idx]),
+        scaler.x(X[val_idx]),
+        scaler.y(y[val_idx]),
+        scaler.x(X[test_idx]),
+        scaler.y(y[test_idx]),
+        scaler.x_mean,
+        scaler.x_std,
+        y_mean,
+        y_std,
+        table.fingerprint(),
+        table.feature_names,
+        notes=notes,
+        indices={"train": train_idx, "val": val_idx, "test": test_idx},
+    )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import hashlib
 import logging
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -54,8 +53,10 @@ def _raise_stray_cells(where: str, column: pd.Series, name: str, remedy: str | N
     stray = column[num.isna()]
     if 0 < len(stray) < len(column):
         hint = f"fix the data, or declare '{name}' categorical if it is one" if remedy else "fix the data"
-        raise DataError(f"{where}: column '{name}' has the non-numeric value {stray.iloc[0]!r} in row "
-                        f"{stray.index[0]} ({len(stray)} such cell{'s' if len(stray) > 1 else ''}); {hint}")
+        raise DataError(
+            f"{where}: column '{name}' has the non-numeric value {stray.iloc[0]!r} in row "
+            f"{stray.index[0]} ({len(stray)} such cell{'s' if len(stray) > 1 else ''}); {hint}"
+        )
 
 
 def _raise_non_finite(where: str, df: pd.DataFrame, columns: list) -> None:
@@ -68,9 +69,11 @@ def _raise_non_finite(where: str, df: pd.DataFrame, columns: list) -> None:
         bad = np.isinf(values.to_numpy(dtype=np.float64))
         if bad.any():
             n = int(bad.sum())
-            raise DataError(f"{where}: column '{col}' has the non-finite value {float(values[bad].iloc[0]):g} in row "
-                            f"{values.index[bad][0]} ({n} such cell{'s' if n > 1 else ''}); fix the data (leave a "
-                            f"missing value empty: dataset.missing=drop drops its row)")
+            raise DataError(
+                f"{where}: column '{col}' has the non-finite value {float(values[bad].iloc[0]):g} in row "
+                f"{values.index[bad][0]} ({n} such cell{'s' if n > 1 else ''}); fix the data (leave a "
+                f"missing value empty: dataset.missing=drop drops its row)"
+            )
 
 
 DROP_WARN_FRACTION = 0.5  # dropping more than this share of the rows is a console warning
@@ -138,7 +141,11 @@ def table_from_frame(
         after = f" (after dropping {n_bad} with missing values)" if n_bad else ""
         raise DataError(f"{where} has only 1 row{after}; a model needs at least 2 rows to learn from")
     for col in features:
-        if col not in categorical and not pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):
+        if (
+            col not in categorical
+            and not pd.api.types.is_numeric_dtype(df[col])
+            and not pd.api.types.is_bool_dtype(df[col])
+        ):
             _raise_stray_cells(where, df[col], col, "categorical")
             raise DataError(
                 f"{where}: column '{col}' is not numeric and not declared categorical "
@@ -153,13 +160,23 @@ def table_from_frame(
         raise DataError(f"{where}: target column '{target}' is not numeric")
     y = y.to_numpy(dtype=np.float64)
     if task in ("regression", "count") and np.ptp(y) == 0:
-        raise DataError(f"{where}: target '{target}' is constant ({float(y[0]):g} in all {y.size} rows); nothing to learn")
+        raise DataError(
+            f"{where}: target '{target}' is constant ({float(y[0]):g} in all {y.size} rows); nothing to learn"
+        )
     if task == "classification":
         labels = np.unique(y)
         if not np.all(np.isin(labels, (0.0, 1.0))):
             raise DataError(f"{where}: classification labels must be in {{0, 1}}; found {labels[:5].tolist()}")
     if task == "count" and (np.any(y < 0) or np.any(y != np.round(y))):
         raise DataError(f"{where}: count targets must be non-negative integers")
-    return Table(name, task, X.to_numpy(dtype=np.float64), y, [str(c) for c in X.columns], target, notes,
-                 test_mask=None if test_mask is None else np.asarray(test_mask, dtype=bool),
-                 test_masks=None if test_masks is None else np.asarray(test_masks, dtype=bool))
+    return Table(
+        name,
+        task,
+        X.to_numpy(dtype=np.float64),
+        y,
+        [str(c) for c in X.columns],
+        target,
+        notes,
+        test_mask=None if test_mask is None else np.asarray(test_mask, dtype=bool),
+        test_masks=None if test_masks is None else np.asarray(test_masks, dtype=bool),
+    )

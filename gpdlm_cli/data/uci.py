@@ -57,8 +57,10 @@ def read_test_masks(dataset: str, spec: FileSpec | None, n_rows: int) -> np.ndar
     path = ensure_file(dataset, spec)
     a = read_numeric(path, header=None).to_numpy()
     if a.ndim != 2 or a.shape[0] != n_rows or not np.isin(a, (0, 1)).all():
-        raise DataError(f"{path}: expected {n_rows} rows (one per data row) of 0/1 test-mask columns "
-                        f"(one per split) for dataset '{dataset}'; got shape {a.shape}")
+        raise DataError(
+            f"{path}: expected {n_rows} rows (one per data row) of 0/1 test-mask columns "
+            f"(one per split) for dataset '{dataset}'; got shape {a.shape}"
+        )
     return a.astype(bool)
 
 
@@ -76,8 +78,9 @@ def load_uci_datasets(info, missing: str = "drop") -> Table:
     target = info.target or "y"
     df.columns = _names(info, d) + [target]
     masks = read_test_masks(info.name, mask_spec, df.shape[0])
-    return table_from_frame(df, name=info.name, task=info.task, target=target, missing=missing, source=str(path),
-                            test_masks=masks)
+    return table_from_frame(
+        df, name=info.name, task=info.task, target=target, missing=missing, source=str(path), test_masks=masks
+    )
 
 
 # ----- Hernandez-Lobato & Adams UCI benchmark (Gal's copy) ------------------------------------------
@@ -97,8 +100,9 @@ def read_gal_files(info: DatasetInfo, files, missing: str = "drop") -> Table:
     df.columns = _names(info, len(fi))
     df[target] = data.iloc[:, ti].to_numpy()
     masks = read_test_masks(info.name, mask_spec, df.shape[0])
-    return table_from_frame(df, name=info.name, task=info.task, target=target, missing=missing, source=str(data_p),
-                            test_masks=masks)
+    return table_from_frame(
+        df, name=info.name, task=info.task, target=target, missing=missing, source=str(data_p), test_masks=masks
+    )
 
 
 @loader("gal_uci", inputs=download_inputs)
@@ -147,8 +151,14 @@ def load_sarcos(info, joint: int = 1, missing: str = "drop") -> Table:
     cols = [f"q{j}" for j in range(1, 8)] + [f"dq{j}" for j in range(1, 8)] + [f"ddq{j}" for j in range(1, 8)]
     df = pd.DataFrame(A[:, :21], columns=cols)
     df[f"tau{joint}"] = A[:, 20 + joint]
-    return table_from_frame(df, name=info.name, task="regression", target=f"tau{joint}", missing=missing,
-                            source=str(file_path(info.name, info.files[0])))
+    return table_from_frame(
+        df,
+        name=info.name,
+        task="regression",
+        target=f"tau{joint}",
+        missing=missing,
+        source=str(file_path(info.name, info.files[0])),
+    )
 
 
 # ----- song (YearPredictionMSD) ---------------------------------------------------------------------
@@ -165,7 +175,7 @@ def load_song(info, missing: str = "drop") -> Table:
 
 
 # ----- thyroid (UCI ann-train) ----------------------------------------------------------------------
-THYROID_COLS = (["age"] + [f"b{i}" for i in range(1, 16)] + ["TSH", "T3", "TT4", "T4U", "FTI", "class"])
+THYROID_COLS = ["age"] + [f"b{i}" for i in range(1, 16)] + ["TSH", "T3", "TT4", "T4U", "FTI", "class"]
 
 
 @loader("thyroid", inputs=download_inputs)
@@ -179,8 +189,9 @@ def load_thyroid(info, missing: str = "drop") -> Table:
     df.columns = THYROID_COLS
     df["abnormal"] = df["class"].map({1: 1, 2: 1, 3: 0})
     feats = ["age", "TSH", "T3", "TT4", "T4U", "FTI"]
-    return table_from_frame(df, name=info.name, task="classification", target="abnormal", features=feats,
-                            missing=missing, source=str(path))
+    return table_from_frame(
+        df, name=info.name, task="classification", target="abnormal", features=feats, missing=missing, source=str(path)
+    )
 
 
 # ----- abalone --------------------------------------------------------------------------------------
@@ -189,11 +200,21 @@ def load_abalone(info, missing: str = "drop") -> Table:
     """UCI abalone (Nash et al., 1994): 4177 shells; rings (count) from sex (M/F/I, dummy coded
     with 2 columns) and 7 measurements: 9 inputs as in DLM Table 2."""
     (path,) = download_inputs(info)
-    cols = ["sex", "length", "diameter", "height", "whole_weight", "shucked_weight", "viscera_weight",
-            "shell_weight", "rings"]
+    cols = [
+        "sex",
+        "length",
+        "diameter",
+        "height",
+        "whole_weight",
+        "shucked_weight",
+        "viscera_weight",
+        "shell_weight",
+        "rings",
+    ]
     df = read_numeric(path, header=None, names=cols)
-    return table_from_frame(df, name=info.name, task="count", target="rings", categorical=["sex"], missing=missing,
-                            source=str(path))
+    return table_from_frame(
+        df, name=info.name, task="count", target="rings", categorical=["sex"], missing=missing, source=str(path)
+    )
 
 
 # ----- BlogFeedback ---------------------------------------------------------------------------------
@@ -226,8 +247,15 @@ def load_blog(info, n_features: int = 60, missing: str = "drop") -> Table:
     if df.shape[1] != 281:
         raise DataError(f"{path}: expected 281 columns (280 attributes + target); got {df.shape[1]}")
     df.columns = [f"a{i}" for i in range(1, 281)] + ["comments_24h"]
-    return table_from_frame(df, name=info.name, task="regression", target="comments_24h",
-                            features=[f"a{i}" for i in range(1, n_features + 1)], missing=missing, source=str(path))
+    return table_from_frame(
+        df,
+        name=info.name,
+        task="regression",
+        target="comments_24h",
+        features=[f"a{i}" for i in range(1, n_features + 1)],
+        missing=missing,
+        source=str(path),
+    )
 
 
 # ----- user-supplied files --------------------------------------------------------------------------
@@ -238,9 +266,17 @@ def _user_inputs(info, path=None, **_):
 
 
 @loader("user_csv", inputs=_user_inputs)
-def load_user_csv(info, path: str | None = None, target: str | None = None, task: str | None = None,
-                  features: list | None = None, categorical: list | None = None, label_map: dict | None = None,
-                  sep: str = ",", missing: str = "drop") -> Table:
+def load_user_csv(
+    info,
+    path: str | None = None,
+    target: str | None = None,
+    task: str | None = None,
+    features: list | None = None,
+    categorical: list | None = None,
+    label_map: dict | None = None,
+    sep: str = ",",
+    missing: str = "drop",
+) -> Table:
     """A CSV with a header from a user path (``path``; for registry entries without one, the file
     expected in the cache). ``target``/``features``/``categorical`` default to the registry's."""
     if path:
@@ -251,17 +287,36 @@ def load_user_csv(info, path: str | None = None, target: str | None = None, task
         raise DataError(f"dataset '{info.name}' needs a file: set dataset.path=/path/to/file.csv")
     if not p.is_file():
         spec = info.files[0] if info.files else FileSpec(p.name)
-        raise DataError(offline_message(info.name, spec, p, "the data are not public") if not path
-                        else f"dataset '{info.name}': dataset.path={p} is a directory, not a file" if p.is_dir()
-                        else f"dataset '{info.name}': file {p} does not exist")
+        raise DataError(
+            offline_message(info.name, spec, p, "the data are not public")
+            if not path
+            else f"dataset '{info.name}': dataset.path={p} is a directory, not a file"
+            if p.is_dir()
+            else f"dataset '{info.name}': file {p} does not exist"
+        )
     task = task or info.task
     if task not in ("regression", "classification", "count", "sequence"):
-        raise DataError(f"dataset '{info.name}': option task must be regression, classification, count or sequence; got {task!r}")
+        raise DataError(
+            f"dataset '{info.name}': option task must be regression, classification, count or sequence; got {task!r}"
+        )
     target = target or info.target
     if not target:
         raise DataError(f"dataset '{info.name}': set dataset.target to the name of the target column")
     df = read_numeric(p, sep=sep)
-    feats = list(features) if features else (list(info.features) if isinstance(info.features, tuple) and info.features else None)
+    feats = (
+        list(features)
+        if features
+        else (list(info.features) if isinstance(info.features, tuple) and info.features else None)
+    )
     cats = list(categorical) if categorical is not None else list(info.categorical)
-    return table_from_frame(df, name=info.name, task=task, target=target, features=feats, categorical=cats,
-                            missing=missing, source=str(p), label_map=label_map)
+    return table_from_frame(
+        df,
+        name=info.name,
+        task=task,
+        target=target,
+        features=feats,
+        categorical=cats,
+        missing=missing,
+        source=str(p),
+        label_map=label_map,
+    )

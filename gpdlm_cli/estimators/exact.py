@@ -20,7 +20,9 @@ class ExactEstimator(Estimator):
         import torch
 
         p = next(iter(lik.parameters()), None) if isinstance(lik, torch.nn.Module) else None
-        z = torch.zeros(1) if p is None else torch.zeros(1, dtype=p.dtype, device=p.device)  # on the likelihood's device
+        z = (
+            torch.zeros(1) if p is None else torch.zeros(1, dtype=p.dtype, device=p.device)
+        )  # on the likelihood's device
         if getattr(lik, _CLOSED[quantity])(z, z, z + 1) is None:
             valid = "quadrature, bmc, smooth_bmc, ups" if quantity == "log_marginal" else "quadrature, bmc"
             what = "log E_q[p(y|f)]" if quantity == "log_marginal" else "E_q[log p(y|f)]"

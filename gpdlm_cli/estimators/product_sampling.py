@@ -328,8 +328,13 @@ class UPSEstimator(Estimator):
             raise param_error("sampler", owner, "'rejection' or 'exact'", sampler)
         if envelope not in self.ENVELOPES:
             raise param_error("envelope", owner, "'tight', 'exact_k' or 'paper'", envelope)
-        for key, value in (("max_width", max_width), ("num_nodes", num_nodes), ("max_rounds", max_rounds),
-                           ("max_proposals", max_proposals), ("newton_iters", newton_iters)):
+        for key, value in (
+            ("max_width", max_width),
+            ("num_nodes", num_nodes),
+            ("max_rounds", max_rounds),
+            ("max_proposals", max_proposals),
+            ("newton_iters", newton_iters),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise param_error(key, owner, "an integer >= 1", value)
         self.sampler, self.envelope_kind = sampler, envelope
@@ -343,8 +348,10 @@ class UPSEstimator(Estimator):
 
     # ----- interface ----------------------------------------------------------------------------
     def check(self, lik, quantity):
-        if quantity == "log_marginal" and self.sampler == "exact" and not isinstance(
-            lik, (GaussianLikelihood, ProbitLikelihood)
+        if (
+            quantity == "log_marginal"
+            and self.sampler == "exact"
+            and not isinstance(lik, (GaussianLikelihood, ProbitLikelihood))
         ):
             raise UnsupportedCombination(_exact_message(lik))
 
@@ -353,8 +360,7 @@ class UPSEstimator(Estimator):
         self.reset_statistics()
 
     def reset_statistics(self):
-        self._stats = {"drawn": 0, "accepted": 0, "kept": 0, "rows": 0, "fallback": 0, "width": 0.0,
-                       "unconverged": 0}
+        self._stats = {"drawn": 0, "accepted": 0, "kept": 0, "rows": 0, "fallback": 0, "width": 0.0, "unconverged": 0}
         self.auto.quadrature.reset_statistics()  # the value's tail rule counts its own mode finder
 
     def statistics(self):

@@ -147,17 +147,36 @@ class QuadratureEstimator(Estimator):
         use, beta, log_scale, sign = form
         if partition:  # each point by its own rule (on the CPU the index sets cost nothing)
             tail, plain = torch.nonzero(use).squeeze(-1), torch.nonzero(~use).squeeze(-1)
-            out = torch.cat([
-                self._laplace_rule(lik, y[plain], mu[plain], var[plain], x, logw,
-                                   None if laplace is None else (laplace[0][plain], laplace[1][plain])),
-                self._tail_rule(lik.tail_noise, beta[tail], log_scale[tail], sign[tail], mu[tail], var[tail], x, logw),
-            ])
+            out = torch.cat(
+                [
+                    self._laplace_rule(
+                        lik,
+                        y[plain],
+                        mu[plain],
+                        var[plain],
+                        x,
+                        logw,
+                        None if laplace is None else (laplace[0][plain], laplace[1][plain]),
+                    ),
+                    self._tail_rule(
+                        lik.tail_noise, beta[tail], log_scale[tail], sign[tail], mu[tail], var[tail], x, logw
+                    ),
+                ]
+            )
             return out[torch.argsort(torch.cat([plain, tail]))].reshape(shape)
         # on an accelerator both rules for every point, selected by ``use`` (no host synchronisation);
         # the tail rule's unused points get harmless inputs, so that their (zero) gradients stay finite
         safe = torch.full_like(var, TAIL_MIN_VAR[lik.tail_noise.name])
-        tail = self._tail_rule(lik.tail_noise, torch.where(use, beta, 0), torch.where(use, log_scale, 0),
-                               torch.where(use, sign, 1), torch.where(use, mu, 0), torch.where(use, var, safe), x, logw)
+        tail = self._tail_rule(
+            lik.tail_noise,
+            torch.where(use, beta, 0),
+            torch.where(use, log_scale, 0),
+            torch.where(use, sign, 1),
+            torch.where(use, mu, 0),
+            torch.where(use, var, safe),
+            x,
+            logw,
+        )
         return torch.where(use, tail, self._laplace_rule(lik, y, mu, var, x, logw, laplace)).reshape(shape)
 
     def tail_form(self, lik, y, mu, var):
@@ -186,11 +205,7 @@ class QuadratureEstimator(Estimator):
         c, s2 = self.centre(lik, y, mu, var) if laplace is None else laplace
         f = c.unsqueeze(-1) + torch.sqrt(2 * s2).unsqueeze(-1) * x
         log_proposal = -_LOG_SQRT_2PI - 0.5 * torch.log(s2).unsqueeze(-1) - x**2
-        terms = (
-            log_normal(f, mu.unsqueeze(-1), var.unsqueeze(-1))
-            + lik.log_prob(y.unsqueeze(-1), f)
-            - log_proposal
-        )
+        terms = log_normal(f, mu.unsqueeze(-1), var.unsqueeze(-1)) + lik.log_prob(y.unsqueeze(-1), f) - log_proposal
         return torch.logsumexp(terms + logw, dim=-1)
 
     def _tail_rule(self, noise, beta, log_scale, sign, mu, var, x, logw):
@@ -204,7 +219,9 @@ class QuadratureEstimator(Estimator):
         terms = (
             noise.log_density(e)
             + torch.special.log_ndtr((e - shift.unsqueeze(-1)) / sd.unsqueeze(-1))
-            + x**2 + _LOG_SQRT_2PI + 0.5 * torch.log(s2).unsqueeze(-1)  # - log N(e | c, s2) at the nodes
+            + x**2
+            + _LOG_SQRT_2PI
+            + 0.5 * torch.log(s2).unsqueeze(-1)  # - log N(e | c, s2) at the nodes
         )
         return log_scale + beta * mu + 0.5 * beta**2 * var + torch.logsumexp(terms + logw, dim=-1)
 

@@ -70,8 +70,9 @@ def _slope_and_curvature(lik, y, mu, inv_var, f):
 
 
 @torch.no_grad()
-def tilted_laplace(lik, y, mu, var, newton_iters: int = 8, max_iters: int = 200,
-                   check_every_iteration: bool | None = None) -> TiltedLaplace:
+def tilted_laplace(
+    lik, y, mu, var, newton_iters: int = 8, max_iters: int = 200, check_every_iteration: bool | None = None
+) -> TiltedLaplace:
     """Mode c and Laplace variance s2 = -1/T''(c) of q(f) p(y|f), q = N(mu, var) (module doc).
 
     ``check_every_iteration`` (default: on the CPU only) tests convergence after every iteration
@@ -87,8 +88,9 @@ def tilted_laplace(lik, y, mu, var, newton_iters: int = 8, max_iters: int = 200,
     c0 = inv_var - torch.fmin(d2, d2.new_zeros(()))
     mode = lik.mode(y).to(mu.dtype).expand_as(mu)
     up = d0 > 0
-    far = torch.where(up, torch.minimum(mu + var * d0, mode).clamp_min(mu),
-                      torch.maximum(mu + var * d0, mode).clamp_max(mu))  # clamps: keep lo <= hi
+    far = torch.where(
+        up, torch.minimum(mu + var * d0, mode).clamp_min(mu), torch.maximum(mu + var * d0, mode).clamp_max(mu)
+    )  # clamps: keep lo <= hi
     far = torch.where(d0 == 0, mu, far)
     g_far, c_far = _slope_and_curvature(lik, y, mu, inv_var, far)
     # the ends: lo with T' >= 0 and hi with T' <= 0, each with T' (g) and the curvature c = -T'' > 0
@@ -100,8 +102,16 @@ def tilted_laplace(lik, y, mu, var, newton_iters: int = 8, max_iters: int = 200,
         return _slope_and_curvature(lik, y, mu, inv_var, f)
 
     centre, s2, unconverged = _bracketed_newton(
-        slope_and_curvature, (lo, g_lo, c_lo), (hi, g_hi, c_hi), done, tol2, newton_iters, max_iters,
-        check_every_iteration, lambda lo, hi, done: _raise_unconverged(y, mu, var, lo, hi, done))
+        slope_and_curvature,
+        (lo, g_lo, c_lo),
+        (hi, g_hi, c_hi),
+        done,
+        tol2,
+        newton_iters,
+        max_iters,
+        check_every_iteration,
+        lambda lo, hi, done: _raise_unconverged(y, mu, var, lo, hi, done),
+    )
     nan = torch.full_like(centre, float("nan"))
     return TiltedLaplace(torch.where(ok_input, centre, nan), torch.where(ok_input, s2, nan), unconverged)
 
@@ -115,8 +125,9 @@ def _inv_mills(z):
 
 
 @torch.no_grad()
-def tail_laplace(noise, shift, var, newton_iters: int = 8, max_iters: int = 200,
-                 check_every_iteration: bool | None = None) -> TiltedLaplace:
+def tail_laplace(
+    noise, shift, var, newton_iters: int = 8, max_iters: int = 200, check_every_iteration: bool | None = None
+) -> TiltedLaplace:
     """Mode c and Laplace variance of the tail rule's integrand rho(e) Phi((e - shift) / sd), sd = var^(1/2)
     (``NoiseDensity`` rho, ``TailForm``; shift = sign (mu + beta var)): the root of the decreasing slope
 
@@ -155,17 +166,27 @@ def tail_laplace(noise, shift, var, newton_iters: int = 8, max_iters: int = 200,
             f"adaptive quadrature: the mode of the tail rule's integrand (noise={noise.name}) was not found for "
             f"shift={float(shift[i]):.6g}, var={float(var[i]):.6g} (bracket [{float(lo[i]):.6g}, "
             f"{float(hi[i]):.6g}] after the bisection fallback); use dtype=float64 or check the model's latent "
-            f"variances")
+            f"variances"
+        )
 
     centre, s2, unconverged = _bracketed_newton(
-        slope_and_curvature, (lo, g_lo, c_lo), (hi, g_hi, c_hi), done, tol2, newton_iters, max_iters,
-        check_every_iteration, on_failure)
+        slope_and_curvature,
+        (lo, g_lo, c_lo),
+        (hi, g_hi, c_hi),
+        done,
+        tol2,
+        newton_iters,
+        max_iters,
+        check_every_iteration,
+        on_failure,
+    )
     nan = torch.full_like(centre, float("nan"))
     return TiltedLaplace(torch.where(ok_input, centre, nan), torch.where(ok_input, s2, nan), unconverged)
 
 
-def _bracketed_newton(slope_and_curvature, low, high, done, tol2, newton_iters, max_iters, check_every_iteration,
-                      on_failure):
+def _bracketed_newton(
+    slope_and_curvature, low, high, done, tol2, newton_iters, max_iters, check_every_iteration, on_failure
+):
     """The root of a decreasing slope g(x) = T'(x) of a concave T, per point, from a bracket: ``low`` =
     (lo, g(lo) >= 0, -T''(lo)), ``high`` = (hi, g(hi) <= 0, -T''(hi)); ``done`` marks points already
     converged. Returns (centre, Laplace variance -1/T''(centre), number of points still open after
@@ -180,8 +201,10 @@ def _bracketed_newton(slope_and_curvature, low, high, done, tol2, newton_iters, 
     max_iters = max(max_iters, newton_iters)
     it = 0
     while True:
-        if (it < newton_iters and check_every_iteration) or it == max_iters or (
-            it >= newton_iters and (it - newton_iters) % 4 == 0
+        if (
+            (it < newton_iters and check_every_iteration)
+            or it == max_iters
+            or (it >= newton_iters and (it - newton_iters) % 4 == 0)
         ):
             if it >= newton_iters:  # also accept a bracket closed to a few ulps (rounding-limited T')
                 done = done | (hi - lo <= 4 * eps * (lo.abs() + hi.abs()))

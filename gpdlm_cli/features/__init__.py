@@ -36,8 +36,9 @@ ACTIVATIONS = ("relu", "tanh")
 RFF_FORMS = ("sincos", "cos")
 
 
-def make_input_map(name: str, in_dim: int, *, widths=(128, 128), activation: str = "relu",
-                   generator: torch.Generator | None = None) -> torch.nn.Module:
+def make_input_map(
+    name: str, in_dim: int, *, widths=(128, 128), activation: str = "relu", generator: torch.Generator | None = None
+) -> torch.nn.Module:
     """``none`` -> Identity(in_dim); ``nn`` -> MLP(in_dim, widths, activation)."""
     if name == "none":
         return Identity(in_dim)
@@ -46,17 +47,34 @@ def make_input_map(name: str, in_dim: int, *, widths=(128, 128), activation: str
     raise ValueError(f"unknown input map {name!r}")
 
 
-def make_kernel_map(name: str, in_dim: int, *, num_features: int = 1000, lengthscale: float = 1.0,
-                    outputscale: float = 1.0, ard: bool = False, form: str = "sincos",
-                    learn_outputscale: bool = False, normaliser: float | None = None,
-                    generator: torch.Generator | None = None) -> torch.nn.Module:
+def make_kernel_map(
+    name: str,
+    in_dim: int,
+    *,
+    num_features: int = 1000,
+    lengthscale: float = 1.0,
+    outputscale: float = 1.0,
+    ard: bool = False,
+    form: str = "sincos",
+    learn_outputscale: bool = False,
+    normaliser: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.nn.Module:
     """``linear`` -> LinearKernelMap; ``rff`` -> RandomFourierMap (see their docstrings)."""
     if name == "linear":
-        return LinearKernelMap(in_dim, outputscale=outputscale, learn_outputscale=learn_outputscale,
-                               normaliser=normaliser)
+        return LinearKernelMap(
+            in_dim, outputscale=outputscale, learn_outputscale=learn_outputscale, normaliser=normaliser
+        )
     if name == "rff":
-        return RandomFourierMap(in_dim, num_features, lengthscale=lengthscale, outputscale=outputscale,
-                                ard=ard, form=form, generator=generator)
+        return RandomFourierMap(
+            in_dim,
+            num_features,
+            lengthscale=lengthscale,
+            outputscale=outputscale,
+            ard=ard,
+            form=form,
+            generator=generator,
+        )
     raise ValueError(f"unknown finite kernel {name!r}")
 
 

@@ -25,8 +25,9 @@ class LinearKernelMap(torch.nn.Module):
     ``learn_outputscale`` (softplus-parameterised), else a fixed buffer.
     """
 
-    def __init__(self, in_dim: int, outputscale: float = 1.0, learn_outputscale: bool = False,
-                 normaliser: float | None = None):
+    def __init__(
+        self, in_dim: int, outputscale: float = 1.0, learn_outputscale: bool = False, normaliser: float | None = None
+    ):
         super().__init__()
         self.in_dim = self.out_dim = int(in_dim)
         raw = torch.tensor(inverse_softplus(float(outputscale)), dtype=torch.float64)

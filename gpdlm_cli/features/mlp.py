@@ -19,8 +19,9 @@ class MLP(torch.nn.Module):
     created in float32; move the module with ``.to(dtype=...)``.
     """
 
-    def __init__(self, in_dim: int, widths=(128, 128), activation: str = "relu",
-                 generator: torch.Generator | None = None):
+    def __init__(
+        self, in_dim: int, widths=(128, 128), activation: str = "relu", generator: torch.Generator | None = None
+    ):
         super().__init__()
         if activation not in _ACT:
             raise ValueError(f"activation must be one of {tuple(_ACT)}")

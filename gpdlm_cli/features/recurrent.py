@@ -54,7 +54,7 @@ class WindowLayout:
         return int(self.index.shape[0])
 
     @classmethod
-    def from_names(cls, names: list[str], targets: list[str] = ()) -> "WindowLayout":
+    def from_names(cls, names: list[str], targets: list[str] = ()) -> WindowLayout:
         """Parse ``col[t-k]`` names. Inputs have taps k = 0, s, 2s, ...; past values (targets and
         other past channels) k = 1, 1 + s, ...: step j pairs the j-th oldest tap of each channel,
         i.e. u_{t-L+1+j} with y_{t-L+j} (gpdlm's window convention, current input included)."""
@@ -97,8 +97,9 @@ class _RecurrentLayer(nn.Module):
         cls = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[kind]
         self.cell = cls(n_in, units, batch_first=True)
 
-    def forward(self, seq: torch.Tensor, rec_mask: torch.Tensor | None,
-                in_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, seq: torch.Tensor, rec_mask: torch.Tensor | None, in_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if rec_mask is None and in_mask is None:
             return self.cell(seq)[0]
         c = self.cell
@@ -108,8 +109,12 @@ class _RecurrentLayer(nn.Module):
             xw = seq @ w_ih.T + b_ih  # (N, T, G*H)
         else:  # gate g sees seq * in_mask[:, g]: (N, T, G, n_in) x (G, H, n_in) -> (N, T, G*H)
             G = in_mask.shape[1]
-            xw = torch.einsum("ntgc,ghc->ntgh", seq[:, :, None, :] * in_mask[:, None],
-                              w_ih.view(G, c.hidden_size, n_in)).reshape(N, T, -1) + b_ih
+            xw = (
+                torch.einsum(
+                    "ntgc,ghc->ntgh", seq[:, :, None, :] * in_mask[:, None], w_ih.view(G, c.hidden_size, n_in)
+                ).reshape(N, T, -1)
+                + b_ih
+            )
         h = seq.new_zeros(N, c.hidden_size)
         cell_state = torch.zeros_like(h)
         out = []
@@ -137,8 +142,18 @@ class FeatureMap(nn.Module):
     is the linear projection to ``out_dim`` (the GP's embedding, or a baseline's outputs). A
     pre-trained baseline's body is the GP model's body (``init=pretrained``)."""
 
-    def __init__(self, kind: str, layout: WindowLayout | None, n_inputs: int, *, units: int, layers: int,
-                 out_dim: int, dropout: float = 0.0, rec_dropout: float = 0.0):
+    def __init__(
+        self,
+        kind: str,
+        layout: WindowLayout | None,
+        n_inputs: int,
+        *,
+        units: int,
+        layers: int,
+        out_dim: int,
+        dropout: float = 0.0,
+        rec_dropout: float = 0.0,
+    ):
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}")
@@ -162,8 +177,9 @@ class FeatureMap(nn.Module):
     def stochastic(self) -> bool:
         return self.dropout > 0 or self.rec_dropout > 0
 
-    def draw_masks(self, n: int, generator: torch.Generator | None = None, *,
-                   device: torch.device | None = None) -> dict[str, list[torch.Tensor]]:
+    def draw_masks(
+        self, n: int, generator: torch.Generator | None = None, *, device: torch.device | None = None
+    ) -> dict[str, list[torch.Tensor]]:
         """One set of dropout masks for ``n`` windows (one per sequence, App. E), as ``hidden(train=True)``
         draws them (same order, same generator stream): ``input`` (per recurrent layer: (n, gates,
         channels), one mask per gate, or None), ``recurrent`` (per layer: (n, units) or None), ``output`` ((n, units) or None; NARX: one
@@ -191,8 +207,14 @@ class FeatureMap(nn.Module):
             return masks
         return {k: [None if m is None else m[index] for m in v] for k, v in masks.items()}
 
-    def hidden(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None,
-               masks: dict[str, list[torch.Tensor]] | None = None) -> torch.Tensor:
+    def hidden(
+        self,
+        x: torch.Tensor,
+        *,
+        train: bool = False,
+        generator: torch.Generator | None = None,
+        masks: dict[str, list[torch.Tensor]] | None = None,
+    ) -> torch.Tensor:
         """The body's output (before the projection), with dropout only if ``train`` (fresh masks from
         ``generator``) or ``masks`` (given ones, from :meth:`draw_masks`, one row per row of x)."""
         x = x.to(self.dtype)
@@ -215,8 +237,14 @@ class FeatureMap(nn.Module):
             h = h * masks["output"][0]
         return h
 
-    def forward(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None,
-                masks: dict[str, list[torch.Tensor]] | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        train: bool = False,
+        generator: torch.Generator | None = None,
+        masks: dict[str, list[torch.Tensor]] | None = None,
+    ) -> torch.Tensor:
         return self.head(self.hidden(x, train=train, generator=generator, masks=masks))
 
 

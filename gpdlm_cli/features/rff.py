@@ -24,8 +24,16 @@ class RandomFourierMap(torch.nn.Module):
     kernel the features approximate (for the exact-kernel NLML the RKHS family logs).
     """
 
-    def __init__(self, in_dim: int, num_features: int, lengthscale: float = 1.0, outputscale: float = 1.0,
-                 ard: bool = False, form: str = "sincos", generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        in_dim: int,
+        num_features: int,
+        lengthscale: float = 1.0,
+        outputscale: float = 1.0,
+        ard: bool = False,
+        form: str = "sincos",
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         if form not in ("sincos", "cos"):
             raise ValueError("form must be 'sincos' or 'cos'")
@@ -39,7 +47,9 @@ class RandomFourierMap(torch.nn.Module):
         n_ell = self.in_dim if ard else 1
         raw_ell = torch.full((n_ell,), inverse_softplus(float(lengthscale)), dtype=torch.float64)
         self.raw_lengthscale = torch.nn.Parameter(raw_ell)
-        self.raw_outputscale = torch.nn.Parameter(torch.tensor(inverse_softplus(float(outputscale)), dtype=torch.float64))
+        self.raw_outputscale = torch.nn.Parameter(
+            torch.tensor(inverse_softplus(float(outputscale)), dtype=torch.float64)
+        )
 
     @property
     def lengthscale(self) -> torch.Tensor:

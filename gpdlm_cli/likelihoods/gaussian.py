@@ -22,9 +22,7 @@ class GaussianLikelihood(Likelihood):
 
     def __init__(self, noise_init: float = 0.1, noise_min: float = 1e-6):
         super().__init__()
-        self.gp = gpytorch.likelihoods.GaussianLikelihood(
-            noise_constraint=gpytorch.constraints.GreaterThan(noise_min)
-        )
+        self.gp = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=gpytorch.constraints.GreaterThan(noise_min))
         self.gp.noise = noise_init
 
     @property

@@ -88,9 +88,24 @@ def declaration_tags(model_name: str) -> dict[str, str]:
     """The run tags through which analysis reads the family's declarations without importing it
     (``analysis.declarations``)."""
     beta = declaration(model_name, "REFERENCE_BETA")
-    return {"gpdlm.selection_metric": selection_metric(model_name),
-            "gpdlm.reference_beta": "none" if beta is None else repr(float(beta))}
+    return {
+        "gpdlm.selection_metric": selection_metric(model_name),
+        "gpdlm.reference_beta": "none" if beta is None else repr(float(beta)),
+    }
 
 
-__all__ = ["DECLARATIONS", "FAMILIES", "Family", "LISTED", "MODELS", "Method", "REGISTRY", "Stage",
-           "declaration", "declaration_tags", "family_of", "has_variants", "selection_metric"]
+__all__ = [
+    "DECLARATIONS",
+    "FAMILIES",
+    "Family",
+    "LISTED",
+    "MODELS",
+    "Method",
+    "REGISTRY",
+    "Stage",
+    "declaration",
+    "declaration_tags",
+    "family_of",
+    "has_variants",
+    "selection_metric",
+]

@@ -9,8 +9,9 @@ all lists of stages with named parameter groups, per-stage trainer overrides and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 

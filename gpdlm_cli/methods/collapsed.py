@@ -41,10 +41,16 @@ def build(cfg, data, task: str) -> Method:
     kernel = C.build_kernel(cfg.kernel, D)
     mean = C.build_mean(m.mean, task)
     Z = C.initial_inducing_points(x, m.num_inducing, m.inducing_init, cfg.seed)
-    model = CollapsedSparseGP(Z, kernel, mean, likelihood, kind=m.name, learn_inducing=m.learn_inducing, jitter=m.jitter)
+    model = CollapsedSparseGP(
+        Z, kernel, mean, likelihood, kind=m.name, learn_inducing=m.learn_inducing, jitter=m.jitter
+    )
     model = model.to(device=x.device, dtype=x.dtype)
     model.set_train_data(x, y)
     lik_params = list(likelihood.parameters())
     taken = {id(p) for p in lik_params} | {id(model.Z)}
-    groups = {"inducing": [model.Z], "kernel": [p for p in model.parameters() if id(p) not in taken], "likelihood": lik_params}
+    groups = {
+        "inducing": [model.Z],
+        "kernel": [p for p in model.parameters() if id(p) not in taken],
+        "likelihood": lik_params,
+    }
     return Method(m.name, model, likelihood, [Stage(m.name, O.CollapsedBound(model, n), groups, lbfgs_ok=True)])

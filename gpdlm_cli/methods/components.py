@@ -36,7 +36,14 @@ def build_likelihood(lcfg, targets=None):
 def estimator_registry() -> dict:
     from .. import estimators as E
 
-    classes = (E.AutoEstimator, E.ExactEstimator, E.QuadratureEstimator, E.BMCEstimator, E.SmoothBMCEstimator, E.UPSEstimator)
+    classes = (
+        E.AutoEstimator,
+        E.ExactEstimator,
+        E.QuadratureEstimator,
+        E.BMCEstimator,
+        E.SmoothBMCEstimator,
+        E.UPSEstimator,
+    )
     return {cls.name: cls for cls in classes}
 
 
@@ -77,7 +84,9 @@ def build_kernel(kcfg, num_dims: int, seed: int = 0, inputs=None):
     if name == "rbf":
         base = gpytorch.kernels.RBFKernel(ard_num_dims=ard)
     elif name in ("matern12", "matern32", "matern52"):
-        base = gpytorch.kernels.MaternKernel(nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name], ard_num_dims=ard)
+        base = gpytorch.kernels.MaternKernel(
+            nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name], ard_num_dims=ard
+        )
     else:
         raise param_error("name", "kernel", f"one of {', '.join(STATIONARY_KERNELS + FINITE_KERNELS)}", name)
     for key in ("lengthscale", "outputscale"):
@@ -219,7 +228,8 @@ def gaussian_only(cfg, what: str = "") -> None:
 
     if cfg.likelihood.name != "gaussian":
         raise UnsupportedCombination(
-            what or f"model={cfg.model.name} is defined for likelihood=gaussian only; for "
+            what
+            or f"model={cfg.model.name} is defined for likelihood=gaussian only; for "
             f"likelihood={cfg.likelihood.name} use model=svgp, dlm"
         )
 
@@ -233,10 +243,12 @@ def no_feature_map(cfg, kernels: tuple[str, ...] | None = STATIONARY_KERNELS) ->
     if features is not None and features.get("name", "none") != "none":
         raise UnsupportedCombination(
             f"model={cfg.model.name} takes no input feature map (features={features.name}); feature maps apply to "
-            f"model=svgp, dlm, sq_dlm, scgd, minimax, bsgd")
+            f"model=svgp, dlm, sq_dlm, scgd, minimax, bsgd"
+        )
     if kernels is not None and cfg.kernel.name not in kernels:
         raise UnsupportedCombination(
-            f"model={cfg.model.name} needs a stationary kernel (kernel={', '.join(kernels)}); got kernel={cfg.kernel.name}")
+            f"model={cfg.model.name} needs a stationary kernel (kernel={', '.join(kernels)}); got kernel={cfg.kernel.name}"
+        )
 
 
 __all__ = [

@@ -50,4 +50,6 @@ def build(cfg, data, task: str) -> Method:
     lik_params = list(likelihood.parameters())
     taken = {id(p) for p in lik_params}
     groups = {"kernel": [p for p in model.parameters() if id(p) not in taken], "likelihood": lik_params}
-    return Method("exact", model, likelihood, [Stage("exact", O.ExactMarginalLikelihood(model, n), groups, lbfgs_ok=True)])
+    return Method(
+        "exact", model, likelihood, [Stage("exact", O.ExactMarginalLikelihood(model, n), groups, lbfgs_ok=True)]
+    )

@@ -52,8 +52,9 @@ def build_input_map(fcfg, num_dims: int, seed: int) -> torch.nn.Module:
 
     check_features(fcfg)
     gen = torch.Generator().manual_seed(int(seed) + _NN_STREAM)
-    return make_input_map(fcfg.name, num_dims, widths=fcfg.get("widths") or (), activation=fcfg.get("activation", "relu"),
-                          generator=gen)
+    return make_input_map(
+        fcfg.name, num_dims, widths=fcfg.get("widths") or (), activation=fcfg.get("activation", "relu"), generator=gen
+    )
 
 
 def check_finite_kernel(kcfg) -> None:
@@ -87,8 +88,10 @@ def linear_normaliser(kcfg, inputs: torch.Tensor | None) -> float | None:
         return None
     m = float(inputs.detach().to(torch.float64).square().sum(-1).mean())
     if not (m > 0 and math.isfinite(m)):
-        raise UnsupportedCombination(f"kernel.normaliser=data needs a non-zero finite mean ||g(x)||^2 over the training "
-                                     f"inputs; the input map gives {m:g} (a dead ReLU network?): use kernel.normaliser=width")
+        raise UnsupportedCombination(
+            f"kernel.normaliser=data needs a non-zero finite mean ||g(x)||^2 over the training "
+            f"inputs; the input map gives {m:g} (a dead ReLU network?): use kernel.normaliser=width"
+        )
     return m
 
 
@@ -99,11 +102,18 @@ def build_kernel_map(kcfg, num_dims: int, seed: int, inputs: torch.Tensor | None
 
     check_finite_kernel(kcfg)
     gen = torch.Generator().manual_seed(int(seed) + _RFF_STREAM)
-    return make_kernel_map(kcfg.name, num_dims, num_features=kcfg.get("num_features", 0),
-                           lengthscale=kcfg.get("lengthscale", 1.0), outputscale=kcfg.outputscale,
-                           ard=bool(kcfg.get("ard", False)), form=kcfg.get("form", "sincos"),
-                           learn_outputscale=bool(kcfg.get("learn_outputscale", False)),
-                           normaliser=linear_normaliser(kcfg, inputs) if kcfg.name == "linear" else None, generator=gen)
+    return make_kernel_map(
+        kcfg.name,
+        num_dims,
+        num_features=kcfg.get("num_features", 0),
+        lengthscale=kcfg.get("lengthscale", 1.0),
+        outputscale=kcfg.outputscale,
+        ard=bool(kcfg.get("ard", False)),
+        form=kcfg.get("form", "sincos"),
+        learn_outputscale=bool(kcfg.get("learn_outputscale", False)),
+        normaliser=linear_normaliser(kcfg, inputs) if kcfg.name == "linear" else None,
+        generator=gen,
+    )
 
 
 def build_finite_kernel(kcfg, num_dims: int, seed: int, inputs: torch.Tensor | None = None):
@@ -113,5 +123,14 @@ def build_finite_kernel(kcfg, num_dims: int, seed: int, inputs: torch.Tensor | N
     return FiniteFeatureKernel(build_kernel_map(kcfg, num_dims, seed, inputs))
 
 
-__all__ = ["FINITE_KERNELS", "LINEAR_NORMALISERS", "build_finite_kernel", "build_input_map", "build_kernel_map",
-           "check_features", "check_finite_kernel", "linear_normaliser", "uses_features"]
+__all__ = [
+    "FINITE_KERNELS",
+    "LINEAR_NORMALISERS",
+    "build_finite_kernel",
+    "build_input_map",
+    "build_kernel_map",
+    "check_features",
+    "check_finite_kernel",
+    "linear_normaliser",
+    "uses_features",
+]

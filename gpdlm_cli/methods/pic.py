@@ -79,7 +79,9 @@ def validate(cfg) -> None:
     if not C.is_number(m.jitter) or m.jitter < 0 or math.isinf(m.jitter):
         raise param_error("jitter", "model=pic", "a finite float >= 0", m.jitter)
     if cfg.trainer.batch_size is not None:
-        raise UnsupportedCombination("model=pic trains on its blocks (model.partitions, model.blocks); set trainer.batch_size=null")
+        raise UnsupportedCombination(
+            "model=pic trains on its blocks (model.partitions, model.blocks); set trainer.batch_size=null"
+        )
 
 
 def check_sizes(cfg, n_train: int) -> None:
@@ -117,10 +119,16 @@ def build(cfg, data, task: str) -> Method:
     lik_params = list(likelihood.parameters())
     variational = model.variational_parameters()
     taken = {id(p) for p in lik_params + variational} | {id(model.Z)}
-    groups = {"variational": variational, "inducing": [model.Z],
-              "kernel": [p for p in model.parameters() if id(p) not in taken], "likelihood": lik_params}
+    groups = {
+        "variational": variational,
+        "inducing": [model.Z],
+        "kernel": [p for p in model.parameters() if id(p) not in taken],
+        "likelihood": lik_params,
+    }
     overrides = {"lr": PIC_LR} if cfg.trainer.lr is None else {}
-    stage = Stage("pic", PICBlockBound(model, n, len(blocks)), groups, stochastic=True, overrides=overrides, blocks=blocks)
+    stage = Stage(
+        "pic", PICBlockBound(model, n, len(blocks)), groups, stochastic=True, overrides=overrides, blocks=blocks
+    )
 
     def bound_per_datum() -> float:
         with torch.no_grad():
@@ -128,11 +136,22 @@ def build(cfg, data, task: str) -> Method:
 
     def diagnostics():
         scale = getattr(kernel, "outputscale", None)
-        return {"noise_variance": float(likelihood.noise.detach()),
-                **({"outputscale": float(scale.detach())} if scale is not None else {}),
-                "blocks_per_epoch": len(blocks), "smallest_block": int(cells.sizes.min()),
-                "largest_block": int(cells.sizes.max())}
+        return {
+            "noise_variance": float(likelihood.noise.detach()),
+            **({"outputscale": float(scale.detach())} if scale is not None else {}),
+            "blocks_per_epoch": len(blocks),
+            "smallest_block": int(cells.sizes.min()),
+            "largest_block": int(cells.sizes.max()),
+        }
 
     tags = {"gpdlm.pic.iteration": f"epoch = {len(blocks)} block steps", "gpdlm.pic.blocks": blocks_kind}
-    return Method("pic", model, likelihood, [stage], monitors={"bound_per_datum": bound_per_datum},
-                  higher_is_better=frozenset({"bound_per_datum"}), diagnostics=diagnostics, tags=tags)
+    return Method(
+        "pic",
+        model,
+        likelihood,
+        [stage],
+        monitors={"bound_per_datum": bound_per_datum},
+        higher_is_better=frozenset({"bound_per_datum"}),
+        diagnostics=diagnostics,
+        tags=tags,
+    )

@@ -58,8 +58,14 @@ PREDICTS_FROM_TRAINING_DATA = {m: True for m in ("gp_lstm", "gp_gru", "gp_rnn", 
 MULTI_OUTPUT = True  # independent GPs (or linear outputs) sharing one network
 TAKES_FEATURES = False  # the network is the model's own (model.network), not `features=`
 #: the trainer-group keys only this family reads (conf/trainer/*.yaml; base.DECLARATIONS)
-PROTOCOL_KEYS = ("algorithm", "kernel_refresh_every", "theta_steps", "final_theta_steps", "lr_over_tau",
-                 "refresh_check")
+PROTOCOL_KEYS = (
+    "algorithm",
+    "kernel_refresh_every",
+    "theta_steps",
+    "final_theta_steps",
+    "lr_over_tau",
+    "refresh_check",
+)
 ALGORITHMS = ("full", "alternating", "delayed")
 MODES = ("regression", "autoregression", "free_simulation")
 _DEFAULT_LR = 0.01  # Adam(0.01): App. E, Table 4
@@ -96,8 +102,16 @@ class RefreshGuard:
     in noise), so a halving caused by a transient cannot freeze the network. ``observe`` returns the
     factor to apply to lr_W: 0.5, 2.0 or 1.0."""
 
-    def __init__(self, *, floor: float = _CHECK_TOL, z: float = 4.0, window: int = 8, max_halvings: int = 4,
-                 min_rises: int = 3, big: float = _BIG_RISE):
+    def __init__(
+        self,
+        *,
+        floor: float = _CHECK_TOL,
+        z: float = 4.0,
+        window: int = 8,
+        max_halvings: int = 4,
+        min_rises: int = 3,
+        big: float = _BIG_RISE,
+    ):
         self.floor, self.z, self.window, self.max_halvings, self.big = floor, z, window, max_halvings, big
         self.min_rises = min_rises
         self.rises: list[float] = []
@@ -121,7 +135,7 @@ class RefreshGuard:
             return 0.5
         if len(self.rises) >= self.window:
             calm = statistics.median(self.rises) <= self.floor
-            self.rises = self.rises[-self.window:]
+            self.rises = self.rises[-self.window :]
             if calm and self.level > 0:
                 self.level -= 1
                 self.restores += 1
@@ -167,7 +181,8 @@ def validate(cfg) -> None:
     if g.inference == "kiss" and net.embed_dim > 3:
         raise UnsupportedCombination(
             f"model.gp.inference=kiss interpolates on a grid of grid_size^embed_dim points: it needs "
-            f"model.network.embed_dim <= 3 (the paper uses 1-2); got embed_dim={net.embed_dim}")
+            f"model.network.embed_dim <= 3 (the paper uses 1-2); got embed_dim={net.embed_dim}"
+        )
     if not C.is_int(g.grid_size) or g.grid_size < 8:
         raise param_error("grid_size", f"model={name} (gp)", "an integer >= 8", g.grid_size)
     if not C.is_number(g.grid_margin) or g.grid_margin < 0:
@@ -192,7 +207,8 @@ def validate(cfg) -> None:
     if algorithm == "alternating" and tau not in (None, 1):
         raise UnsupportedCombination(
             f"trainer.algorithm=alternating (Algorithm 1) refreshes the kernel after every minibatch; "
-            f"trainer.kernel_refresh_every={tau} is trainer.algorithm=delayed (Algorithm 2)")
+            f"trainer.kernel_refresh_every={tau} is trainer.algorithm=delayed (Algorithm 2)"
+        )
     for key in ("lr_over_tau", "refresh_check"):
         if not isinstance(t.get(key, True), bool):
             raise param_error(key, "trainer", "true or false", t.get(key))
@@ -201,8 +217,10 @@ def validate(cfg) -> None:
         if not C.is_int(v) or v < 0:
             raise param_error(key, "trainer", "an integer >= 0", v)
     if t.get("optimizer", "adam") == "lbfgs" and algorithm != "full":
-        raise UnsupportedCombination(f"trainer.optimizer=lbfgs needs a deterministic objective; "
-                                     f"trainer.algorithm={algorithm} takes stochastic minibatch steps")
+        raise UnsupportedCombination(
+            f"trainer.optimizer=lbfgs needs a deterministic objective; "
+            f"trainer.algorithm={algorithm} takes stochastic minibatch steps"
+        )
 
 
 def _check_dataset(cfg) -> None:
@@ -216,7 +234,8 @@ def _check_dataset(cfg) -> None:
         seq = [n for n, i in all_datasets().items() if i.task == "sequence"]
         raise UnsupportedCombination(
             f"model={name} maps windows of a time series: it needs a sequence dataset ({', '.join(seq)}); "
-            f"dataset={d.name} is a {info.task} dataset")
+            f"dataset={d.name} is a {info.task} dataset"
+        )
     mode = d.get("mode")
     if mode is not None and mode not in MODES:
         raise param_error("mode", f"dataset={d.name}", f"one of {', '.join(MODES)}", mode)
@@ -231,7 +250,8 @@ def check_sizes(cfg, n_train: int) -> None:
         raise UnsupportedCombination(
             f"model={m.name} with model.gp.inference=exact refuses n_train={n_train} > model.gp.max_exact="
             f"{m.gp.max_exact} (O(N^3) per kernel refresh); use model.gp.inference=kiss or fewer windows "
-            f"(dataset.split.train_size, dataset.stride)")
+            f"(dataset.split.train_size, dataset.stride)"
+        )
 
 
 # ----- hooks -----------------------------------------------------------------------------------------
@@ -261,8 +281,20 @@ def _probes(seed: int | None):
 class KernelRefresh:
     """Algorithm 2's kernel refresh every ``tau`` W steps (see the module docstring)."""
 
-    def __init__(self, model, surrogate, x, y, *, tau: int, theta_steps: int, theta_lr: dict, check: bool = True,
-                 probe_seed: int | None = None, masks: torch.Generator | None = None):
+    def __init__(
+        self,
+        model,
+        surrogate,
+        x,
+        y,
+        *,
+        tau: int,
+        theta_steps: int,
+        theta_lr: dict,
+        check: bool = True,
+        probe_seed: int | None = None,
+        masks: torch.Generator | None = None,
+    ):
         from ..objectives.recurrent import refresh_cotangents
         from ..training import make_optimizer
 
@@ -273,9 +305,13 @@ class KernelRefresh:
         self.masks = None
         self._cotangents = refresh_cotangents
         groups = model.groups()
-        self.theta_opt = make_optimizer("adam", [
-            {"params": groups["kernel"], "lr": theta_lr["kernel"], "name": "kernel"},
-            {"params": groups["likelihood"], "lr": theta_lr["likelihood"], "name": "likelihood"}])
+        self.theta_opt = make_optimizer(
+            "adam",
+            [
+                {"params": groups["kernel"], "lr": theta_lr["kernel"], "name": "kernel"},
+                {"params": groups["likelihood"], "lr": theta_lr["likelihood"], "name": "likelihood"},
+            ],
+        )
         self.opt = None
         self.h_prev, self.last = None, None
         self.guard = RefreshGuard()
@@ -377,12 +413,21 @@ def scored(mu, var, y, likelihoods, y_std, prefix: str) -> dict[str, float]:
     d = y.shape[1]
     stds = [float(y_std)] * d if not hasattr(y_std, "__len__") else [float(s) for s in y_std]
     idx = torch.arange(y.shape[0], dtype=mu.dtype, device=mu.device)[:, None]
-    per = [predictive_metrics(_Precomputed(mu[:, k], var[:, k]), likelihoods[k], idx, y[:, k].to(mu.dtype),
-                              y_std=stds[k], prefix="") for k in range(d)]
+    per = [
+        predictive_metrics(
+            _Precomputed(mu[:, k], var[:, k]), likelihoods[k], idx, y[:, k].to(mu.dtype), y_std=stds[k], prefix=""
+        )
+        for k in range(d)
+    ]
     mean = {key: sum(p[key] for p in per) / d for key in per[0]}
     mse_norm = sum(p["rmse_norm"] ** 2 for p in per) / d
-    out = {prefix + "nll": mean["nll"], prefix + "nll_norm": mean["nll_norm"], prefix + "mse": mean["mse"],
-           prefix + "rmse": math.sqrt(mean["mse"]), prefix + "rmse_norm": math.sqrt(mse_norm)}
+    out = {
+        prefix + "nll": mean["nll"],
+        prefix + "nll_norm": mean["nll_norm"],
+        prefix + "mse": mean["mse"],
+        prefix + "rmse": math.sqrt(mean["mse"]),
+        prefix + "rmse_norm": math.sqrt(mse_norm),
+    }
     out.update({prefix + k: mean[k] for k in CALIBRATION if k in mean})
     return out
 
@@ -405,7 +450,7 @@ def simulate(predict, x: torch.Tensor, feedback: list[list[tuple[int, int]]]) ->
             cols = [c for c, r in taps if j - r >= 0]
             if cols:
                 x[j, cols] = mus[[j - r for c, r in taps if j - r >= 0], o].to(x.dtype)
-        m, v = predict(x[j:j + 1])
+        m, v = predict(x[j : j + 1])
         mus[j], vs[j] = m[0], v[0]
     return mus, vs
 
@@ -437,8 +482,11 @@ def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ah
     steps, pooled over every start whose k steps lie inside the split (``ahead``: :func:`rollouts`).
     h1 is the one-step RMSE; pooling over starts makes the curve a property of the model rather
     than of where one trajectory happens to start."""
-    out = {k.replace(prefix, prefix + "sim_", 1): v for k, v in scored(mu, var, y, likelihoods, y_std, prefix).items()
-           if k.endswith(("rmse", "nll"))}
+    out = {
+        k.replace(prefix, prefix + "sim_", 1): v
+        for k, v in scored(mu, var, y, likelihoods, y_std, prefix).items()
+        if k.endswith(("rmse", "nll"))
+    }
     y2 = y[:, None] if y.ndim == 1 else y
     n = y2.shape[0]
     stds = torch.as_tensor(np.atleast_1d(np.asarray(y_std, dtype=float)), dtype=y2.dtype, device=y2.device)
@@ -475,21 +523,26 @@ def build(cfg, data, task: str) -> Method:
     feedback = [[(c, k // stride) for c, k in taps] for taps in layout.feedback]
     if mode == "free_simulation":
         if not all(layout.feedback):
-            raise UnsupportedCombination(f"dataset.mode=free_simulation needs the past targets in every window; "
-                                         f"dataset={cfg.dataset.name} has none for some output")
-        past_only = [c for c in layout.channels if c not in targets
-                     and f"{c}[t-0]" not in (data.feature_names or [])]  # past values of series not predicted
+            raise UnsupportedCombination(
+                f"dataset.mode=free_simulation needs the past targets in every window; "
+                f"dataset={cfg.dataset.name} has none for some output"
+            )
+        past_only = [
+            c for c in layout.channels if c not in targets and f"{c}[t-0]" not in (data.feature_names or [])
+        ]  # past values of series not predicted
         if past_only:
             raise UnsupportedCombination(
                 f"dataset.mode=free_simulation feeds back only the predicted outputs ({', '.join(targets)}), but the "
                 f"windows of dataset={cfg.dataset.name} also hold past values of {len(past_only)} other series "
                 f"({', '.join(past_only[:3])}{', ...' if len(past_only) > 3 else ''}) that would stay ground truth "
                 f"during the rollout (teacher forcing); predict and feed back every output (dataset.output=all) "
-                f"or use dataset.mode=autoregression")
+                f"or use dataset.mode=autoregression"
+            )
         if any(k % stride for taps in layout.feedback for _, k in taps):
             raise UnsupportedCombination(
                 f"free simulation feeds predictions back one window per step: every past-target tap t-k needs "
-                f"k to be a multiple of dataset.stride={stride}")
+                f"k to be a multiple of dataset.stride={stride}"
+            )
 
     net = m.network
     net_dtype = torch.float32 if net.get("dtype", "float32") == "float32" else torch.float64
@@ -498,8 +551,16 @@ def build(cfg, data, task: str) -> Method:
     out_dim = net.embed_dim if gp else d
     with torch.random.fork_rng(devices=[]):  # seeded initialisation, the global generator untouched
         torch.manual_seed(cfg.seed)
-        network = FeatureMap(kind, layout, D, units=net.units, layers=net.layers, out_dim=out_dim,
-                             dropout=dropout, rec_dropout=rec_dropout)
+        network = FeatureMap(
+            kind,
+            layout,
+            D,
+            units=net.units,
+            layers=net.layers,
+            out_dim=out_dim,
+            dropout=dropout,
+            rec_dropout=rec_dropout,
+        )
         pretrainer = _Pretrainer(network, d) if gp and m.init == "pretrained" else None
     network = network.to(device=device, dtype=net_dtype)
     if pretrainer is not None:
@@ -513,12 +574,22 @@ def build(cfg, data, task: str) -> Method:
 
     if gp:
         g = m.gp
-        likelihoods = [GaussianLikelihood(noise_init=max(float(cfg.likelihood.noise_init), 1.01 * g.noise_floor),
-                                          noise_min=float(g.noise_floor)) for _ in range(d)]
+        likelihoods = [
+            GaussianLikelihood(
+                noise_init=max(float(cfg.likelihood.noise_init), 1.01 * g.noise_floor), noise_min=float(g.noise_floor)
+            )
+            for _ in range(d)
+        ]
         kernels = [_base_kernel(cfg, net.embed_dim, g.ard) for _ in range(d)]
-        model = DeepKernelGP(network, kernels, likelihoods, inference=g.inference, grid_size=g.grid_size,
-                             grid_margin=float(g.grid_margin),
-                             kiss_dense_below=int(g.get("kiss_dense_below", KISS_DENSE_BELOW))).to(device)
+        model = DeepKernelGP(
+            network,
+            kernels,
+            likelihoods,
+            inference=g.inference,
+            grid_size=g.grid_size,
+            grid_margin=float(g.grid_margin),
+            kiss_dense_below=int(g.get("kiss_dense_below", KISS_DENSE_BELOW)),
+        ).to(device)
         for gp_ in model.gps:
             gp_.covar_module.outputscale = float(cfg.kernel.outputscale)
     else:
@@ -565,18 +636,39 @@ def build(cfg, data, task: str) -> Method:
         names += ["sim_rmse", "sim_nll"] + [f"sim_rmse_h{h}" for h in horizons]
     tags = {"gpdlm.prediction_mode": mode}
     if mode == "free_simulation":
-        tags["gpdlm.free_simulation"] = "teacher forcing in training; rollout feeds back the predictive mean from L true targets"
+        tags["gpdlm.free_simulation"] = (
+            "teacher forcing in training; rollout feeds back the predictive mean from L true targets"
+        )
 
     if not gp:
-        stage = Stage("mse", SquaredError(model.predict, dropout=stochastic_net, generator=masks), groups,
-                      stochastic=stochastic_net, hooks=[timer], overrides=lr)
+        stage = Stage(
+            "mse",
+            SquaredError(model.predict, dropout=stochastic_net, generator=masks),
+            groups,
+            stochastic=stochastic_net,
+            hooks=[timer],
+            overrides=lr,
+        )
 
         def diagnostics():
-            return {"epoch_seconds": _nan(timer.seconds_per_epoch), "test_ms_per_point": last["test_ms_per_point"],
-                    **series_statistics(cfg)}
+            return {
+                "epoch_seconds": _nan(timer.seconds_per_epoch),
+                "test_ms_per_point": last["test_ms_per_point"],
+                **series_statistics(cfg),
+            }
 
-        return Method(name, model, likelihoods[0], [stage], evaluate=evaluate, evaluation_metrics=tuple(names),
-                      diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY, predict=predict)
+        return Method(
+            name,
+            model,
+            likelihoods[0],
+            [stage],
+            evaluate=evaluate,
+            evaluation_metrics=tuple(names),
+            diagnostics=diagnostics,
+            tags=tags,
+            default_keep_best=BEST_BY,
+            predict=predict,
+        )
 
     # ----- GP models: pre-training, the algorithm, final theta steps ------------------------------------
     kiss = m.gp.inference == "kiss"
@@ -586,25 +678,59 @@ def build(cfg, data, task: str) -> Method:
     stages = []
     if pretrainer is not None:
         body = [p for layer in network.body for p in layer.parameters()] + list(pretrainer.head.parameters())
-        stages.append(Stage("pretrain", SquaredError(pretrainer, dropout=stochastic_net, generator=masks), {"network": body},
-                            stochastic=True, overrides={**lr, "max_epochs": int(m.pretrain_epochs), "max_iters": None}))
+        stages.append(
+            Stage(
+                "pretrain",
+                SquaredError(pretrainer, dropout=stochastic_net, generator=masks),
+                {"network": body},
+                stochastic=True,
+                overrides={**lr, "max_epochs": int(m.pretrain_epochs), "max_iters": None},
+            )
+        )
     refresh = None
     if algorithm == "full":
         objective = DeepKernelNLML(model, n, dropout=stochastic_net, generator=masks)
-        stages.append(Stage("full", objective, groups, stochastic=stochastic_net or noisy_gp, hooks=[timer],
-                            overrides={**lr, "batch_size": None}))
+        stages.append(
+            Stage(
+                "full",
+                objective,
+                groups,
+                stochastic=stochastic_net or noisy_gp,
+                hooks=[timer],
+                overrides={**lr, "batch_size": None},
+            )
+        )
     else:
         bs = t.batch_size if t.batch_size and t.batch_size < n else None
         steps_per_epoch = n // bs if bs else 1
         tau = 1 if algorithm == "alternating" else int(t.get("kernel_refresh_every") or steps_per_epoch)
         surrogate = CotangentSurrogate(model, n)
-        refresh = KernelRefresh(model, surrogate, x, y, tau=tau, theta_steps=int(t.get("theta_steps", 10)),
-                                theta_lr={k: base_lr * scales[k] for k in ("kernel", "likelihood")},
-                                check=bool(t.get("refresh_check", True)), probe_seed=cfg.seed if kiss else None,
-                                masks=masks if stochastic_net else None)
+        refresh = KernelRefresh(
+            model,
+            surrogate,
+            x,
+            y,
+            tau=tau,
+            theta_steps=int(t.get("theta_steps", 10)),
+            theta_lr={k: base_lr * scales[k] for k in ("kernel", "likelihood")},
+            check=bool(t.get("refresh_check", True)),
+            probe_seed=cfg.seed if kiss else None,
+            masks=masks if stochastic_net else None,
+        )
         lr_scale = {"network": 1.0 / tau} if t.get("lr_over_tau", True) else {}
-        stages.append(Stage(algorithm, surrogate, {"network": groups["network"]}, prepare=refresh.refresh,
-                            stochastic=True, hooks=[timer, refresh], lr_scale=lr_scale, overrides=lr, wants_index=True))
+        stages.append(
+            Stage(
+                algorithm,
+                surrogate,
+                {"network": groups["network"]},
+                prepare=refresh.refresh,
+                stochastic=True,
+                hooks=[timer, refresh],
+                lr_scale=lr_scale,
+                overrides=lr,
+                wants_index=True,
+            )
+        )
     final_steps = int(t.get("final_theta_steps", 100))
     if final_steps > 0:
         theta = FixedEmbeddingNLML(model, n)
@@ -613,10 +739,22 @@ def build(cfg, data, task: str) -> Method:
             with torch.no_grad():
                 theta.set_embedding(model.embed(x))
 
-        stages.append(Stage("theta", theta, {"kernel": groups["kernel"], "likelihood": groups["likelihood"]},
-                            prepare=fix_embedding, stochastic=noisy_gp,
-                            overrides={**lr, "batch_size": None, "max_iters": final_steps, "max_epochs": None,
-                                       "eval_every_epochs": None}))  # one step is one "epoch" here
+        stages.append(
+            Stage(
+                "theta",
+                theta,
+                {"kernel": groups["kernel"], "likelihood": groups["likelihood"]},
+                prepare=fix_embedding,
+                stochastic=noisy_gp,
+                overrides={
+                    **lr,
+                    "batch_size": None,
+                    "max_iters": final_steps,
+                    "max_epochs": None,
+                    "eval_every_epochs": None,
+                },
+            )
+        )  # one step is one "epoch" here
 
     @torch.no_grad()
     def train_nlml() -> float:
@@ -630,26 +768,49 @@ def build(cfg, data, task: str) -> Method:
         monitors["embedding_drift"] = lambda: refresh.drift
 
     def diagnostics():
-        out = {"epoch_seconds": _nan(timer.seconds_per_epoch), "test_ms_per_point": last["test_ms_per_point"],
-               "noise": float(torch.stack([lik.noise.detach().mean() for lik in likelihoods]).mean()),
-               "outputscale": float(torch.stack([gp_.covar_module.outputscale.detach().mean() for gp_ in model.gps]).mean())}
+        out = {
+            "epoch_seconds": _nan(timer.seconds_per_epoch),
+            "test_ms_per_point": last["test_ms_per_point"],
+            "noise": float(torch.stack([lik.noise.detach().mean() for lik in likelihoods]).mean()),
+            "outputscale": float(
+                torch.stack([gp_.covar_module.outputscale.detach().mean() for gp_ in model.gps]).mean()
+            ),
+        }
         out.update(series_statistics(cfg))
         if refresh is not None:
-            out.update({"refreshes": refresh.refreshes, "lr_halvings": refresh.halvings,
-                        "lr_restores": refresh.restores, "lr_w_factor": 0.5 ** refresh.guard.level,
-                        "embedding_drift_mean": statistics.fmean(refresh.drifts) if refresh.drifts else float("nan")})
+            out.update(
+                {
+                    "refreshes": refresh.refreshes,
+                    "lr_halvings": refresh.halvings,
+                    "lr_restores": refresh.restores,
+                    "lr_w_factor": 0.5**refresh.guard.level,
+                    "embedding_drift_mean": statistics.fmean(refresh.drifts) if refresh.drifts else float("nan"),
+                }
+            )
         return out
 
     tags.update({"gpdlm.algorithm": algorithm, "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init})
     if kiss:
         tags["gpdlm.kiss_evaluation"] = (
             f"structured: CG + stochastic Lanczos, pivoted-Cholesky preconditioner, probes seeded per refresh "
-            f"(n_train={n} >= model.gp.kiss_dense_below={model.kiss_dense_below})" if noisy_gp else
-            f"dense: W K_UU W^T formed and factorised by Cholesky (n_train={n} < model.gp.kiss_dense_below="
-            f"{model.kiss_dense_below})")
-    return Method(name, model, likelihoods[0], stages, monitors=monitors, evaluate=evaluate,
-                  evaluation_metrics=tuple(names), diagnostics=diagnostics, tags=tags, default_keep_best=BEST_BY,
-                  predict=predict)
+            f"(n_train={n} >= model.gp.kiss_dense_below={model.kiss_dense_below})"
+            if noisy_gp
+            else f"dense: W K_UU W^T formed and factorised by Cholesky (n_train={n} < model.gp.kiss_dense_below="
+            f"{model.kiss_dense_below})"
+        )
+    return Method(
+        name,
+        model,
+        likelihoods[0],
+        stages,
+        monitors=monitors,
+        evaluate=evaluate,
+        evaluation_metrics=tuple(names),
+        diagnostics=diagnostics,
+        tags=tags,
+        default_keep_best=BEST_BY,
+        predict=predict,
+    )
 
 
 def _nan(v):
@@ -685,8 +846,9 @@ def _base_kernel(cfg, embed_dim: int, ard: bool):
     if k.name == "rbf":
         base = gpytorch.kernels.RBFKernel(ard_num_dims=dims)
     elif k.name in ("matern12", "matern32", "matern52"):
-        base = gpytorch.kernels.MaternKernel(nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[k.name],
-                                             ard_num_dims=dims)
+        base = gpytorch.kernels.MaternKernel(
+            nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[k.name], ard_num_dims=dims
+        )
     else:
         raise param_error("name", "kernel", f"one of {', '.join(C.STATIONARY_KERNELS)}", k.name)
     if not C.is_number(k.lengthscale) or k.lengthscale <= 0:

@@ -66,7 +66,8 @@ def validate(cfg) -> None:
         exact = " (model=bsgd also takes an exact kernel: rbf or a Matern)" if m.name != "bsgd" else ""
         raise UnsupportedCombination(
             f"model={m.name} needs a finite feature map, kernel=linear or kernel=rff (kernel={kname} has none){exact}; "
-            f"e.g. features=nn kernel=rff kernel.num_features=1000")
+            f"e.g. features=nn kernel=rff kernel.num_features=1000"
+        )
     else:
         FM.check_finite_kernel(cfg.kernel)
     if not C.is_int(m.block_rows) or m.block_rows < 1:
@@ -108,7 +109,8 @@ def check_sizes(cfg, n_train: int) -> None:
     if cfg.model.name == "bsgd" and (b is None or b >= n_train) and n_train > BSGD_MAX_FULL_BATCH:
         raise UnsupportedCombination(
             f"model=bsgd on the full batch is the exact {n_train} x {n_train} GP; set trainer.batch_size "
-            f"(or use model=scgd, whose full-data algebra is d x d)")
+            f"(or use model=scgd, whose full-data algebra is d x d)"
+        )
 
 
 def exact_kernel(cfg) -> bool:
@@ -155,10 +157,13 @@ class PenaltyCheck:
         threshold = self.objective.local_threshold()
         mu = float(self.objective.mu)
         if mu < threshold:
-            print(f"gpdlm: warning: model=minimax ended with mu = {mu:g}, below ||F|| ||F^-1|| = "
-                  f"{threshold:.4g} at the final parameters (penalty_gap = {self.objective.penalty_gap():.3g}): an "
-                  f"inexact penalty, whose saddle is not the marginal likelihood's (model.exact_penalty=true raises "
-                  f"mu to a sufficient bound; docs/rkhs.md)", file=sys.stderr)
+            print(
+                f"gpdlm: warning: model=minimax ended with mu = {mu:g}, below ||F|| ||F^-1|| = "
+                f"{threshold:.4g} at the final parameters (penalty_gap = {self.objective.penalty_gap():.3g}): an "
+                f"inexact penalty, whose saddle is not the marginal likelihood's (model.exact_penalty=true raises "
+                f"mu to a sufficient bound; docs/rkhs.md)",
+                file=sys.stderr,
+            )
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -190,24 +195,38 @@ def build(cfg, data, task: str) -> Method:
     inputs = None
     if FM.uses_features(cfg):  # kernel.normaliser=data: the network's outputs on the training inputs
         with torch.no_grad():
-            inputs = torch.cat([input_map(x[i:i + m.block_rows]) for i in range(0, n, m.block_rows)])
+            inputs = torch.cat([input_map(x[i : i + m.block_rows]) for i in range(0, n, m.block_rows)])
     kernel_map = FM.build_kernel_map(cfg.kernel, input_map.out_dim, cfg.seed, inputs).to(device=device, dtype=dtype)
     likelihood = likelihood.to(device=device, dtype=dtype)
     model = BayesianLinearGP(input_map, kernel_map, likelihood, x, y, block_rows=m.block_rows)
     d = model.num_features
-    groups = {"features": list(input_map.parameters()), "kernel": list(kernel_map.parameters()),
-              "likelihood": list(likelihood.parameters())}
+    groups = {
+        "features": list(input_map.parameters()),
+        "kernel": list(kernel_map.parameters()),
+        "likelihood": list(likelihood.parameters()),
+    }
 
     if m.name == "scgd":
         objective = SCGD(model, n, b0=m.b0, b_decay=m.b_decay, b_min=m.b_min)
         groups["weights"] = [objective.w]
         stage = Stage("scgd", objective, groups, prepare=objective.initialise, hooks=[objective])
     elif m.name == "minimax":
-        objective = Minimax(model, n, mu=m.mu, mu_growth=m.mu_growth, mu_every_epochs=m.mu_every_epochs,
-                            mu_max=m.mu_max, precondition=m.precondition, seed=int(cfg.seed) + 15485863,
-                            w_max=m.w_max, exact=m.exact_penalty)
+        objective = Minimax(
+            model,
+            n,
+            mu=m.mu,
+            mu_growth=m.mu_growth,
+            mu_every_epochs=m.mu_every_epochs,
+            mu_max=m.mu_max,
+            precondition=m.precondition,
+            seed=int(cfg.seed) + 15485863,
+            w_max=m.w_max,
+            exact=m.exact_penalty,
+        )
         groups.update(weights=[objective.w], constraint=[objective.M], dual=[objective.B])
-        stage = Stage("minimax", objective, groups, prepare=objective.initialise, hooks=[objective, PenaltyCheck(objective)])
+        stage = Stage(
+            "minimax", objective, groups, prepare=objective.initialise, hooks=[objective, PenaltyCheck(objective)]
+        )
     else:
         nearest = NearestNeighbourBatches(x) if m.batching == "nearest" else None
         objective = BatchNLML(model, nearest)
@@ -223,8 +242,13 @@ def build(cfg, data, task: str) -> Method:
         monitors["mu"] = lambda: float(objective.mu)
 
     def diagnostics() -> dict:
-        out = {"feature_dim": float(d), "noise": float(model.noise.detach()), "train_nlml_norm": model.nlml(),
-               **model.chol_log.summary(), "peak_memory_mb": peak_memory_mb(device)}
+        out = {
+            "feature_dim": float(d),
+            "noise": float(model.noise.detach()),
+            "train_nlml_norm": model.nlml(),
+            **model.chol_log.summary(),
+            "peak_memory_mb": peak_memory_mb(device),
+        }
         if hasattr(kernel_map, "lengthscale"):
             out["lengthscale"] = float(kernel_map.lengthscale.detach().mean())
         out["outputscale"] = float(kernel_map.outputscale.detach())
@@ -234,14 +258,31 @@ def build(cfg, data, task: str) -> Method:
             out["ftilde_gap"] = objective.tracking_gap()
         if m.name == "minimax":
             bound, mu = objective.exact_bound(), float(objective.mu)
-            out.update(penalty_gap=objective.penalty_gap(), mu=mu, mu_exact_bound=bound,
-                       mu_local_threshold=objective.local_threshold(), penalty_exact=float(mu >= bound),
-                       minimax_projections=float(objective.projections))
+            out.update(
+                penalty_gap=objective.penalty_gap(),
+                mu=mu,
+                mu_exact_bound=bound,
+                mu_local_threshold=objective.local_threshold(),
+                penalty_exact=float(mu >= bound),
+                minimax_projections=float(objective.projections),
+            )
         return out
 
-    tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})", "gpdlm.features": cfg.features.name,
-            "gpdlm.rkhs_setting": setting_label(m, cfg.kernel.name)}
-    return Method(m.name, model, likelihood, [stage], monitors=monitors, diagnostics=diagnostics, tags=tags, default_keep_best="train_nlml")
+    tags = {
+        "gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})",
+        "gpdlm.features": cfg.features.name,
+        "gpdlm.rkhs_setting": setting_label(m, cfg.kernel.name),
+    }
+    return Method(
+        m.name,
+        model,
+        likelihood,
+        [stage],
+        monitors=monitors,
+        diagnostics=diagnostics,
+        tags=tags,
+        default_keep_best="train_nlml",
+    )
 
 
 def build_exact_kernel(cfg, data, task: str) -> Method:
@@ -260,10 +301,21 @@ def build_exact_kernel(cfg, data, task: str) -> Method:
     likelihood = C.build_likelihood(cfg.likelihood, y).to(device=device, dtype=dtype)
     input_map = FM.build_input_map(cfg.features, D, cfg.seed).to(device=device, dtype=dtype)
     kernel = C.build_kernel(cfg.kernel, input_map.out_dim).to(device=device, dtype=torch.float64)
-    model = ExactKernelGP(input_map, kernel, likelihood, x, y, block_rows=m.block_rows, max_rows=m.posterior_max_rows,
-                          seed=int(cfg.seed) + _SUBSET_STREAM)
-    groups = {"features": list(input_map.parameters()), "kernel": list(kernel.parameters()),
-              "likelihood": list(likelihood.parameters())}
+    model = ExactKernelGP(
+        input_map,
+        kernel,
+        likelihood,
+        x,
+        y,
+        block_rows=m.block_rows,
+        max_rows=m.posterior_max_rows,
+        seed=int(cfg.seed) + _SUBSET_STREAM,
+    )
+    groups = {
+        "features": list(input_map.parameters()),
+        "kernel": list(kernel.parameters()),
+        "likelihood": list(likelihood.parameters()),
+    }
     nearest = NearestNeighbourBatches(x) if m.batching == "nearest" else None
     objective = BatchNLML(model, nearest)
     stage = Stage("bsgd", objective, groups, wants_index=nearest is not None)
@@ -273,8 +325,13 @@ def build_exact_kernel(cfg, data, task: str) -> Method:
 
     def diagnostics() -> dict:
         nlml = model.nlml()
-        out = {"noise": float(model.noise.detach()), "train_nlml_norm": nlml, "posterior_rows": float(model.posterior_rows),
-               **model.chol_log.summary(), "peak_memory_mb": peak_memory_mb(device)}
+        out = {
+            "noise": float(model.noise.detach()),
+            "train_nlml_norm": nlml,
+            "posterior_rows": float(model.posterior_rows),
+            **model.chol_log.summary(),
+            "peak_memory_mb": peak_memory_mb(device),
+        }
         base = getattr(kernel, "base_kernel", kernel)
         out["lengthscale"] = float(base.lengthscale.detach().mean())
         out["outputscale"] = float(kernel.outputscale.detach())
@@ -283,7 +340,18 @@ def build_exact_kernel(cfg, data, task: str) -> Method:
         return out
 
     what = "all" if model.exact else f"a fixed random subset of {model.posterior_rows} of the"
-    tags = {"gpdlm.train_nlml_kernel": f"{cfg.kernel.name} exact ({what} {n} training rows)",
-            "gpdlm.features": cfg.features.name, "gpdlm.rkhs_setting": setting_label(m, cfg.kernel.name)}
-    return Method(m.name, model, likelihood, [stage], monitors=monitors, diagnostics=diagnostics, tags=tags,
-                  default_keep_best="train_nlml")
+    tags = {
+        "gpdlm.train_nlml_kernel": f"{cfg.kernel.name} exact ({what} {n} training rows)",
+        "gpdlm.features": cfg.features.name,
+        "gpdlm.rkhs_setting": setting_label(m, cfg.kernel.name),
+    }
+    return Method(
+        m.name,
+        model,
+        likelihood,
+        [stage],
+        monitors=monitors,
+        diagnostics=diagnostics,
+        tags=tags,
+        default_keep_best="train_nlml",
+    )

@@ -67,12 +67,17 @@ def gamma_label(g: float) -> str:
 
 def validate(cfg) -> None:
     m = cfg.model
-    C.gaussian_only(cfg, f"model={m.name} is a regression model: it needs likelihood=gaussian and a regression "
-                         f"dataset, got likelihood={cfg.likelihood.name}")
+    C.gaussian_only(
+        cfg,
+        f"model={m.name} is a regression model: it needs likelihood=gaussian and a regression "
+        f"dataset, got likelihood={cfg.likelihood.name}",
+    )
     C.no_feature_map(cfg, kernels=None)
     if cfg.kernel.name != "rbf":  # the frequencies sample the Gaussian (RBF) kernel's spectral density
-        raise UnsupportedCombination(f"model={m.name} approximates the rbf kernel (its frequencies sample the "
-                                     f"Gaussian spectral density); got kernel={cfg.kernel.name}")
+        raise UnsupportedCombination(
+            f"model={m.name} approximates the rbf kernel (its frequencies sample the "
+            f"Gaussian spectral density); got kernel={cfg.kernel.name}"
+        )
     require_int(m, "num_frequencies", f"model={m.name}")
     for key in ("prior_lengthscale", "signal_init"):
         require_float(m, key, f"model={m.name}")
@@ -88,13 +93,18 @@ def validate(cfg) -> None:
         if m.q_weights not in ("optimal", "diag"):
             raise param_error("q_weights", "model=vssgp", "'optimal' or 'diag'", m.q_weights)
         if m.q_weights == "optimal" and float(cfg.objective.beta) != 1.0:
-            raise UnsupportedCombination(f"model.q_weights=optimal integrates q(s) out of the beta = 1 bound; set "
-                                         f"objective.beta=1 or model.q_weights=diag (got objective.beta={cfg.objective.beta})")
+            raise UnsupportedCombination(
+                f"model.q_weights=optimal integrates q(s) out of the beta = 1 bound; set "
+                f"objective.beta=1 or model.q_weights=diag (got objective.beta={cfg.objective.beta})"
+            )
     full_batch = m.name == "ssgp" or (m.name == "vssgp" and m.q_weights == "optimal")
     if (full_batch or m.name == "svbssgp") and cfg.trainer.batch_size is not None:
-        what = {"ssgp": "trains full batch", "vssgp": "with model.q_weights=optimal trains full batch (the collapsed "
-                "bound's log|A| does not split over rows; model.q_weights=diag takes minibatches)",
-                "svbssgp": "sets its block size n / model.train_partitions itself"}[m.name]
+        what = {
+            "ssgp": "trains full batch",
+            "vssgp": "with model.q_weights=optimal trains full batch (the collapsed "
+            "bound's log|A| does not split over rows; model.q_weights=diag takes minibatches)",
+            "svbssgp": "sets its block size n / model.train_partitions itself",
+        }[m.name]
         raise UnsupportedCombination(f"model={m.name} {what}; set trainer.batch_size=null")
     if m.name != "svbssgp":
         return
@@ -132,7 +142,9 @@ def check_sizes(cfg, n_train: int) -> None:
     if m.name == "svbssgp":
         p = m.train_partitions or partitions(m, n_train)
         if m.blocks_per_step > p:
-            raise param_error("blocks_per_step", "model=svbssgp", f"an integer in [1, train_partitions={p}]", m.blocks_per_step)
+            raise param_error(
+                "blocks_per_step", "model=svbssgp", f"an integer in [1, train_partitions={p}]", m.blocks_per_step
+            )
 
 
 def partitions(m, n_train: int) -> int:
@@ -168,8 +180,15 @@ def _build_ssgp(cfg, data) -> Method:
     n, d = x.shape
     likelihood = _likelihood(cfg, y, x.device, x.dtype)
     gen = torch.Generator().manual_seed(int(cfg.seed))
-    model = SSGP(m.num_frequencies, d, likelihood, prior_lengthscale=m.prior_lengthscale, signal_init=m.signal_init,
-                 learn_signal=m.learn_signal, generator=gen).to(device=x.device, dtype=x.dtype)
+    model = SSGP(
+        m.num_frequencies,
+        d,
+        likelihood,
+        prior_lengthscale=m.prior_lengthscale,
+        signal_init=m.signal_init,
+        learn_signal=m.learn_signal,
+        generator=gen,
+    ).to(device=x.device, dtype=x.dtype)
     model.set_train_data(x, y)
     groups = {"frequencies": [model.w], "kernel": [model.raw_signal], "likelihood": list(likelihood.parameters())}
     stage = Stage("ssgp", O.SSGPMarginalLikelihood(model, n), groups, lbfgs_ok=True)
@@ -182,15 +201,26 @@ def _build_ssgp(cfg, data) -> Method:
                 return {}
             with torch.no_grad():
                 s = torch.zeros(1, 2 * m.num_frequencies, dtype=x.dtype, device=x.device)
-                mu, var = predict_gamma_family(cells, x, y, xq, model.frequencies.unsqueeze(0), s, likelihood.noise,
-                                               model.signal_variance, [0.0])
+                mu, var = predict_gamma_family(
+                    cells, x, y, xq, model.frequencies.unsqueeze(0), s, likelihood.noise, model.signal_variance, [0.0]
+                )
             return metrics_from_marginals(likelihood, mu[0], var[0], yq, y_std=y_std, prefix=prefix)
 
     def diagnostics():
-        return {"noise_variance": float(likelihood.noise.detach()), "signal_variance": float(model.signal_variance.detach())}
+        return {
+            "noise_variance": float(likelihood.noise.detach()),
+            "signal_variance": float(model.signal_variance.detach()),
+        }
 
-    return Method("ssgp", model, likelihood, [stage], evaluate=evaluate, diagnostics=diagnostics,
-                  tags={"gpdlm.ssgp.predict": m.predict})
+    return Method(
+        "ssgp",
+        model,
+        likelihood,
+        [stage],
+        evaluate=evaluate,
+        diagnostics=diagnostics,
+        tags={"gpdlm.ssgp.predict": m.predict},
+    )
 
 
 # ----- VSSGP ----------------------------------------------------------------------------------------
@@ -203,8 +233,14 @@ def _build_vssgp(cfg, data) -> Method:
     n, d = x.shape
     likelihood = _likelihood(cfg, y, x.device, x.dtype)
     gen = torch.Generator().manual_seed(int(cfg.seed))
-    options = dict(prior_lengthscale=m.prior_lengthscale, signal_init=m.signal_init, learn_signal=m.learn_signal,
-                   learn_lengthscale=m.learn_lengthscale, init_scale=m.init_scale, generator=gen)
+    options = dict(
+        prior_lengthscale=m.prior_lengthscale,
+        signal_init=m.signal_init,
+        learn_signal=m.learn_signal,
+        learn_lengthscale=m.learn_lengthscale,
+        init_scale=m.init_scale,
+        generator=gen,
+    )
     estimator = None
     if m.q_weights == "optimal":  # q(s) collapsed: the bound is full batch and deterministic
         model = CollapsedVSSGP(m.num_frequencies, d, likelihood, **options).to(device=x.device, dtype=x.dtype)
@@ -216,15 +252,28 @@ def _build_vssgp(cfg, data) -> Method:
         model = VSSGP(m.num_frequencies, d, **options).to(device=x.device, dtype=x.dtype)
         objective = O.ELBO(model, likelihood, estimator, n, float(cfg.objective.beta))
         stochastic = bool(estimator.stochastic)
-    groups = {"variational": model.variational_parameters(), "kernel": [model.raw_signal, model.raw_lengthscale],
-              "likelihood": list(likelihood.parameters())}
+    groups = {
+        "variational": model.variational_parameters(),
+        "kernel": [model.raw_signal, model.raw_lengthscale],
+        "likelihood": list(likelihood.parameters()),
+    }
     stage = Stage("vssgp", objective, groups, stochastic=stochastic, lbfgs_ok=True)
 
     def diagnostics():
-        return {"noise_variance": float(likelihood.noise.detach()), "signal_variance": float(model.signal_variance.detach())}
+        return {
+            "noise_variance": float(likelihood.noise.detach()),
+            "signal_variance": float(model.signal_variance.detach()),
+        }
 
-    return Method("vssgp", model, likelihood, [stage], estimator, diagnostics=diagnostics,
-                  tags={"gpdlm.vssgp.q_weights": m.q_weights})
+    return Method(
+        "vssgp",
+        model,
+        likelihood,
+        [stage],
+        estimator,
+        diagnostics=diagnostics,
+        tags={"gpdlm.vssgp.q_weights": m.q_weights},
+    )
 
 
 # ----- sVBSSGP --------------------------------------------------------------------------------------
@@ -256,9 +305,16 @@ def _build_svbssgp(cfg, data) -> Method:
     seed = int(cfg.seed)
     gammas = gamma_values(m)
     likelihood = _likelihood(cfg, y, device, dtype)
-    q = SpectralPosterior(m.num_frequencies, d, prior_lengthscale=m.prior_lengthscale, signal_init=m.signal_init,
-                          learn_signal=m.learn_signal, init_scale=m.init_scale, cov=m.cov,
-                          generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
+    q = SpectralPosterior(
+        m.num_frequencies,
+        d,
+        prior_lengthscale=m.prior_lengthscale,
+        signal_init=m.signal_init,
+        learn_signal=m.learn_signal,
+        init_scale=m.init_scale,
+        cov=m.cov,
+        generator=torch.Generator().manual_seed(seed),
+    ).to(device=device, dtype=dtype)
     p = partitions(m, n)
     cells = LocalCells(x, p, seed)
 
@@ -280,15 +336,24 @@ def _build_svbssgp(cfg, data) -> Method:
         block_rows = n / len(blocks)
         steps_per_epoch = len(blocks)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
-    objective = O.SVBSSGPBound(q, likelihood, n, z_samples=m.z_samples, rao_blackwell=m.rao_blackwell, scale=scale,
-                               generator=gen)
+    objective = O.SVBSSGPBound(
+        q, likelihood, n, z_samples=m.z_samples, rao_blackwell=m.rao_blackwell, scale=scale, generator=gen
+    )
     groups = {"variational": [q.b, q.raw_diag]}
     if q.offdiag is not None:
         groups["variational_offdiag"] = [q.offdiag]
     groups.update({"kernel": [q.raw_signal], "likelihood": list(likelihood.parameters())})
     counter = _StepCounter()
-    stage = Stage("svbssgp", objective, groups, stochastic=True, hooks=[counter], overrides=overrides,
-                  lr_scale={"variational_offdiag": OFFDIAG_LR_SCALE} if q.offdiag is not None else {}, blocks=blocks)
+    stage = Stage(
+        "svbssgp",
+        objective,
+        groups,
+        stochastic=True,
+        hooks=[counter],
+        overrides=overrides,
+        lr_scale={"variational_offdiag": OFFDIAG_LR_SCALE} if q.offdiag is not None else {},
+        blocks=blocks,
+    )
 
     # monitors: ELBO per datum on all training data at fixed z (common random numbers), ||M||_F, s_n^2
     monitors = {
@@ -298,8 +363,9 @@ def _build_svbssgp(cfg, data) -> Method:
         "epochs": lambda: counter.steps / steps_per_epoch,
     }
     if m.elbo_samples > 0:
-        z_elbo = torch.randn(m.elbo_samples, objective.z_dim, generator=torch.Generator().manual_seed(seed + 3),
-                             dtype=dtype).to(device)  # drawn on the CPU: the same numbers on every device
+        z_elbo = torch.randn(
+            m.elbo_samples, objective.z_dim, generator=torch.Generator().manual_seed(seed + 3), dtype=dtype
+        ).to(device)  # drawn on the CPU: the same numbers on every device
         monitors["elbo_per_datum"] = lambda: objective.elbo_per_datum(x, y, z_elbo)
 
     base = PREDICTIVE_METRICS["regression"]
@@ -312,8 +378,9 @@ def _build_svbssgp(cfg, data) -> Method:
             return {}
         t0 = time.perf_counter()
         with torch.no_grad():
-            z = torch.randn(m.predict_samples, q.D, generator=torch.Generator().manual_seed(seed + 2),
-                            dtype=dtype).to(device)  # the CPU's stream: the same predictive on every device
+            z = torch.randn(m.predict_samples, q.D, generator=torch.Generator().manual_seed(seed + 2), dtype=dtype).to(
+                device
+            )  # the CPU's stream: the same predictive on every device
             theta, s = q.split(q.sample(z))
             mu, var = predict_gamma_family(cells, x, y, xq, theta, s, likelihood.noise, q.signal_variance, gammas)
         out = {}
@@ -327,12 +394,30 @@ def _build_svbssgp(cfg, data) -> Method:
         return out
 
     def diagnostics():
-        return {"block_rows": float(block_rows), "blocks_per_epoch": steps_per_epoch, "partitions": p,
-                "variational_dim": q.D,
-                "smallest_cell": int(cells.sizes.min()), "largest_cell": int(cells.sizes.max()),
-                "predict_ms_per_point": timing.get("test_", float("nan"))}
+        return {
+            "block_rows": float(block_rows),
+            "blocks_per_epoch": steps_per_epoch,
+            "partitions": p,
+            "variational_dim": q.D,
+            "smallest_cell": int(cells.sizes.min()),
+            "largest_cell": int(cells.sizes.max()),
+            "predict_ms_per_point": timing.get("test_", float("nan")),
+        }
 
-    tags = {"gpdlm.svbssgp.train_blocks": m.train_blocks, "gpdlm.svbssgp.iteration": f"epoch = {steps_per_epoch} block steps"}
-    return Method("svbssgp", q, likelihood, [stage], monitors=monitors, higher_is_better=frozenset({"elbo_per_datum"}),
-                  watch=("elbo_per_datum",) if "elbo_per_datum" in monitors else (),
-                  evaluate=evaluate, evaluation_metrics=names, diagnostics=diagnostics, tags=tags)
+    tags = {
+        "gpdlm.svbssgp.train_blocks": m.train_blocks,
+        "gpdlm.svbssgp.iteration": f"epoch = {steps_per_epoch} block steps",
+    }
+    return Method(
+        "svbssgp",
+        q,
+        likelihood,
+        [stage],
+        monitors=monitors,
+        higher_is_better=frozenset({"elbo_per_datum"}),
+        watch=("elbo_per_datum",) if "elbo_per_datum" in monitors else (),
+        evaluate=evaluate,
+        evaluation_metrics=names,
+        diagnostics=diagnostics,
+        tags=tags,
+    )

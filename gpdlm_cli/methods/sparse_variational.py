@@ -55,7 +55,9 @@ def validate(cfg) -> None:
     if m.variant not in ("joint", "fixed"):
         raise param_error("variant", f"model={m.name}", "'joint' or 'fixed'", m.variant)
     if m.name == "svgp" and m.variant == "fixed":
-        raise UnsupportedCombination("model.variant=fixed applies to dlm and sq_dlm (it is defined by a prior SVGP fit)")
+        raise UnsupportedCombination(
+            "model.variant=fixed applies to dlm and sq_dlm (it is defined by a prior SVGP fit)"
+        )
     if m.name == "sq_dlm":
         C.gaussian_only(cfg, "model=sq_dlm (square loss) is a regression method: use likelihood=gaussian")
     elbo = m.get("elbo", "auto")
@@ -64,14 +66,19 @@ def validate(cfg) -> None:
     if elbo == "collapsed" and (cfg.likelihood.name != "gaussian" or cfg.trainer.batch_size is not None):
         raise UnsupportedCombination(
             "model.elbo=collapsed needs likelihood=gaussian and the full batch (trainer.batch_size=null): "
-            "the optimal q(u) is a function of all targets")
+            "the optimal q(u) is a function of all targets"
+        )
     if m.get("baseline_estimator", "deterministic") not in ("deterministic", "configured"):
-        raise param_error("baseline_estimator", f"model={m.name}", "'deterministic' or 'configured'", m.baseline_estimator)
+        raise param_error(
+            "baseline_estimator", f"model={m.name}", "'deterministic' or 'configured'", m.baseline_estimator
+        )
     if m.get("predictive", "auto") not in ("auto", "residual", "scaled"):
         raise param_error("predictive", f"model={m.name}", "'auto', 'residual' or 'scaled'", m.predictive)
     if m.get("fix_outputscale", False) and not (m.name == "sq_dlm" and m.variant == "joint"):
-        raise UnsupportedCombination("model.fix_outputscale=true applies to model=sq_dlm with model.variant=joint "
-                                     "(the fixed variant freezes every hyperparameter already)")
+        raise UnsupportedCombination(
+            "model.fix_outputscale=true applies to model=sq_dlm with model.variant=joint "
+            "(the fixed variant freezes every hyperparameter already)"
+        )
 
 
 def batched_scope(cfg) -> str | None:
@@ -109,7 +116,12 @@ def parameter_groups(model, likelihood) -> dict[str, list]:
     inducing = [model.variational_strategy.inducing_points]
     taken = {id(p) for p in variational + inducing}
     kernel = [p for p in model.parameters() if id(p) not in taken]
-    return {"variational": variational, "inducing": inducing, "kernel": kernel, "likelihood": list(likelihood.parameters())}
+    return {
+        "variational": variational,
+        "inducing": inducing,
+        "kernel": kernel,
+        "likelihood": list(likelihood.parameters()),
+    }
 
 
 def build(cfg, data, task: str) -> Method:
@@ -129,7 +141,9 @@ def build(cfg, data, task: str) -> Method:
         x_in = x if features is None else features(x)
     kernel = C.build_kernel(cfg.kernel, x_in.shape[1], cfg.seed, inputs=None if features is None else x_in)
     if m.num_inducing > getattr(kernel, "num_features", m.num_inducing):
-        raise UnsupportedCombination(f"kernel={cfg.kernel.name} has rank d={kernel.num_features}: model.num_inducing must be <= d")
+        raise UnsupportedCombination(
+            f"kernel={cfg.kernel.name} has rank d={kernel.num_features}: model.num_inducing must be <= d"
+        )
     mean = C.build_mean(m.mean, task)
     beta = float(cfg.objective.beta)
     estimator = C.build_estimator(cfg.estimator)
@@ -151,11 +165,13 @@ def build(cfg, data, task: str) -> Method:
     # the estimator of the baselines' E_q[log p]: deterministic unless asked otherwise
     base_est = estimator
     if not C.supports(estimator, likelihood, "expected_log_prob") or (
-            estimator.stochastic and m.get("baseline_estimator", "deterministic") == "deterministic"):
+        estimator.stochastic and m.get("baseline_estimator", "deterministic") == "deterministic"
+    ):
         base_est = AutoEstimator()
     elbo = m.get("elbo", "auto")
-    collapsed = elbo == "collapsed" or (elbo == "auto" and likelihood.name == "gaussian" and full_batch
-                                        and base_est.name in ("auto", "exact"))
+    collapsed = elbo == "collapsed" or (
+        elbo == "auto" and likelihood.name == "gaussian" and full_batch and base_est.name in ("auto", "exact")
+    )
     smooth = features is None  # trainer=fast: L-BFGS on GP parameters only, never on a network
     tags = {"gpdlm.elbo_form": "collapsed" if collapsed else "uncollapsed", "gpdlm.baseline_estimator": base_est.name}
 
@@ -164,10 +180,20 @@ def build(cfg, data, task: str) -> Method:
             from ..objectives.collapsed_elbo import RefreshOptimalQ
 
             obj = O.CollapsedELBO(model, likelihood, n, stage_beta)
-            return Stage("svgp", obj, {k: v for k, v in groups.items() if k != "variational"},
-                         hooks=[RefreshOptimalQ(obj, x, y)], lbfgs_ok=smooth)
-        return Stage("svgp", O.ELBO(model, likelihood, base_est, n, stage_beta), groups, stochastic=bool(base_est.stochastic),
-                     lbfgs_ok=smooth)
+            return Stage(
+                "svgp",
+                obj,
+                {k: v for k, v in groups.items() if k != "variational"},
+                hooks=[RefreshOptimalQ(obj, x, y)],
+                lbfgs_ok=smooth,
+            )
+        return Stage(
+            "svgp",
+            O.ELBO(model, likelihood, base_est, n, stage_beta),
+            groups,
+            stochastic=bool(base_est.stochastic),
+            lbfgs_ok=smooth,
+        )
 
     if m.name == "svgp":
         return Method("svgp", model, likelihood, [svgp_stage(beta)], estimator, tags=tags)
@@ -191,8 +217,14 @@ def build(cfg, data, task: str) -> Method:
 
     if m.name == "dlm":
         obj = O.DLM(model, likelihood, estimator, n, beta)
-        stage = Stage("dlm", obj, fixed_groups if fixed else groups, prepare=freeze_and_reset if fixed else None,
-                      stochastic=stochastic, lbfgs_ok=smooth)
+        stage = Stage(
+            "dlm",
+            obj,
+            fixed_groups if fixed else groups,
+            prepare=freeze_and_reset if fixed else None,
+            stochastic=stochastic,
+            lbfgs_ok=smooth,
+        )
         return Method("dlm", model, likelihood, pre + [stage], estimator, tags=tags)
 
     # ----- square-loss DLM ------------------------------------------------------------------------
@@ -203,6 +235,7 @@ def build(cfg, data, task: str) -> Method:
         tags["gpdlm.elbo_form"] = "collapsed" if collapsed else "uncollapsed"
 
     if fixed:
+
         def solve(xt, yt):
             model.q_u.variational_mean.data.copy_(O.optimal_whitened_mean(model, xt, yt, beta))
 
@@ -221,19 +254,35 @@ def build(cfg, data, task: str) -> Method:
             completion.activate()
 
         obj = O.SquareLossDLM(model, likelihood, estimator, n, beta)
-        stage_groups = {"variational": [model.q_u.variational_mean], "inducing": groups["inducing"], "kernel": kernel_params,
-                        **({"features": groups["features"]} if "features" in groups else {})}
+        stage_groups = {
+            "variational": [model.q_u.variational_mean],
+            "inducing": groups["inducing"],
+            "kernel": kernel_params,
+            **({"features": groups["features"]} if "features" in groups else {}),
+        }
         stage = Stage("sq_dlm", obj, stage_groups, prepare=prepare, lbfgs_ok=smooth)
         if beta_is_swept(cfg) and not fix_scale:
-            print("gpdlm: warning: joint sq_dlm has no finite optimum in the outputscale, so beta only changes the "
-                  "optimisation path; sweep beta with model.fix_outputscale=true or model.variant=fixed", file=sys.stderr)
+            print(
+                "gpdlm: warning: joint sq_dlm has no finite optimum in the outputscale, so beta only changes the "
+                "optimisation path; sweep beta with model.fix_outputscale=true or model.variant=fixed",
+                file=sys.stderr,
+            )
 
     def diagnostics():
         scale = getattr(model.covar_module, "outputscale", None)
         return {**({"outputscale": float(scale.detach())} if scale is not None else {}), **completion.diagnostics()}
 
-    method = Method("sq_dlm", model, likelihood, pre + [stage], estimator, finalize=completion.finalize,
-                    evaluate=completion.evaluate, diagnostics=diagnostics, tags=tags)
+    method = Method(
+        "sq_dlm",
+        model,
+        likelihood,
+        pre + [stage],
+        estimator,
+        finalize=completion.finalize,
+        evaluate=completion.evaluate,
+        diagnostics=diagnostics,
+        tags=tags,
+    )
     return method
 
 
@@ -241,8 +290,10 @@ def _outputscale_parameter(kernel):
     """The raw outputscale of a ScaleKernel (``model.fix_outputscale`` holds it)."""
     raw = getattr(kernel, "raw_outputscale", None)
     if raw is None:
-        raise UnsupportedCombination(f"model.fix_outputscale=true needs a kernel with an outputscale (kernel=rbf or "
-                                     f"a Matern); {type(kernel).__name__} has none")
+        raise UnsupportedCombination(
+            f"model.fix_outputscale=true needs a kernel with an outputscale (kernel=rbf or "
+            f"a Matern); {type(kernel).__name__} has none"
+        )
     return raw
 
 
@@ -256,7 +307,9 @@ def beta_is_swept(cfg) -> bool:
         return False
     from hydra.types import RunMode
 
-    return hc.mode == RunMode.MULTIRUN and any(o.split("=")[0].lstrip("+~") == "objective.beta" for o in hc.overrides.task)
+    return hc.mode == RunMode.MULTIRUN and any(
+        o.split("=")[0].lstrip("+~") == "objective.beta" for o in hc.overrides.task
+    )
 
 
 class _SquareLossCompletion:
@@ -331,5 +384,8 @@ class _SquareLossCompletion:
     def diagnostics(self) -> dict:
         if self.c is None:
             return {}
-        return {"sq_predictive_scale": self.c, "sq_predictive_noise": self.s2,
-                "sq_predictive_scaled": int(self.chosen == "scaled")}
+        return {
+            "sq_predictive_scale": self.c,
+            "sq_predictive_noise": self.s2,
+            "sq_predictive_scaled": int(self.chosen == "scaled"),
+        }

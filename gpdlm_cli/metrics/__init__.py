@@ -3,4 +3,12 @@
 from .bias import condition_statistics, coordinate_bias, gradient_statistics
 from .predictive import PREDICTIVE_METRICS, metrics_from_marginals, predictive_marginals, predictive_metrics
 
-__all__ = ["PREDICTIVE_METRICS", "condition_statistics", "coordinate_bias", "gradient_statistics", "metrics_from_marginals", "predictive_marginals", "predictive_metrics"]
+__all__ = [
+    "PREDICTIVE_METRICS",
+    "condition_statistics",
+    "coordinate_bias",
+    "gradient_statistics",
+    "metrics_from_marginals",
+    "predictive_marginals",
+    "predictive_metrics",
+]

@@ -31,8 +31,8 @@ def anchor_rmse(x_train, y_train, x_test, y_test, *, group_cols=(), time_col=Non
     a, b = (x_train - mu) / sd, (x_test - mu) / sd
     knn = np.empty(y_test.size)
     for i in range(0, b.shape[0], 128):  # exact distances, ties broken by training-row order
-        d = ((b[i:i + 128, None, :] - a[None]) ** 2).sum(-1)
-        knn[i:i + 128] = y_train[np.argsort(d, axis=1, kind="stable")[:, :k]].mean(1)
+        d = ((b[i : i + 128, None, :] - a[None]) ** 2).sum(-1)
+        knn[i : i + 128] = y_train[np.argsort(d, axis=1, kind="stable")[:, :k]].mean(1)
 
     def rmse(pred):
         return float(math.sqrt(np.mean((pred - y_test) ** 2)))

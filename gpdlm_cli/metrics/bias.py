@@ -33,7 +33,9 @@ from ..exceptions import NumericalError
 
 def _check(g_hats: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
     if g_hats.dim() != 2 or g.dim() != 1 or g_hats.shape[1] != g.shape[0]:
-        raise ValueError(f"expected g_hats of shape (R, P) and g of shape (P,); got {tuple(g_hats.shape)} and {tuple(g.shape)}")
+        raise ValueError(
+            f"expected g_hats of shape (R, P) and g of shape (P,); got {tuple(g_hats.shape)} and {tuple(g.shape)}"
+        )
     if g_hats.shape[0] < 1:
         raise ValueError("need at least one estimate (R >= 1)")
     g_hats, g = g_hats.double(), g.double()
@@ -91,14 +93,16 @@ def gradient_statistics(g_hats: torch.Tensor, g: torch.Tensor) -> dict[str, floa
         # coordinates without variance: 0 if unbiased, inf if deterministically biased
         ratio = torch.where(var > 0, b**2 / (var / R), torch.where(b == 0, 0.0, math.inf))
         chi2 = float(ratio.mean())
-        out.update({
-            "cond_i_se": float(cond_i.std(unbiased=True)) / math.sqrt(R),
-            "cond_ii_se": float(cond_ii.std(unbiased=True)) / math.sqrt(R),
-            "bias_noise": math.sqrt(noise_sq),
-            "bias_debiased": debiased,
-            "bias_debiased_rel": debiased / norm,
-            "bias_chi2": chi2,
-        })
+        out.update(
+            {
+                "cond_i_se": float(cond_i.std(unbiased=True)) / math.sqrt(R),
+                "cond_ii_se": float(cond_ii.std(unbiased=True)) / math.sqrt(R),
+                "bias_noise": math.sqrt(noise_sq),
+                "bias_debiased": debiased,
+                "bias_debiased_rel": debiased / norm,
+                "bias_chi2": chi2,
+            }
+        )
     return out
 
 

@@ -35,8 +35,19 @@ _EVAL_NODES = 64
 
 #: the metric names ``predictive_metrics`` reports for each task (before the val_/test_ prefix)
 PREDICTIVE_METRICS = {
-    "regression": ("nll", "nll_norm", "mse", "rmse", "rmse_norm", "msll", "crps",
-                   "coverage_50", "coverage_90", "coverage_95", "coverage_error"),
+    "regression": (
+        "nll",
+        "nll_norm",
+        "mse",
+        "rmse",
+        "rmse_norm",
+        "msll",
+        "crps",
+        "coverage_50",
+        "coverage_90",
+        "coverage_95",
+        "coverage_error",
+    ),
     "classification": ("nll", "error", "brier", "ece"),
     "count": ("nll", "mre", "rmse", "coverage_50", "coverage_90", "coverage_95", "coverage_error"),
 }
@@ -48,7 +59,7 @@ def predictive_marginals(model, x: torch.Tensor, batch_size: int = 4096):
     """(mu, var) of q(f) at x, in chunks so large test sets fit in memory."""
     mus, vs = [], []
     for i in range(0, x.shape[0], batch_size):
-        mu, var = model.marginals(x[i:i + batch_size])
+        mu, var = model.marginals(x[i : i + batch_size])
         mus.append(mu)
         vs.append(var)
     return torch.cat(mus), torch.cat(vs)

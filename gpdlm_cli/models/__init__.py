@@ -20,5 +20,15 @@ from .gamma_family import LocalCells, predict_gamma_family
 from .sparse_spectrum import SSGP, VSSGP, CollapsedVSSGP, SpectralPosterior, trig_features
 from .sparse_variational import SparseVariationalGP
 
-__all__ = ["SSGP", "VSSGP", "CollapsedSparseGP", "CollapsedVSSGP", "ExactGP", "LocalCells", "SparseVariationalGP", "SpectralPosterior",
-           "predict_gamma_family", "trig_features"]
+__all__ = [
+    "SSGP",
+    "VSSGP",
+    "CollapsedSparseGP",
+    "CollapsedVSSGP",
+    "ExactGP",
+    "LocalCells",
+    "SparseVariationalGP",
+    "SpectralPosterior",
+    "predict_gamma_family",
+    "trig_features",
+]

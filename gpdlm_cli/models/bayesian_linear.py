@@ -48,8 +48,9 @@ class CholeskyLog:
         return {"cholesky_jitter_events": float(self.jitter_events), "cholesky_device_failures": float(failures)}
 
 
-def cholesky_dxd(A: torch.Tensor, log: CholeskyLog | None = None, *, jitter: float = 1e-10, max_tries: int = 6,
-                 what: str = "F") -> torch.Tensor:
+def cholesky_dxd(
+    A: torch.Tensor, log: CholeskyLog | None = None, *, jitter: float = 1e-10, max_tries: int = 6, what: str = "F"
+) -> torch.Tensor:
     """Lower Cholesky factor of a symmetric d x d matrix.
 
     On CPU a failed factorisation is retried with jitter * mean(diag) * 10^i added to the diagonal
@@ -73,7 +74,8 @@ def cholesky_dxd(A: torch.Tensor, log: CholeskyLog | None = None, *, jitter: flo
     raise NumericalError(
         f"the {A.shape[-1]} x {A.shape[-1]} matrix {what} is not positive definite even with jitter "
         f"{jitter * 10 ** (max_tries - 1):g} x mean diagonal; raise likelihood.noise_init or the noise floor, "
-        f"or lower the learning rate")
+        f"or lower the learning rate"
+    )
 
 
 @torch.no_grad()
@@ -81,8 +83,8 @@ def feature_statistics(features, x: torch.Tensor, y: torch.Tensor, block_rows: i
     """(Z^T Z, Z^T y, y^T y) in float64 for Z = features(x), streamed over blocks of rows."""
     ztz = zty = None
     for i in range(0, x.shape[0], block_rows):
-        z = features(x[i:i + block_rows]).to(torch.float64)
-        yb = y[i:i + block_rows].to(torch.float64)
+        z = features(x[i : i + block_rows]).to(torch.float64)
+        yb = y[i : i + block_rows].to(torch.float64)
         ztz = z.T @ z if ztz is None else ztz + z.T @ z
         zty = z.T @ yb if zty is None else zty + z.T @ yb
     yy = y.to(torch.float64).square().sum()
@@ -123,8 +125,15 @@ class BayesianLinearGP(torch.nn.Module):
     torch's in-place version counters, which optimiser steps and snapshot restores bump).
     """
 
-    def __init__(self, input_map: torch.nn.Module, kernel_map: torch.nn.Module, likelihood,
-                 x_train: torch.Tensor, y_train: torch.Tensor, block_rows: int = 4096):
+    def __init__(
+        self,
+        input_map: torch.nn.Module,
+        kernel_map: torch.nn.Module,
+        likelihood,
+        x_train: torch.Tensor,
+        y_train: torch.Tensor,
+        block_rows: int = 4096,
+    ):
         super().__init__()
         self.input_map = input_map
         self.kernel_map = kernel_map

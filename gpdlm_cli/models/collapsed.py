@@ -21,7 +21,16 @@ from .linalg import safe_cholesky, tri_solve
 class CollapsedSparseGP(torch.nn.Module):
     """``kind='sgpr'`` (Titsias bound) or ``kind='fitc'`` (FITC marginal likelihood)."""
 
-    def __init__(self, inducing_points, kernel, mean, likelihood, kind: str = "sgpr", learn_inducing: bool = True, jitter: float = 1e-6):
+    def __init__(
+        self,
+        inducing_points,
+        kernel,
+        mean,
+        likelihood,
+        kind: str = "sgpr",
+        learn_inducing: bool = True,
+        jitter: float = 1e-6,
+    ):
         super().__init__()
         assert kind in ("sgpr", "fitc")
         self.kind = kind

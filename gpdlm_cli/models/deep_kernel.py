@@ -107,7 +107,7 @@ class GridInterpolationKernelInOrder(gpytorch.kernels.GridInterpolationKernel):
             Kd = column[(steps[:, None] - steps[None]).abs()]  # the Toeplitz factor, (m, m)
 
             def weights(x):  # W_d: (n, m), the 4 cubic-interpolation weights of each row scattered
-                idx, val = interp.interpolate([self.grid[d]], x[:, d:d + 1])
+                idx, val = interp.interpolate([self.grid[d]], x[:, d : d + 1])
                 return torch.zeros(x.shape[0], m, dtype=val.dtype, device=val.device).scatter_add(1, idx, val)
 
             w1 = weights(x1)
@@ -157,7 +157,8 @@ def check_kiss_kronecker_order(embed_dim: int) -> float:
             f"KISS-GP self-check failed in {E}-D: max |W K_UU W^T - K| = {err:.3g} on a small grid (expected < 1e-3): "
             f"gpytorch {gpytorch.__version__} / linear_operator {linear_operator.__version__} order the Kronecker "
             f"factors or the interpolation indices differently from what gpdlm_cli.models.deep_kernel."
-            f"GridInterpolationKernelInOrder assumes")
+            f"GridInterpolationKernelInOrder assumes"
+        )
     _CHECKED_DIMS.add(E)
     return err
 
@@ -173,8 +174,9 @@ class EmbeddingGP(gpytorch.models.ExactGP):
         self.mean_module = gpytorch.means.ZeroMean()
         inner = base_kernel
         if inference == "kiss":
-            inner = GridInterpolationKernelInOrder(base_kernel, grid_size, num_dims=embed_dim,
-                                                   grid_bounds=tuple((-1.0, 1.0) for _ in range(embed_dim)))
+            inner = GridInterpolationKernelInOrder(
+                base_kernel, grid_size, num_dims=embed_dim, grid_bounds=tuple((-1.0, 1.0) for _ in range(embed_dim))
+            )
         self.covar_module = gpytorch.kernels.ScaleKernel(inner)
 
     def forward(self, h):
@@ -199,9 +201,18 @@ class DeepKernelGP(nn.Module):
     Parameter groups: ``network`` (W: recurrent layers and projection), ``kernel`` (lengthscales,
     outputscales), ``likelihood`` (noises)."""
 
-    def __init__(self, network: FeatureMap, base_kernels: list, likelihoods: list, *, inference: str = "exact",
-                 grid_size: int = 100, grid_margin: float = 0.1, gp_dtype: torch.dtype = torch.float64,
-                 kiss_dense_below: int = KISS_DENSE_BELOW):
+    def __init__(
+        self,
+        network: FeatureMap,
+        base_kernels: list,
+        likelihoods: list,
+        *,
+        inference: str = "exact",
+        grid_size: int = 100,
+        grid_margin: float = 0.1,
+        gp_dtype: torch.dtype = torch.float64,
+        kiss_dense_below: int = KISS_DENSE_BELOW,
+    ):
         super().__init__()
         self.network = network
         self.likelihoods = nn.ModuleList(likelihoods)
@@ -212,7 +223,8 @@ class DeepKernelGP(nn.Module):
             check_kiss_kronecker_order(E)
         self.gps = nn.ModuleList(
             EmbeddingGP(k, lik.gp, embed_dim=E, inference=inference, grid_size=grid_size)
-            for k, lik in zip(base_kernels, likelihoods))
+            for k, lik in zip(base_kernels, likelihoods)
+        )
         self.gps.to(gp_dtype)
         self.likelihoods.to(gp_dtype)
         self.gp_dtype = gp_dtype
@@ -221,17 +233,25 @@ class DeepKernelGP(nn.Module):
 
     # ----- parameters --------------------------------------------------------------------------------
     def groups(self) -> dict[str, list]:
-        return {"network": list(self.network.parameters()),
-                "kernel": [p for gp in self.gps for p in gp.covar_module.parameters()],
-                "likelihood": [p for lik in self.likelihoods for p in lik.parameters()]}
+        return {
+            "network": list(self.network.parameters()),
+            "kernel": [p for gp in self.gps for p in gp.covar_module.parameters()],
+            "likelihood": [p for lik in self.likelihoods for p in lik.parameters()],
+        }
 
     @property
     def num_outputs(self) -> int:
         return len(self.gps)
 
     # ----- the embedding ------------------------------------------------------------------------------
-    def embed(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None,
-              masks: dict | None = None) -> torch.Tensor:
+    def embed(
+        self,
+        x: torch.Tensor,
+        *,
+        train: bool = False,
+        generator: torch.Generator | None = None,
+        masks: dict | None = None,
+    ) -> torch.Tensor:
         """H = phi_W(x) in the GP's dtype (dropout only if ``train`` or with given ``masks``)."""
         return self.network(x, train=train, generator=generator, masks=masks).to(self.gp_dtype)
 
@@ -251,7 +271,7 @@ class DeepKernelGP(nn.Module):
         return self.inference == "exact" or n < self.kiss_dense_below
 
     def settings(self, n: int):
-        """gpytorch settings: dense Cholesky whenever :meth:`is_dense`; otherwise (KISS, n >= 
+        """gpytorch settings: dense Cholesky whenever :meth:`is_dense`; otherwise (KISS, n >=
         ``kiss_dense_below``) CG and stochastic Lanczos on the structured operator, never densified
         by gpytorch (it would form W K_UU W^T below 800 points through an n x m^E product), with the
         pivoted-Cholesky preconditioner at every size (linear_operator skips it below 2,000 rows, and
@@ -264,8 +284,9 @@ class DeepKernelGP(nn.Module):
         stack.enter_context(gpytorch.settings.min_preconditioning_size(0))
         return stack
 
-    def covariance(self, k: int, h1: torch.Tensor, h2: torch.Tensor | None = None, *,
-                   diag: bool = False) -> torch.Tensor:
+    def covariance(
+        self, k: int, h1: torch.Tensor, h2: torch.Tensor | None = None, *, diag: bool = False
+    ) -> torch.Tensor:
         """Output k's prior covariance K_k(h1, h2) as a dense tensor (the KISS kernel for KISS)."""
         cov = self.gps[k].covar_module
         if self.inference == "exact":
@@ -309,8 +330,10 @@ class DeepKernelGP(nn.Module):
             gp.eval()  # stays in eval mode: ExactGP.train() would drop the caches built by the next prediction
             if self.is_dense(h.shape[0]):  # dense: L L^T = K + s^2 I, alpha = (K + s^2 I)^-1 y
                 K = self.covariance(k, h)
-                L = safe_cholesky(K + lik.noise * torch.eye(h.shape[0], dtype=h.dtype, device=h.device), what="K + s^2 I")
-                self._exact.append((L, torch.cholesky_solve(y[:, k:k + 1], L)))
+                L = safe_cholesky(
+                    K + lik.noise * torch.eye(h.shape[0], dtype=h.dtype, device=h.device), what="K + s^2 I"
+                )
+                self._exact.append((L, torch.cholesky_solve(y[:, k : k + 1], L)))
         self._train_h = h
 
     def _clamp(self, h: torch.Tensor) -> torch.Tensor:
@@ -336,9 +359,13 @@ class DeepKernelGP(nn.Module):
                 vs.append((self.covariance(k, h, diag=True) - v.pow(2).sum(0)).clamp_min(1e-12))
             return torch.stack(mus, 1), torch.stack(vs, 1)
         for gp in self.gps:  # KISS on the structured operator: gpytorch's mean cache and LOVE variances
-            with self.settings(self._train_h.shape[0]), gpytorch.settings.fast_pred_var(True), \
-                    gpytorch.settings.eval_cg_tolerance(_PRED_CG_TOL), gpytorch.settings.max_root_decomposition_size(_LOVE_RANK), \
-                    torch.random.fork_rng(devices=[]):
+            with (
+                self.settings(self._train_h.shape[0]),
+                gpytorch.settings.fast_pred_var(True),
+                gpytorch.settings.eval_cg_tolerance(_PRED_CG_TOL),
+                gpytorch.settings.max_root_decomposition_size(_LOVE_RANK),
+                torch.random.fork_rng(devices=[]),
+            ):
                 torch.manual_seed(0)  # LOVE draws its probe vector from the global generator: fixed here
                 f = gp(h)
                 mus.append(f.mean)
@@ -368,7 +395,9 @@ class NetworkRegressor(nn.Module):
     def num_outputs(self) -> int:
         return len(self.likelihoods)
 
-    def predict(self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+    def predict(
+        self, x: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         return self.network(x, train=train, generator=generator)
 
     def condition(self, x_train: torch.Tensor, y_train: torch.Tensor) -> None:
@@ -384,5 +413,12 @@ class NetworkRegressor(nn.Module):
         return mu[:, 0], var[:, 0]
 
 
-__all__ = ["KISS_DENSE_BELOW", "DeepKernelGP", "EmbeddingGP", "GridInterpolationKernelInOrder", "NetworkRegressor",
-           "check_kiss_kronecker_order", "grid_from_embedding"]
+__all__ = [
+    "KISS_DENSE_BELOW",
+    "DeepKernelGP",
+    "EmbeddingGP",
+    "GridInterpolationKernelInOrder",
+    "NetworkRegressor",
+    "check_kiss_kronecker_order",
+    "grid_from_embedding",
+]

@@ -47,8 +47,18 @@ class ExactKernelGP(torch.nn.Module):
     docstring). ``kernel`` is a gpytorch kernel module (e.g. ``ScaleKernel(RBFKernel())``, float64),
     ``likelihood`` gpdlm's ``GaussianLikelihood`` (s2 = its noise)."""
 
-    def __init__(self, input_map: torch.nn.Module, kernel: torch.nn.Module, likelihood, x_train: torch.Tensor,
-                 y_train: torch.Tensor, *, block_rows: int = 4096, max_rows: int | None = None, seed: int = 0):
+    def __init__(
+        self,
+        input_map: torch.nn.Module,
+        kernel: torch.nn.Module,
+        likelihood,
+        x_train: torch.Tensor,
+        y_train: torch.Tensor,
+        *,
+        block_rows: int = 4096,
+        max_rows: int | None = None,
+        seed: int = 0,
+    ):
         super().__init__()
         self.input_map = input_map
         self.kernel = kernel
@@ -66,7 +76,7 @@ class ExactKernelGP(torch.nn.Module):
         self.rows = None
         if self.max_rows is not None and n > self.max_rows:
             gen = torch.Generator().manual_seed(self.seed)
-            self.rows = torch.randperm(n, generator=gen)[:self.max_rows].sort().values.to(x.device)
+            self.rows = torch.randperm(n, generator=gen)[: self.max_rows].sort().values.to(x.device)
         self._post, self._key = None, None
 
     @property
@@ -113,11 +123,11 @@ class ExactKernelGP(torch.nn.Module):
         if self.rows is not None:
             x, y = x[self.rows], y[self.rows]
         B = self.block_rows
-        z = torch.cat([self.inputs(x[i:i + B]) for i in range(0, x.shape[0], B)])
+        z = torch.cat([self.inputs(x[i : i + B]) for i in range(0, x.shape[0], B)])
         n = z.shape[0]
         K = torch.empty(n, n, dtype=torch.float64, device=z.device)
         for i in range(0, n, B):
-            K[i:i + B] = self.covariance(z[i:i + B], z)
+            K[i : i + B] = self.covariance(z[i : i + B], z)
         s2 = self.noise
         K.diagonal().add_(s2)
         L = cholesky_dxd(K, self.chol_log, what="K + s2 I (the exact kernel)")
@@ -138,7 +148,7 @@ class ExactKernelGP(torch.nn.Module):
         post = self.posterior()
         means, variances = [], []
         for i in range(0, x.shape[0], self.block_rows):
-            zs = self.inputs(x[i:i + self.block_rows])
+            zs = self.inputs(x[i : i + self.block_rows])
             k_star = self.covariance(post.z, zs)  # n_c x b
             means.append(k_star.T @ post.alpha)
             v = torch.linalg.solve_triangular(post.L, k_star, upper=False)

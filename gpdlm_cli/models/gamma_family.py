@@ -25,7 +25,6 @@ import torch
 from ..exceptions import NumericalError
 from .sparse_spectrum import trig_features
 
-
 #: above this many training rows the centroids are fitted on SUBSET_ROWS of them drawn at random
 #: (seeded), and every row is then assigned to its nearest centroid: k-means with p = 2000 cells on
 #: the 1.9M airline rows would take hours on 2 cores; no set below the threshold is affected (the
@@ -66,7 +65,7 @@ class LocalCells:
 
     def assign(self, x: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
         """The cell (nearest centroid) of each row of x."""
-        out = [torch.cdist(x[i:i + chunk], self.centroids).argmin(-1) for i in range(0, x.shape[0], chunk)]
+        out = [torch.cdist(x[i : i + chunk], self.centroids).argmin(-1) for i in range(0, x.shape[0], chunk)]
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.long, device=x.device)
 
 
@@ -81,8 +80,10 @@ def gamma_conditional(phi_star, phi_k, y_k, s, noise, signal, gammas):
     gram = phi_k.transpose(-1, -2) @ phi_k + ridge * eye
     L, info = torch.linalg.cholesky_ex(gram)
     if bool(info.any()):
-        raise NumericalError("Gamma_k = Phi_k^T Phi_k + (s_n^2 m / s_s^2) I is not positive definite; "
-                             "the noise variance may have collapsed (try likelihood.noise_init or dtype=float64)")
+        raise NumericalError(
+            "Gamma_k = Phi_k^T Phi_k + (s_n^2 m / s_s^2) I is not positive definite; "
+            "the noise variance may have collapsed (try likelihood.noise_init or dtype=float64)"
+        )
     rhs = (phi_k.transpose(-1, -2) @ y_k).unsqueeze(-1)
     w = torch.cholesky_solve(rhs, L)
     mu_local = (phi_star @ w).squeeze(-1)
@@ -118,11 +119,12 @@ def predict_gamma_family(cells: LocalCells, x_train, y_train, x, thetas, ss, noi
     for k, c in enumerate(counts):
         if c == 0:
             continue
-        q = order[start:start + c]
+        q = order[start : start + c]
         start += c
         rows = cells.members[k]
-        mu, var = gamma_conditional(trig_features(x[q], thetas), trig_features(x_train[rows], thetas),
-                                    y_train[rows], ss, noise, signal, gammas)
+        mu, var = gamma_conditional(
+            trig_features(x[q], thetas), trig_features(x_train[rows], thetas), y_train[rows], ss, noise, signal, gammas
+        )
         mu_out[:, q], var_out[:, q] = mixture_moments(mu, var)
     return mu_out, var_out
 

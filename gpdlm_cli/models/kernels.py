@@ -47,9 +47,14 @@ def _lean(kernel):
     d = kernel.__dict__
     if "_gpdlm_lean" not in d:
         base = getattr(kernel, "base_kernel", None)
-        plain = (type(kernel) is gpytorch.kernels.ScaleKernel and base is not None
-                 and base.active_dims is None and kernel.active_dims is None
-                 and base.batch_shape == torch.Size([]) and kernel.batch_shape == torch.Size([]))
+        plain = (
+            type(kernel) is gpytorch.kernels.ScaleKernel
+            and base is not None
+            and base.active_dims is None
+            and kernel.active_dims is None
+            and base.batch_shape == torch.Size([])
+            and kernel.batch_shape == torch.Size([])
+        )
         kind = None
         if plain and type(base) is gpytorch.kernels.RBFKernel:
             kind = "rbf"

@@ -7,8 +7,9 @@ import torch
 from ..exceptions import NumericalError
 
 
-def safe_cholesky(A: torch.Tensor, jitter: float = 1e-6, max_tries: int = 4, what: str = "K_uu",
-                  check: bool | None = None):
+def safe_cholesky(
+    A: torch.Tensor, jitter: float = 1e-6, max_tries: int = 4, what: str = "K_uu", check: bool | None = None
+):
     """Cholesky factor of A, adding jitter * mean(diag) (x10 per retry) if A is not PD.
 
     Raises NumericalError with a remedy after ``max_tries`` retries. ``check=False`` reads nothing
@@ -117,8 +118,9 @@ class _WhitenedMarginalUpdates(torch.autograd.Function):
         return dL, dK, d_middle, A_gm.squeeze(-1)
 
 
-def whitened_marginal_updates(L: torch.Tensor, K_uf: torch.Tensor, middle: torch.Tensor,
-                              m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def whitened_marginal_updates(
+    L: torch.Tensor, K_uf: torch.Tensor, middle: torch.Tensor, m: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The whitened sparse GP's updates to the prior marginals (Hensman et al., 2015), with A = L^{-1} K_uf:
 
         mu_i - m(x_i) = A_i^T m~,     var_i - K_ii = A_i^T (S - I) A_i      (``middle`` = S - I),

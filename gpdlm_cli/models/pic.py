@@ -58,7 +58,9 @@ class PartiallyIndependentGP(torch.nn.Module):
     tensors; empty ones allowed) and ``assign(x) -> block index per row`` for test points; then
     ``marginals(x)`` is the PIC predictive of f at the rows of x."""
 
-    def __init__(self, inducing_points: torch.Tensor, kernel, likelihood, learn_inducing: bool = True, jitter: float = 1e-6):
+    def __init__(
+        self, inducing_points: torch.Tensor, kernel, likelihood, learn_inducing: bool = True, jitter: float = 1e-6
+    ):
         super().__init__()
         M = inducing_points.shape[0]
         self.covar_module = kernel
@@ -109,8 +111,12 @@ class PartiallyIndependentGP(torch.nn.Module):
         n = x.shape[0]
         alpha = tri_solve(L_lam, (y - A.transpose(-1, -2) @ self.q_mean).unsqueeze(-1))
         W = tri_solve(L_lam, A.transpose(-1, -2) @ self.scale_tril())  # tr(Lambda^-1 A^T R R^T A) = |W|_F^2
-        return (-0.5 * n * math.log(2 * math.pi) - torch.log(torch.diagonal(L_lam)).sum() - 0.5 * (alpha**2).sum()
-                - 0.5 * (W**2).sum())
+        return (
+            -0.5 * n * math.log(2 * math.pi)
+            - torch.log(torch.diagonal(L_lam)).sum()
+            - 0.5 * (alpha**2).sum()
+            - 0.5 * (W**2).sum()
+        )
 
     def bound(self, x: torch.Tensor, y: torch.Tensor, blocks) -> torch.Tensor:
         """L(q) = sum_k F_k - KL over all (non-empty) blocks of the rows of x."""

@@ -77,7 +77,9 @@ class _SignalVariance(torch.nn.Module):
 
     def __init__(self, signal_init: float, learn: bool):
         super().__init__()
-        self.raw_signal = torch.nn.Parameter(inv_softplus(torch.tensor(float(signal_init), dtype=torch.float64)), requires_grad=learn)
+        self.raw_signal = torch.nn.Parameter(
+            inv_softplus(torch.tensor(float(signal_init), dtype=torch.float64)), requires_grad=learn
+        )
 
     @property
     def signal_variance(self) -> torch.Tensor:
@@ -96,8 +98,17 @@ class SSGP(_SignalVariance):
     Frequencies are learned as w (m x d) with r = w / (2 pi l0), so that the optimiser's steps are
     relative to the prior scale; they start at a prior draw (w ~ N(0, I))."""
 
-    def __init__(self, num_frequencies: int, num_dims: int, likelihood, *, prior_lengthscale: float = 1.0,
-                 signal_init: float = 1.0, learn_signal: bool = True, generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        num_frequencies: int,
+        num_dims: int,
+        likelihood,
+        *,
+        prior_lengthscale: float = 1.0,
+        signal_init: float = 1.0,
+        learn_signal: bool = True,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__(signal_init, learn_signal)
         self.likelihood = likelihood
         self.freq_scale = prior_frequency_sd(prior_lengthscale)
@@ -134,8 +145,11 @@ class SSGP(_SignalVariance):
         L, phty, noise = self._system(x, y)
         v = torch.linalg.solve_triangular(L, phty.unsqueeze(-1), upper=False).squeeze(-1)
         quad = (y @ y - v @ v) / noise
-        logdet = 2.0 * torch.log(torch.diagonal(L)).sum() + (n - 2 * m) * torch.log(noise) \
+        logdet = (
+            2.0 * torch.log(torch.diagonal(L)).sum()
+            + (n - 2 * m) * torch.log(noise)
             + 2 * m * torch.log(self.signal_variance / m)
+        )
         return 0.5 * (quad + logdet + n * math.log(2 * math.pi))
 
     def marginals(self, x: torch.Tensor):
@@ -162,14 +176,24 @@ class _FrequencyPosterior(_SignalVariance):
     e^{-2v} sin 2a / 2, written without the difference of moments that loses the small variances in
     float32); features of different frequencies are independent."""
 
-    def __init__(self, num_frequencies: int, num_dims: int, *, prior_lengthscale: float = 1.0,
-                 signal_init: float = 1.0, learn_signal: bool = True, learn_lengthscale: bool = False,
-                 init_scale: float = 0.1, generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        num_frequencies: int,
+        num_dims: int,
+        *,
+        prior_lengthscale: float = 1.0,
+        signal_init: float = 1.0,
+        learn_signal: bool = True,
+        learn_lengthscale: bool = False,
+        init_scale: float = 0.1,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__(signal_init, learn_signal)
         m, d = num_frequencies, num_dims
         dt = torch.float64
-        self.raw_lengthscale = torch.nn.Parameter(inv_softplus(torch.full((d,), float(prior_lengthscale), dtype=dt)),
-                                                  requires_grad=learn_lengthscale)
+        self.raw_lengthscale = torch.nn.Parameter(
+            inv_softplus(torch.full((d,), float(prior_lengthscale), dtype=dt)), requires_grad=learn_lengthscale
+        )
         self.w_mean = torch.nn.Parameter(torch.randn(m, d, generator=generator, dtype=dt))
         self.raw_w_sd = torch.nn.Parameter(inv_softplus(torch.full((m, d), float(init_scale), dtype=dt)))
 
@@ -230,12 +254,28 @@ class VSSGP(_FrequencyPosterior):
     Differences from their code: one SE component (no spectral mixture, no per-feature shifts z_k)
     and cos/sin pairs instead of a cosine with a phase."""
 
-    def __init__(self, num_frequencies: int, num_dims: int, *, prior_lengthscale: float = 1.0,
-                 signal_init: float = 1.0, learn_signal: bool = True, learn_lengthscale: bool = False,
-                 init_scale: float = 0.1, generator: torch.Generator | None = None):
-        super().__init__(num_frequencies, num_dims, prior_lengthscale=prior_lengthscale, signal_init=signal_init,
-                         learn_signal=learn_signal, learn_lengthscale=learn_lengthscale, init_scale=init_scale,
-                         generator=generator)
+    def __init__(
+        self,
+        num_frequencies: int,
+        num_dims: int,
+        *,
+        prior_lengthscale: float = 1.0,
+        signal_init: float = 1.0,
+        learn_signal: bool = True,
+        learn_lengthscale: bool = False,
+        init_scale: float = 0.1,
+        generator: torch.Generator | None = None,
+    ):
+        super().__init__(
+            num_frequencies,
+            num_dims,
+            prior_lengthscale=prior_lengthscale,
+            signal_init=signal_init,
+            learn_signal=learn_signal,
+            learn_lengthscale=learn_lengthscale,
+            init_scale=init_scale,
+            generator=generator,
+        )
         m, dt = num_frequencies, torch.float64
         s_sd = math.sqrt(float(signal_init) / m)
         self.s_mean = torch.nn.Parameter(torch.zeros(2 * m, dtype=dt))
@@ -249,8 +289,11 @@ class VSSGP(_FrequencyPosterior):
         m_pair = self.s_mean.view(-1, 2)
         S = F.softplus(self.raw_s_sd) ** 2
         mu = e_phi @ self.s_mean
-        var = (cov[..., 0] * m_pair[:, 0] ** 2 + 2 * cov[..., 1] * m_pair[:, 0] * m_pair[:, 1]
-               + cov[..., 2] * m_pair[:, 1] ** 2).sum(-1) + e_phi2 @ S
+        var = (
+            cov[..., 0] * m_pair[:, 0] ** 2
+            + 2 * cov[..., 1] * m_pair[:, 0] * m_pair[:, 1]
+            + cov[..., 2] * m_pair[:, 1] ** 2
+        ).sum(-1) + e_phi2 @ S
         return mu, var.clamp_min(0.0)
 
     def kl_divergence(self) -> torch.Tensor:
@@ -276,12 +319,29 @@ class CollapsedVSSGP(_FrequencyPosterior):
       Var f_* = sum_i pair_i^T C_*i pair_i + E[phi_*]^T Sigma E[phi_*] + sum_i tr(C_*i Sigma_ii),
     pair_i the (cos, sin) entries of mu_s and Sigma_ii the matching 2 x 2 block of Sigma."""
 
-    def __init__(self, num_frequencies: int, num_dims: int, likelihood, *, prior_lengthscale: float = 1.0,
-                 signal_init: float = 1.0, learn_signal: bool = True, learn_lengthscale: bool = False,
-                 init_scale: float = 0.1, generator: torch.Generator | None = None):
-        super().__init__(num_frequencies, num_dims, prior_lengthscale=prior_lengthscale, signal_init=signal_init,
-                         learn_signal=learn_signal, learn_lengthscale=learn_lengthscale, init_scale=init_scale,
-                         generator=generator)
+    def __init__(
+        self,
+        num_frequencies: int,
+        num_dims: int,
+        likelihood,
+        *,
+        prior_lengthscale: float = 1.0,
+        signal_init: float = 1.0,
+        learn_signal: bool = True,
+        learn_lengthscale: bool = False,
+        init_scale: float = 0.1,
+        generator: torch.Generator | None = None,
+    ):
+        super().__init__(
+            num_frequencies,
+            num_dims,
+            prior_lengthscale=prior_lengthscale,
+            signal_init=signal_init,
+            learn_signal=learn_signal,
+            learn_lengthscale=learn_lengthscale,
+            init_scale=init_scale,
+            generator=generator,
+        )
         self.likelihood = likelihood
         self.x_train = self.y_train = None
 
@@ -302,8 +362,11 @@ class CollapsedVSSGP(_FrequencyPosterior):
         L, info = torch.linalg.cholesky_ex(A)
         if bool(info.any()):  # A >= (s_n^2 m / s_s^2) I > 0: only a non-finite parameter gets here
             from ..exceptions import NumericalError
-            raise NumericalError("VSSGP's A = E[Phi^T Phi] + (s_n^2 m / s_s^2) I is not positive definite "
-                                 "(non-finite parameters?); try a smaller trainer.lr or dtype=float64")
+
+            raise NumericalError(
+                "VSSGP's A = E[Phi^T Phi] + (s_n^2 m / s_s^2) I is not positive definite "
+                "(non-finite parameters?); try a smaller trainer.lr or dtype=float64"
+            )
         return L, e_phi.T @ y, noise
 
     def neg_log_marginal(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -312,8 +375,11 @@ class CollapsedVSSGP(_FrequencyPosterior):
         L, ety, noise = self._system(x, y)
         c = torch.linalg.solve_triangular(L, ety.unsqueeze(-1), upper=False).squeeze(-1)
         quad = (y @ y - c @ c) / noise
-        logdet = 2.0 * torch.log(torch.diagonal(L)).sum() + (n - 2 * m) * torch.log(noise) \
+        logdet = (
+            2.0 * torch.log(torch.diagonal(L)).sum()
+            + (n - 2 * m) * torch.log(noise)
             + 2 * m * torch.log(self.signal_variance / m)
+        )
         return 0.5 * (quad + logdet + n * math.log(2 * math.pi)) + self.kl_frequencies()
 
     def weight_posterior(self):
@@ -328,8 +394,11 @@ class CollapsedVSSGP(_FrequencyPosterior):
         pair = mu_s.view(m, 2)
         blocks = Sigma.view(m, 2, m, 2).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (m, 2, 2): Sigma_ii
         C = _pair_blocks(cov)  # (n, m, 2, 2)
-        var = torch.einsum("ma,nmab,mb->n", pair, C, pair) + ((e_phi @ Sigma) * e_phi).sum(-1) \
+        var = (
+            torch.einsum("ma,nmab,mb->n", pair, C, pair)
+            + ((e_phi @ Sigma) * e_phi).sum(-1)
             + torch.einsum("nmab,mba->n", C, blocks)
+        )
         return e_phi @ mu_s, var.clamp_min(0.0)
 
 
@@ -346,9 +415,18 @@ class SpectralPosterior(_SignalVariance):
     Initialisation: b_theta at a prior draw, b_s = 0, diag(M) = ``init_scale`` x the prior sd,
     off-diagonal 0 (spec note, Sec. 6: the posterior is concentrated; start small)."""
 
-    def __init__(self, num_frequencies: int, num_dims: int, *, prior_lengthscale: float = 1.0,
-                 signal_init: float = 1.0, learn_signal: bool = True, init_scale: float = 0.01,
-                 cov: str = "full", generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        num_frequencies: int,
+        num_dims: int,
+        *,
+        prior_lengthscale: float = 1.0,
+        signal_init: float = 1.0,
+        learn_signal: bool = True,
+        init_scale: float = 0.01,
+        cov: str = "full",
+        generator: torch.Generator | None = None,
+    ):
         super().__init__(signal_init, learn_signal)
         m, d = num_frequencies, num_dims
         self.m, self.d = m, d

@@ -80,7 +80,9 @@ class SparseVariationalGP(gpytorch.models.ApproximateGP):
             q, prior = self.q_u, strategy.prior_distribution
             with torch.no_grad():
                 mean = q.variational_mean
-                noise = torch.randn_like(prior.mean, device="cpu")  # gpytorch's draw, from the CPU's stream on every device
+                noise = torch.randn_like(
+                    prior.mean, device="cpu"
+                )  # gpytorch's draw, from the CPU's stream on every device
                 mean.copy_(prior.mean)
                 mean.add_(noise.to(mean.device), alpha=q.mean_init_std)
                 q.chol_variational_covar.copy_(prior.lazy_covariance_matrix.cholesky().to_dense())

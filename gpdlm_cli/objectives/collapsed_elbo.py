@@ -28,8 +28,15 @@ from ..models.linalg import safe_cholesky
 from .base import Objective
 
 
-def collapsed_bound(A: torch.Tensor, r: torch.Tensor, k: torch.Tensor, noise: torch.Tensor, beta, L_B: torch.Tensor,
-                    AAt: torch.Tensor | None = None):
+def collapsed_bound(
+    A: torch.Tensor,
+    r: torch.Tensor,
+    k: torch.Tensor,
+    noise: torch.Tensor,
+    beta,
+    L_B: torch.Tensor,
+    AAt: torch.Tensor | None = None,
+):
     """The beta-ELBO at its optimal q(u) (module docstring), batched over leading dimensions.
 
     A: L^{-1} K_uf (... x M x N); r: y - mean (... x N); k: K_ii - Q_ii (... x N); noise, beta: s2 and beta
@@ -41,8 +48,16 @@ def collapsed_bound(A: torch.Tensor, r: torch.Tensor, k: torch.Tensor, noise: to
     return collapsed_bound_from_gram(AAt, Ar, (r * r).sum(-1), k.sum(-1), r.shape[-1], noise, beta, L_B)
 
 
-def collapsed_bound_from_gram(AAt: torch.Tensor, Ar: torch.Tensor, rr: torch.Tensor, k_sum: torch.Tensor, n: int,
-                              noise: torch.Tensor, beta, L_B: torch.Tensor):
+def collapsed_bound_from_gram(
+    AAt: torch.Tensor,
+    Ar: torch.Tensor,
+    rr: torch.Tensor,
+    k_sum: torch.Tensor,
+    n: int,
+    noise: torch.Tensor,
+    beta,
+    L_B: torch.Tensor,
+):
     """``collapsed_bound`` from the M x M and M-sized statistics of the data alone: A A^T, A r, |r|^2 and
     sum_i (K_ii - Q_ii) over n points. With m~* and S~* = B^{-1},
 
@@ -55,8 +70,7 @@ def collapsed_bound_from_gram(AAt: torch.Tensor, Ar: torch.Tensor, rr: torch.Ten
     S = torch.cholesky_inverse(L_B)
     rss = rr - 2 * (m * Ar).sum(-1) + (m * (AAt @ m.unsqueeze(-1)).squeeze(-1)).sum(-1)
     trace = (S * AAt).sum((-2, -1))  # tr(A^T S~ A)
-    expected = (-0.5 * n * math.log(2 * math.pi) - 0.5 * n * torch.log(noise)
-                - (rss + trace + k_sum) / (2 * noise))
+    expected = -0.5 * n * math.log(2 * math.pi) - 0.5 * n * torch.log(noise) - (rss + trace + k_sum) / (2 * noise)
     logdet_S = -2 * torch.log(torch.diagonal(L_B, dim1=-2, dim2=-1)).sum(-1)
     kl = 0.5 * (torch.diagonal(S, dim1=-2, dim2=-1).sum(-1) + (m**2).sum(-1) - M - logdet_S)
     return expected - beta * kl, m, S

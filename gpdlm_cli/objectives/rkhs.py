@@ -50,7 +50,9 @@ def dxd_objective(Z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, s2: torch.T
     n, d = Z.shape
     F = Z.T @ Z + s2 * torch.eye(d, dtype=Z.dtype, device=Z.device)
     L = torch.linalg.cholesky(F)
-    return (Z @ w - y).square().sum() / s2 + w.square().sum() + 2 * torch.log(L.diagonal()).sum() + (n - d) * torch.log(s2)
+    return (
+        (Z @ w - y).square().sum() / s2 + w.square().sum() + 2 * torch.log(L.diagonal()).sum() + (n - d) * torch.log(s2)
+    )
 
 
 def batch_nlml(Z_S: torch.Tensor, y_S: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
@@ -138,7 +140,7 @@ class NearestNeighbourBatches:
         self.device = x.device
 
     def __call__(self, centre: int, b: int) -> torch.Tensor:
-        _, idx = self.tree.kneighbors(self.x_host[centre:centre + 1], n_neighbors=b)
+        _, idx = self.tree.kneighbors(self.x_host[centre : centre + 1], n_neighbors=b)
         return torch.as_tensor(idx[0], device=self.device)
 
 
@@ -168,8 +170,10 @@ class BatchNLML(Objective):
             x, y = self.model.x_train[index], self.model.y_train[index]
         value = covariance_nlml(self.model.prior_covariance(x), y.to(torch.float64), self.model.noise)
         if x.device.type == "cpu" and not bool(torch.isfinite(value)):
-            raise NumericalError(f"the {x.shape[0]} x {x.shape[0]} batch covariance of model=bsgd is not positive "
-                                 f"definite; raise the noise floor or lower the learning rate")
+            raise NumericalError(
+                f"the {x.shape[0]} x {x.shape[0]} batch covariance of model=bsgd is not positive "
+                f"definite; raise the noise floor or lower the learning rate"
+            )
         return value
 
 
@@ -289,9 +293,19 @@ class Minimax(Objective):
 
     name = "minimax"
 
-    def __init__(self, model, num_data: int, mu: float = 1.0, mu_growth: float = 1.0, mu_every_epochs: int = 1,
-                 mu_max: float = math.inf, precondition: bool = True, seed: int = 0, w_max: float | None = None,
-                 exact: bool = False):
+    def __init__(
+        self,
+        model,
+        num_data: int,
+        mu: float = 1.0,
+        mu_growth: float = 1.0,
+        mu_every_epochs: int = 1,
+        mu_max: float = math.inf,
+        precondition: bool = True,
+        seed: int = 0,
+        w_max: float | None = None,
+        exact: bool = False,
+    ):
         super().__init__()
         d = model.num_features
         device = model.x_train.device
@@ -339,7 +353,9 @@ class Minimax(Objective):
     def sample_dual_batch(self, b: int) -> torch.Tensor:
         """S-bar: b indices uniform with replacement, from this objective's generator."""
         n = self.num_data
-        return torch.randint(n, (b,), generator=self.generator, device=self.generator.device).to(self.model.x_train.device)
+        return torch.randint(n, (b,), generator=self.generator, device=self.generator.device).to(
+            self.model.x_train.device
+        )
 
     def forward(self, x, y):
         model, n = self.model, self.num_data
@@ -367,8 +383,12 @@ class Minimax(Objective):
 
     def checkpoint_state(self) -> dict:
         """The penalty schedule, the projection count and the dual batches' generator."""
-        return {"mu": self.mu, "mu_schedule": self.mu_schedule, "projections": self.projections,
-                "generator": self.generator.get_state()}
+        return {
+            "mu": self.mu,
+            "mu_schedule": self.mu_schedule,
+            "projections": self.projections,
+            "generator": self.generator.get_state(),
+        }
 
     def load_checkpoint_state(self, state: dict) -> None:
         mu = state["mu"]

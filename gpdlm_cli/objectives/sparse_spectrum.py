@@ -54,8 +54,17 @@ class SVBSSGPBound(Objective):
 
     name = "svbssgp"
 
-    def __init__(self, posterior, likelihood, num_data: int, *, z_samples: int = 1, rao_blackwell: bool = True,
-                 scale: float | None = None, generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        posterior,
+        likelihood,
+        num_data: int,
+        *,
+        z_samples: int = 1,
+        rao_blackwell: bool = True,
+        scale: float | None = None,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         self.posterior = posterior
         self.likelihood = likelihood
@@ -103,7 +112,7 @@ class SVBSSGPBound(Objective):
     @torch.no_grad()
     def elbo_per_datum(self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, chunk: int = 8192) -> float:
         """L / n on all of (x, y) for the given z samples (a Monte Carlo estimate over z only)."""
-        ll = sum(self.block_log_likelihood(x[i:i + chunk], y[i:i + chunk], z) for i in range(0, x.shape[0], chunk))
+        ll = sum(self.block_log_likelihood(x[i : i + chunk], y[i : i + chunk], z) for i in range(0, x.shape[0], chunk))
         return float((ll.mean() - self.posterior.kl_divergence()) / x.shape[0])
 
 

@@ -31,7 +31,7 @@ class SquareLossDLM(SparseVariationalObjective):
 def optimal_whitened_mean(model, x, y, beta: float) -> torch.Tensor:
     """argmin over m~ of (1/2)|B m~ - r|^2 + (beta/2)|m~|^2 with B = K_xu L^{-T}, r = y - mean(x):
 
-        m~* = (B^T B + beta I)^{-1} B^T r     (one M x M solve; the fixed-variant step of App. D)
+    m~* = (B^T B + beta I)^{-1} B^T r     (one M x M solve; the fixed-variant step of App. D)
     """
     with torch.no_grad():
         B = model.interpolation(x)
@@ -64,8 +64,9 @@ def fit_predictive_noise(mu: torch.Tensor, var: torch.Tensor, y: torch.Tensor, l
     return float(torch.exp(torch.tensor(res.x)))
 
 
-def fit_square_loss_predictive(residual: torch.Tensor, k: torch.Tensor, kind: str = "residual",
-                               lower: float = 1e-8) -> tuple[float, float]:
+def fit_square_loss_predictive(
+    residual: torch.Tensor, k: torch.Tensor, kind: str = "residual", lower: float = 1e-8
+) -> tuple[float, float]:
     """The predictive distribution that completes square-loss DLM, N(y_i | mu_i, c k_i + s2).
 
     Square loss determines only the mean mu_i; the variance is fitted by maximum likelihood on the
@@ -94,13 +95,17 @@ def fit_square_loss_predictive(residual: torch.Tensor, k: torch.Tensor, kind: st
         c, s2 = math.exp(theta[0]), math.exp(theta[1])
         v = c * kk + s2
         g_v = 0.5 * (1.0 / v - r2n / v**2)  # d nll / d v_i
-        return 0.5 * float((np.log(v) + r2n / v).sum()), [
-            float((g_v * kk).sum() * c), float(g_v.sum() * s2)]
+        return 0.5 * float((np.log(v) + r2n / v).sum()), [float((g_v * kk).sum() * c), float(g_v.sum() * s2)]
 
     best = (0.0, s2_res, nll([math.log(1e-12), math.log(s2_res)])[0])
     for c0 in (1e-3, 1e-1, 1.0):
-        res = minimize(nll, np.array([math.log(c0), math.log(s2_res)]), jac=True, method="L-BFGS-B",
-                       bounds=[(math.log(1e-12), math.log(1e6)), (math.log(lower), math.log(max(10 * s2_res, lower * 10)))])
+        res = minimize(
+            nll,
+            np.array([math.log(c0), math.log(s2_res)]),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[(math.log(1e-12), math.log(1e6)), (math.log(lower), math.log(max(10 * s2_res, lower * 10)))],
+        )
         if res.fun < best[2]:
             best = (math.exp(res.x[0]), math.exp(res.x[1]), float(res.fun))
     return best[0], best[1]

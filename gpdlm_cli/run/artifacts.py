@@ -23,6 +23,7 @@ from pathlib import Path
 from ..files import write_atomic
 from .naming import HEADLINE, shown_path
 
+
 # ----- result files ---------------------------------------------------------------------------------------
 def unsaved_message(output_dir, unsaved: dict, metrics: dict, run_id: str | None) -> str:
     """One line for a run whose result files could not all be written: what was not saved and why,
@@ -31,9 +32,12 @@ def unsaved_message(output_dir, unsaved: dict, metrics: dict, run_id: str | None
     first = next(iter(unsaved.values()))
     why = getattr(first, "strerror", None) or str(first)
     disk = "disk full: " if getattr(first, "errno", None) == 28 else ""
-    where = (f"the final metrics are in MLflow run {run_id}" if run_id else
-             "tracking is off, so the results are only here: " + ", ".join(
-                 f"{k} {metrics[k]:.6g}" for k in HEADLINE if isinstance(metrics.get(k), (int, float))))
+    where = (
+        f"the final metrics are in MLflow run {run_id}"
+        if run_id
+        else "tracking is off, so the results are only here: "
+        + ", ".join(f"{k} {metrics[k]:.6g}" for k in HEADLINE if isinstance(metrics.get(k), (int, float)))
+    )
     return f"{disk}could not write {names} to {shown_path(output_dir)} ({why}); {where}"
 
 
@@ -60,7 +64,9 @@ def plot_learning_curve(history, path: Path, title: str, info: dict | None = Non
     axes[1].set_ylabel(info.get("nll_label", "NLL"))
     if axes[1].lines:
         axes[1].legend()
-    fig.subplots_adjust(left=0.13, right=0.97, top=0.89, bottom=0.08, hspace=0.08)  # fixed: tight_layout costs ~0.1 s a run
+    fig.subplots_adjust(
+        left=0.13, right=0.97, top=0.89, bottom=0.08, hspace=0.08
+    )  # fixed: tight_layout costs ~0.1 s a run
     tmp = Path(path).with_name(f".{Path(path).name}.tmp-{os.getpid()}")  # atomic: never half a png
     try:
         fig.savefig(tmp, dpi=100, format="png")
@@ -87,22 +93,37 @@ def log_protocol(output_dir, settings, stages) -> None:
     """The composed training protocol, as the run's first lines in gpdlm.log: the protocol, the
     trainer's settings and the stages in order."""
     stop = getattr(settings, "stop", None)
-    append_log(output_dir, f"protocol {settings.protocol}: optimizer {settings.optimizer}, lr {settings.lr:g}, "
-                           f"max_iters {settings.max_iters}, batch {settings.batch_size or 'full'}, stop rule "
-                           f"{settings.stop_rule} (window {getattr(stop, 'window', '-')}, tol {getattr(stop, 'tol', '-')}), "
-                           f"eval_every {settings.eval_every}", level="INFO")
-    append_log(output_dir, "stages: " + ", ".join(
-        s.name + (" (closed form)" if getattr(s, "solve", None) else "") + (" (beta-free, shareable)" if getattr(s, "shareable", False) else "")
-        for s in stages), level="INFO")
+    append_log(
+        output_dir,
+        f"protocol {settings.protocol}: optimizer {settings.optimizer}, lr {settings.lr:g}, "
+        f"max_iters {settings.max_iters}, batch {settings.batch_size or 'full'}, stop rule "
+        f"{settings.stop_rule} (window {getattr(stop, 'window', '-')}, tol {getattr(stop, 'tol', '-')}), "
+        f"eval_every {settings.eval_every}",
+        level="INFO",
+    )
+    append_log(
+        output_dir,
+        "stages: "
+        + ", ".join(
+            s.name
+            + (" (closed form)" if getattr(s, "solve", None) else "")
+            + (" (beta-free, shareable)" if getattr(s, "shareable", False) else "")
+            for s in stages
+        ),
+        level="INFO",
+    )
 
 
 def log_fit(output_dir, fit) -> None:
     """How each stage was trained and why it stopped (``FitResult.stage_log``), and the whole fit."""
     for line in getattr(fit, "stage_log", []):
         append_log(output_dir, line, level="INFO")
-    append_log(output_dir, f"training done: {fit.iterations} iterations in {fit.train_seconds:.1f} s, "
-                           f"{'converged' if fit.converged else 'NOT converged (a stage stopped at its cap)'}",
-               level="INFO" if fit.converged else "WARNING")
+    append_log(
+        output_dir,
+        f"training done: {fit.iterations} iterations in {fit.train_seconds:.1f} s, "
+        f"{'converged' if fit.converged else 'NOT converged (a stage stopped at its cap)'}",
+        level="INFO" if fit.converged else "WARNING",
+    )
 
 
 @contextmanager
@@ -114,8 +135,9 @@ def warnings_to_log(output_dir):
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        append_log(output_dir, f"{category.__name__}: {str(message).strip()} ({Path(filename).name}:{lineno})",
-                   level="WARNING")
+        append_log(
+            output_dir, f"{category.__name__}: {str(message).strip()} ({Path(filename).name}:{lineno})", level="WARNING"
+        )
         shown(message, category, filename, lineno, file, line)
 
     warnings.showwarning = show
@@ -135,8 +157,16 @@ def last_evaluation(curve: dict) -> tuple[int, dict]:
     return iteration, last
 
 
-def write_partial_results(output_dir, status: str, reason: str, iteration: int, last_metrics: dict | None,
-                          curve: dict | None, title: str | None = None, info: dict | None = None) -> list[Path]:
+def write_partial_results(
+    output_dir,
+    status: str,
+    reason: str,
+    iteration: int,
+    last_metrics: dict | None,
+    curve: dict | None,
+    title: str | None = None,
+    info: dict | None = None,
+) -> list[Path]:
     """Leave an interrupted (or failed) run's folder self-explaining; returns the files written.
 
     * ``metrics.json``: ``{"status": status, "reason": reason, "iterations": iteration,
@@ -153,17 +183,26 @@ def write_partial_results(output_dir, status: str, reason: str, iteration: int, 
     with deferred_signals():
         output_dir.mkdir(parents=True, exist_ok=True)
         last = {k: float(v) for k, v in (last_metrics or {}).items()}
-        evaluated = [int(pts[-1][0]) for k, pts in ((curve or {}).get("steps") or {}).items()
-                     if pts and k.startswith(("val_", "test_"))]
-        record = {"status": status, "reason": reason, "iterations": int(iteration),
-                  "evaluated_at": max(evaluated) if evaluated else None, **last}
+        evaluated = [
+            int(pts[-1][0])
+            for k, pts in ((curve or {}).get("steps") or {}).items()
+            if pts and k.startswith(("val_", "test_"))
+        ]
+        record = {
+            "status": status,
+            "reason": reason,
+            "iterations": int(iteration),
+            "evaluated_at": max(evaluated) if evaluated else None,
+            **last,
+        }
         path = write_atomic(output_dir / "metrics.json", json.dumps(record, indent=2, sort_keys=True, allow_nan=True))
         written.append(path)
         if curve and (curve.get("loss") or any(curve.get("steps", {}).values())):
             png = output_dir / "learning_curve.png"
             label = f"{status} at iteration {int(iteration)}"
-            plot_learning_curve(curve, png, title=f"{title} ({label})" if title else label,
-                                 **({"info": info} if info else {}))
+            plot_learning_curve(
+                curve, png, title=f"{title} ({label})" if title else label, **({"info": info} if info else {})
+            )
             written.append(png)
         written.append(append_log(output_dir, f"run {status} at iteration {int(iteration)}: {reason}"))
     return written
@@ -204,8 +243,9 @@ def _close_log_handlers(path: Path) -> None:
     import logging
 
     target = str(path.resolve())
-    for logger in [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
-                                           if isinstance(lg, logging.Logger)]:
+    for logger in [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]:
         for h in list(logger.handlers):
             if getattr(h, "baseFilename", None) == target:
                 logger.removeHandler(h)

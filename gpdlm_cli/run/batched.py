@@ -74,8 +74,10 @@ def out_of_scope(cfg) -> str | None:
         return reason
     t = cfg.trainer
     if t.get("protocol", "paper") != "paper":
-        return (f"trainer.protocol={t.protocol} uses L-BFGS, whose shared line search on the summed objective "
-                "would couple the members: not batched")
+        return (
+            f"trainer.protocol={t.protocol} uses L-BFGS, whose shared line search on the summed objective "
+            "would couple the members: not batched"
+        )
     if t.optimizer != "adam":
         return f"trainer.optimizer={t.optimizer} is not batched (Adam only)"
     if t.batch_size is not None:
@@ -139,15 +141,21 @@ def batched_member(cfg, evaluator, tracker=None, stage_cache=None) -> BatchedOut
         k = config_hash(c)
         if shape_key(c) != shape or (sweep, k) in _STORE or k in seen:
             continue
-        if k != key and cfg.sweep.get("skip_finished", False) and tracker is not None and \
-                tracker.has_finished_run("gpdlm.config_hash", (k, legacy_config_hash(c))):
+        if (
+            k != key
+            and cfg.sweep.get("skip_finished", False)
+            and tracker is not None
+            and tracker.has_finished_run("gpdlm.config_hash", (k, legacy_config_hash(c)))
+        ):
             continue  # its job will be skipped: no need to train it
         seen.add(k)
         configs.append(c)
     if key not in seen:
         return _separate(sweep, cfg, "this job is not in the sweep's job list")
     if len(configs) == 1:
-        return _separate(sweep, cfg, "no other job of the sweep has this job's shape (only seed and objective.beta may differ)")
+        return _separate(
+            sweep, cfg, "no other job of the sweep has this job's shape (only seed and objective.beta may differ)"
+        )
     configs.sort(key=lambda c: config_hash(c) != key)  # this job's member first
     return _train_group(sweep, cfg, key, configs, evaluator, stage_cache)
 
@@ -188,8 +196,13 @@ def _train_group(sweep: str, cfg, key: str, configs: list, evaluator, stage_cach
                 *earlier, stage = method.stages
                 if stage.solve is not None or any(st.solve is not None for st in earlier):
                     raise NotBatchable(f"model={c.model.name} solves a stage in closed form")
-                kind = "collapsed_elbo" if isinstance(stage.objective, CollapsedELBO) else \
-                    "log_loss" if isinstance(stage.objective, DLM) else None
+                kind = (
+                    "collapsed_elbo"
+                    if isinstance(stage.objective, CollapsedELBO)
+                    else "log_loss"
+                    if isinstance(stage.objective, DLM)
+                    else None
+                )
                 if kind is None or stage.stochastic or getattr(stage, "blocks", None) is not None or stage.wants_index:
                     raise NotBatchable(f"the {stage.name} stage has no batched form")
                 evaluate = evaluator(method, p.data, p.splits.y_std)
@@ -197,23 +210,43 @@ def _train_group(sweep: str, cfg, key: str, configs: list, evaluator, stage_cach
                 if earlier:  # trained as the member's own run trains them (the stage cache shares them across betas)
                     if method.estimator is not None:
                         method.estimator.seed(c.seed, p.device)
-                    est_gen = method.estimator.random.generator(p.device) if hasattr(method.estimator, "random") else None
+                    est_gen = (
+                        method.estimator.random.generator(p.device) if hasattr(method.estimator, "random") else None
+                    )
 
                     def collect(series, into=pre_steps):
                         for name, pts in series.items():
                             into.setdefault(name, []).extend(pts)
 
-                    pre = run_stages(earlier, p.data.x_train, p.data.y_train, p.settings,
-                                     generator=torch.Generator().manual_seed(c.seed), evaluate=evaluate,
-                                     log_steps=collect, modules=method.modules,
-                                     cache=stage_cache(c) if stage_cache is not None else None, generators=[est_gen])
+                    pre = run_stages(
+                        earlier,
+                        p.data.x_train,
+                        p.data.y_train,
+                        p.settings,
+                        generator=torch.Generator().manual_seed(c.seed),
+                        evaluate=evaluate,
+                        log_steps=collect,
+                        modules=method.modules,
+                        cache=stage_cache(c) if stage_cache is not None else None,
+                        generators=[est_gen],
+                    )
                 if stage.prepare is not None:
                     stage.prepare()
                 method.model._ensure_initialised()  # q(u)'s start, drawn from torch's RNG as the separate run draws it
                 s = stage_settings(p.settings, stage, p.n_train)
-                members.append(Member(kind, method.model, method.likelihood, p.data.x_train, p.data.y_train,
-                                      float(c.objective.beta), stage.groups, list(stage.hooks),
-                                      evaluate if (s.eval_every or s.eval_every_epochs) else None))
+                members.append(
+                    Member(
+                        kind,
+                        method.model,
+                        method.likelihood,
+                        p.data.x_train,
+                        p.data.y_train,
+                        float(c.objective.beta),
+                        stage.groups,
+                        list(stage.hooks),
+                        evaluate if (s.eval_every or s.eval_every_epochs) else None,
+                    )
+                )
                 prepared.append((p, s, pre, pre_steps))
                 keys.append(k)
             settings = [s for _, s, _, _ in prepared]
@@ -227,26 +260,42 @@ def _train_group(sweep: str, cfg, key: str, configs: list, evaluator, stage_cach
                 cap = min(cap, s0.max_epochs)  # full batch: one iteration is one epoch
             if cap is None:
                 raise NotBatchable("no iteration budget")
-            fits = train_batched(members, max_iters=int(cap), lr=s0.lr, lr_scale=s0.lr_scale,
-                                 eps=s0.optimizer_options.get("eps"), stop=s0.stop, stop_rule=s0.stop_rule,
-                                 check_every=s0.check_every, eval_every=s0.eval_every,
-                                 eval_every_epochs=s0.eval_every_epochs,
-                                 step_offsets=[pre.iterations for _, _, pre, _ in prepared])
+            fits = train_batched(
+                members,
+                max_iters=int(cap),
+                lr=s0.lr,
+                lr_scale=s0.lr_scale,
+                eps=s0.optimizer_options.get("eps"),
+                stop=s0.stop,
+                stop_rule=s0.stop_rule,
+                check_every=s0.check_every,
+                eval_every=s0.eval_every,
+                eval_every_epochs=s0.eval_every_epochs,
+                step_offsets=[pre.iterations for _, _, pre, _ in prepared],
+            )
         except NotBatchable as e:
             for c in configs:
-                _STORE.setdefault((sweep, config_hash(c)), BatchedOutcome("separate", note=f"sweep.batched: {e}; trained separately"))
+                _STORE.setdefault(
+                    (sweep, config_hash(c)), BatchedOutcome("separate", note=f"sweep.batched: {e}; trained separately")
+                )
             print(f"gpdlm: sweep.batched: {e}; {len(configs)} jobs trained separately", file=sys.stderr)
             return _STORE.pop((sweep, key))
     size = str(len(members))
     for k, (p, _, pre, pre_steps), f in zip(keys, prepared, fits):
         stage = p.method.stages[-1]
         stage_ms = ([pre.iter_ms] if pre.optimizers else []) + [f.iter_ms]  # run_stages: the median over trained stages
-        fit = FitResult(iterations=pre.iterations + f.iterations, train_seconds=pre.train_seconds + f.train_seconds,
-                        iter_ms=sorted(stage_ms)[len(stage_ms) // 2], converged=pre.converged and f.converged,
-                        epochs=pre.epochs + f.iterations, stop_rules=pre.stop_rules + [f.stop_rule],
-                        optimizers=pre.optimizers + [f"{stage.name}:adam"], reused=list(pre.reused),
-                        losses=pre.losses + list(f.losses),
-                        stage_final_loss={**pre.stage_final_loss, **({stage.name: float(f.losses[-1])} if f.losses else {})})
+        fit = FitResult(
+            iterations=pre.iterations + f.iterations,
+            train_seconds=pre.train_seconds + f.train_seconds,
+            iter_ms=sorted(stage_ms)[len(stage_ms) // 2],
+            converged=pre.converged and f.converged,
+            epochs=pre.epochs + f.iterations,
+            stop_rules=pre.stop_rules + [f.stop_rule],
+            optimizers=pre.optimizers + [f"{stage.name}:adam"],
+            reused=list(pre.reused),
+            losses=pre.losses + list(f.losses),
+            stage_final_loss={**pre.stage_final_loss, **({stage.name: float(f.losses[-1])} if f.losses else {})},
+        )
         steps = {name: list(pts) for name, pts in pre_steps.items()}
         for name, pts in f.steps.items():
             steps.setdefault(name, []).extend(pts)

@@ -11,6 +11,7 @@ import ast
 import functools
 from pathlib import Path
 
+
 def _declared_beta_free() -> set[str]:
     """The ``model.name`` values whose family declares ``USES_BETA`` false, read from the family
     modules' source (``MODELS`` and ``USES_BETA`` are literals there; importing them would import torch)."""
@@ -18,8 +19,12 @@ def _declared_beta_free() -> set[str]:
     for path in sorted((Path(__file__).resolve().parents[1] / "methods").glob("*.py")):
         found = {}
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and node.targets[0].id in ("MODELS", "USES_BETA"):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in ("MODELS", "USES_BETA")
+            ):
                 found[node.targets[0].id] = ast.literal_eval(node.value)
         uses = found.get("USES_BETA", True)
         for model in found.get("MODELS", ()):
@@ -81,8 +86,10 @@ def collapse_note(dropped: dict[str, int]) -> str:
     models = ", ".join(f"model={m}" for m in dropped)
     n = sum(dropped.values())
     verb = "ignores" if len(dropped) == 1 else "ignore"
-    return (f"{models} {verb} objective.beta: {n} job(s) that would repeat a run at another beta not launched "
-            f"(one run per configuration; its objective.beta param is the first swept value)")
+    return (
+        f"{models} {verb} objective.beta: {n} job(s) that would repeat a run at another beta not launched "
+        f"(one run per configuration; its objective.beta param is the first swept value)"
+    )
 
 
 __all__ = ["beta_free_options", "collapse_beta_free", "collapse_note"]

@@ -65,7 +65,9 @@ def validate_bias(cfg) -> None:
     if not _is_int(b.reference_nodes) or b.reference_nodes < 2:
         raise param_error("reference_nodes", "bias", "an integer >= 2", b.reference_nodes)
     if not _is_int(b.bmc_reference_samples) or b.bmc_reference_samples < 0:
-        raise param_error("bmc_reference_samples", "bias", "an integer >= 0 (0 = no bMC reference)", b.bmc_reference_samples)
+        raise param_error(
+            "bmc_reference_samples", "bias", "an integer >= 0 (0 = no bMC reference)", b.bmc_reference_samples
+        )
     if b.batch is not None and (not _is_int(b.batch) or b.batch < 1):
         raise param_error("batch", "bias", "an integer >= 1 or null (trainer.batch_size)", b.batch)
     if cfg.model.name != "dlm":
@@ -127,11 +129,11 @@ def _chunked_gradient(model, likelihood, estimator, x, y, num_data, beta, params
     rows = max(1, _CHUNK_ELEMENTS // max(1, work_per_row))
     g_mu, g_var = torch.empty_like(mu_d), torch.empty_like(var_d)
     for s in range(0, B, rows):
-        m = mu_d[s:s + rows].clone().requires_grad_(True)
-        v = var_d[s:s + rows].clone().requires_grad_(True)
-        term = -estimator.log_marginal(likelihood, y[s:s + rows], m, v).sum() / B
+        m = mu_d[s : s + rows].clone().requires_grad_(True)
+        v = var_d[s : s + rows].clone().requires_grad_(True)
+        term = -estimator.log_marginal(likelihood, y[s : s + rows], m, v).sum() / B
         gm, gv = torch.autograd.grad(term, [m, v])
-        g_mu[s:s + rows], g_var[s:s + rows] = gm, gv
+        g_mu[s : s + rows], g_var[s : s + rows] = gm, gv
     total = (mu * g_mu).sum() + (var * g_var).sum() + beta * model.kl_divergence() / num_data
     return torch.autograd.grad(total, params)
 
@@ -160,8 +162,14 @@ def _fixed_minibatch(n: int, rows: int | None, seed: int, device):
 
 
 # ----- the command ----------------------------------------------------------------------------------
-def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = None, tracker=None,
-             parent_run_id: str | None = None, skip_finished: bool = False) -> dict | None:
+def run_bias(
+    cfg,
+    output_dir: str | os.PathLike,
+    overrides: list[str] | None = None,
+    tracker=None,
+    parent_run_id: str | None = None,
+    skip_finished: bool = False,
+) -> dict | None:
     """Run the bias study of the configured estimator; returns its metrics (None if
     ``skip_finished`` found a FINISHED bias run with the same config hash). Raises GpdlmError on bad
     input, before any work or MLflow run."""
@@ -206,19 +214,39 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
     chash = hashes[0]
     if skip_finished and tracker.has_finished_run("gpdlm.config_hash", hashes):
         return None
-    tags = run_tags("bias", overrides=overrides, output_dir=output_dir, device=device,
-                    fingerprint=splits.fingerprint, chash=chash, **{"gpdlm.bias_reference": reference_kind})
+    tags = run_tags(
+        "bias",
+        overrides=overrides,
+        output_dir=output_dir,
+        device=device,
+        fingerprint=splits.fingerprint,
+        chash=chash,
+        **{"gpdlm.bias_reference": reference_kind},
+    )
     L = getattr(estimator, "num_samples", None)
-    run = TrackedRun(output_dir, tracker,
-                     cfg.tracking.get("run_name") or f"bias-{estimator.name}-L{L}-{cfg.dataset.name}-s{cfg.seed}")
+    run = TrackedRun(
+        output_dir,
+        tracker,
+        cfg.tracking.get("run_name") or f"bias-{estimator.name}-L{L}-{cfg.dataset.name}-s{cfg.seed}",
+    )
 
     with run.started(cfg, tags, parent_run_id=parent_run_id, table=p.table, fingerprint=splits.fingerprint):
         with run.interruptible():  # a kill during the study leaves a self-explaining folder
             # 2. SVGP fit (beta = 1, deterministic expectations), then freeze and reset q(u)
             # (the fixed variant's SVGP stage: deterministic E_q[log p], collapsed for Gaussian full batch)
-            fit = train(svgp_stage.objective, svgp_stage.groups, data.x_train, data.y_train, settings, generator=generator,
-                        evaluate=None, log_steps=tracker.log_steps, desc="svgp", hooks=svgp_stage.hooks,
-                        stochastic=svgp_stage.stochastic)
+            fit = train(
+                svgp_stage.objective,
+                svgp_stage.groups,
+                data.x_train,
+                data.y_train,
+                settings,
+                generator=generator,
+                evaluate=None,
+                log_steps=tracker.log_steps,
+                desc="svgp",
+                hooks=svgp_stage.hooks,
+                stochastic=svgp_stage.stochastic,
+            )
             dlm_stage.prepare()
             flat = _Flattener(model)
             params, objective, beta = flat.params, dlm_stage.objective, float(cfg.objective.beta)
@@ -274,18 +302,20 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
                 per_repetition[f"cond_ii{suffix}"] = c2.tolist()
                 per_coordinate[f"bias{suffix}"] = coordinate_bias(G, g).tolist()
             metrics.update(extra)
-            metrics.update({
-                "ms_per_estimate": float(sorted(ms)[len(ms) // 2]),
-                "reference_ms": reference_ms,
-                "num_params": flat.size,
-                "num_mean_params": M,
-                "batch_rows": int(xb.shape[0]),
-                "n_train": n,
-                "svgp_iterations": fit.iterations,
-                "svgp_converged": int(fit.converged),
-                "svgp_final_loss": fit.losses[-1] if fit.losses else float("nan"),
-                "svgp_train_seconds": fit.train_seconds,
-            })
+            metrics.update(
+                {
+                    "ms_per_estimate": float(sorted(ms)[len(ms) // 2]),
+                    "reference_ms": reference_ms,
+                    "num_params": flat.size,
+                    "num_mean_params": M,
+                    "batch_rows": int(xb.shape[0]),
+                    "n_train": n,
+                    "svgp_iterations": fit.iterations,
+                    "svgp_converged": int(fit.converged),
+                    "svgp_final_loss": fit.losses[-1] if fit.losses else float("nan"),
+                    "svgp_train_seconds": fit.train_seconds,
+                }
+            )
             metrics.update(estimator.statistics())
 
         # 6. results to disk first, then to MLflow
@@ -302,8 +332,10 @@ def run_bias(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = N
         run.save("bias_stats.json", lambda path: write_atomic(path, json.dumps(stats, indent=2, sort_keys=True)))
         title = f"{estimator.name}" + (f" L={L}" if L else "") + f", {likelihood.name} on {cfg.dataset.name}, R={R}"
         labels = {"": "reference: " + stats["reference"], bmc_suffix: f"reference: bMC, {L_ref} samples"}
-        run.save("bias_histograms.png", lambda path: _plot_histograms(per_repetition, per_coordinate, M, list(refs),
-                                                                       labels, path, title))
+        run.save(
+            "bias_histograms.png",
+            lambda path: _plot_histograms(per_repetition, per_coordinate, M, list(refs), labels, path, title),
+        )
         run.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
         run.close(("config.yaml", "metrics.json", "bias_stats.json", "bias_histograms.png"), metrics)
     run.report(metrics)
@@ -328,8 +360,13 @@ def _plot_histograms(per_repetition, per_coordinate, num_mean, suffixes, labels,
         row[1].axvline(1.0, color="k", ls="--", lw=1)
         row[1].set_xlabel(r"condition (ii): $|\hat g| / |g|$")
         bias = per_coordinate[f"bias{suffix}"]
-        row[2].hist([bias[:num_mean], bias[num_mean:]], bins=30, stacked=True, color=["C2", "C3"],
-                    label=["whitened mean", "Cholesky factor"])
+        row[2].hist(
+            [bias[:num_mean], bias[num_mean:]],
+            bins=30,
+            stacked=True,
+            color=["C2", "C3"],
+            label=["whitened mean", "Cholesky factor"],
+        )
         row[2].axvline(0.0, color="k", ls="--", lw=1)
         row[2].set_xlabel(r"bias per coordinate: mean $\hat g_j - g_j$")
         row[2].legend(fontsize=8)

@@ -62,7 +62,7 @@ def hyperparameters(method) -> dict:
                 if not isinstance(module, gpytorch.Module):
                     continue
                 seen.add(id(p))
-                name = pname[len("raw_"):]
+                name = pname[len("raw_") :]
                 constraint = module._constraints.get(f"{pname}_constraint") if hasattr(module, "_constraints") else None
                 with torch.no_grad():
                     if constraint is not None:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 from ..exceptions import ResultsNotSaved
 from ..files import write_atomic
@@ -61,8 +61,11 @@ def make_tracker(tcfg, base_dir=None):
     if not tcfg.enabled:
         return NullTracker()
     every = tcfg.get("system_metrics", 10.0)
-    return MlflowTracker(resolve_tracking_uri(tcfg.uri, base_dir), str(tcfg.experiment),  # `experiment=2024` parses as int
-                         system_metrics=float(every) if every else None)
+    return MlflowTracker(
+        resolve_tracking_uri(tcfg.uri, base_dir),
+        str(tcfg.experiment),  # `experiment=2024` parses as int
+        system_metrics=float(every) if every else None,
+    )
 
 
 def dataset_input(table, fingerprint: str) -> dict:
@@ -77,8 +80,13 @@ def dataset_input(table, fingerprint: str) -> dict:
     target_type = "double" if table.task in ("regression", "sequence") else "long"
     columns = {str(c): "double" for c in table.feature_names}
     columns[str(table.target_name)] = target_type
-    return {"name": table.name, "digest": fingerprint, "source": str(source), "columns": columns,
-            "num_rows": int(table.n)}
+    return {
+        "name": table.name,
+        "digest": fingerprint,
+        "source": str(source),
+        "columns": columns,
+        "num_rows": int(table.n),
+    }
 
 
 class TrackedRun:
@@ -119,8 +127,9 @@ class TrackedRun:
             why = killed_reason(e)
             if why:
                 history = curve() if curve is not None else {"loss": [], "steps": {}}
-                files = write_partial_results(self.output_dir, "KILLED", why, *last_evaluation(history), history,
-                                              title=self.run_name, info=info)
+                files = write_partial_results(
+                    self.output_dir, "KILLED", why, *last_evaluation(history), history, title=self.run_name, info=info
+                )
                 for f in files[:2]:
                     self.tracker.log_artifact(f)
                 self.say_how_to_resume()
@@ -138,8 +147,11 @@ class TrackedRun:
         if ckpt.is_file():
             rid = getattr(self.tracker, "run_id", None)
             ref = rid[:8] if rid else shown_path(self.output_dir)
-            print(f"gpdlm: checkpoint saved in {shown_path(ckpt)}; continue this run with: gpdlm resume {ref}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"gpdlm: checkpoint saved in {shown_path(ckpt)}; continue this run with: gpdlm resume {ref}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def save(self, name: str, write: Callable[[Path], object]) -> bool:
         """``write(path)`` for the result file ``name`` in the folder; an OSError (a full disk, an

@@ -18,9 +18,20 @@ from pathlib import Path
 # keys the name always shows, and short prefixes for swept keys ("" = the value alone)
 NAMED = ("model", "model.name", "model.variant", "dataset", "dataset.name", "objective.beta", "seed")
 SHORT = {
-    "model.num_inducing": "M", "trainer.lr": "lr", "dataset.split.train_size": "n", "estimator.num_samples": "L",
-    "trainer.batch_size": "bs", "trainer.max_iters": "it", "kernel.ard": "ard", "dtype": "",
-    "likelihood": "", "estimator": "", "kernel": "", "kernel.name": "", "likelihood.name": "", "estimator.name": "",
+    "model.num_inducing": "M",
+    "trainer.lr": "lr",
+    "dataset.split.train_size": "n",
+    "estimator.num_samples": "L",
+    "trainer.batch_size": "bs",
+    "trainer.max_iters": "it",
+    "kernel.ard": "ard",
+    "dtype": "",
+    "likelihood": "",
+    "estimator": "",
+    "kernel": "",
+    "kernel.name": "",
+    "likelihood.name": "",
+    "estimator.name": "",
 }
 
 
@@ -48,7 +59,11 @@ def run_name_for(cfg, swept=()) -> str:
     from ..methods import has_variants
 
     variant = cfg.model.get("variant") if has_variants(model) else None
-    parts = [f"{model}_{variant}" if variant else str(model), str(cfg.dataset.name), f"b{_fmt(float(cfg.objective.beta))}"]
+    parts = [
+        f"{model}_{variant}" if variant else str(model),
+        str(cfg.dataset.name),
+        f"b{_fmt(float(cfg.objective.beta))}",
+    ]
     for key in swept:
         key = key.lstrip("+~")
         if key in NAMED or key.startswith("hydra") or key in ("experiment", "tracking", "progress", "threads"):
@@ -90,8 +105,17 @@ def curve_info(cfg, task: str, y_std: float, lr=None) -> dict:
 
 
 # ----- the one line at the end of a run -----------------------------------------------------------------
-HEADLINE = ("test_nll", "test_rmse", "test_error", "test_mre", "val_nll",
-            "cond_i_mean", "cond_ii_mean", "bias_rel", "ms_per_estimate")
+HEADLINE = (
+    "test_nll",
+    "test_rmse",
+    "test_error",
+    "test_mre",
+    "val_nll",
+    "cond_i_mean",
+    "cond_ii_mean",
+    "bias_rel",
+    "ms_per_estimate",
+)
 
 
 def shown_path(path: Path) -> str:
@@ -115,12 +139,22 @@ def ui_hint(uri: str | None, experiment_id: str | None, run_id: str | None) -> s
     return f"`{command}`, then http://127.0.0.1:5000/{page}"
 
 
-def run_line(run_name: str, metrics: dict, output_dir, run_id: str | None = None, uri: str | None = None,
-             experiment_id: str | None = None, note: str = "") -> str:
+def run_line(
+    run_name: str,
+    metrics: dict,
+    output_dir,
+    run_id: str | None = None,
+    uri: str | None = None,
+    experiment_id: str | None = None,
+    note: str = "",
+) -> str:
     """``gpdlm: <name>: test_nll 3.12, test_rmse 5.71, 1000 it, 38 s -> <folder> | MLflow run <id>: <ui>``
     (``note``: a warning the run must carry on its one line, after the folder)."""
-    shown = [f"{k} {metrics[k]:.4g}" for k in HEADLINE if isinstance(metrics.get(k), (int, float))
-             and math.isfinite(metrics[k])][:4]
+    shown = [
+        f"{k} {metrics[k]:.4g}"
+        for k in HEADLINE
+        if isinstance(metrics.get(k), (int, float)) and math.isfinite(metrics[k])
+    ][:4]
     if "iterations" in metrics:
         shown.append(f"{int(metrics['iterations'])} it")
     if isinstance(metrics.get("train_seconds"), (int, float)):
@@ -138,7 +172,14 @@ def run_line(run_name: str, metrics: dict, output_dir, run_id: str | None = None
 
 def report_run(run_name: str, metrics: dict, output_dir, tracker, note: str = "") -> str:
     """Print ``run_line`` for a run tracked by ``tracker`` (an MlflowTracker or NullTracker)."""
-    line = run_line(run_name, metrics, output_dir, getattr(tracker, "run_id", None), getattr(tracker, "uri", None),
-                    getattr(tracker, "experiment_id", None), note=note)
+    line = run_line(
+        run_name,
+        metrics,
+        output_dir,
+        getattr(tracker, "run_id", None),
+        getattr(tracker, "uri", None),
+        getattr(tracker, "experiment_id", None),
+        note=note,
+    )
     print(line, flush=True)
     return line

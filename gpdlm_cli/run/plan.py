@@ -24,7 +24,9 @@ class SweepPlan:
     warm_start: bool
     launcher: str
     parallel: int
-    per_shape: dict = field(default_factory=dict)  # shape -> [(stage, shareable, iterations, ms/iteration, L-BFGS, seconds)]
+    per_shape: dict = field(
+        default_factory=dict
+    )  # shape -> [(stage, shareable, iterations, ms/iteration, L-BFGS, seconds)]
     estimate_s: float | None = None
     batched: bool = False  # sweep.batched
     batch_sizes: list[int] = field(default_factory=list)  # sweep.batched: the members of each batch (run.batched)
@@ -44,8 +46,10 @@ class SweepPlan:
     def summary(self) -> str:
         shared = "shared beta-free stages" if self.share_stages else "no shared stages"
         warm = ", warm-started beta paths" if self.warm_start else ""
-        line = (f"gpdlm: sweep of {len(self.jobs)} jobs, trainer.protocol={self.protocol}, {shared}{warm}, "
-                f"launcher {self.launcher}" + (f" x{self.parallel}" if self.parallel > 1 else "") + f", {self.batching()}")
+        line = (
+            f"gpdlm: sweep of {len(self.jobs)} jobs, trainer.protocol={self.protocol}, {shared}{warm}, "
+            f"launcher {self.launcher}" + (f" x{self.parallel}" if self.parallel > 1 else "") + f", {self.batching()}"
+        )
         if self.estimate_s is not None:
             line += f"; estimated wall time on this machine: {_duration(self.estimate_s)} (an upper bound)"
         return line
@@ -67,8 +71,10 @@ def job_overrides(overrides: list[str]) -> tuple[list[list[str]], object]:
 
     with config_module():
         cmd = overrides_parser().parse_overrides([o for o in overrides if o != "-m"])
-        first = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_discrete_sweep()
-                 else o.input_line for o in cmd]
+        first = [
+            f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_discrete_sweep() else o.input_line
+            for o in cmd
+        ]
         cfg = compose(config_name="config", overrides=first, return_hydra_config=True)
     return sweep_jobs(overrides, cfg.hydra.sweeper.get("params")), cfg
 
@@ -94,8 +100,14 @@ def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int
     jobs, cfg = job_overrides(overrides)
     launcher = str(cfg.hydra.launcher.get("_target_", "basic")).rsplit(".", 1)[-1].replace("Launcher", "").lower()
     n_jobs = cfg.hydra.launcher.get("n_jobs") or 1
-    p = SweepPlan(jobs, str(cfg.trainer.get("protocol", "paper")), bool(cfg.sweep.get("share_stages", True)),
-                  bool(cfg.sweep.get("warm_start", False)), launcher or "basic", int(n_jobs) if n_jobs > 0 else 1)
+    p = SweepPlan(
+        jobs,
+        str(cfg.trainer.get("protocol", "paper")),
+        bool(cfg.sweep.get("share_stages", True)),
+        bool(cfg.sweep.get("warm_start", False)),
+        launcher or "basic",
+        int(n_jobs) if n_jobs > 0 else 1,
+    )
     if cfg.sweep.get("batched", False):
         p.batched = True
         p.batch_sizes, p.separate = batch_groups(jobs)
@@ -134,8 +146,13 @@ def _estimate(p: SweepPlan, k: int) -> float:
     with config_module():
         for job in p.jobs:
             cfg = compose(config_name="config", overrides=list(job))
-            shape = (f"{cfg.model.name}" + (f"_{cfg.model.variant}" if cfg.model.get("variant") else ""), cfg.dataset.name, cfg.dataset.split.get("train_size"), cfg.trainer.batch_size,
-                     cfg.model.get("num_inducing"))
+            shape = (
+                f"{cfg.model.name}" + (f"_{cfg.model.variant}" if cfg.model.get("variant") else ""),
+                cfg.dataset.name,
+                cfg.dataset.split.get("train_size"),
+                cfg.trainer.batch_size,
+                cfg.model.get("num_inducing"),
+            )
             if shape not in p.per_shape:
                 prepared = prepare(cfg)
                 splits, data, method, settings = prepared.splits, prepared.data, prepared.method, prepared.settings
@@ -144,23 +161,48 @@ def _estimate(p: SweepPlan, k: int) -> float:
                     if stage.solve is not None:
                         continue
                     s = stage_settings(settings, stage, splits.n_train)
-                    cap = s.max_iters or (s.max_epochs or 1) * max(1, splits.n_train // (s.batch_size or splits.n_train))
-                    quick = dataclasses.replace(settings, max_iters=2, max_epochs=None, eval_every=0, fast_adam_iters=0,
-                                                eval_every_epochs=None, keep_best=None, stop_rule="none", progress=False)
+                    cap = s.max_iters or (s.max_epochs or 1) * max(
+                        1, splits.n_train // (s.batch_size or splits.n_train)
+                    )
+                    quick = dataclasses.replace(
+                        settings,
+                        max_iters=2,
+                        max_epochs=None,
+                        eval_every=0,
+                        fast_adam_iters=0,
+                        eval_every_epochs=None,
+                        keep_best=None,
+                        stop_rule="none",
+                        progress=False,
+                    )
 
                     def ms_per_iteration(q):
-                        run_stages([stage], data.x_train, data.y_train, q, generator=_gen())  # warm-up: caches, first calls
+                        run_stages(
+                            [stage], data.x_train, data.y_train, q, generator=_gen()
+                        )  # warm-up: caches, first calls
                         t0 = time.perf_counter()
-                        run_stages([stage], data.x_train, data.y_train, dataclasses.replace(q, max_iters=k), generator=_gen())
+                        run_stages(
+                            [stage], data.x_train, data.y_train, dataclasses.replace(q, max_iters=k), generator=_gen()
+                        )
                         return 1000 * (time.perf_counter() - t0) / k
 
                     ms = ms_per_iteration(quick)
                     seconds = cap * ms / 1000
                     prefix = first_order_prefix(settings, stage, splits.n_train)
                     if prefix is not None:  # the fast protocol's first-order start, at the paper optimiser's speed
-                        seconds += prefix.max_iters * ms_per_iteration(dataclasses.replace(quick, protocol="paper")) / 1000
-                    stages.append((stage.name, bool(getattr(stage, "shareable", False)), cap, ms,
-                                   uses_lbfgs(stage, settings, splits.n_train) and s.protocol == "fast", seconds))
+                        seconds += (
+                            prefix.max_iters * ms_per_iteration(dataclasses.replace(quick, protocol="paper")) / 1000
+                        )
+                    stages.append(
+                        (
+                            stage.name,
+                            bool(getattr(stage, "shareable", False)),
+                            cap,
+                            ms,
+                            uses_lbfgs(stage, settings, splits.n_train) and s.protocol == "fast",
+                            seconds,
+                        )
+                    )
                 p.per_shape[shape] = stages
             for name, shareable, cap, ms, _, seconds in p.per_shape[shape]:
                 key = (shape, name, cfg.seed, cfg.dataset.split.get("train_size"))

@@ -11,9 +11,9 @@ rebuild, the sweep planner, tests and benchmarks all call it instead of repeatin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Callable
 
 import torch
 

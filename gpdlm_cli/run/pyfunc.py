@@ -13,8 +13,19 @@ import mlflow.pyfunc
 from .serving import DEFAULT_LEVEL, output_columns, predict_rows
 
 # the runtime packages a loaded model imports (their installed versions are pinned in the MLmodel's requirements)
-REQUIREMENTS = ("gpdlm", "torch", "gpytorch", "linear_operator", "mlflow", "pandas", "numpy", "omegaconf",
-                "hydra-core", "scipy", "scikit-learn")
+REQUIREMENTS = (
+    "gpdlm",
+    "torch",
+    "gpytorch",
+    "linear_operator",
+    "mlflow",
+    "pandas",
+    "numpy",
+    "omegaconf",
+    "hydra-core",
+    "scipy",
+    "scikit-learn",
+)
 
 
 class GpdlmPyfunc(mlflow.pyfunc.PythonModel):
@@ -99,10 +110,18 @@ def _environment_files() -> dict[str, str]:
     reqs = list(requirements())
     return {
         "requirements.txt": "\n".join(reqs),
-        "python_env.yaml": yaml.safe_dump({"python": py, "build_dependencies": [pinned("pip"), pinned("setuptools"), "wheel"],
-                                           "dependencies": ["-r requirements.txt"]}, sort_keys=False),
-        "conda.yaml": yaml.safe_dump({"channels": ["conda-forge"], "dependencies": [f"python={py}", "pip", {"pip": reqs}],
-                                      "name": "mlflow-env"}, sort_keys=False),
+        "python_env.yaml": yaml.safe_dump(
+            {
+                "python": py,
+                "build_dependencies": [pinned("pip"), pinned("setuptools"), "wheel"],
+                "dependencies": ["-r requirements.txt"],
+            },
+            sort_keys=False,
+        ),
+        "conda.yaml": yaml.safe_dump(
+            {"channels": ["conda-forge"], "dependencies": [f"python={py}", "pip", {"pip": reqs}], "name": "mlflow-env"},
+            sort_keys=False,
+        ),
     }
 
 
@@ -128,9 +147,11 @@ def save_mlflow_model(folder, model_file, feature_names, task: str, example) -> 
         shutil.rmtree(folder)
     (folder / "artifacts").mkdir(parents=True)
     names = [str(n) for n in feature_names]
-    signature = ModelSignature(inputs=Schema([ColSpec("double", n) for n in names]),
-                               outputs=Schema([ColSpec("double", c) for c in output_columns(task)]),
-                               params=ParamSchema([ParamSpec("level", "double", DEFAULT_LEVEL)]))
+    signature = ModelSignature(
+        inputs=Schema([ColSpec("double", n) for n in names]),
+        outputs=Schema([ColSpec("double", c) for c in output_columns(task)]),
+        params=ParamSchema([ParamSpec("level", "double", DEFAULT_LEVEL)]),
+    )
     split = {"columns": names, "data": np.asarray(example, dtype=float).tolist()}
     (folder / "input_example.json").write_text(json.dumps(split))
     (folder / "serving_input_example.json").write_text(json.dumps({"dataframe_split": split}, indent=2))
@@ -138,13 +159,26 @@ def save_mlflow_model(folder, model_file, feature_names, task: str, example) -> 
     (folder / CODE_FILE).write_text(CODE)
     for name, text in _environment_files().items():
         (folder / name).write_text(text)
-    model = Model(signature=signature, saved_input_example_info={
-        "artifact_path": "input_example.json", "type": "dataframe", "pandas_orient": "split",
-        "serving_input_path": "serving_input_example.json"})
-    mlflow.pyfunc.add_to_model(model, loader_module="mlflow.pyfunc.loaders.code_model", code=None,
-                               conda_env="conda.yaml", python_env="python_env.yaml", streamable=False,
-                               model_code_path=CODE_FILE, cloudpickle_version=cloudpickle.__version__,
-                               artifacts={"model_file": {"path": f"artifacts/{Path(model_file).name}"}})
+    model = Model(
+        signature=signature,
+        saved_input_example_info={
+            "artifact_path": "input_example.json",
+            "type": "dataframe",
+            "pandas_orient": "split",
+            "serving_input_path": "serving_input_example.json",
+        },
+    )
+    mlflow.pyfunc.add_to_model(
+        model,
+        loader_module="mlflow.pyfunc.loaders.code_model",
+        code=None,
+        conda_env="conda.yaml",
+        python_env="python_env.yaml",
+        streamable=False,
+        model_code_path=CODE_FILE,
+        cloudpickle_version=cloudpickle.__version__,
+        artifacts={"model_file": {"path": f"artifacts/{Path(model_file).name}"}},
+    )
     model.model_size_bytes = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     model.save(os.fspath(folder / "MLmodel"))
     return folder

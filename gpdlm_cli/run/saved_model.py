@@ -46,8 +46,13 @@ def _versions() -> dict[str, str]:
 
     from .. import __version__
 
-    return {"gpdlm": __version__, "torch": torch.__version__, "gpytorch": gpytorch.__version__,
-            "linear_operator": linear_operator.__version__, "format": str(FORMAT)}
+    return {
+        "gpdlm": __version__,
+        "torch": torch.__version__,
+        "gpytorch": gpytorch.__version__,
+        "linear_operator": linear_operator.__version__,
+        "format": str(FORMAT),
+    }
 
 
 def save_model(path: str | os.PathLike, cfg, method, splits, target_names) -> str:
@@ -66,8 +71,10 @@ def save_model(path: str | os.PathLike, cfg, method, splits, target_names) -> st
         "task": splits.task,
         "feature_names": [str(n) for n in splits.feature_names],
         "target_names": [str(n) for n in target_names],
-        "x_mean": floats(splits.x_mean), "x_std": floats(splits.x_std),
-        "y_mean": floats(splits.y_mean), "y_std": floats(splits.y_std),
+        "x_mean": floats(splits.x_mean),
+        "x_std": floats(splits.x_std),
+        "y_mean": floats(splits.y_mean),
+        "y_std": floats(splits.y_std),
         "config_hash": config_hash(cfg),  # which run the model belongs to (gpdlm eval checks it)
         "needs_training_data": bool(declaration(str(cfg.model.name), "PREDICTS_FROM_TRAINING_DATA")),
         "threads": torch.get_num_threads(),  # CPU sums depend on it: eval uses the same count to reproduce bit for bit
@@ -84,8 +91,10 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict, dict]:
     """(meta, state) of a saved model; one-line ``ModelFileError`` when it cannot be used."""
     path = Path(path)
     if not path.is_file():
-        raise ModelFileError(f"{path} does not exist: the run saved no model (runs made before gpdlm saved models, "
-                             f"or a run that did not finish)")
+        raise ModelFileError(
+            f"{path} does not exist: the run saved no model (runs made before gpdlm saved models, "
+            f"or a run that did not finish)"
+        )
     try:
         verify_sha256(path)
     except ChecksumMismatch as e:
@@ -94,11 +103,14 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict, dict]:
         blob = torch.load(path, map_location="cpu", weights_only=True)
         meta, state = json.loads(blob["meta"]), blob["state"]
     except Exception as e:
-        raise ModelFileError(f"{path} is not a readable gpdlm model file ({type(e).__name__}): "
-                             f"truncated or corrupted; retrain the run") from None
+        raise ModelFileError(
+            f"{path} is not a readable gpdlm model file ({type(e).__name__}): truncated or corrupted; retrain the run"
+        ) from None
     if str(blob.get("format")) != str(FORMAT):
-        raise ModelFileError(f"{path} was saved in model format {blob.get('format')}, this gpdlm reads format {FORMAT}; "
-                             f"use gpdlm {meta.get('versions', {}).get('gpdlm', '?')} or retrain")
+        raise ModelFileError(
+            f"{path} was saved in model format {blob.get('format')}, this gpdlm reads format {FORMAT}; "
+            f"use gpdlm {meta.get('versions', {}).get('gpdlm', '?')} or retrain"
+        )
     return meta, state
 
 
@@ -132,16 +144,20 @@ def load_run(run_dir: str | os.PathLike, *, device: str | None = None) -> Loaded
 
     def same_data(table, splits):
         if splits.fingerprint != meta["fingerprint"]:
-            raise ModelFileError(f"the data of dataset={cfg.dataset.name} changed since the run was trained (fingerprint "
-                                 f"{splits.fingerprint} != {meta['fingerprint']}); the saved model cannot be rebuilt on it")
+            raise ModelFileError(
+                f"the data of dataset={cfg.dataset.name} changed since the run was trained (fingerprint "
+                f"{splits.fingerprint} != {meta['fingerprint']}); the saved model cannot be rebuilt on it"
+            )
 
     p = prepare(cfg, adjust=same_threads, check_data=same_data)
     table, splits, data, method = p.table, p.splits, p.data, p.method
     try:
         loadmodule_state(method.modules, state)
     except KeyError as e:
-        raise ModelFileError(f"{run_dir}/{MODEL_FILE} does not match model={cfg.model.name} as this gpdlm builds it "
-                             f"(no saved tensor for {e.args[0]}): saved by gpdlm {meta['versions'].get('gpdlm')}; retrain")
+        raise ModelFileError(
+            f"{run_dir}/{MODEL_FILE} does not match model={cfg.model.name} as this gpdlm builds it "
+            f"(no saved tensor for {e.args[0]}): saved by gpdlm {meta['versions'].get('gpdlm')}; retrain"
+        )
     if method.finalize:
         method.finalize(data.x_train, data.y_train)
     return LoadedRun(cfg, table, splits, data, method, meta)

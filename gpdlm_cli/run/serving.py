@@ -34,7 +34,8 @@ DEFAULT_LEVEL = 0.9
 
 def output_columns(task: str) -> list[str]:
     return {"regression": ["mean", "variance", "lower", "upper"], "classification": ["p1", "label"]}.get(
-        task, ["mean", "lower", "upper"])
+        task, ["mean", "lower", "upper"]
+    )
 
 
 def mlflow_model_support(task: str, method) -> str | None:
@@ -57,8 +58,9 @@ def predict_rows(run, X, level: float = DEFAULT_LEVEL) -> dict:
 
     meta, method = run.meta, run.method
     x_mean, x_std = np.asarray(meta["x_mean"]), np.asarray(meta["x_std"])
-    x = torch.as_tensor((np.asarray(X, dtype=float) - x_mean) / x_std, dtype=run.data.x_train.dtype,
-                        device=run.data.x_train.device)
+    x = torch.as_tensor(
+        (np.asarray(X, dtype=float) - x_mean) / x_std, dtype=run.data.x_train.dtype, device=run.data.x_train.device
+    )
     lik = method.likelihood
     with torch.no_grad():
         mu, var = predictive_marginals(method.model, x)
@@ -82,8 +84,11 @@ def predict_rows(run, X, level: float = DEFAULT_LEVEL) -> dict:
             quad = QuadratureEstimator(64)
             mean = quad.expectation(lik.mean, mu, var)
             lo_q, hi_q = (1 - level) / 2, 1 - (1 - level) / 2
-            out = {"mean": mean, "lower": count_quantile(quad, lik, mu, var, lo_q),
-                   "upper": count_quantile(quad, lik, mu, var, hi_q)}
+            out = {
+                "mean": mean,
+                "lower": count_quantile(quad, lik, mu, var, lo_q),
+                "upper": count_quantile(quad, lik, mu, var, hi_q),
+            }
     return {k: v.detach().cpu().numpy() for k, v in out.items()}
 
 

@@ -39,8 +39,14 @@ from .naming import curve_info, run_name_for
 from .prepare import prepare
 
 
-def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = None, tracker=None,
-              parent_run_id: str | None = None, skip_finished: bool = False) -> dict | None:
+def run_train(
+    cfg,
+    output_dir: str | os.PathLike,
+    overrides: list[str] | None = None,
+    tracker=None,
+    parent_run_id: str | None = None,
+    skip_finished: bool = False,
+) -> dict | None:
     """Run one experiment; returns the final metrics (None if ``skip_finished`` found a FINISHED
     run with the same config hash). Raises GpdlmError on bad input."""
     output_dir = Path(output_dir)
@@ -64,15 +70,17 @@ def run_train(cfg, output_dir: str | os.PathLike, overrides: list[str] | None = 
     try:
         with folder_lock(output_dir):
             remove_stale_temporaries(output_dir)  # half-written files of a process killed mid-write
-            return _train_locked(cfg, output_dir, overrides, tracker, parent_run_id, p, kmeans_reused, generator,
-                                 chash)
+            return _train_locked(cfg, output_dir, overrides, tracker, parent_run_id, p, kmeans_reused, generator, chash)
     except FolderBusy as e:
-        raise GpdlmError(f"another gpdlm process (pid {e}) is training into {output_dir}; wait for it to end, "
-                         f"or choose another folder (hydra.run.dir=...)") from None
+        raise GpdlmError(
+            f"another gpdlm process (pid {e}) is training into {output_dir}; wait for it to end, "
+            f"or choose another folder (hydra.run.dir=...)"
+        ) from None
 
 
-def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, kmeans_reused, generator,
-                  chash: str) -> dict:
+def _train_locked(
+    cfg, output_dir: Path, overrides, tracker, parent_run_id, p, kmeans_reused, generator, chash: str
+) -> dict:
     """``run_train`` from the checkpoint to the report, with the folder's lock held."""
     splits, data, method, settings = p.splits, p.data, p.method, p.settings
     device = p.device
@@ -88,8 +96,16 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
     from ..methods import declaration_tags
 
     extra_tags.update(declaration_tags(str(cfg.model.name)))
-    tags = run_tags("train", overrides=overrides, output_dir=output_dir, device=device,
-                    fingerprint=splits.fingerprint, chash=chash, **method.tags, **extra_tags)
+    tags = run_tags(
+        "train",
+        overrides=overrides,
+        output_dir=output_dir,
+        device=device,
+        fingerprint=splits.fingerprint,
+        chash=chash,
+        **method.tags,
+        **extra_tags,
+    )
     run = TrackedRun(output_dir, tracker, cfg.tracking.get("run_name") or run_name_for(cfg))
 
     with run.started(cfg, tags, parent_run_id=parent_run_id, table=p.table, fingerprint=splits.fingerprint):
@@ -114,10 +130,14 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
         est_gen = method.estimator.random.generator(device) if hasattr(method.estimator, "random") else None
 
         def run_state():
-            return {"modules_list": method.modules, "generator_list": [generator, est_gen],
-                    "history": {k: [[s, v] for s, v in pts] for k, pts in history["steps"].items()},
-                    "config_hash": chash, "run_id": str(getattr(tracker, "run_id", "") or ""),
-                    "tracking_uri": str(getattr(tracker, "uri", "") or "")}  # where `gpdlm resume` logs
+            return {
+                "modules_list": method.modules,
+                "generator_list": [generator, est_gen],
+                "history": {k: [[s, v] for s, v in pts] for k, pts in history["steps"].items()},
+                "config_hash": chash,
+                "run_id": str(getattr(tracker, "run_id", "") or ""),
+                "tracking_uri": str(getattr(tracker, "uri", "") or ""),
+            }  # where `gpdlm resume` logs
 
         warnings: list[str] = []
 
@@ -136,13 +156,24 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
             except Exception:  # the store may be as full as the disk: the log and the console have it
                 pass
 
-        checkpoint = Checkpointer(output_dir / CHECKPOINT_FILE, int(cfg.trainer.get("checkpoint_every", 5)), run_state,
-                                  state=resume_state, on_failure=checkpoint_failed) \
-            if int(cfg.trainer.get("checkpoint_every", 5)) > 0 else None
+        checkpoint = (
+            Checkpointer(
+                output_dir / CHECKPOINT_FILE,
+                int(cfg.trainer.get("checkpoint_every", 5)),
+                run_state,
+                state=resume_state,
+                on_failure=checkpoint_failed,
+            )
+            if int(cfg.trainer.get("checkpoint_every", 5)) > 0
+            else None
+        )
         from .artifacts import log_fit, log_protocol, warnings_to_log
 
         log_protocol(output_dir, settings, method.stages)  # gpdlm.log: the protocol, then each stage's end
-        with run.interruptible(curve_so_far, info), warnings_to_log(output_dir):  # a kill leaves a self-explaining folder
+        with (
+            run.interruptible(curve_so_far, info),
+            warnings_to_log(output_dir),
+        ):  # a kill leaves a self-explaining folder
             batched = None
             if cfg.sweep.get("batched", False):  # a member of a batch trained by the first job of its shape
                 from .batched import batched_member
@@ -155,9 +186,20 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
                 log_steps(batched.steps)
                 fit = batched.fit
             else:
-                fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=generator,
-                                 evaluate=evaluate, log_steps=log_steps, modules=method.modules,
-                                 cache=cache, warm=warm, generators=[est_gen], checkpoint=checkpoint)
+                fit = run_stages(
+                    method.stages,
+                    data.x_train,
+                    data.y_train,
+                    settings,
+                    generator=generator,
+                    evaluate=evaluate,
+                    log_steps=log_steps,
+                    modules=method.modules,
+                    cache=cache,
+                    warm=warm,
+                    generators=[est_gen],
+                    checkpoint=checkpoint,
+                )
                 if checkpoint is not None and not (resume_state or {}).get("complete"):
                     # training is done: a stop from here on resumes without training (issue 47.6)
                     checkpoint.save_complete(fit, len(method.stages))
@@ -175,16 +217,23 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
             tracker.set_tags({"gpdlm.reused_inducing": ",".join(kmeans_reused)})
         if fit.warm_started_from is not None:
             tracker.set_tags({"gpdlm.warm_start_from": f"beta={fit.warm_started_from:g}"})
-        tracker.set_tags({"gpdlm.stop_rule": ",".join(fit.stop_rules) or "none",
-                          "gpdlm.protocol": settings.protocol, "gpdlm.optimizers": ",".join(fit.optimizers) or "none",
-                          "gpdlm.keep_best": settings.keep_best or "none"})
+        tracker.set_tags(
+            {
+                "gpdlm.stop_rule": ",".join(fit.stop_rules) or "none",
+                "gpdlm.protocol": settings.protocol,
+                "gpdlm.optimizers": ",".join(fit.optimizers) or "none",
+                "gpdlm.keep_best": settings.keep_best or "none",
+            }
+        )
         if fit.lbfgs_budget_hit:  # the fast protocol's budget ended a stage: say so where people look
             from .artifacts import append_log
 
             grad = "" if fit.grad_max_abs is None else f", largest gradient component {fit.grad_max_abs:.2g} per datum"
-            note = (f"trainer=fast: L-BFGS stage {', '.join(fit.lbfgs_budget_hit)} stopped at its budget "
-                    f"(trainer.fast_max_iters) before its convergence tests held{grad}; trainer=paper can end lower "
-                    "on such jobs (docs/training.md, 'Fast protocol')")
+            note = (
+                f"trainer=fast: L-BFGS stage {', '.join(fit.lbfgs_budget_hit)} stopped at its budget "
+                f"(trainer.fast_max_iters) before its convergence tests held{grad}; trainer=paper can end lower "
+                "on such jobs (docs/training.md, 'Fast protocol')"
+            )
             print(f"gpdlm: {note}", file=sys.stderr)
             append_log(output_dir, note, level="WARNING")
             tracker.set_tags({"gpdlm.lbfgs_budget_hit": ",".join(fit.lbfgs_budget_hit)})
@@ -192,16 +241,18 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
             method.finalize(data.x_train, data.y_train)
 
         metrics = evaluate()
-        metrics.update({
-            "train_seconds": fit.train_seconds,
-            "iter_ms": fit.iter_ms,
-            "iterations": fit.iterations,
-            # the training objective (per datum) at the first step and at the last step of the last stage
-            **({"first_loss": fit.losses[0], "final_loss": fit.losses[-1]} if fit.losses else {}),
-            "converged": int(fit.converged),
-            "n_train": splits.n_train,
-            "peak_rss_mb": runtime_peak_rss_mb(),  # resident-set high-water mark of this run (runtime.peak_rss_mb)
-        })
+        metrics.update(
+            {
+                "train_seconds": fit.train_seconds,
+                "iter_ms": fit.iter_ms,
+                "iterations": fit.iterations,
+                # the training objective (per datum) at the first step and at the last step of the last stage
+                **({"first_loss": fit.losses[0], "final_loss": fit.losses[-1]} if fit.losses else {}),
+                "converged": int(fit.converged),
+                "n_train": splits.n_train,
+                "peak_rss_mb": runtime_peak_rss_mb(),  # resident-set high-water mark of this run (runtime.peak_rss_mb)
+            }
+        )
         if len(fit.stage_final_loss) > 1:  # multi-stage protocols (the fixed variants): each stage's own end
             metrics.update({f"final_loss_{name}": v for name, v in fit.stage_final_loss.items()})
         if fit.grad_max_abs is not None:  # the fast protocol's gradient test (training.loop.train)
@@ -238,14 +289,17 @@ def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, k
         from .saved_model import MODEL_FILE, save_model
 
         digest = []
-        if run.save(MODEL_FILE, lambda path: digest.append(save_model(path, cfg, method, splits,
-                                                                      data.target_names or []))):
+        if run.save(
+            MODEL_FILE, lambda path: digest.append(save_model(path, cfg, method, splits, data.target_names or []))
+        ):
             tracker.set_tags({"gpdlm.model_sha256": digest[0]})
         from .mlflow_model import write_mlflow_model
 
         mlflow_model = write_mlflow_model(run, method, splits)  # model/: the pyfunc MLflow Model (runs:/<id>/model)
-        run.close(("config.yaml", "metrics.json", "learning_curve.png", HYPERPARAMETERS_FILE, MODEL_FILE, *mlflow_model),
-                  metrics)
+        run.close(
+            ("config.yaml", "metrics.json", "learning_curve.png", HYPERPARAMETERS_FILE, MODEL_FILE, *mlflow_model),
+            metrics,
+        )
     # the run is FINISHED in MLflow: only now does the checkpoint go (a kill before this line leaves
     # a complete checkpoint, and `gpdlm resume` only finalises)
     if checkpoint is not None:

@@ -34,7 +34,7 @@ def falls(points, *, higher_is_better: bool = True, tol: float = TOL, z: float =
         return None
     sign = 1.0 if higher_is_better else -1.0
     ys = [sign * v for _, v in pts]
-    means = [statistics.fmean(ys[i:i + w]) for i in range(n - w + 1)]
+    means = [statistics.fmean(ys[i : i + w]) for i in range(n - w + 1)]
     best_i = max(range(len(means) - w + 1), key=means.__getitem__)  # a window that ends before the last one starts
     best, last = means[best_i], means[-1]
     d = [b - a for a, b in zip(ys, ys[1:])]
@@ -44,14 +44,22 @@ def falls(points, *, higher_is_better: bool = True, tol: float = TOL, z: float =
     change = last - best
     score = change / se if se > 0 else (-math.inf if change < 0 else 0.0)
     if change < -tol and score < -z:
-        return {"best": sign * best, "last": sign * last, "best_step": pts[best_i + w - 1][0], "last_step": pts[-1][0],
-                "change": change, "z": score}
+        return {
+            "best": sign * best,
+            "last": sign * last,
+            "best_step": pts[best_i + w - 1][0],
+            "last_step": pts[-1][0],
+            "change": change,
+            "z": score,
+        }
     return None
 
 
 def message(name: str, found: dict) -> str:
     """The one-line warning for a monitor that fell."""
     z = "" if math.isinf(found["z"]) else f", {-found['z']:.1f} standard errors"
-    return (f"{name} ended below its best: {found['best']:.4g} (mean of the window ending at step "
-            f"{found['best_step']:.0f}) -> {found['last']:.4g} (the last window{z}); the optimiser's step size may be "
-            f"too large for this problem (e.g. trainer.lr)")
+    return (
+        f"{name} ended below its best: {found['best']:.4g} (mean of the window ending at step "
+        f"{found['best_step']:.0f}) -> {found['last']:.4g} (the last window{z}); the optimiser's step size may be "
+        f"too large for this problem (e.g. trainer.lr)"
+    )

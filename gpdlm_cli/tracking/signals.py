@@ -76,6 +76,7 @@ def _submitit_signal(handler) -> bool:
 def _tag_submitit(handler, signame: str):
     """Wrap submitit's preemption/timeout handler: same behaviour, the exception it ends the job
     with (SystemExit after requeueing, UncompletedJobError otherwise) carries a KILLED reason."""
+
     def wrapped(signum, frame):
         try:
             handler(signum, frame)
@@ -86,6 +87,7 @@ def _tag_submitit(handler, signame: str):
                 why = f"not requeued: {str(e).strip() or type(e).__name__}"
             setattr(e, KILLED_REASON, f"preempted or timed out ({signame} from the scheduler); {why}")
             raise
+
     wrapped.gpdlm_wrapped = True
     return wrapped
 
@@ -199,5 +201,11 @@ def exit_with_parent(poll_s: float = 1.0, grace_s: float = 60.0):
     return t
 
 
-__all__ = ["Terminated", "deferred_signals", "exit_code", "exit_with_parent", "install_signal_handlers",
-           "killed_reason"]
+__all__ = [
+    "Terminated",
+    "deferred_signals",
+    "exit_code",
+    "exit_with_parent",
+    "install_signal_handlers",
+    "killed_reason",
+]

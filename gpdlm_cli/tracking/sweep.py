@@ -75,8 +75,12 @@ def _finished_run_metrics(uri: str, experiment: str | None, hashes: tuple[str, .
         return None
     runs = []
     for chash in hashes:
-        runs += client.search_runs([exp.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
-                                   filter_string=f"tags.`gpdlm.config_hash` = '{chash}' and attributes.status = 'FINISHED'")
+        runs += client.search_runs(
+            [exp.experiment_id],
+            max_results=1,
+            order_by=["attributes.start_time DESC"],
+            filter_string=f"tags.`gpdlm.config_hash` = '{chash}' and attributes.status = 'FINISHED'",
+        )
     runs.sort(key=lambda r: r.info.start_time, reverse=True)
     return dict(runs[0].data.metrics) if runs else None
 
@@ -150,9 +154,15 @@ def jobs_to_compose(batch, is_group) -> list[int]:
         for line, o in zip(job, parsed):
             key = o.key_or_group
             value = o.value() if not o.is_sweep_override() else None
-            plain = (not o.is_add() and not o.is_force_add() and not o.is_delete() and not o.is_sweep_override()
-                     and not key.startswith("hydra") and isinstance(value, (int, float, bool, str, type(None)))
-                     and not is_group(key))
+            plain = (
+                not o.is_add()
+                and not o.is_force_add()
+                and not o.is_delete()
+                and not o.is_sweep_override()
+                and not key.startswith("hydra")
+                and isinstance(value, (int, float, bool, str, type(None)))
+                and not is_group(key)
+            )
             shape.append((key, type(value).__name__) if plain else line)
         if tuple(shape) not in seen:
             seen.add(tuple(shape))
@@ -171,8 +181,9 @@ def record_outcome(sweep_dir, job_num: int, status: str, overrides: list[str], r
     d.mkdir(parents=True, exist_ok=True)
     from ..files import write_atomic
 
-    write_atomic(d / f"{job_num}.json", json.dumps(
-        {"job": job_num, "status": status, "overrides": overrides, "reason": reason}))
+    write_atomic(
+        d / f"{job_num}.json", json.dumps({"job": job_num, "status": status, "overrides": overrides, "reason": reason})
+    )
 
 
 def read_outcomes(sweep_dir) -> list[dict]:
@@ -197,8 +208,14 @@ class SweepCallback(Callback):
         if config.tracking.enabled:
             from mlflow.tracking import MlflowClient
 
-            from .tracker import (RetryingClient, check_store, ensure_experiment, locked_retry, resolve_tracking_uri,
-                                  store_lock)
+            from .tracker import (
+                RetryingClient,
+                check_store,
+                ensure_experiment,
+                locked_retry,
+                resolve_tracking_uri,
+                store_lock,
+            )
 
             uri = resolve_tracking_uri(config.tracking.uri)
             check_store(uri)
@@ -207,11 +224,19 @@ class SweepCallback(Callback):
                 exp_id = ensure_experiment(self.client, config.tracking.experiment, uri)
             overrides = " ".join(config.hydra.overrides.task)
             kind = "study" if sweeper == "optuna" else "sweep"
-            run = self.client.create_run(exp_id, run_name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}", tags={
-                "gpdlm.sweep": "parent", "gpdlm.overrides": overrides, "gpdlm.output_dir": str(sweep_dir.resolve()),
-                "gpdlm.sweeper": sweeper, "gpdlm.swept": ",".join(swept),
-                "gpdlm.sweep_objective": str(config.sweep.get("objective", "auto")), **process_tags(),
-            })
+            run = self.client.create_run(
+                exp_id,
+                run_name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}",
+                tags={
+                    "gpdlm.sweep": "parent",
+                    "gpdlm.overrides": overrides,
+                    "gpdlm.output_dir": str(sweep_dir.resolve()),
+                    "gpdlm.sweeper": sweeper,
+                    "gpdlm.swept": ",".join(swept),
+                    "gpdlm.sweep_objective": str(config.sweep.get("objective", "auto")),
+                    **process_tags(),
+                },
+            )
             self.parent_run_id = run.info.run_id
             context.update(parent_run_id=self.parent_run_id, uri=uri, experiment=str(config.tracking.experiment))
             _ACTIVE.append(self)
@@ -237,12 +262,17 @@ class SweepCallback(Callback):
         status = "FAILED" if counts["failed"] else "KILLED" if counts["killed"] else "FINISHED"
         self.end(status, counts, best, failure_reason(outcomes))
         killed = f", {counts['killed']} killed" if counts["killed"] else ""
-        print(f"gpdlm: sweep done: {counts['finished']} finished, {counts['skipped']} skipped, "
-              f"{counts['failed']} failed{killed}  ({config.hydra.sweep.dir})", file=sys.stderr)
+        print(
+            f"gpdlm: sweep done: {counts['finished']} finished, {counts['skipped']} skipped, "
+            f"{counts['failed']} failed{killed}  ({config.hydra.sweep.dir})",
+            file=sys.stderr,
+        )
         if best:
             params = " ".join(f"{k}={v}" for k, v in best["best_params"].items())
-            print(f"gpdlm: best trial: {objective_metric(config)} = {best['best_value']:.6g} with {params}",
-                  file=sys.stderr)
+            print(
+                f"gpdlm: best trial: {objective_metric(config)} = {best['best_value']:.6g} with {params}",
+                file=sys.stderr,
+            )
         for o in failed:
             print(f"gpdlm: {o['status']} job {o['job']} [{' '.join(o['overrides'])}]: {o['reason']}", file=sys.stderr)
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .signals import deferred_signals, killed_reason
 
@@ -23,8 +24,11 @@ LOCK_WAIT_S = 60.0  # how long a call waits for a SQLite store another process h
 RUN_LOCK_WAIT_S = 3600.0
 SERVER_CHECK_TIMEOUT_S = 5.0  # the reachability check of a tracking server before a run
 # bounded HTTP retries (MLflow's defaults: 7 retries with doubling back-off, minutes of silence)
-HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
 
 
 def default_tracking_uri(base_dir: str | os.PathLike | None = None) -> str:
@@ -68,7 +72,7 @@ class NullTracker:
         self.status = None
 
     @contextlib.contextmanager
-    def run(self, run_name=None, params=None, tags=None, parent_run_id=None) -> Iterator["NullTracker"]:
+    def run(self, run_name=None, params=None, tags=None, parent_run_id=None) -> Iterator[NullTracker]:
         self.params.update(params or {})
         self.tags.update(tags or {})
         try:
@@ -94,11 +98,19 @@ class NullTracker:
     def log_artifact(self, path):
         self.artifacts.append(str(path))
 
-    def log_dataset(self, name: str, digest: str, source: str, columns: dict[str, str], num_rows: int,
-                    context: str = "training"):
+    def log_dataset(
+        self, name: str, digest: str, source: str, columns: dict[str, str], num_rows: int, context: str = "training"
+    ):
         self.datasets = getattr(self, "datasets", []) + [
-            {"name": name, "digest": digest, "source": source, "columns": dict(columns), "num_rows": num_rows,
-             "context": context}]
+            {
+                "name": name,
+                "digest": digest,
+                "source": source,
+                "columns": dict(columns),
+                "num_rows": num_rows,
+                "context": context,
+            }
+        ]
 
     def has_finished_run(self, tag: str, value: str) -> bool:
         return False
@@ -155,7 +167,7 @@ class MlflowTracker(NullTracker):
         try:
             items = [Param(k, _param_str(v)) for k, v in (params or {}).items()]
             for i in range(0, len(items), 100):
-                self.client.log_batch(self.run_id, params=items[i:i + 100])
+                self.client.log_batch(self.run_id, params=items[i : i + 100])
             yield self
         except BaseException as e:
             why = killed_reason(e)
@@ -180,8 +192,12 @@ class MlflowTracker(NullTracker):
         try:
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-            monitor = SystemMetricsMonitor(self.run_id, sampling_interval=float(self.system_metrics),
-                                           samples_before_logging=1, tracking_uri=self.uri)
+            monitor = SystemMetricsMonitor(
+                self.run_id,
+                sampling_interval=float(self.system_metrics),
+                samples_before_logging=1,
+                tracking_uri=self.uri,
+            )
             monitor.start()
             return monitor
         except Exception:  # system metrics are a courtesy: never a reason to fail a run
@@ -214,7 +230,7 @@ class MlflowTracker(NullTracker):
 
     def _log(self, items):
         for i in range(0, len(items), MAX_BATCH):
-            self.client.log_batch(self.run_id, metrics=items[i:i + MAX_BATCH])
+            self.client.log_batch(self.run_id, metrics=items[i : i + MAX_BATCH])
 
     def set_tags(self, tags):
         from mlflow.entities import RunTag
@@ -237,18 +253,27 @@ class MlflowTracker(NullTracker):
 
         schema = json.dumps({"mlflow_colspec": [{"type": t, "name": c, "required": True} for c, t in columns.items()]})
         profile = json.dumps({"num_rows": int(num_rows), "num_elements": int(num_rows) * len(columns)})
-        ds = Dataset(name=name, digest=digest, source_type="gpdlm", source=json.dumps({"uri": source}),
-                     schema=schema, profile=profile)
-        self.client.log_inputs(self.run_id, datasets=[
-            DatasetInput(ds, tags=[InputTag("mlflow.data.context", context)])])
+        ds = Dataset(
+            name=name,
+            digest=digest,
+            source_type="gpdlm",
+            source=json.dumps({"uri": source}),
+            schema=schema,
+            profile=profile,
+        )
+        self.client.log_inputs(
+            self.run_id, datasets=[DatasetInput(ds, tags=[InputTag("mlflow.data.context", context)])]
+        )
 
     def has_finished_run(self, tag: str, value) -> bool:
         """Whether the experiment already has a FINISHED run whose ``tag`` equals ``value`` (or one
         of the values of a tuple: the versions of a config hash, ``tracking.identity``)."""
         for v in (value,) if isinstance(value, str) else tuple(dict.fromkeys(value)):
             runs = self.client.search_runs(
-                [self.experiment_id], filter_string=f"tags.`{tag}` = {quote(v)} and attributes.status = 'FINISHED'",
-                max_results=1)
+                [self.experiment_id],
+                filter_string=f"tags.`{tag}` = {quote(v)} and attributes.status = 'FINISHED'",
+                max_results=1,
+            )
             if runs:
                 return True
         return False
@@ -281,7 +306,7 @@ def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI (None for other stores)."""
     if not uri.startswith("sqlite:///"):
         return None
-    return Path(uri[len("sqlite:///"):].split("?", 1)[0])
+    return Path(uri[len("sqlite:///") :].split("?", 1)[0])
 
 
 @contextlib.contextmanager
@@ -362,16 +387,26 @@ def locked_retry(fn, uri: str, wait_s: float | None = None):
                 who = f" ({'; '.join(holders)})" if holders else ""
                 raise TrackingError(
                     f"the MLflow store {path} is locked by another process{who} for more than {wait_s:.0f} s; "
-                    f"run again when it is done, or use another store (tracking.uri=other.db)") from None
+                    f"run again when it is done, or use another store (tracking.uri=other.db)"
+                ) from None
             if not told:
-                print(f"gpdlm: the MLflow store {path} is locked by another process; waiting up to {wait_s:.0f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"gpdlm: the MLflow store {path} is locked by another process; waiting up to {wait_s:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 told = True
             time.sleep(0.5)
 
 
-SCHEMA_ERRORS = ("duplicate column name", "already exists", "no such table", "no such column",
-                 "can't locate revision", "alembic_version")
+SCHEMA_ERRORS = (
+    "duplicate column name",
+    "already exists",
+    "no such table",
+    "no such column",
+    "can't locate revision",
+    "alembic_version",
+)
 
 
 def broken_schema_message(uri: str, e: BaseException) -> str | None:
@@ -395,8 +430,10 @@ def broken_schema_message(uri: str, e: BaseException) -> str | None:
     why = f"the MLflow store {path} has an incomplete schema (its creation or an upgrade was cut short: {text[:120]})"
     if not runs:
         return f"{why}; it holds no runs: delete it and run again (gpdlm creates it anew)"
-    return (f"{why}; it holds {runs} runs: keep a copy, then try `mlflow db upgrade sqlite:///{path}` on it, or "
-            f"track into another store (tracking.uri=other.db)")
+    return (
+        f"{why}; it holds {runs} runs: keep a copy, then try `mlflow db upgrade sqlite:///{path}` on it, or "
+        f"track into another store (tracking.uri=other.db)"
+    )
 
 
 def check_store(uri: str) -> None:
@@ -410,11 +447,15 @@ def check_store(uri: str) -> None:
     if path is not None:
         folder = path.parent
         if not folder.is_dir():
-            raise ConfigError(f"tracking.uri={uri}: the folder {folder} does not exist; create it, or choose "
-                              f"another store (tracking.uri=mlflow.db is one in the launch folder)")
+            raise ConfigError(
+                f"tracking.uri={uri}: the folder {folder} does not exist; create it, or choose "
+                f"another store (tracking.uri=mlflow.db is one in the launch folder)"
+            )
         if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-            raise ConfigError(f"tracking.uri={uri}: {path if path.exists() else folder} is not writable; "
-                              f"choose a store in a folder you can write (tracking.uri=mlflow.db)")
+            raise ConfigError(
+                f"tracking.uri={uri}: {path if path.exists() else folder} is not writable; "
+                f"choose a store in a folder you can write (tracking.uri=mlflow.db)"
+            )
         return
     if uri.startswith(("http://", "https://")):
         import urllib.error
@@ -430,7 +471,8 @@ def check_store(uri: str) -> None:
             reason = getattr(e, "reason", None) or e
             raise TrackingError(
                 f"the MLflow tracking server {uri} cannot be reached ({reason}); start it (`mlflow server`), "
-                f"or track locally (tracking.uri=mlflow.db) or not at all (tracking.enabled=false)") from None
+                f"or track locally (tracking.uri=mlflow.db) or not at all (tracking.enabled=false)"
+            ) from None
 
 
 def quiet_mlflow() -> None:
@@ -444,8 +486,13 @@ def quiet_mlflow() -> None:
     # lines); its samples are a courtesy, and the run's own calls say what matters once (locked_retry)
     # (mlflow.store.db.utils logs every "database is locked" with a 60-line traceback at ERROR, and the
     # exception reaches gpdlm anyway: locked_retry waits, other errors become one line)
-    for name in ("mlflow.system_metrics", "mlflow.store.db", "mlflow.store.db.utils", "mlflow.tracking._tracking_service",
-                 "sqlalchemy"):
+    for name in (
+        "mlflow.system_metrics",
+        "mlflow.store.db",
+        "mlflow.store.db.utils",
+        "mlflow.tracking._tracking_service",
+        "sqlalchemy",
+    ):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
@@ -477,7 +524,7 @@ def ensure_experiment(client, name: str, uri: str) -> str:
         return exp.experiment_id
     location = None
     if uri.startswith("sqlite:///"):
-        location = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+        location = (Path(uri[len("sqlite:///") :]).parent / "mlartifacts").resolve().as_uri()
     try:
         exp_id = client.create_experiment(name, artifact_location=location)
     except Exception:  # created concurrently
@@ -496,23 +543,40 @@ def ensure_experiment(client, name: str, uri: str) -> str:
 # ``viewStateShareKey``) lists only gpdlm's training runs, newest first, with the columns users
 # compare by. ``view_url`` is the address that opens it.
 VIEW_KEY = "gpdlm"
-VIEW_PARAMS = ("model.name", "model.variant", "objective.beta", "dataset.name", "dataset.split.train_size",
-               "model.num_inducing", "likelihood.name", "estimator.name", "trainer.lr", "seed")
+VIEW_PARAMS = (
+    "model.name",
+    "model.variant",
+    "objective.beta",
+    "dataset.name",
+    "dataset.split.train_size",
+    "model.num_inducing",
+    "likelihood.name",
+    "estimator.name",
+    "trainer.lr",
+    "seed",
+)
 VIEW_METRICS = ("test_nll", "test_rmse", "test_error", "test_mre", "val_nll", "iterations", "train_seconds")
 
 
 def view_state() -> dict:
     cols = ["attributes.`Dataset`"] + [f"params.`{p}`" for p in VIEW_PARAMS] + [f"metrics.`{m}`" for m in VIEW_METRICS]
-    return {"searchFilter": "tags.`gpdlm.command` = 'train'", "orderByKey": "attributes.start_time",
-            "orderByAsc": False, "selectedColumns": cols, "runsHiddenMode": "SHOW_ALL"}
+    return {
+        "searchFilter": "tags.`gpdlm.command` = 'train'",
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "selectedColumns": cols,
+        "runsHiddenMode": "SHOW_ALL",
+    }
 
 
 def configure_view(client, experiment_id: str, tags: dict) -> None:
     """Set the two experiment tags of gpdlm's UI view where they are missing or outdated."""
     import json
 
-    wanted = {"mlflow.experimentKind": "custom_model_development",
-              f"mlflow.sharedViewState.{VIEW_KEY}": json.dumps(view_state())}
+    wanted = {
+        "mlflow.experimentKind": "custom_model_development",
+        f"mlflow.sharedViewState.{VIEW_KEY}": json.dumps(view_state()),
+    }
     for k, v in wanted.items():
         if k == "mlflow.experimentKind" and tags.get(k):
             continue  # the user's choice wins

@@ -7,7 +7,6 @@ from .optim import OPTIMIZERS, SCHEDULES, Schedule, default_lr, make_optimizer
 from .stages import FitResult, run_stages, stage_settings
 from .stopping import STOP_RULES, BlockMeanRule, ConvergenceRule, NeverStop, make_rule
 
-
 __all__ = [
     "OPTIMIZERS",
     "SCHEDULES",

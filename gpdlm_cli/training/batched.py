@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -127,8 +127,9 @@ def _check(members: list[Member]) -> None:
             raise NotBatchable(f"parameter {unknown[0]} has no batched form")
         if any(n not in named for n in KNOWN):
             raise NotBatchable("the model is not a SparseVariationalGP with ScaleKernel(RBF) and a Gaussian likelihood")
-        if [(g, [tuple(p.shape) for p in ps]) for g, ps in m.groups.items()] != \
-                [(g, [tuple(p.shape) for p in ps]) for g, ps in first.groups.items()]:
+        if [(g, [tuple(p.shape) for p in ps]) for g, ps in m.groups.items()] != [
+            (g, [tuple(p.shape) for p in ps]) for g, ps in first.groups.items()
+        ]:
             raise NotBatchable("the members' parameter groups differ")
 
 
@@ -241,10 +242,20 @@ class BatchedSVGP:
             self._member_tensors[b][n].copy_(self.values[n][b])
 
 
-def train_batched(members: list[Member], *, max_iters: int, lr: float, lr_scale: dict | None = None,
-                  eps: float | None = None, stop: ConvergenceRule | None = None, stop_rule: str = "auto",
-                  check_every: int = 10, eval_every: int = 0, eval_every_epochs: int | None = None,
-                  step_offsets: list[int] | None = None) -> list[MemberFit]:
+def train_batched(
+    members: list[Member],
+    *,
+    max_iters: int,
+    lr: float,
+    lr_scale: dict | None = None,
+    eps: float | None = None,
+    stop: ConvergenceRule | None = None,
+    stop_rule: str = "auto",
+    check_every: int = 10,
+    eval_every: int = 0,
+    eval_every_epochs: int | None = None,
+    step_offsets: list[int] | None = None,
+) -> list[MemberFit]:
     """Train the members as one batched model with one Adam optimiser (see the module docstring).
 
     ``max_iters``, ``lr`` (times ``lr_scale[group]``), ``eps``, the stopping rule (``stop_rule``:
@@ -335,8 +346,17 @@ def train_batched(members: list[Member], *, max_iters: int, lr: float, lr_scale:
         n_it = iterations[b]
         vals = losses[b, :n_it].tolist()
         steps[b]["train_loss"] = [(offsets[b] + i + 1, v) for i, v in enumerate(vals)]
-        out.append(MemberFit(losses=vals, iterations=n_it, converged=converged[b], train_seconds=seconds[b],
-                             iter_ms=1000 * seconds[b] / max(n_it, 1), steps=steps[b], stop_rule=rule.name))
+        out.append(
+            MemberFit(
+                losses=vals,
+                iterations=n_it,
+                converged=converged[b],
+                train_seconds=seconds[b],
+                iter_ms=1000 * seconds[b] / max(n_it, 1),
+                steps=steps[b],
+                stop_rule=rule.name,
+            )
+        )
     return out
 
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -43,8 +43,14 @@ class Checkpointer:
     ``on_failure(error, iteration)`` is called once, at the first checkpoint that cannot be written
     (a full disk): the run goes on, and says so (``run.train``: a log line, a tag, the report)."""
 
-    def __init__(self, path: str | os.PathLike, every: int, run_state: Callable[[], dict], state: dict | None = None,
-                 on_failure: Callable[[OSError, int], None] | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        every: int,
+        run_state: Callable[[], dict],
+        state: dict | None = None,
+        on_failure: Callable[[OSError, int], None] | None = None,
+    ):
         self.path, self.every, self.run_state = Path(path), int(every), run_state
         self.state = state  # the checkpoint to resume from (consumed by run_stages)
         self.stage = 0  # the stage in progress (set by run_stages)
@@ -71,13 +77,25 @@ class Checkpointer:
 
         f = self.fit
         blob = {
-            "format": FORMAT, "stage": self.stage, "loop": loop_state, "complete": bool(complete),
-            "fit": None if f is None else {
-                "iterations": f.iterations, "train_seconds": f.train_seconds, "epochs": f.epochs,
-                "converged": f.converged, "best_iteration": f.best_iteration, "stop_rules": list(f.stop_rules),
-                "optimizers": list(f.optimizers), "losses": torch.tensor(f.losses, dtype=torch.float64),
-                "iter_ms": list(getattr(f, "stage_iter_ms", [])), "lbfgs_budget_hit": list(f.lbfgs_budget_hit),
-                "stage_final_loss": dict(f.stage_final_loss), "stage_log": list(getattr(f, "stage_log", [])),
+            "format": FORMAT,
+            "stage": self.stage,
+            "loop": loop_state,
+            "complete": bool(complete),
+            "fit": None
+            if f is None
+            else {
+                "iterations": f.iterations,
+                "train_seconds": f.train_seconds,
+                "epochs": f.epochs,
+                "converged": f.converged,
+                "best_iteration": f.best_iteration,
+                "stop_rules": list(f.stop_rules),
+                "optimizers": list(f.optimizers),
+                "losses": torch.tensor(f.losses, dtype=torch.float64),
+                "iter_ms": list(getattr(f, "stage_iter_ms", [])),
+                "lbfgs_budget_hit": list(f.lbfgs_budget_hit),
+                "stage_final_loss": dict(f.stage_final_loss),
+                "stage_log": list(getattr(f, "stage_log", [])),
                 **({"grad_max_abs": float(f.grad_max_abs)} if getattr(f, "grad_max_abs", None) is not None else {}),
             },
             **self.run_state(),

@@ -55,8 +55,9 @@ class CompactLBFGS(torch.optim.LBFGS):
     # ----- the flat vector over the free entries -----------------------------------------------
     def _numel(self) -> int:
         if self._numel_cache is None:
-            self._numel_cache = sum(p.numel() if idx is None else idx.numel()
-                                    for p, idx in zip(self._params, self._free_index))
+            self._numel_cache = sum(
+                p.numel() if idx is None else idx.numel() for p, idx in zip(self._params, self._free_index)
+            )
         return self._numel_cache
 
     def _gather_flat_grad(self) -> torch.Tensor:
@@ -78,10 +79,10 @@ class CompactLBFGS(torch.optim.LBFGS):
         offset = 0
         for p, idx in zip(self._params, self._free_index):
             if idx is None:
-                p.add_(update[offset:offset + p.numel()].view_as(p), alpha=step_size)
+                p.add_(update[offset : offset + p.numel()].view_as(p), alpha=step_size)
                 offset += p.numel()
             else:
-                p.view(-1).index_add_(0, idx, update[offset:offset + idx.numel()], alpha=step_size)
+                p.view(-1).index_add_(0, idx, update[offset : offset + idx.numel()], alpha=step_size)
                 offset += idx.numel()
         if offset != self._numel():
             raise AssertionError(f"Expected offset {offset} to equal {self._numel()}")
@@ -92,8 +93,13 @@ class CompactLBFGS(torch.optim.LBFGS):
         [y_i^T y_j], rho, and ``order`` (the slots in use, oldest first)."""
         h, p = self.param_groups[0]["history_size"], like.numel()
         if state.get("SY") is None or state["SY"].shape != (2 * h, p):
-            state.update(SY=like.new_zeros(2 * h, p), R=like.new_zeros(h, h), YY=like.new_zeros(h, h),
-                         rho=like.new_zeros(h), order=[])
+            state.update(
+                SY=like.new_zeros(2 * h, p),
+                R=like.new_zeros(h, h),
+                YY=like.new_zeros(h, h),
+                rho=like.new_zeros(h),
+                order=[],
+            )
             for s, y in zip(state.pop("old_stps", None) or [], state.pop("old_dirs", None) or []):
                 self._push(state, s, y, float(y.dot(s)))  # a checkpoint of torch's LBFGS: its pairs, in order
             state.pop("ro", None)
@@ -132,12 +138,14 @@ class CompactLBFGS(torch.optim.LBFGS):
         Hg = SY @ g if Hg is None else Hg
         Sg, Yg = Hg[:h][idx], Hg[h:][idx]
         upper = torch.triu(R, 1)
-        a = torch.linalg.solve_triangular(eye + rho[:, None] * upper, (rho * Sg).neg().unsqueeze(-1),
-                                          upper=True).squeeze(-1)
+        a = torch.linalg.solve_triangular(
+            eye + rho[:, None] * upper, (rho * Sg).neg().unsqueeze(-1), upper=True
+        ).squeeze(-1)
         Yr0 = (Yg + state["YY"][idx][:, idx] @ a).mul_(-gamma)  # Y r0, r0 = gamma (-g - Y^T a)
         lower = torch.tril(R.T, -1)
-        b = torch.linalg.solve_triangular(eye + rho[:, None] * lower, (rho * (Yr0 + lower @ a)).unsqueeze(-1),
-                                          upper=False).squeeze(-1)
+        b = torch.linalg.solve_triangular(
+            eye + rho[:, None] * lower, (rho * (Yr0 + lower @ a)).unsqueeze(-1), upper=False
+        ).squeeze(-1)
         coef = g.new_zeros(2 * h)
         coef[idx] = a - b
         coef[h + idx] = -gamma * a
@@ -209,7 +217,8 @@ class CompactLBFGS(torch.optim.LBFGS):
                     return self._directional_evaluate(closure, x, t, d)
 
                 loss, flat_grad, t, ls_func_evals = _strong_wolfe(
-                    obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals)
+                    obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals
+                )
                 t = float(t)
                 self._add_grad(t, d)
                 opt_cond = flat_grad.abs().max() <= tolerance_grad

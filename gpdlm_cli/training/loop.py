@@ -18,8 +18,8 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import torch
 
@@ -172,8 +172,13 @@ def train(
     if settings.max_epochs:
         cap = min(cap, settings.max_epochs * steps_per_epoch)
     cap = int(cap)
-    rule = make_rule(settings.stop_rule, stochastic=stochastic or bs is not None or blocks is not None, window=settings.stop.window,
-                     tol=settings.stop.tol, steps_per_epoch=steps_per_epoch)
+    rule = make_rule(
+        settings.stop_rule,
+        stochastic=stochastic or bs is not None or blocks is not None,
+        window=settings.stop.window,
+        tol=settings.stop.tol,
+        steps_per_epoch=steps_per_epoch,
+    )
     hooks = list(hooks)
     for h in hooks:  # hooks that adapt the step size (e.g. Algorithm 2 halving lr_W) see the optimiser
         if hasattr(h, "bind_optimizer"):
@@ -204,11 +209,20 @@ def train(
     def loop_state() -> dict:
         """Everything the loop needs to continue exactly from iteration ``it`` (see the docstring)."""
         return {
-            "it": it, "losses": losses[:it].detach().cpu().clone(), "flushed": flushed,
-            "perm": None if perm is None else perm.detach().cpu().clone(), "pos": pos, "order": order,
-            "optimizer": opt.state_dict(), "best_value": best["value"], "best_iteration": best["iteration"],
-            "snapshot": [c.detach().cpu().clone() for c in snapshot.copies] if snapshot is not None and snapshot.copies else None,
-            "chunk_ms": list(chunk_ms), "eval_seconds": eval_seconds,
+            "it": it,
+            "losses": losses[:it].detach().cpu().clone(),
+            "flushed": flushed,
+            "perm": None if perm is None else perm.detach().cpu().clone(),
+            "pos": pos,
+            "order": order,
+            "optimizer": opt.state_dict(),
+            "best_value": best["value"],
+            "best_iteration": best["iteration"],
+            "snapshot": [c.detach().cpu().clone() for c in snapshot.copies]
+            if snapshot is not None and snapshot.copies
+            else None,
+            "chunk_ms": list(chunk_ms),
+            "eval_seconds": eval_seconds,
             "seconds": prior_seconds + time.perf_counter() - t_start - eval_seconds,
             "hooks": [h.checkpoint_state() for h in hooks],
         }
@@ -231,9 +245,7 @@ def train(
         nonlocal flushed
         if upto > flushed:
             vals = losses[flushed:upto].tolist()
-            pending.setdefault("train_loss", []).extend(
-                (step_offset + flushed + i + 1, v) for i, v in enumerate(vals)
-            )
+            pending.setdefault("train_loss", []).extend((step_offset + flushed + i + 1, v) for i, v in enumerate(vals))
             flushed = upto
         if log_steps and pending:
             log_steps(dict(pending))
@@ -286,8 +298,13 @@ def train(
                         xb, yb, idx = x, y, None
                     else:
                         if pos + bs > n:
-                            perm, pos = torch.randperm(n, generator=generator, device=generator.device).to(x.device, non_blocking=True), 0
-                        idx = perm[pos:pos + bs]
+                            perm, pos = (
+                                torch.randperm(n, generator=generator, device=generator.device).to(
+                                    x.device, non_blocking=True
+                                ),
+                                0,
+                            )
+                        idx = perm[pos : pos + bs]
                         pos += bs
                         xb, yb = x[idx], y[idx]
                     if not schedule.constant:
@@ -307,7 +324,7 @@ def train(
                         h.after_step(it, epoch)
                     if it % settings.check_every == 0 or it == cap:
                         window = losses[:it]
-                        if not bool(torch.isfinite(window[-settings.check_every:]).all()):
+                        if not bool(torch.isfinite(window[-settings.check_every :]).all()):
                             _raise_first_nonfinite(window, step_offset)
                         now = time.perf_counter()
                         chunk_ms.append(1000 * (now - t_chunk) / (it - it_chunk))
@@ -322,8 +339,10 @@ def train(
                             converged = grad_max_abs <= settings.grad_tol
                     last = converged or it == cap  # the caller evaluates the final model itself
                     due = (settings.eval_every and it % settings.eval_every == 0) or (
-                        settings.eval_every_epochs and it % steps_per_epoch == 0
-                        and (it // steps_per_epoch) % settings.eval_every_epochs == 0)
+                        settings.eval_every_epochs
+                        and it % steps_per_epoch == 0
+                        and (it // steps_per_epoch) % settings.eval_every_epochs == 0
+                    )
                     if evaluate and due and not last:
                         t_eval = time.perf_counter()
                         for h in eval_hooks:
@@ -342,7 +361,9 @@ def train(
                         break
         except (NotPSDError, NanError) as e:
             _raise_first_nonfinite(losses[:it], step_offset)  # parameters went NaN after a NaN loss
-            raise NumericalError(f"non-positive-definite matrix at iteration {step_offset + it + 1}: {str(e).splitlines()[0]}") from e
+            raise NumericalError(
+                f"non-positive-definite matrix at iteration {step_offset + it + 1}: {str(e).splitlines()[0]}"
+            ) from e
     except BaseException as e:
         if savable and killed_reason(e):  # stopped from outside between two iterations: resumable
             checkpoint.save(loop_state())

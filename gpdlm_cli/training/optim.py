@@ -33,8 +33,15 @@ def default_lr(batch_size: int | None, n: int, optimizer: str = "adam") -> float
     return {"adadelta": 1.0, "sgd": 0.01, "lbfgs": 1.0}[optimizer]
 
 
-def make_optimizer(name: str, groups: list[dict], *, momentum: float = 0.0, rho: float = 0.9,
-                   eps: float | None = None, lbfgs_history: int = 100) -> torch.optim.Optimizer:
+def make_optimizer(
+    name: str,
+    groups: list[dict],
+    *,
+    momentum: float = 0.0,
+    rho: float = 0.9,
+    eps: float | None = None,
+    lbfgs_history: int = 100,
+) -> torch.optim.Optimizer:
     """A torch optimiser over ``groups`` ([{"params": [...], "lr": ..., "name": ...}, ...])."""
     if name == "adam":
         return torch.optim.Adam(groups, **({} if eps is None else {"eps": eps}))
@@ -53,8 +60,15 @@ def make_optimizer(name: str, groups: list[dict], *, momentum: float = 0.0, rho:
         # torch's tolerance_grad, 1e-7). Stopping is the loop's business (rule, gradient test, budget).
         from .lbfgs import CompactLBFGS  # torch's LBFGS with a closed-form two-loop recursion (lbfgs.py)
 
-        return CompactLBFGS(groups[0]["params"], lr=groups[0]["lr"], max_iter=1, max_eval=26,
-                            history_size=lbfgs_history, line_search_fn="strong_wolfe", tolerance_change=0.0)
+        return CompactLBFGS(
+            groups[0]["params"],
+            lr=groups[0]["lr"],
+            max_iter=1,
+            max_eval=26,
+            history_size=lbfgs_history,
+            line_search_fn="strong_wolfe",
+            tolerance_change=0.0,
+        )
     raise ValueError(f"unknown optimizer {name!r}")
 
 

@@ -91,9 +91,12 @@ class StageCache:
         return CachedStage(losses, converged)
 
     def save(self, stage_name: str, modules, generators=(), losses=(), *, converged: bool = True) -> None:
-        blob = {"modules": module_state(modules), "losses": torch.tensor(list(losses), dtype=torch.float64),
-                "converged": bool(converged),
-                "generators": [g.get_state() if g is not None else None for g in generators]}
+        blob = {
+            "modules": module_state(modules),
+            "losses": torch.tensor(list(losses), dtype=torch.float64),
+            "converged": bool(converged),
+            "generators": [g.get_state() if g is not None else None for g in generators],
+        }
         buf = io.BytesIO()
         torch.save(blob, buf)
         try:

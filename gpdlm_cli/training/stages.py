@@ -9,8 +9,8 @@ so learning curves of multi-stage protocols (SVGP then DLM) read left to right. 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import torch
 
@@ -65,11 +65,17 @@ def stage_settings(settings: TrainerSettings, stage, n: int | None = None) -> Tr
     s = dataclasses.replace(settings, **changes) if changes else settings
     if s.protocol == "fast" and uses_lbfgs(stage, s, n):
         s = dataclasses.replace(
-            s, optimizer="lbfgs", lr=1.0, lr_scale={}, schedule=Schedule(),
+            s,
+            optimizer="lbfgs",
+            lr=1.0,
+            lr_scale={},
+            schedule=Schedule(),
             max_iters=min(s.max_iters, s.fast_max_iters) if s.max_iters is not None else s.fast_max_iters,
             optimizer_options={"lbfgs_history": s.optimizer_options.get("lbfgs_history", 100)},
-            stop=ConvergenceRule(window=s.fast_window, tol=s.fast_tol), stop_rule="window",
-            grad_tol=s.fast_grad_tol)
+            stop=ConvergenceRule(window=s.fast_window, tol=s.fast_tol),
+            stop_rule="window",
+            grad_tol=s.fast_grad_tol,
+        )
     return s
 
 
@@ -86,15 +92,21 @@ def first_order_prefix(settings: TrainerSettings, stage, n: int | None) -> Train
         return None
     p = stage_settings(dataclasses.replace(settings, protocol="paper"), stage, n)
     budget = settings.fast_adam_iters if p.max_iters is None else min(settings.fast_adam_iters, p.max_iters)
-    return dataclasses.replace(p, max_iters=budget, max_epochs=None, stop_rule="none", keep_best=None,
-                               eval_every=0, eval_every_epochs=None)
+    return dataclasses.replace(
+        p, max_iters=budget, max_epochs=None, stop_rule="none", keep_best=None, eval_every=0, eval_every_epochs=None
+    )
 
 
 def uses_lbfgs(stage, settings: TrainerSettings, n: int | None) -> bool:
     """Whether the fast protocol trains ``stage`` with L-BFGS (see ``stage_settings``)."""
     full_batch = settings.batch_size is None or (n is not None and settings.batch_size >= n)
-    return (bool(getattr(stage, "lbfgs_ok", False)) and not stage.stochastic and stage.solve is None
-            and getattr(stage, "blocks", None) is None and full_batch)
+    return (
+        bool(getattr(stage, "lbfgs_ok", False))
+        and not stage.stochastic
+        and stage.solve is None
+        and getattr(stage, "blocks", None) is None
+        and full_batch
+    )
 
 
 def run_stages(
@@ -129,7 +141,11 @@ def run_stages(
     start = int(state["stage"]) if state is not None else 0
     if state is not None and state.get("fit"):
         f = state["fit"]
-        out.iterations, out.train_seconds, out.epochs = int(f["iterations"]), float(f["train_seconds"]), float(f["epochs"])
+        out.iterations, out.train_seconds, out.epochs = (
+            int(f["iterations"]),
+            float(f["train_seconds"]),
+            float(f["epochs"]),
+        )
         out.converged, out.best_iteration = bool(f["converged"]), f["best_iteration"]
         out.stop_rules, out.optimizers = list(f["stop_rules"]), list(f["optimizers"])
         out.lbfgs_budget_hit = list(f.get("lbfgs_budget_hit", []))
@@ -164,24 +180,49 @@ def run_stages(
             if cached.losses:
                 out.stage_final_loss[stage.name] = float(cached.losses[-1])
             out.converged = out.converged and cached.converged
-            out.stage_log.append(f"stage {stage.name}: restored from the stage cache ({cache.reused[-1]}; "
-                                 f"{len(cached.losses)} iterations, {'converged' if cached.converged else 'not converged'})")
+            out.stage_log.append(
+                f"stage {stage.name}: restored from the stage cache ({cache.reused[-1]}; "
+                f"{len(cached.losses)} iterations, {'converged' if cached.converged else 'not converged'})"
+            )
             continue
         warmed = warm.restore(stage.name, modules) if warm is not None and not resuming else False
         s = stage_settings(settings, stage, x.shape[0])
         prefix = None if (warmed or resuming) else first_order_prefix(settings, stage, x.shape[0])
         if prefix is not None:  # fast protocol, cold start: the paper's optimiser picks the basin
             first = train(
-                stage.objective, stage.groups or stage.params, x, y, prefix, generator=generator, log_steps=log_steps,
-                step_offset=out.iterations, desc=f"{stage.name} (first-order start)", stochastic=stage.stochastic,
-                hooks=stage.hooks, modules=modules, wants_index=stage.wants_index)
+                stage.objective,
+                stage.groups or stage.params,
+                x,
+                y,
+                prefix,
+                generator=generator,
+                log_steps=log_steps,
+                step_offset=out.iterations,
+                desc=f"{stage.name} (first-order start)",
+                stochastic=stage.stochastic,
+                hooks=stage.hooks,
+                modules=modules,
+                wants_index=stage.wants_index,
+            )
             out.add(first)
         result = train(
-            stage.objective, stage.groups or stage.params, x, y, s, generator=generator,
-            evaluate=evaluate if (s.eval_every or s.eval_every_epochs) else None, log_steps=log_steps,
-            step_offset=out.iterations, desc=stage.name, stochastic=stage.stochastic, hooks=stage.hooks,
-            modules=modules, wants_index=stage.wants_index, blocks=getattr(stage, "blocks", None),
-            checkpoint=checkpoint, resume=state["loop"] if resuming else None,
+            stage.objective,
+            stage.groups or stage.params,
+            x,
+            y,
+            s,
+            generator=generator,
+            evaluate=evaluate if (s.eval_every or s.eval_every_epochs) else None,
+            log_steps=log_steps,
+            step_offset=out.iterations,
+            desc=stage.name,
+            stochastic=stage.stochastic,
+            hooks=stage.hooks,
+            modules=modules,
+            wants_index=stage.wants_index,
+            blocks=getattr(stage, "blocks", None),
+            checkpoint=checkpoint,
+            resume=state["loop"] if resuming else None,
         )
         out.add(result)
         if out.losses:
@@ -189,8 +230,11 @@ def run_stages(
         iter_ms.append(result.iter_ms)
         out.converged = out.converged and result.converged
         out.stop_rules.append(result.stop_rule)
-        out.optimizers.append(f"{stage.name}:{first.optimizer}{first.iterations}+{result.optimizer}" if prefix is not None
-                              else f"{stage.name}:{result.optimizer}")
+        out.optimizers.append(
+            f"{stage.name}:{first.optimizer}{first.iterations}+{result.optimizer}"
+            if prefix is not None
+            else f"{stage.name}:{result.optimizer}"
+        )
         if result.best_iteration is not None:
             out.best_iteration = result.best_iteration
         if result.grad_max_abs is not None:
@@ -199,8 +243,13 @@ def run_stages(
             out.lbfgs_budget_hit.append(stage.name)
         out.stage_log.append(stage_line(stage.name, s, result, first if prefix is not None else None, warmed, resuming))
         if shared:
-            cache.save(stage.name, modules, generators, (first.losses if prefix is not None else []) + result.losses,
-                       converged=result.converged)
+            cache.save(
+                stage.name,
+                modules,
+                generators,
+                (first.losses if prefix is not None else []) + result.losses,
+                converged=result.converged,
+            )
         if warm is not None:
             warm.save(stage.name, modules)
     if state is not None and start >= len(stages):  # a complete checkpoint: nothing left to train
@@ -214,17 +263,32 @@ def run_stages(
 def stage_line(name: str, s: TrainerSettings, result, first=None, warmed: bool = False, resuming: bool = False) -> str:
     """One line for gpdlm.log: a trained stage's protocol (optimiser, lr, caps, batch, stopping rule)
     and how it ended (iterations, converged or stopped at its cap, final loss)."""
-    rule = result.stop_rule if result.stop_rule in ("none", "") else (
-        f"{result.stop_rule} rule (window {s.stop.window}, tol {s.stop.tol:g})" if hasattr(s.stop, "window") else result.stop_rule)
-    start = (f"{first.optimizer} x {first.iterations} first-order steps, then " if first is not None else "")
-    how = ("resumed from a checkpoint; " if resuming else "") + ("warm-started from the previous beta; " if warmed else "")
-    end = ("converged: its stopping rule held" if result.converged else
-           "stopped at its iteration cap before its stopping rule held" if result.stop_rule != "none" else
-           "ran its full budget (no stopping rule)")
+    rule = (
+        result.stop_rule
+        if result.stop_rule in ("none", "")
+        else (
+            f"{result.stop_rule} rule (window {s.stop.window}, tol {s.stop.tol:g})"
+            if hasattr(s.stop, "window")
+            else result.stop_rule
+        )
+    )
+    start = f"{first.optimizer} x {first.iterations} first-order steps, then " if first is not None else ""
+    how = ("resumed from a checkpoint; " if resuming else "") + (
+        "warm-started from the previous beta; " if warmed else ""
+    )
+    end = (
+        "converged: its stopping rule held"
+        if result.converged
+        else "stopped at its iteration cap before its stopping rule held"
+        if result.stop_rule != "none"
+        else "ran its full budget (no stopping rule)"
+    )
     loss = f", final loss {result.losses[-1]:.6g} per datum" if result.losses else ""
     caps = f"max_iters {s.max_iters}" + (f", max_epochs {s.max_epochs}" if s.max_epochs else "")
-    return (f"stage {name}: {how}{start}{result.optimizer} lr {s.lr:g}, batch {s.batch_size or 'full'}, {caps}, "
-            f"stopping {rule}; {result.iterations} iterations, {end}{loss}")
+    return (
+        f"stage {name}: {how}{start}{result.optimizer} lr {s.lr:g}, batch {s.batch_size or 'full'}, {caps}, "
+        f"stopping {rule}; {result.iterations} iterations, {end}{loss}"
+    )
 
 
 __all__ = ["FitResult", "stage_line", "first_order_prefix", "run_stages", "stage_settings", "uses_lbfgs"]

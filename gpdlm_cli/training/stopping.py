@@ -43,7 +43,7 @@ class ConvergenceRule:
         """``losses``: 1-D tensor of all losses so far (on any device)."""
         if self.window <= 0 or losses.numel() < self.window:
             return False
-        tail = losses[-self.window:]
+        tail = losses[-self.window :]
         return bool((tail.max() - tail.min()) <= self.tol)
 
 
@@ -66,7 +66,7 @@ class BlockMeanRule:
         gap = max(B, int(self.lookback * n))
         if B <= 1 or n < gap + B:
             return False
-        a, b = losses[n - gap - B:n - gap].double(), losses[-B:].double()
+        a, b = losses[n - gap - B : n - gap].double(), losses[-B:].double()
         stats = torch.stack([a.mean(), b.mean(), a.var(), b.var()]).tolist()  # one host sync
         decrease = stats[0] - stats[1]
         se = math.sqrt((stats[2] + stats[3]) / B)

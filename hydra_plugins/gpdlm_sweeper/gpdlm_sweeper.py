@@ -17,7 +17,7 @@ Hydra only instantiates plugins from the ``hydra_plugins`` namespace package, he
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 

@@ -27,8 +27,10 @@ PAPERS = C.available()
 
 def test_the_four_papers_have_claims():
     assert PAPERS == ["dlm", "gplstm", "rkhs", "svbssgp"]
-    counts = {name: (len(p.tables), len(p.claims), sum(len(t.paper) for t in p.tables.values()))
-              for name, p in ((n, C.load(n)) for n in PAPERS)}
+    counts = {
+        name: (len(p.tables), len(p.claims), sum(len(t.paper) for t in p.tables.values()))
+        for name, p in ((n, C.load(n)) for n in PAPERS)
+    }
     # tables, claims, printed numbers: RKHS Tables 2-5 (4 x 27 rows x 4 methods), GP-LSTM Tables 2-3
     # (6 x 6 + RGP's 2), sVBSSGP Table 1 (5 + 4); the DLM paper prints its results only as figures
     assert counts["rkhs"][0] == 4 and counts["rkhs"][2] == 4 * 27 * 4
@@ -47,7 +49,7 @@ def _expand(overrides: list[str]) -> list[list[str]]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _with_sweep_cached(overrides: tuple[str, ...], sweep: bool):
     return _with_sweep(list(overrides)) if sweep else [compose(list(overrides))]
 
@@ -70,7 +72,9 @@ def _configs(preset: str, overrides: list[str], arms: list[list[str]], sweep: bo
         if arm and arm[0].startswith("+experiment="):
             cfgs += _with_sweep_cached(tuple(arm), sweep)
         else:
-            cfgs += [c for o in _expand(overrides) for c in _with_sweep_cached((f"+experiment={preset}", *o, *arm), sweep)]
+            cfgs += [
+                c for o in _expand(overrides) for c in _with_sweep_cached((f"+experiment={preset}", *o, *arm), sweep)
+            ]
     return cfgs
 
 
@@ -117,8 +121,11 @@ def test_a_claims_data_kind_is_that_of_its_datasets(name):
         table = paper.tables[claim.table]
         if "dataset" not in table.dimensions:
             continue
-        labels = (claim.where.get("dataset") or list({b["dataset"] for b in claim.better if "dataset" in b})
-                  or [lab.name for lab in table.dimensions["dataset"].labels])
+        labels = (
+            claim.where.get("dataset")
+            or list({b["dataset"] for b in claim.better if "dataset" in b})
+            or [lab.name for lab in table.dimensions["dataset"].labels]
+        )
         for label in labels:
             assert paper.data[label]["kind"] == claim.data, (claim.id, label)
 
@@ -153,8 +160,12 @@ def rkhs_mismatches(paper: C.Paper, text: str) -> list[str]:
     for num in (2, 3, 4, 5):
         table = paper.tables[f"table{num}"]
         start = next(i for i, ln in enumerate(lines) if ln.strip().startswith(f"Table {num}:"))
-        end = next(i for i, ln in enumerate(lines) if i > start and (
-            re.match(rf"\s*Table (?!{num}:)\d:", ln) or ln.startswith(("Result with", "6 Conclusion"))))
+        end = next(
+            i
+            for i, ln in enumerate(lines)
+            if i > start
+            and (re.match(rf"\s*Table (?!{num}:)\d:", ln) or ln.startswith(("Result with", "6 Conclusion")))
+        )
         datasets = [lab.name for lab in table.dimensions["dataset"].labels]
         printed_rows = []
         for ln in lines[start:end]:
@@ -170,7 +181,9 @@ def rkhs_mismatches(paper: C.Paper, text: str) -> list[str]:
                     k += 1
                 elif (num, b, d) == (4, "128", "tamielectric"):
                     # garbled in the text: its values stand after the table, in reverse column order
-                    tail = _numbers(text[text.index("Result with linear kernel"):text.index("Result with Gaussian kernel")])
+                    tail = _numbers(
+                        text[text.index("Result with linear kernel") : text.index("Result with Gaussian kernel")]
+                    )
                     printed = [x for pair in list(zip(tail[0::2], tail[1::2]))[::-1] for x in pair]
                 else:
                     bad.append(f"table {num}, b={b}, {d}: no such row in the text")
@@ -198,14 +211,16 @@ def test_a_transcription_typo_is_caught():
     typo = copy.deepcopy(paper)
     key = (("64", "protein"), ("SCGD",))
     typo.tables["table4"].paper[key] = C.parse_value("0.462 ± 0.021")  # the paper prints 0.426 ± 0.021
-    assert rkhs_mismatches(typo, text) == ["table 4, b=64, protein: ['0.430', '0.007', '0.462', '0.021', '0.494', "
-                                           "'0.046', '0.473', '0.003'] != ['0.430', '0.007', '0.426', '0.021', "
-                                           "'0.494', '0.046', '0.473', '0.003']"]
+    assert rkhs_mismatches(typo, text) == [
+        "table 4, b=64, protein: ['0.430', '0.007', '0.462', '0.021', '0.494', "
+        "'0.046', '0.473', '0.003'] != ['0.430', '0.007', '0.426', '0.021', "
+        "'0.494', '0.046', '0.473', '0.003']"
+    ]
 
 
 def _method_lines(text: str, start: str, stop: str) -> dict[str, list[str]]:
-    part = text[text.index(start):]
-    part = part[:part.index(stop)]
+    part = text[text.index(start) :]
+    part = part[: part.index(stop)]
     out = {}
     for ln in part.splitlines():
         m = re.match(r"^(NARX|RNN|LSTM|GP-NARX|GP-RNN|GP-LSTM|RGP) (.*)$", ln.strip())
@@ -227,8 +242,18 @@ def test_gplstm_tables_equal_the_paper_text():
     gef, car = paper.tables["table3_gef"], paper.tables["table3_car"]
     lines = _method_lines(text, "Table 3: Average performance", "Refer to caption")
     for method, printed in lines.items():
-        ours = [s for t, c in [(gef, ("power load",)), (gef, ("wind power",)), (car, ("speed",)), (car, ("gyro yaw",)),
-                               (car, ("lanes",)), (car, ("lead vehicle",))] for s in _printed(t.paper[((method,), c)])]
+        ours = [
+            s
+            for t, c in [
+                (gef, ("power load",)),
+                (gef, ("wind power",)),
+                (car, ("speed",)),
+                (car, ("gyro yaw",)),
+                (car, ("lanes",)),
+                (car, ("lead vehicle",)),
+            ]
+            for s in _printed(t.paper[((method,), c)])
+        ]
         assert ours == printed, method
     assert len(lines) == 6
     # spot checks: RGP is quoted for free simulation only; the car speed column has three decimals
@@ -242,7 +267,11 @@ def test_svbssgp_table_equals_the_paper_text():
     t1 = paper.tables["table1"]
     for row in ("AIMPEAK", "AIRLINE"):
         line = next(ln for ln in text.splitlines() if re.match(rf"{row} \d", ln))
-        ours = [t1.paper[((row,), (m,))].text for m in ("sVBSSGP", "DTC++", "PIC++", "SSGP", "VSSGP") if ((row,), (m,)) in t1.paper]
+        ours = [
+            t1.paper[((row,), (m,))].text
+            for m in ("sVBSSGP", "DTC++", "PIC++", "SSGP", "VSSGP")
+            if ((row,), (m,)) in t1.paper
+        ]
         assert ours == _numbers(line), row
     assert "n/a" in next(ln for ln in text.splitlines() if re.match(r"AIRLINE \d", ln))  # SSGP: no AIRLINE number
     assert t1.paper[(("AIMPEAK",), ("PIC++",))].mean == 6.15 and "6.156.156.15" in text

@@ -39,8 +39,18 @@ def make_experiment(client, uri: str, name: str) -> str:
     return ensure_experiment(client, name, uri)
 
 
-def make_run(client, exp_id, params: dict, metrics: dict, *, tags: dict | None = None, status="FINISHED",
-             steps: dict | None = None, start_time: int | None = None, command: str | None = "train") -> str:
+def make_run(
+    client,
+    exp_id,
+    params: dict,
+    metrics: dict,
+    *,
+    tags: dict | None = None,
+    status="FINISHED",
+    steps: dict | None = None,
+    start_time: int | None = None,
+    command: str | None = "train",
+) -> str:
     """A run shaped like `gpdlm train`'s: params (strings), final metrics at the last step, step
     metrics (``steps``: {name: [(step, value)]}) and tags."""
     from mlflow.entities import Metric, Param
@@ -48,8 +58,12 @@ def make_run(client, exp_id, params: dict, metrics: dict, *, tags: dict | None =
     all_tags = dict(tags or {})
     if command:
         all_tags["gpdlm.command"] = command
-    run = client.create_run(exp_id, start_time=start_time, tags=all_tags,
-                            run_name=f"{params.get('model.name', 'run')}-s{params.get('seed', '?')}")
+    run = client.create_run(
+        exp_id,
+        start_time=start_time,
+        tags=all_tags,
+        run_name=f"{params.get('model.name', 'run')}-s{params.get('seed', '?')}",
+    )
     rid = run.info.run_id
     ts = int(time.time() * 1000)
     last = max((s for pts in (steps or {}).values() for s, _ in pts), default=0)
@@ -90,14 +104,13 @@ def ui_server(request, template_db, tmp_path_factory):
     of ``log``. Stopped (its whole process group) at the end of the session. None when neither
     test is collected."""
     import os
+    import shutil
     import signal
     import subprocess
 
     from mlflow.tracking import MlflowClient
 
     from ..conftest import gpdlm_subprocess
-
-    import shutil
 
     browser = any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"))
     wanted = UI_TESTS if browser else UI_TESTS[:1]  # the browser test is skipped without a browser
@@ -108,18 +121,38 @@ def ui_server(request, template_db, tmp_path_factory):
     uri = copy_store(template_db, d)
     client = MlflowClient(uri)
     exp_id = make_experiment(client, uri, "gpdlm")
-    runs = {f"dlm-concrete-s{s}": make_run(client, exp_id, {"model.name": "dlm", "seed": s, "objective.beta": 1.0},
-                                           {"test_nll": 3.25 + s, "test_rmse": 5.5}) for s in (0, 1)}
+    runs = {
+        f"dlm-concrete-s{s}": make_run(
+            client,
+            exp_id,
+            {"model.name": "dlm", "seed": s, "objective.beta": 1.0},
+            {"test_nll": 3.25 + s, "test_rmse": 5.5},
+        )
+        for s in (0, 1)
+    }
     runs["compare"] = make_run(client, exp_id, {}, {}, command="compare")
     for name, rid in runs.items():
         client.set_tag(rid, "mlflow.runName", name)
     port = _free_port()
     log = open(d / "ui.log", "wb")
-    proc = gpdlm_subprocess(["ui", "--tracking-uri", uri, "--port", str(port)], d, runner=subprocess.Popen,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = gpdlm_subprocess(
+        ["ui", "--tracking-uri", uri, "--port", str(port)],
+        d,
+        runner=subprocess.Popen,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
-        yield {"proc": proc, "port": port, "log": d / "ui.log", "started": time.monotonic(), "uri": uri,
-               "experiment_id": exp_id, "runs": runs}
+        yield {
+            "proc": proc,
+            "port": port,
+            "log": d / "ui.log",
+            "started": time.monotonic(),
+            "uri": uri,
+            "experiment_id": exp_id,
+            "runs": runs,
+        }
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)  # the server and its worker: the group started above

@@ -36,14 +36,30 @@ def store(module_uri):
                     nll = rng.uniform(0.5, 3.0)
                     # one run writes beta=1 as "1" (objective.beta=1 on the command line): same group as "1.0"
                     b = "1" if (beta == "1.0" and seed == 2 and model == "svgp") else beta
-                    make_run(client, exp, {"dataset.name": "concrete", "model.name": model, "model.variant": "joint",
-                                           "likelihood.name": "gaussian", "estimator.name": "auto",
-                                           "objective.beta": b, "seed": seed},
-                             {"test_nll": nll, "test_rmse": rng.uniform(4, 9), "val_nll": rng.uniform(0.5, 3),
-                              "n_train": n},
-                             steps={"test_nll": [(10, nll + 1.0), (20, nll + 0.5)], "train_loss": [(1, 5.0), (2, 4.0)]})
-    outlier = {"dataset.name": "concrete", "model.name": "dlm", "model.variant": "joint", "likelihood.name": "gaussian",
-               "estimator.name": "auto", "objective.beta": "0.1", "seed": 9}
+                    make_run(
+                        client,
+                        exp,
+                        {
+                            "dataset.name": "concrete",
+                            "model.name": model,
+                            "model.variant": "joint",
+                            "likelihood.name": "gaussian",
+                            "estimator.name": "auto",
+                            "objective.beta": b,
+                            "seed": seed,
+                        },
+                        {"test_nll": nll, "test_rmse": rng.uniform(4, 9), "val_nll": rng.uniform(0.5, 3), "n_train": n},
+                        steps={"test_nll": [(10, nll + 1.0), (20, nll + 0.5)], "train_loss": [(1, 5.0), (2, 4.0)]},
+                    )
+    outlier = {
+        "dataset.name": "concrete",
+        "model.name": "dlm",
+        "model.variant": "joint",
+        "likelihood.name": "gaussian",
+        "estimator.name": "auto",
+        "objective.beta": "0.1",
+        "seed": 9,
+    }
     bad = {"test_nll": 1e6, "test_rmse": 1e6, "val_nll": 1e6, "n_train": 100}
     make_run(client, exp, outlier, bad, status="FAILED")
     make_run(client, exp, outlier, bad, status="RUNNING")
@@ -52,8 +68,12 @@ def store(module_uri):
     # a second experiment: numeric sort of a verbatim param key
     exp2 = make_experiment(client, module_uri, "sorting")
     for m in ("100", "9", "10"):
-        make_run(client, exp2, {"dataset.name": "concrete", "model.name": "dlm", "model.num_inducing": m},
-                 {"test_nll": float(m)})
+        make_run(
+            client,
+            exp2,
+            {"dataset.name": "concrete", "model.name": "dlm", "model.num_inducing": m},
+            {"test_nll": float(m)},
+        )
     return {"uri": module_uri, "client": client, "exp": exp}
 
 
@@ -81,8 +101,24 @@ def _direct_groups(client, exp_id):
 
 
 def test_table_equals_mean_and_se_of_the_runs(store, tmp_path, capsys):
-    assert _compare(store, tmp_path, "--experiment", EXP, "--by", "dataset,model", "--by", "beta,train_size",
-                    "--metric", "test_nll", "test_rmse", "--no-log", "--no-figures") == 0
+    assert (
+        _compare(
+            store,
+            tmp_path,
+            "--experiment",
+            EXP,
+            "--by",
+            "dataset,model",
+            "--by",
+            "beta,train_size",
+            "--metric",
+            "test_nll",
+            "test_rmse",
+            "--no-log",
+            "--no-figures",
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "test_nll" in out and "±" in out  # the rich table
     rows = _read_csv(tmp_path / "compare.csv")
@@ -115,8 +151,14 @@ def test_verbatim_param_keys_sort_numerically(store, tmp_path):
 def test_files_figures_and_the_compare_run(store, tmp_path):
     client = store["client"]
     assert _compare(store, tmp_path, "--experiment", EXP, "--metric", "test_nll") == 0
-    files = {"compare.csv", "compare.md", "runs.csv", "vs_train_size_test_nll.png", "vs_beta_test_nll.png",
-             "curve_test_nll.png"}
+    files = {
+        "compare.csv",
+        "compare.md",
+        "runs.csv",
+        "vs_train_size_test_nll.png",
+        "vs_beta_test_nll.png",
+        "curve_test_nll.png",
+    }
     assert files <= {p.name for p in tmp_path.iterdir()}
     for f in files:
         if f.endswith(".png"):
@@ -135,8 +177,20 @@ def test_files_figures_and_the_compare_run(store, tmp_path):
 
 
 def test_figures_only_where_the_x_axis_varies(store, tmp_path):
-    assert _compare(store, tmp_path, "--experiment", EXP, "--filter", "metrics.n_train = 100", "--metric", "test_nll",
-                    "--no-log") == 0
+    assert (
+        _compare(
+            store,
+            tmp_path,
+            "--experiment",
+            EXP,
+            "--filter",
+            "metrics.n_train = 100",
+            "--metric",
+            "test_nll",
+            "--no-log",
+        )
+        == 0
+    )
     names = {p.name for p in tmp_path.iterdir()}
     assert "vs_train_size_test_nll.png" not in names  # one training size
     assert {"vs_beta_test_nll.png", "curve_test_nll.png"} <= names
@@ -145,11 +199,14 @@ def test_figures_only_where_the_x_axis_varies(store, tmp_path):
 
 
 def test_compare_select_mode_has_the_elbo_beta1_row(store, tmp_path):
-    assert _compare(store, tmp_path, "--experiment", EXP, "--select", "--metric", "test_nll", "--no-log",
-                    "--no-figures") == 0
+    assert (
+        _compare(store, tmp_path, "--experiment", EXP, "--select", "--metric", "test_nll", "--no-log", "--no-figures")
+        == 0
+    )
     rows = _read_csv(tmp_path / "compare.csv")
     assert [(r["method"], r["train_size"]) for r in rows] == [
-        (m, s) for m in ("dlm", "svgp", "svgp (beta=1)") for s in ("100", "1000")]
+        (m, s) for m in ("dlm", "svgp", "svgp (beta=1)") for s in ("100", "1000")
+    ]
     assert all(r["n"] == "3" for r in rows)  # one selected run per seed
 
 
@@ -192,9 +249,10 @@ def test_every_page_of_search_results_is_read():
     from gpdlm_cli.analysis.store import load_runs
 
     def run(i, status="FINISHED"):
-        return SimpleNamespace(info=SimpleNamespace(run_id=f"r{i}", run_name="", start_time=i, status=status),
-                               data=SimpleNamespace(params={}, metrics={"test_nll": float(i)},
-                                                    tags={"gpdlm.command": "train"}))
+        return SimpleNamespace(
+            info=SimpleNamespace(run_id=f"r{i}", run_name="", start_time=i, status=status),
+            data=SimpleNamespace(params={}, metrics={"test_nll": float(i)}, tags={"gpdlm.command": "train"}),
+        )
 
     class Page(list):
         def __init__(self, items, token):

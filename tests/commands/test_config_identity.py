@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 from gpdlm_cli.tracking import flatten
 from gpdlm_cli.tracking.identity import config_hash, config_hashes, params_hash, run_identity
 
-from .conftest import copy_store, make_experiment, make_run
 from ..conftest import compose
+from .conftest import copy_store, make_experiment, make_run
 
 
 def old_hash(cfg) -> str:
@@ -33,8 +33,16 @@ def logged_params(cfg) -> dict:
 @pytest.mark.slow
 def test_threads_device_and_checkpoints_do_not_change_the_hash():
     base = compose(["model=svgp", "seed=1"])
-    same = [["threads=1"], ["threads=2"], ["device=cpu"], ["trainer.checkpoint_every=0"], ["progress=false"],
-            ["tracking.experiment=other"], ["bias.repetitions=7"], ["sweep.skip_finished=true"]]
+    same = [
+        ["threads=1"],
+        ["threads=2"],
+        ["device=cpu"],
+        ["trainer.checkpoint_every=0"],
+        ["progress=false"],
+        ["tracking.experiment=other"],
+        ["bias.repetitions=7"],
+        ["sweep.skip_finished=true"],
+    ]
     for extra in same:
         assert config_hash(compose(["model=svgp", "seed=1", *extra])) == config_hash(base), extra
     for extra in (["seed=2"], ["objective.beta=0.5"], ["dtype=float32"], ["trainer.eval_every=10"]):
@@ -62,13 +70,20 @@ def test_an_old_store_counts_a_seed_run_at_two_thread_counts_once(template_db, t
     exp_id = make_experiment(client, uri, "old")
     for seed, threads, rmse in ((0, 1, 1.0), (0, 2, 1.0), (1, 1, 2.0)):
         cfg = compose(["model=svgp", f"seed={seed}", f"threads={threads}"])
-        make_run(client, exp_id, logged_params(cfg), {"test_rmse": rmse}, tags={"gpdlm.config_hash": old_hash(cfg)},
-                 start_time=1000 + threads)
+        make_run(
+            client,
+            exp_id,
+            logged_params(cfg),
+            {"test_rmse": rmse},
+            tags={"gpdlm.config_hash": old_hash(cfg)},
+            start_time=1000 + threads,
+        )
     notes: list[str] = []
     runs = load_runs(client, client.get_experiment_by_name("old"), notes=notes)
     assert sorted((r.params["seed"], r.params["threads"]) for r in runs) == [("0", "2"), ("1", "1")]
-    assert notes == ["1 rerun(s) of identical configurations (same gpdlm.config_hash) counted once: "
-                     "the latest run of each is used"]
+    assert notes == [
+        "1 rerun(s) of identical configurations (same gpdlm.config_hash) counted once: the latest run of each is used"
+    ]
 
 
 @pytest.mark.slow
@@ -78,8 +93,17 @@ def test_skip_finished_finds_a_run_of_an_old_store(template_db, tmp_path):
     from gpdlm_cli.run.train import run_train
 
     uri = copy_store(template_db, tmp_path / "store")
-    over = ["dataset=diabetes", "model=svgp", "model.num_inducing=10", "dataset.split.train_size=60",
-            "trainer.max_iters=4", "progress=false", "threads=1", f"tracking.uri={uri}", "tracking.experiment=old"]
+    over = [
+        "dataset=diabetes",
+        "model=svgp",
+        "model.num_inducing=10",
+        "dataset.split.train_size=60",
+        "trainer.max_iters=4",
+        "progress=false",
+        "threads=1",
+        f"tracking.uri={uri}",
+        "tracking.experiment=old",
+    ]
     cfg = compose(over)
     client = MlflowClient(uri)
     exp_id = make_experiment(client, uri, "old")

@@ -40,9 +40,15 @@ def test_the_file_holds_every_run_with_step_summaries_and_a_checksum(records, st
     assert trailer["n_runs"] == 51 and len(trailer["sha256"]) == 64
     assert sorted({r["status"] for r in runs}) == ["FAILED", "FINISHED", "RUNNING"]
     assert sum(r["tags"]["gpdlm.command"] == "bias" for r in runs) == 1
-    run = next(r for r in runs if r["params"]["model.name"] == "dlm" and r["params"]["dataset.name"] == "pol"
-               and r["params"]["objective.beta"] == "0.1" and r["params"]["seed"] == "0"
-               and r["params"]["dataset.split.train_size"] == "100")
+    run = next(
+        r
+        for r in runs
+        if r["params"]["model.name"] == "dlm"
+        and r["params"]["dataset.name"] == "pol"
+        and r["params"]["objective.beta"] == "0.1"
+        and r["params"]["seed"] == "0"
+        and r["params"]["dataset.split.train_size"] == "100"
+    )
     assert run["metrics"]["test_nll"] == 1.0 and run["metrics"]["val_nll"] == 1.0
     s = run["steps"]["test_nll"]  # steps 10, 20, 30 (the final value at 30 is the same point)
     assert (s["n"], s["first"], s["last"], s["min"], s["max"], s["last_step"]) == (3, 2.0, 1.0, 1.0, 2.0, 30)
@@ -81,15 +87,24 @@ def _rewrite(src, dest, edit):
     return dest
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda ls: [ls[0], ls[1].replace(b'"test_nll":1.0', b'"test_nll":0.5', 1), *ls[2:]], "SHA-256 mismatch"),
-    (lambda ls: ls[:-1], "truncated (no checksum line at the end)"),
-    (lambda ls: [ls[0].replace(b'"version":1', b'"version":2'), *ls[1:]], "format version 2; this gpdlm reads version 1"),
-    (lambda ls: [b'{"hello": 1}\n', *ls[1:]], "not a gpdlm run-records file"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda ls: [ls[0], ls[1].replace(b'"test_nll":1.0', b'"test_nll":0.5', 1), *ls[2:]], "SHA-256 mismatch"),
+        (lambda ls: ls[:-1], "truncated (no checksum line at the end)"),
+        (
+            lambda ls: [ls[0].replace(b'"version":1', b'"version":2'), *ls[1:]],
+            "format version 2; this gpdlm reads version 1",
+        ),
+        (lambda ls: [b'{"hello": 1}\n', *ls[1:]], "not a gpdlm run-records file"),
+    ],
+)
 def test_a_damaged_file_is_one_line(records, store, tmp_path, capsys, edit, message):  # noqa: F811
     bad = _rewrite(records, tmp_path / "bad.jsonl.gz", edit)
-    assert cli.main(["report", "--claims", store["claims"], "--no-log", "--from", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        cli.main(["report", "--claims", store["claims"], "--no-log", "--from", str(bad), "--out", str(tmp_path / "o")])
+        == 2
+    )
     assert message in one_line_error(capsys)
     assert not (tmp_path / "o").exists()  # nothing written
 

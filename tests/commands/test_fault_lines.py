@@ -24,8 +24,21 @@ def folder(tmp_path_factory):
     from gpdlm_cli.tracking import NullTracker
 
     d = tmp_path_factory.mktemp("predict") / "run"
-    run_train(compose(["dataset=diabetes", "model.num_inducing=8", "dataset.split.train_size=60", "trainer.max_iters=3",
-                       "progress=false", "threads=1", "tracking.enabled=false"]), d, tracker=NullTracker())
+    run_train(
+        compose(
+            [
+                "dataset=diabetes",
+                "model.num_inducing=8",
+                "dataset.split.train_size=60",
+                "trainer.max_iters=3",
+                "progress=false",
+                "threads=1",
+                "tracking.enabled=false",
+            ]
+        ),
+        d,
+        tracker=NullTracker(),
+    )
     return d
 
 
@@ -123,8 +136,9 @@ def test_errors_of_the_analysis_commands_go_through_the_dispatcher_without_hydra
 def test_an_mlflow_value_error_does_not_blame_the_store():
     from mlflow.exceptions import MlflowException
 
-    line = fault_message(MlflowException("'name' exceeds the maximum length of 500 characters",
-                                         error_code="INVALID_PARAMETER_VALUE"))
+    line = fault_message(
+        MlflowException("'name' exceeds the maximum length of 500 characters", error_code="INVALID_PARAMETER_VALUE")
+    )
     assert "tracking.uri" not in line and "shorten it" in line
 
 

@@ -16,12 +16,19 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ..test_bad_input import run_cli
 from ..conftest import compose
+from ..test_bad_input import run_cli
 from .conftest import copy_store
 
-TINY = ["dataset=diabetes", "model.num_inducing=10", "dataset.split.train_size=60", "trainer.max_iters=6",
-        "trainer.eval_every=3", "threads=1", "progress=false"]
+TINY = [
+    "dataset=diabetes",
+    "model.num_inducing=10",
+    "dataset.split.train_size=60",
+    "trainer.max_iters=6",
+    "trainer.eval_every=3",
+    "threads=1",
+    "progress=false",
+]
 
 
 def only_run(uri, experiment="gpdlm"):
@@ -59,7 +66,11 @@ def full_disk_for(monkeypatch):
 
     def install(*names):
         def fake_open(file, mode="r", *args, **kwargs):
-            if "w" in str(mode) and any(n in os.fspath(file) for n in names) if isinstance(file, (str, os.PathLike)) else False:
+            if (
+                "w" in str(mode) and any(n in os.fspath(file) for n in names)
+                if isinstance(file, (str, os.PathLike))
+                else False
+            ):
                 real_open(file, "w").close()
                 return _FullDisk(os.fspath(file))
             return real_open(file, mode, *args, **kwargs)
@@ -71,7 +82,8 @@ def full_disk_for(monkeypatch):
 
 
 def test_disk_full_at_the_end_keeps_the_metrics_in_mlflow_and_says_what_was_saved(
-        template_db, tmp_path, capsys, full_disk_for):
+    template_db, tmp_path, capsys, full_disk_for
+):
     uri = copy_store(template_db, tmp_path / "store")
     full_disk_for("metrics.json")
     rc, lines = run_cli(["train", *TINY, f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run"], tmp_path, capsys)
@@ -114,8 +126,17 @@ def test_two_runs_started_together_get_two_folders_and_one_store(tmp_path):
     its own output folder whose files all come from it, and both reach a store neither had to
     race to create (the second used to crash in MLflow's schema migration)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", *TINY, f"seed={s}"], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for s in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gpdlm_cli.cli", "train", *TINY, f"seed={s}"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for s in (1, 2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
     folders = sorted((tmp_path / "outputs").glob("*/*"))
@@ -134,8 +155,10 @@ def test_store_lock_is_exclusive_across_processes(tmp_path):
     from gpdlm_cli.tracking.tracker import store_lock
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = ("import sys, time; from gpdlm_cli.tracking.tracker import store_lock\n"
-            "with store_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(1.5)\n")
+    code = (
+        "import sys, time; from gpdlm_cli.tracking.tracker import store_lock\n"
+        "with store_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(1.5)\n"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     t0 = time.monotonic()
@@ -150,9 +173,11 @@ def test_store_lock_is_exclusive_across_processes(tmp_path):
 def exclusive_holder(template_db, tmp_path):
     """A store held by another process with `BEGIN EXCLUSIVE` (as the probe did with sqlite3)."""
     uri = copy_store(template_db, tmp_path / "store")
-    db = uri[len("sqlite:///"):]
-    code = ("import sqlite3, sys, time\nc = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-            "c.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(60)\n")
+    db = uri[len("sqlite:///") :]
+    code = (
+        "import sqlite3, sys, time\nc = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(60)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, db], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"
     yield uri, proc
@@ -161,8 +186,7 @@ def exclusive_holder(template_db, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_locked_store_is_waited_for_then_one_line_naming_the_holder(exclusive_holder, tmp_path, capsys,
-                                                                        monkeypatch):
+def test_a_locked_store_is_waited_for_then_one_line_naming_the_holder(exclusive_holder, tmp_path, capsys, monkeypatch):
     from gpdlm_cli.tracking import tracker
 
     uri, holder = exclusive_holder
@@ -191,7 +215,10 @@ def test_a_locked_store_is_retried_until_it_is_free(capsys):
 
     assert locked_retry(store_call, "sqlite:////tmp/x/mlflow.db", wait_s=30) == "ok"
     assert len(calls) == 3 and calls[2] - calls[0] >= 0.9  # waited between tries
-    assert capsys.readouterr().err == "gpdlm: the MLflow store /tmp/x/mlflow.db is locked by another process; waiting up to 30 s\n"
+    assert (
+        capsys.readouterr().err
+        == "gpdlm: the MLflow store /tmp/x/mlflow.db is locked by another process; waiting up to 30 s\n"
+    )
     with pytest.raises(sqlite3.OperationalError):  # other errors are not retried
         locked_retry(lambda: (_ for _ in ()).throw(sqlite3.OperationalError("no such table")), "sqlite:////tmp/x.db")
 
@@ -208,19 +235,29 @@ def test_a_store_full_mid_run_is_one_line(template_db, tmp_path, capsys, monkeyp
 
     monkeypatch.setattr(MlflowTracker, "_log", full)
     rc, lines = run_cli(["train", *TINY, f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run"], tmp_path, capsys)
-    assert rc == 1 and lines == ["gpdlm: error: disk full while writing the MLflow store (mlflow.db); "
-                                 "free some space and run again"]
+    assert rc == 1 and lines == [
+        "gpdlm: error: disk full while writing the MLflow store (mlflow.db); free some space and run again"
+    ]
     run = only_run(uri)
     assert run.info.status == "FAILED" and "database or disk is full" in run.data.tags["failure_reason"]
 
 
-@pytest.mark.parametrize("args,message,code", [
-    (["hydra.run.dir=/proc/gpdlm/run"], "gpdlm: error: cannot create or write /proc/gpdlm", 1),
-    (["tracking.uri=sqlite:////proc/gpdlm/mlflow.db"],
-     "gpdlm: error: tracking.uri=sqlite:////proc/gpdlm/mlflow.db: the folder /proc/gpdlm does not exist", 2),
-    (["tracking.uri=http://127.0.0.1:1"],  # finding 6: checked before training, at once
-     "gpdlm: error: the MLflow tracking server http://127.0.0.1:1 cannot be reached", 1),
-])
+@pytest.mark.parametrize(
+    "args,message,code",
+    [
+        (["hydra.run.dir=/proc/gpdlm/run"], "gpdlm: error: cannot create or write /proc/gpdlm", 1),
+        (
+            ["tracking.uri=sqlite:////proc/gpdlm/mlflow.db"],
+            "gpdlm: error: tracking.uri=sqlite:////proc/gpdlm/mlflow.db: the folder /proc/gpdlm does not exist",
+            2,
+        ),
+        (
+            ["tracking.uri=http://127.0.0.1:1"],  # finding 6: checked before training, at once
+            "gpdlm: error: the MLflow tracking server http://127.0.0.1:1 cannot be reached",
+            1,
+        ),
+    ],
+)
 def test_impossible_folders_and_unreachable_stores_are_one_line(args, message, code, tmp_path, capsys):
     t0 = time.monotonic()
     rc, lines = run_cli(["train", *TINY, f"hydra.run.dir={tmp_path}/run", *args], tmp_path, capsys)
@@ -238,8 +275,6 @@ def test_the_server_check_bounds_mlflow_http_retries(monkeypatch):
     with pytest.raises(TrackingError):
         check_store("http://127.0.0.1:1")
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3" and os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
-
-
 
 
 def test_the_retrying_client_travels_to_sweep_jobs(tmp_path):

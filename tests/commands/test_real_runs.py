@@ -38,8 +38,23 @@ def _read(path):
 
 
 def test_compare_real_runs_with_learning_curves(real, tmp_path):
-    assert cli.main(["compare", "--tracking-uri", real["uri"], "--experiment", EXP, "--out", str(tmp_path),
-                     "--metric", "test_nll", "--no-log"]) == 0
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--tracking-uri",
+                real["uri"],
+                "--experiment",
+                EXP,
+                "--out",
+                str(tmp_path),
+                "--metric",
+                "test_nll",
+                "--no-log",
+            ]
+        )
+        == 0
+    )
     rows = _read(tmp_path / "compare.csv")
     by_beta = {float(r.data.params["objective.beta"]): r.data.metrics["test_nll"] for r in real["runs"]}
     assert [(float(r["beta"]), float(r["test_nll_mean"])) for r in rows] == sorted(by_beta.items())
@@ -53,8 +68,21 @@ def test_select_refit_trains_on_train_plus_validation(real, tmp_path, capsys):
 
     client = real["client"]
     best = min(real["runs"], key=lambda r: r.data.metrics["val_nll"])
-    rc = cli.main(["select", "--tracking-uri", real["uri"], "--experiment", EXP, "--out", str(tmp_path), "--refit",
-                   "--no-figures", "--metric", "test_nll"])
+    rc = cli.main(
+        [
+            "select",
+            "--tracking-uri",
+            real["uri"],
+            "--experiment",
+            EXP,
+            "--out",
+            str(tmp_path),
+            "--refit",
+            "--no-figures",
+            "--metric",
+            "test_nll",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     (row,) = _read(tmp_path / "selected.csv")
     assert row["run_id"] == best.info.run_id
@@ -74,20 +102,64 @@ def test_select_refit_trains_on_train_plus_validation(real, tmp_path, capsys):
     assert refit.data.params["dataset.split.val_fraction"] == "0.0"
     assert refit.data.params["dataset.split.train_size"] == str(150 + n_val)
     assert refit.data.metrics["n_train"] == 150 + n_val
-    _, new, _ = load_data(compose(fast(BASE + [f"objective.beta={beta}", "dataset.split.val_fraction=0.0",
-                                               f"dataset.split.train_size={150 + n_val}"])))
+    _, new, _ = load_data(
+        compose(
+            fast(
+                BASE
+                + [
+                    f"objective.beta={beta}",
+                    "dataset.split.val_fraction=0.0",
+                    f"dataset.split.train_size={150 + n_val}",
+                ]
+            )
+        )
+    )
     assert set(new.indices["train"]) == set(old.indices["train"]) | set(old.indices["val"])
     assert np.array_equal(np.sort(new.indices["test"]), np.sort(old.indices["test"]))
     assert (tmp_path / "summary_refit.csv").exists()
 
     # selecting again reuses the finished refit instead of training another one
     capsys.readouterr()
-    assert cli.main(["select", "--tracking-uri", real["uri"], "--experiment", EXP, "--out", str(tmp_path / "again"),
-                     "--refit", "--no-figures", "--no-log", "--metric", "test_nll"]) == 0
+    assert (
+        cli.main(
+            [
+                "select",
+                "--tracking-uri",
+                real["uri"],
+                "--experiment",
+                EXP,
+                "--out",
+                str(tmp_path / "again"),
+                "--refit",
+                "--no-figures",
+                "--no-log",
+                "--metric",
+                "test_nll",
+            ]
+        )
+        == 0
+    )
     assert "reusing the FINISHED refit run" in capsys.readouterr().err
     assert len(client.search_runs([real["exp"]], filter_string="tags.`gpdlm.refit_of` != ''")) == 1
     # compare leaves refits out unless asked
-    assert cli.main(["compare", "--tracking-uri", real["uri"], "--experiment", EXP, "--out", str(tmp_path / "c"),
-                     "--no-log", "--no-figures", "--include-refits", "--metric", "test_nll"]) == 0
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--tracking-uri",
+                real["uri"],
+                "--experiment",
+                EXP,
+                "--out",
+                str(tmp_path / "c"),
+                "--no-log",
+                "--no-figures",
+                "--include-refits",
+                "--metric",
+                "test_nll",
+            ]
+        )
+        == 0
+    )
     rows = _read(tmp_path / "c" / "compare.csv")
     assert sorted(r["refit"] for r in rows) == ["no", "no", "yes"]

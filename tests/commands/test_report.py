@@ -137,13 +137,29 @@ def store(module_uri, tmp_path_factory):
     for (dataset, model, beta), values in TEST_NLL.items():
         for size in SIZES:
             for seed, v in zip(SEEDS, values):
-                make_run(client, exp, {"dataset.name": dataset, "model.name": model, "model.variant": "joint",
-                                       "objective.beta": beta, "seed": seed, "dataset.split.train_size": size},
-                         {"test_nll": v, "val_nll": VAL_NLL[beta][model], "n_train": size},
-                         steps={"test_nll": [(10, v + 1.0), (20, v + 0.5), (30, v)]})
+                make_run(
+                    client,
+                    exp,
+                    {
+                        "dataset.name": dataset,
+                        "model.name": model,
+                        "model.variant": "joint",
+                        "objective.beta": beta,
+                        "seed": seed,
+                        "dataset.split.train_size": size,
+                    },
+                    {"test_nll": v, "val_nll": VAL_NLL[beta][model], "n_train": size},
+                    steps={"test_nll": [(10, v + 1.0), (20, v + 0.5), (30, v)]},
+                )
     # runs the report must ignore: unfinished, a sweep parent, another command's run
-    trap = {"dataset.name": "pol", "model.name": "dlm", "model.variant": "joint", "objective.beta": 0.1, "seed": 0,
-            "dataset.split.train_size": 100}
+    trap = {
+        "dataset.name": "pol",
+        "model.name": "dlm",
+        "model.variant": "joint",
+        "objective.beta": 0.1,
+        "seed": 0,
+        "dataset.split.train_size": 100,
+    }
     for status in ("FAILED", "RUNNING"):
         make_run(client, exp, trap, {"test_nll": 1e6, "val_nll": -1e6, "n_train": 100}, status=status)
     make_run(client, exp, trap, {"test_nll": 1e6, "val_nll": -1e6, "n_train": 100}, command="compare")
@@ -156,8 +172,20 @@ def store(module_uri, tmp_path_factory):
 
 
 def _report(store, tmp_path, *args):
-    return cli.main(["report", "--tracking-uri", store["uri"], "--experiment", EXP, "--claims", store["claims"],
-                     "--out", str(tmp_path), *args])
+    return cli.main(
+        [
+            "report",
+            "--tracking-uri",
+            store["uri"],
+            "--experiment",
+            EXP,
+            "--claims",
+            store["claims"],
+            "--out",
+            str(tmp_path),
+            *args,
+        ]
+    )
 
 
 def _rows(path):
@@ -173,9 +201,12 @@ def test_cells_are_the_selected_runs_mean_and_se(store, tmp_path):
     assert _report(store, tmp_path, "--no-log") == 0
     cells = {(r["table"], r["row"], r["column"]): r for r in _rows(tmp_path / "cells.csv")}
     expected = {  # (dataset, method) -> the values the selection must give, at both training sizes
-        ("pol", "ELBO"): TEST_NLL[("pol", "svgp", 1.0)], ("pol", "beta-ELBO"): TEST_NLL[("pol", "svgp", 0.1)],
-        ("pol", "DLM"): TEST_NLL[("pol", "dlm", 0.1)], ("kin", "ELBO"): TEST_NLL[("kin", "svgp", 1.0)],
-        ("kin", "beta-ELBO"): TEST_NLL[("kin", "svgp", 0.1)], ("kin", "DLM"): TEST_NLL[("kin", "dlm", 0.1)],
+        ("pol", "ELBO"): TEST_NLL[("pol", "svgp", 1.0)],
+        ("pol", "beta-ELBO"): TEST_NLL[("pol", "svgp", 0.1)],
+        ("pol", "DLM"): TEST_NLL[("pol", "dlm", 0.1)],
+        ("kin", "ELBO"): TEST_NLL[("kin", "svgp", 1.0)],
+        ("kin", "beta-ELBO"): TEST_NLL[("kin", "svgp", 0.1)],
+        ("kin", "DLM"): TEST_NLL[("kin", "dlm", 0.1)],
     }
     for (dataset, method), values in expected.items():
         for size in SIZES:
@@ -185,7 +216,9 @@ def test_cells_are_the_selected_runs_mean_and_se(store, tmp_path):
             assert float(cell["se"]) == pytest.approx(se, abs=1e-12)
             assert int(cell["n"]) == 3 and len(cell["run_ids"].split(";")) == 3
     for size in SIZES:  # no FITC run: an empty cell
-        assert cells[("t1", f"pol / {size}", "FITC")]["mean"] == "" and cells[("t1", f"pol / {size}", "FITC")]["n"] == "0"
+        assert (
+            cells[("t1", f"pol / {size}", "FITC")]["mean"] == "" and cells[("t1", f"pol / {size}", "FITC")]["n"] == "0"
+        )
     # best along each row: DLM on pol, beta-ELBO on kin; ELBO on kin is within one SE of it
     # (|1.07 - 1.05| = 0.02 <= SE 0.0289), nothing else is
     best = {k for k, c in cells.items() if c["best"] == "1" and k[0] == "t1"}
@@ -194,10 +227,18 @@ def test_cells_are_the_selected_runs_mean_and_se(store, tmp_path):
     assert near == {("t1", f"kin / {s}", "ELBO") for s in SIZES}
     assert _mean_se(TEST_NLL[("kin", "svgp", 0.1)])[1] == pytest.approx(0.05 / math.sqrt(3))
     # the paper's numbers where the claims file gives them
-    assert (float(cells[("t1", "pol / 100", "DLM")]["paper_mean"]), float(cells[("t1", "pol / 100", "DLM")]["paper_spread"])) == (1.0, 0.1)
-    assert cells[("t1", "pol / 100", "ELBO")]["paper_mean"] == "1.5" and cells[("t1", "pol / 100", "ELBO")]["paper_spread"] == ""
+    assert (
+        float(cells[("t1", "pol / 100", "DLM")]["paper_mean"]),
+        float(cells[("t1", "pol / 100", "DLM")]["paper_spread"]),
+    ) == (1.0, 0.1)
+    assert (
+        cells[("t1", "pol / 100", "ELBO")]["paper_mean"] == "1.5"
+        and cells[("t1", "pol / 100", "ELBO")]["paper_spread"] == ""
+    )
     # table 2 has no selection: every beta is its own row, the beta = 1 trap included
-    assert float(cells[("t2", "1", "DLM")]["mean"]) == 0.0 and float(cells[("t2", "0.1", "DLM")]["mean"]) == pytest.approx(1.01)
+    assert float(cells[("t2", "1", "DLM")]["mean"]) == 0.0 and float(
+        cells[("t2", "0.1", "DLM")]["mean"]
+    ) == pytest.approx(1.01)
 
 
 def _p_less(a, b):
@@ -218,7 +259,9 @@ def test_verdicts_match_hand_computed_paired_tests(store, tmp_path):
     # C: no FITC run
     assert v["C"]["verdict"] == "not measured" and v["C"]["p"] == "" and v["C"]["n_max"] == "0"
     # D: holds on pol only, which is enough for at least 1 of 2
-    assert v["D"]["verdict"] == "holds" and v["D"]["detail"].startswith("holds for 1 of 2 dataset values (needs 1): pol")
+    assert v["D"]["verdict"] == "holds" and v["D"]["detail"].startswith(
+        "holds for 1 of 2 dataset values (needs 1): pol"
+    )
     assert float(v["D"]["p"]) == pytest.approx(_p_less(dlm_pol, TEST_NLL[("pol", "svgp", 0.1)]), rel=1e-9)
     # E: DLM's best beta is 1 (0.0 < 1.01, significant), SVGP's is 0.1 (1.22 < 1.52): the claim fails
     assert v["E"]["verdict"] == "fails" and v["E"]["detail"] == "1 of 2 comparisons hold"
@@ -227,8 +270,10 @@ def test_verdicts_match_hand_computed_paired_tests(store, tmp_path):
     # F: TOST with Wilcoxon: differences ELBO - beta-ELBO on kin are 0.07, 0.02, -0.03; the exact
     # one-sided Wilcoxon p-values of d + 0.1 > 0 and d - 0.1 < 0 are both 1/8 with n = 3: not equivalent
     d = [a - b for a, b in zip(TEST_NLL[("kin", "svgp", 1.0)], TEST_NLL[("kin", "svgp", 0.1)])]
-    p_f = max(st.wilcoxon([x + 0.1 for x in d], alternative="greater").pvalue,
-              st.wilcoxon([x - 0.1 for x in d], alternative="less").pvalue)
+    p_f = max(
+        st.wilcoxon([x + 0.1 for x in d], alternative="greater").pvalue,
+        st.wilcoxon([x - 0.1 for x in d], alternative="less").pvalue,
+    )
     assert p_f == pytest.approx(0.125) and v["F"]["verdict"] == "fails" and float(v["F"]["p"]) == pytest.approx(p_f)
 
 
@@ -242,7 +287,12 @@ def test_markdown_layout_marks_and_ranks(store, tmp_path):
     table = [ln for ln in lines[start:] if ln.startswith("|")][:7]
     assert table[0] == "| dataset | train_size | ELBO | beta-ELBO | DLM | FITC |"
     # rows in the paper's order (pol before kin, as listed), sizes as numbers
-    assert [ln.split(" | ")[0:2] for ln in table[2:6]] == [["| pol", "100"], ["| pol", "200"], ["| kin", "100"], ["| kin", "200"]]
+    assert [ln.split(" | ")[0:2] for ln in table[2:6]] == [
+        ["| pol", "100"],
+        ["| pol", "200"],
+        ["| kin", "100"],
+        ["| kin", "200"],
+    ]
     assert "**1.010 ± 0.006 (n=3)** [paper 1.000 ± 0.100]" in table[2]
     assert "1.520 ± 0.015 (n=3) [paper 1.500]" in table[2]
     assert "1.070 ± 0.000 (n=3)\u2020" in table[4] and "**1.050 ± 0.029 (n=3)**" in table[4]
@@ -298,12 +348,15 @@ def test_the_report_is_logged_to_mlflow(store, tmp_path, capsys):
     assert "(49 runs of synth_report)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--experiment", "nope"], "experiment 'nope' does not exist in"),
-    (["--experiment", "empty"], "no FINISHED training runs in experiment 'empty'"),
-    (["--claims", "nopaper"], "unknown paper 'nopaper': choose from dlm, gplstm, rkhs, svbssgp"),
-    (["--format", "pdf"], "gpdlm report: argument --format: invalid choice: 'pdf'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--experiment", "nope"], "experiment 'nope' does not exist in"),
+        (["--experiment", "empty"], "no FINISHED training runs in experiment 'empty'"),
+        (["--claims", "nopaper"], "unknown paper 'nopaper': choose from dlm, gplstm, rkhs, svbssgp"),
+        (["--format", "pdf"], "gpdlm report: argument --format: invalid choice: 'pdf'"),
+    ],
+)
 def test_bad_input_is_one_line(store, tmp_path, capsys, args, message):
     base = {"--experiment": EXP, "--claims": store["claims"]}
     for k, v in zip(args[::2], args[1::2]):
@@ -317,14 +370,19 @@ def test_bad_input_is_one_line(store, tmp_path, capsys, args, message):
 def test_a_broken_claims_file_is_one_line(store, tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(CLAIMS.replace("than: {method: FITC}", "than: {method: FTC}"))
-    assert cli.main(["report", "--tracking-uri", store["uri"], "--experiment", EXP, "--claims", str(bad), "--no-log"]) == 2
-    assert one_line_error(capsys) == ("gpdlm: error: bad.yaml: claim C, than: 'FTC' is not a label of method "
-                                      "(ELBO, beta-ELBO, DLM, FITC)")
+    assert (
+        cli.main(["report", "--tracking-uri", store["uri"], "--experiment", EXP, "--claims", str(bad), "--no-log"]) == 2
+    )
+    assert one_line_error(capsys) == (
+        "gpdlm: error: bad.yaml: claim C, than: 'FTC' is not a label of method (ELBO, beta-ELBO, DLM, FITC)"
+    )
 
 
 def test_analysis_imports_no_torch():
-    code = ("import sys, gpdlm_cli.analysis.report, gpdlm_cli.analysis.render, gpdlm_cli.analysis.claims, "
-            "gpdlm_cli.commands.report; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, gpdlm_cli.analysis.report, gpdlm_cli.analysis.render, gpdlm_cli.analysis.claims, "
+        "gpdlm_cli.commands.report; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
@@ -338,8 +396,14 @@ def test_the_papers_own_average_ranks_from_its_printed_table():
     paper = claims.load("gplstm")
     tr = build_table(paper.tables["table2"], [], paper.units)
     ranks = dict(zip((k[0] for k in tr.method_keys), tr.paper_ranks))
-    by_hand = {"NARX": [4, 6, 3, 4.5, 5, 4], "RNN": [6, 5, 6, 6, 4, 6], "LSTM": [3, 2, 4, 2, 6, 2],
-               "GP-NARX": [2, 3.5, 1, 3, 1.5, 5], "GP-RNN": [5, 3.5, 5, 4.5, 3, 3], "GP-LSTM": [1, 1, 2, 1, 1.5, 1]}
+    by_hand = {
+        "NARX": [4, 6, 3, 4.5, 5, 4],
+        "RNN": [6, 5, 6, 6, 4, 6],
+        "LSTM": [3, 2, 4, 2, 6, 2],
+        "GP-NARX": [2, 3.5, 1, 3, 1.5, 5],
+        "GP-RNN": [5, 3.5, 5, 4.5, 3, 3],
+        "GP-LSTM": [1, 1, 2, 1, 1.5, 1],
+    }
     assert tr.paper_ranked_rows == 6 and ranks["RGP"] is None and ranks["GRU"] is None
     for method, per_column in by_hand.items():
         assert ranks[method] == pytest.approx(sum(per_column) / 6), method
@@ -353,21 +417,49 @@ def test_the_report_says_how_its_runs_were_made(store, tmp_path):
     client, uri = store["client"], store["uri"]
     exp = make_experiment(client, uri, "provenance_report")
     t0 = 1795579200000  # 2026-11-25 04:00 UTC in ms
-    for i, (protocol, commit, seconds) in enumerate([("fast", "abcdef1234567", 1800), ("fast", "abcdef1234567", 1800),
-                                                      ("paper", "0123456789ab", 3600)]):
-        make_run(client, exp, {"dataset.name": "pol", "model.name": "dlm", "model.variant": "joint",
-                               "objective.beta": 1.0, "seed": i, "dataset.split.train_size": 100},
-                 {"test_nll": 1.0, "val_nll": 1.0, "n_train": 100, "train_seconds": seconds},
-                 tags={"gpdlm.protocol": protocol, "gpdlm.git_commit": commit}, start_time=t0 + i * 75 * 60000)
+    for i, (protocol, commit, seconds) in enumerate(
+        [("fast", "abcdef1234567", 1800), ("fast", "abcdef1234567", 1800), ("paper", "0123456789ab", 3600)]
+    ):
+        make_run(
+            client,
+            exp,
+            {
+                "dataset.name": "pol",
+                "model.name": "dlm",
+                "model.variant": "joint",
+                "objective.beta": 1.0,
+                "seed": i,
+                "dataset.split.train_size": 100,
+            },
+            {"test_nll": 1.0, "val_nll": 1.0, "n_train": 100, "train_seconds": seconds},
+            tags={"gpdlm.protocol": protocol, "gpdlm.git_commit": commit},
+            start_time=t0 + i * 75 * 60000,
+        )
     study = tmp_path / "study.md"
-    study.write_text("Commands:\n\n    gpdlm sweep beta +experiment=x sweep.factor=4\n\nBudget: 3 seeds (the paper: 5).\n")
-    argv = ["report", "--tracking-uri", uri, "--experiment", "provenance_report", "--claims", store["claims"],
-            "--out", str(tmp_path / "r"), "--no-log", "--study", str(study)]
+    study.write_text(
+        "Commands:\n\n    gpdlm sweep beta +experiment=x sweep.factor=4\n\nBudget: 3 seeds (the paper: 5).\n"
+    )
+    argv = [
+        "report",
+        "--tracking-uri",
+        uri,
+        "--experiment",
+        "provenance_report",
+        "--claims",
+        store["claims"],
+        "--out",
+        str(tmp_path / "r"),
+        "--no-log",
+        "--study",
+        str(study),
+    ]
     assert cli.main(argv) == 0
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## The study\n\nCommands:\n\n    gpdlm sweep beta +experiment=x sweep.factor=4\n\nBudget: 3 seeds" in md
-    assert ("| provenance_report | 3 | fast (2), paper (1) | pol (3) | abcdef1234 (2), 0123456789 (1) | "
-            "2026-11-25 04:00 UTC | 2026-11-25 06:30 UTC | 2.00 |") in md
+    assert (
+        "| provenance_report | 3 | fast (2), paper (1) | pol (3) | abcdef1234 (2), 0123456789 (1) | "
+        "2026-11-25 04:00 UTC | 2026-11-25 06:30 UTC | 2.00 |"
+    ) in md
     assert md.index("## The runs read") < md.index("## Claims")
     assert cli.main([*argv[:-2], "--study", str(tmp_path / "missing.md")]) == 2
 
@@ -378,15 +470,37 @@ def test_auto_rows_come_from_the_tables_own_runs(store, tmp_path):
     (e.g. pol regression next to the classification sets), adds no row."""
     client, uri = store["client"], store["uri"]
     exp = make_experiment(client, uri, "foreign_sizes")
-    make_run(client, exp, {"dataset.name": "other", "model.name": "dlm", "model.variant": "joint",
-                           "objective.beta": 1.0, "seed": 0, "dataset.split.train_size": 999},
-             {"test_nll": 9.0, "val_nll": 9.0, "n_train": 999})
-    argv = ["report", "--tracking-uri", uri, "--experiment", EXP, "--experiment", "foreign_sizes",
-            "--claims", store["claims"], "--out", str(tmp_path), "--no-log"]
+    make_run(
+        client,
+        exp,
+        {
+            "dataset.name": "other",
+            "model.name": "dlm",
+            "model.variant": "joint",
+            "objective.beta": 1.0,
+            "seed": 0,
+            "dataset.split.train_size": 999,
+        },
+        {"test_nll": 9.0, "val_nll": 9.0, "n_train": 999},
+    )
+    argv = [
+        "report",
+        "--tracking-uri",
+        uri,
+        "--experiment",
+        EXP,
+        "--experiment",
+        "foreign_sizes",
+        "--claims",
+        store["claims"],
+        "--out",
+        str(tmp_path),
+        "--no-log",
+    ]
     assert cli.main(argv) == 0
     md = (tmp_path / "report.md").read_text()
     lines = md.splitlines()
-    table = [ln for ln in lines[lines.index("### Table 1: test NLL"):] if ln.startswith("|")][:7]
+    table = [ln for ln in lines[lines.index("### Table 1: test NLL") :] if ln.startswith("|")][:7]
     assert [ln.split(" | ")[1] for ln in table[2:6]] == ["100", "200", "100", "200"]
     assert "999" not in md.split("## Tables")[1]
 
@@ -437,13 +551,33 @@ def test_a_table_that_asks_for_bias_runs_reads_them(store, tmp_path):
     ups, bmc = [0.010, 0.020, 0.015], [0.30, 0.25, 0.41]
     for seed in SEEDS:
         for name, vals in (("ups", ups), ("bmc", bmc)):
-            make_run(client, exp, {"dataset.name": "doctor_visits", "model.name": "dlm", "estimator.name": name,
-                                   "estimator.num_samples": 10, "seed": seed},
-                     {"mean_block_bias_debiased_rel": vals[seed]}, command="bias")
+            make_run(
+                client,
+                exp,
+                {
+                    "dataset.name": "doctor_visits",
+                    "model.name": "dlm",
+                    "estimator.name": name,
+                    "estimator.num_samples": 10,
+                    "seed": seed,
+                },
+                {"mean_block_bias_debiased_rel": vals[seed]},
+                command="bias",
+            )
     claims = tmp_path / "synth_bias.yaml"
     claims.write_text(BIAS_CLAIMS)
-    argv = ["report", "--tracking-uri", uri, "--experiment", "synth_bias", "--claims", str(claims),
-            "--out", str(tmp_path / "out"), "--no-log"]
+    argv = [
+        "report",
+        "--tracking-uri",
+        uri,
+        "--experiment",
+        "synth_bias",
+        "--claims",
+        str(claims),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-log",
+    ]
     assert cli.main(argv) == 0
     cells = {(r["table"], r["column"]): r for r in _rows(tmp_path / "out" / "cells.csv")}
     assert float(cells[("bias", "uPS-10")]["mean"]) == pytest.approx(statistics.fmean(ups), rel=1e-12)
@@ -459,7 +593,9 @@ def test_without_claims_the_report_is_the_experiments_own_tables_and_figures(sto
     """`gpdlm report --experiment X` without --claims (once refused): compare's table -- mean ± SE per
     group, the same rows -- and compare's figures, in one report, logged as a `report` run."""
     uri = store["uri"]
-    assert cli.main(["compare", "--tracking-uri", uri, "--experiment", EXP, "--out", str(tmp_path / "c"), "--no-log"]) == 0
+    assert (
+        cli.main(["compare", "--tracking-uri", uri, "--experiment", EXP, "--out", str(tmp_path / "c"), "--no-log"]) == 0
+    )
     capsys.readouterr()
     assert cli.main(["report", "--tracking-uri", uri, "--experiment", EXP, "--out", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
@@ -476,8 +612,23 @@ def test_without_claims_the_report_is_the_experiments_own_tables_and_figures(sto
     run = client.search_runs([store["exp"]], "tags.`gpdlm.command` = 'report' and params.claims = 'none'")[0]
     assert {"report.md", "summary.csv", "runs.csv"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
     assert f"MLflow run 'report' {run.info.run_id}" in out
-    assert cli.main(["report", "--tracking-uri", uri, "--experiment", EXP, "--out", str(tmp_path / "h"),
-                     "--format", "html", "--no-log"]) == 0
+    assert (
+        cli.main(
+            [
+                "report",
+                "--tracking-uri",
+                uri,
+                "--experiment",
+                EXP,
+                "--out",
+                str(tmp_path / "h"),
+                "--format",
+                "html",
+                "--no-log",
+            ]
+        )
+        == 0
+    )
     page = (tmp_path / "h" / "report.html").read_text()
     assert page.count("data:image/png;base64,") == len(figures) and "<td>pol</td>" in page
 
@@ -485,6 +636,10 @@ def test_without_claims_the_report_is_the_experiments_own_tables_and_figures(sto
 def test_an_unknown_cause_label_is_one_line(store, tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(CLAIMS.replace("cause: robust", "cause: unknown"))
-    assert cli.main(["report", "--tracking-uri", store["uri"], "--experiment", EXP, "--claims", str(bad), "--no-log"]) == 2
-    assert "claim A: cause label 'unknown': choose from robust, budget-bound, protocol-bound, stand-in only" in \
-        one_line_error(capsys)
+    assert (
+        cli.main(["report", "--tracking-uri", store["uri"], "--experiment", EXP, "--claims", str(bad), "--no-log"]) == 2
+    )
+    assert (
+        "claim A: cause label 'unknown': choose from robust, budget-bound, protocol-bound, stand-in only"
+        in one_line_error(capsys)
+    )

@@ -24,8 +24,14 @@ PRESETS = Path(rp.PRESETS_DIR)
 
 
 def test_budget_durations():
-    assert [rp.parse_budget(t) for t in ("3h", "90m", "1h30m", "45s", "2.5h", None)] == \
-        [10800, 5400, 5400, 45, 9000, None]
+    assert [rp.parse_budget(t) for t in ("3h", "90m", "1h30m", "45s", "2.5h", None)] == [
+        10800,
+        5400,
+        5400,
+        45,
+        9000,
+        None,
+    ]
     for bad in ("3", "h", "3 hours", "0s", "-1h"):
         with pytest.raises(rp.AnalysisError, match="--budget"):
             rp.parse_budget(bad)
@@ -69,7 +75,9 @@ def expected_multiruns(paper: str) -> dict:
             continue
         base = c.get("preset") or t["preset"]
         for arm in [[]] + t.get("arms", []):
-            preset, rest = (arm[0].split("=", 1)[1], arm[1:]) if arm and arm[0].startswith("+experiment=") else (base, arm)
+            preset, rest = (
+                (arm[0].split("=", 1)[1], arm[1:]) if arm and arm[0].startswith("+experiment=") else (base, arm)
+            )
             ov = dict(o.split("=", 1) for o in [*t.get("overrides", []), *c.get("overrides", []), *rest])
             overrides = [f"{k}={v}" for k, v in ov.items()]
             beta = "objective.beta" in (t.get("select") or {}).get("over", [])
@@ -103,10 +111,36 @@ def test_the_smoke_scale_is_data(monkeypatch):
     plan = rp.derive(claims.load("rkhs"), [], "smoke", "fast", ["threads=1"])
     keys = [(m.preset, m.overrides) for m in plan.multiruns]
     assert keys == [  # rkhs_batch_study_pol -> rkhs_batch_study_smoke (scales.yaml), the paper's data sets dropped
-        ("rkhs_batch_study_smoke", ["kernel=linear", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
-        ("rkhs_batch_study_smoke", ["kernel=rff", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
-        ("rkhs_batch_study_smoke", ["kernel=rbf", "model=svgp", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
-        ("rkhs_batch_study_smoke", ["kernel=rbf", "model=bsgd", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]),
+        (
+            "rkhs_batch_study_smoke",
+            ["kernel=linear", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"],
+        ),
+        (
+            "rkhs_batch_study_smoke",
+            ["kernel=rff", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"],
+        ),
+        (
+            "rkhs_batch_study_smoke",
+            [
+                "kernel=rbf",
+                "model=svgp",
+                "dataset.split.mask=0,1",
+                "trainer.batch_size=32",
+                "trainer.protocol=fast",
+                "threads=1",
+            ],
+        ),
+        (
+            "rkhs_batch_study_smoke",
+            [
+                "kernel=rbf",
+                "model=bsgd",
+                "dataset.split.mask=0,1",
+                "trainer.batch_size=32",
+                "trainer.protocol=fast",
+                "threads=1",
+            ],
+        ),
     ]
     dlm = rp.derive(claims.load("dlm"), ["D2-pol", "D1-song", "D14-ups-less-bias-L1"], "smoke", "paper")
     assert [(m.preset, m.overrides, m.command) for m in dlm.multiruns] == [
@@ -114,21 +148,39 @@ def test_the_smoke_scale_is_data(monkeypatch):
         ("regression_baselines_smoke", ["seed=0,1"], "train"),
         ("bias_study_smoke", ["seed=0,1"], "bias"),  # a table of `gpdlm bias` runs
     ]
-    assert dlm.left_out == [("D2-pol (fig3_sqloss)", "no smoke preset regression_sqloss_pol_smoke for regression_sqloss_pol")]
+    assert dlm.left_out == [
+        ("D2-pol (fig3_sqloss)", "no smoke preset regression_sqloss_pol_smoke for regression_sqloss_pol")
+    ]
     reduced = rp.derive(claims.load("gplstm"), ["T2-gplstm-beats-lstm"], "reduced", "paper")
-    assert [(m.preset, m.overrides) for m in reduced.multiruns] == [("gplstm_sysid", ["seed=0,1", "trainer.max_epochs=20"])]
+    assert [(m.preset, m.overrides) for m in reduced.multiruns] == [
+        ("gplstm_sysid", ["seed=0,1", "trainer.max_epochs=20"])
+    ]
     gef = rp.derive(claims.load("gplstm"), ["T3-gef-gplstm-beats-lstm"], "paper", "paper")
     assert [(m.preset, m.overrides) for m in gef.multiruns] == [("gplstm_gef_power", []), ("gplstm_gef_wind", [])]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["nope"], "unknown paper 'nope'"),
-    (["gplstm", "--claims", "T9"], "--claims T9: no such claim in gplstm; claims: T2-gplstm-beats-lstm"),
-    (["gplstm", "--budget", "soon"], "--budget 'soon': give a duration"),
-    (["gplstm", "--scale", "huge"], "argument --scale: invalid choice"),
-    (["gplstm", "--scale", "smoke", "--dry-run", "--no-estimate", "--claims", "T2-gplstm-beats-lstm", "trainer.nope=1"],
-     "gplstm_sysid_smoke"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope"], "unknown paper 'nope'"),
+        (["gplstm", "--claims", "T9"], "--claims T9: no such claim in gplstm; claims: T2-gplstm-beats-lstm"),
+        (["gplstm", "--budget", "soon"], "--budget 'soon': give a duration"),
+        (["gplstm", "--scale", "huge"], "argument --scale: invalid choice"),
+        (
+            [
+                "gplstm",
+                "--scale",
+                "smoke",
+                "--dry-run",
+                "--no-estimate",
+                "--claims",
+                "T2-gplstm-beats-lstm",
+                "trainer.nope=1",
+            ],
+            "gplstm_sysid_smoke",
+        ),
+    ],
+)
 def test_bad_input_is_one_line(args, message, capsys, tmp_path):
     assert cli.main(["reproduce", *args, "--output", str(tmp_path / "o")]) == 2
     assert message in one_line_error(capsys)
@@ -140,22 +192,27 @@ def test_a_plan_with_nothing_to_run_is_one_line(capsys, tmp_path):
     text = (Path(claims.__file__).parent.parent / "claims" / "gplstm.yaml").read_text()
     assert text.count("    preset: gplstm_gef_power\n") == 1
     path = tmp_path / "gplstm_nogef.yaml"
-    path.write_text(text.replace("    preset: gplstm_gef_power\n", "    unavailable: no GEF data on this machine\n")
-                    .replace("      - [+experiment=gplstm_gef_wind]\n", ""))
+    path.write_text(
+        text.replace("    preset: gplstm_gef_power\n", "    unavailable: no GEF data on this machine\n").replace(
+            "      - [+experiment=gplstm_gef_wind]\n", ""
+        )
+    )
     argv = ["reproduce", str(path), "--claims", "T3-gef-gplstm-beats-lstm", "--output", str(tmp_path / "o")]
     assert cli.main(argv) == 2
-    assert "nothing to run for gplstm at scale paper: T3-gef-gplstm-beats-lstm (table3_gef): no GEF data on this machine" \
+    assert (
+        "nothing to run for gplstm at scale paper: T3-gef-gplstm-beats-lstm (table3_gef): no GEF data on this machine"
         in one_line_error(capsys)
+    )
     assert not (tmp_path / "o").exists()
 
 
 # ----- real smoke runs ----------------------------------------------------------------------------------
 # the smallest claim subsets that still train every method they compare (a few jobs each)
 SMOKE = {
-    "gplstm": (["T2-gplstm-beats-lstm"], [], 8),                         # lstm, gp_lstm x actuator, drives x 2 seeds
-    "dlm": (["D4-ringnorm"], [], 8),                                     # classification(_thyroid)_smoke: dlm, svgp x 2 seeds
+    "gplstm": (["T2-gplstm-beats-lstm"], [], 8),  # lstm, gp_lstm x actuator, drives x 2 seeds
+    "dlm": (["D4-ringnorm"], [], 8),  # classification(_thyroid)_smoke: dlm, svgp x 2 seeds
     "rkhs": (["T2-scgd-beats-bsgd-b32"], ["model=scgd_paper,bsgd"], 4),  # 2 methods x 2 masks of pol
-    "svbssgp": (["F2a-gamma0-best"], [], 2),                             # one sVBSSGP run per seed, every gamma
+    "svbssgp": (["F2a-gamma0-best"], [], 2),  # one sVBSSGP run per seed, every gamma
 }
 
 
@@ -163,8 +220,12 @@ def _finished(uri: str) -> list:
     from mlflow.tracking import MlflowClient
 
     c = MlflowClient(uri)
-    return [r for e in c.search_experiments() for r in c.search_runs([e.experiment_id], max_results=1000)
-            if r.data.tags.get("gpdlm.command") in ("train", "bias") and r.info.status == "FINISHED"]
+    return [
+        r
+        for e in c.search_experiments()
+        for r in c.search_runs([e.experiment_id], max_results=1000)
+        if r.data.tags.get("gpdlm.command") in ("train", "bias") and r.info.status == "FINISHED"
+    ]
 
 
 @pytest.mark.slow
@@ -177,8 +238,23 @@ def test_smoke_reproduce_writes_a_report_with_verdicts(paper, tmp_path, monkeypa
         pytest.skip("pol is neither cached nor in $GPDLM_DATA_MIRROR")
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    assert cli.main(["reproduce", paper, "--scale", "smoke", "--claims", ",".join(ids), "--output", str(out),
-                     "threads=1", *extra]) == 0
+    assert (
+        cli.main(
+            [
+                "reproduce",
+                paper,
+                "--scale",
+                "smoke",
+                "--claims",
+                ",".join(ids),
+                "--output",
+                str(out),
+                "threads=1",
+                *extra,
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("gpdlm reproduce: ") and " jobs done " in ln]
     assert len(lines) == jobs and lines[-1].startswith(f"gpdlm reproduce: {jobs}/{jobs} jobs done (finished")
@@ -195,8 +271,24 @@ def test_smoke_reproduce_writes_a_report_with_verdicts(paper, tmp_path, monkeypa
         assert all(v["verdict"] in ("holds", "fails") for v in mine), mine
     assert report.startswith("# ") and ids[0] in report
     # the evidence written next to the report gives the same report, byte for byte
-    assert cli.main(["report", "--claims", paper, "--from", str(out / "runs.jsonl.gz"), "--study", str(out / "study.md"),
-                     "--out", str(tmp_path / "again"), "--output", str(tmp_path / "again.md")]) == 0
+    assert (
+        cli.main(
+            [
+                "report",
+                "--claims",
+                paper,
+                "--from",
+                str(out / "runs.jsonl.gz"),
+                "--study",
+                str(out / "study.md"),
+                "--out",
+                str(tmp_path / "again"),
+                "--output",
+                str(tmp_path / "again.md"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "again.md").read_bytes() == (out / "report.md").read_bytes()
 
 
@@ -214,15 +306,30 @@ def test_budget_and_interruption_resume_without_rerunning(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     uri = f"sqlite:///{out}/mlflow.db"
-    args = ["reproduce", "gplstm", "--scale", "smoke", "--claims", "T2-gplstm-beats-lstm", "--output", str(out), "threads=1",
-            "dataset=actuator"]  # one of the preset's two sets: 4 jobs
+    args = [
+        "reproduce",
+        "gplstm",
+        "--scale",
+        "smoke",
+        "--claims",
+        "T2-gplstm-beats-lstm",
+        "--output",
+        str(out),
+        "threads=1",
+        "dataset=actuator",
+    ]  # one of the preset's two sets: 4 jobs
+
     def spend_budget(progress, status):  # the budget runs out while the first job trains (a clock, not a race)
         progress.deadline = min(progress.deadline, rp.time.monotonic())
+
     monkeypatch.setattr(rp, "_after_job", spend_budget)
     assert cli.main([*args, "--budget", "1h"]) == 0
     err = capsys.readouterr().err
-    assert re.search(r"gpdlm reproduce: budget 1h reached: 1 of 4 jobs done, 3 left \(about \d+ s\); rerun the same "
-                     r"command to continue", err), err
+    assert re.search(
+        r"gpdlm reproduce: budget 1h reached: 1 of 4 jobs done, 3 left \(about \d+ s\); rerun the same "
+        r"command to continue",
+        err,
+    ), err
     first = {r.data.tags["gpdlm.config_hash"]: r.info.run_id for r in _finished(uri)}
     assert len(first) == 1
     assert (out / "report.md").is_file()  # a partial report
@@ -230,6 +337,7 @@ def test_budget_and_interruption_resume_without_rerunning(tmp_path, monkeypatch,
     def interrupt(progress, status):
         if status == "finished":
             raise KeyboardInterrupt
+
     monkeypatch.setattr(rp, "_after_job", interrupt)
     assert cli.main(args) != 0
     second = {r.data.tags["gpdlm.config_hash"]: r.info.run_id for r in _finished(uri)}
@@ -259,14 +367,32 @@ PUBLISHED = sorted(p.parent for p in (ROOT / "docs" / "results" / "smoke").glob(
 
 
 def test_committed_smoke_reports_have_their_records():
-    assert [p.name for p in PUBLISHED] and all((p / "report.md").is_file() and (p / "study.md").is_file() for p in PUBLISHED)
+    assert [p.name for p in PUBLISHED] and all(
+        (p / "report.md").is_file() and (p / "study.md").is_file() for p in PUBLISHED
+    )
 
 
 @pytest.mark.parametrize("folder", PUBLISHED, ids=lambda p: p.name)
 def test_a_committed_report_is_rebuilt_from_its_records_byte_for_byte(folder, tmp_path, capsys):
-    assert cli.main(["report", "--no-log", "--claims", folder.name, "--from", str(folder / "runs.jsonl.gz"),
-                     "--study", str(folder / "study.md"), "--out", str(tmp_path / "o"),
-                     "--output", str(tmp_path / "report.md")]) == 0
+    assert (
+        cli.main(
+            [
+                "report",
+                "--no-log",
+                "--claims",
+                folder.name,
+                "--from",
+                str(folder / "runs.jsonl.gz"),
+                "--study",
+                str(folder / "study.md"),
+                "--out",
+                str(tmp_path / "o"),
+                "--output",
+                str(tmp_path / "report.md"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "report.md").read_bytes() == (folder / "report.md").read_bytes()
     head = gzip.decompress((folder / "runs.jsonl.gz").read_bytes()).splitlines()[0]
     assert json.loads(head)["format"] == "gpdlm-runs"
@@ -288,8 +414,13 @@ def test_regenerate_sh_rebuilds_the_records_reports_on_a_fresh_tree(tmp_path):
     for p in (tree / "docs" / "results" / "smoke").glob("*/report.md"):
         p.unlink()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(["bash", str(tree / "docs" / "results" / "regenerate.sh"), "--records-only"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", str(tree / "docs" / "results" / "regenerate.sh"), "--records-only"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     for folder in PUBLISHED:
         again = tree / "docs" / "results" / "smoke" / folder.name / "report.md"
@@ -308,8 +439,11 @@ def test_progress_of_a_multirun_run_by_a_parallel_launcher_is_counted_from_its_o
     assert (p.done, p.trained) == (4, 2)
     line = capsys.readouterr().err.strip()
     # 6 jobs left at the 15 s per trained job measured so far (30 s / 2)
-    assert re.fullmatch(r"gpdlm reproduce: 4/10 jobs done \(multirun 1 of 3: 2 finished, 1 skipped, 1 failed\), 6 left, "
-                        r"about 9[0-2] s left", line), line
+    assert re.fullmatch(
+        r"gpdlm reproduce: 4/10 jobs done \(multirun 1 of 3: 2 finished, 1 skipped, 1 failed\), 6 left, "
+        r"about 9[0-2] s left",
+        line,
+    ), line
 
 
 def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
@@ -323,6 +457,7 @@ def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
     def fake_plan(overrides, *, estimate=False, sample_iterations=5):
         seen.append(list(overrides))
         return types.SimpleNamespace(estimate_s=12.0)
+
     monkeypatch.setattr(run_plan, "plan", fake_plan)
     monkeypatch.setattr(rp, "data_status", lambda name: "offline (mirror)" if name == "pol" else "download")
     p = rp.derive(claims.load("rkhs"), ["T2-scgd-beats-bsgd-b32"], "paper", "paper")

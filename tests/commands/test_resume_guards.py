@@ -21,9 +21,17 @@ from .conftest import copy_store
 
 pytestmark = pytest.mark.slow  # each trains a small run (~5 s)
 
-OV = ["dataset=diabetes", "model.num_inducing=8", "dataset.split.train_size=60", "trainer.max_iters=30",
-      "trainer.eval_every=5", "trainer.checkpoint_every=1", "threads=1", "progress=false",
-      "tracking.system_metrics=null"]
+OV = [
+    "dataset=diabetes",
+    "model.num_inducing=8",
+    "dataset.split.train_size=60",
+    "trainer.max_iters=30",
+    "trainer.eval_every=5",
+    "trainer.checkpoint_every=1",
+    "threads=1",
+    "progress=false",
+    "tracking.system_metrics=null",
+]
 
 
 @pytest.fixture
@@ -104,10 +112,13 @@ def test_an_orphan_is_closed_and_continued_into_its_own_store_from_another_direc
     assert not (folder / FILE).exists()
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("model: [unclosed\n", "is not readable YAML"),
-    ("- 1\n- 2\n", "is not a gpdlm run config"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("model: [unclosed\n", "is not readable YAML"),
+        ("- 1\n- 2\n", "is not a gpdlm run config"),
+    ],
+)
 def test_a_broken_config_yaml_is_one_line(stopped, tmp_path, capsys, text, expected):
     folder, _, _ = stopped
     (folder / "config.yaml").write_text(text)
@@ -141,10 +152,18 @@ def test_a_run_killed_after_saving_its_model_is_closed_by_runs_stale_finish(temp
     client = MlflowClient(uri)
     rid = tracker.run_id
     client.log_batch(rid, tags=[RunTag("gpdlm.pid", str(_dead_pid()))])
-    assert client.get_run(rid).info.status == "RUNNING" and (folder / FILE).is_file() and (folder / "model.pt").is_file()
+    assert (
+        client.get_run(rid).info.status == "RUNNING" and (folder / FILE).is_file() and (folder / "model.pt").is_file()
+    )
     partial = make_tracker(cfg.tracking)  # a second orphan, stopped mid-training: its folder is partial
-    with partial.run(run_name="partial", tags={"gpdlm.output_dir": str(tmp_path), "gpdlm.pid": str(_dead_pid()),
-                                               "gpdlm.host": __import__("socket").gethostname()}):
+    with partial.run(
+        run_name="partial",
+        tags={
+            "gpdlm.output_dir": str(tmp_path),
+            "gpdlm.pid": str(_dead_pid()),
+            "gpdlm.host": __import__("socket").gethostname(),
+        },
+    ):
         pass
     client.update_run(partial.run_id, status="RUNNING")
     rc, err = run_cli(["runs", "--stale", "--finish", "--tracking-uri", uri], tmp_path, capsys)

@@ -4,8 +4,8 @@ signal as its reason; an interrupted run's partial results; run names; the one-l
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,11 +44,29 @@ def test_sigterm_ends_the_run_killed_with_the_signal_as_reason(template_db, tmp_
     uri = copy_store(template_db, tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpdlm_cli.cli", "train", "trainer.max_iters=100000", "trainer.stop_window=0",
-         "model.num_inducing=10", "dataset.split.train_size=100", "progress=false", "threads=1",
-         "trainer.eval_every=5", "trainer.checkpoint_every=1",
-         f"tracking.uri={uri}", "tracking.experiment=term", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "gpdlm_cli.cli",
+            "train",
+            "trainer.max_iters=100000",
+            "trainer.stop_window=0",
+            "model.num_inducing=10",
+            "dataset.split.train_size=100",
+            "progress=false",
+            "threads=1",
+            "trainer.eval_every=5",
+            "trainer.checkpoint_every=1",
+            f"tracking.uri={uri}",
+            "tracking.experiment=term",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while _only_run(uri, "term") is None or not (tmp_path / "run" / "checkpoint.pt").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -60,14 +78,17 @@ def test_sigterm_ends_the_run_killed_with_the_signal_as_reason(template_db, tmp_
     assert err.strip().splitlines()[-1] == "gpdlm: terminated by SIGTERM (signal 15)"
     run = _only_run(uri, "term")
     # where the checkpoint is, and the command that continues the run (the short id `gpdlm runs` prints)
-    assert err.strip().splitlines()[-2] == ("gpdlm: checkpoint saved in run/checkpoint.pt; "
-                                            f"continue this run with: gpdlm resume {run.info.run_id[:8]}")
+    assert err.strip().splitlines()[-2] == (
+        f"gpdlm: checkpoint saved in run/checkpoint.pt; continue this run with: gpdlm resume {run.info.run_id[:8]}"
+    )
     assert run.info.status == "KILLED"
     assert run.data.tags["failure_reason"] == "terminated by SIGTERM (signal 15)"
     assert run.data.tags["gpdlm.pid"] == str(proc.pid)
     assert "gpdlm: dlm" not in out  # no success line for a killed run
     last = (tmp_path / "run" / "gpdlm.log").read_text().splitlines()[-1]
-    assert re.search(r"\[gpdlm\]\[ERROR\] - run KILLED at iteration \d+: terminated by SIGTERM \(signal 15\)$", last), last
+    assert re.search(r"\[gpdlm\]\[ERROR\] - run KILLED at iteration \d+: terminated by SIGTERM \(signal 15\)$", last), (
+        last
+    )
     partial = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert partial["status"] == "KILLED" and partial["reason"] == "terminated by SIGTERM (signal 15)"
 
@@ -87,8 +108,10 @@ def test_sighup_becomes_terminated_and_the_tracker_ends_killed(module_uri, resto
 
 
 def test_ctrl_c_and_failures_keep_their_status():
-    for exc, status, reason in ((KeyboardInterrupt(), "KILLED", "interrupted (Ctrl-C)"),
-                                (ValueError("bad"), "FAILED", "ValueError: bad")):
+    for exc, status, reason in (
+        (KeyboardInterrupt(), "KILLED", "interrupted (Ctrl-C)"),
+        (ValueError("bad"), "FAILED", "ValueError: bad"),
+    ):
         t = NullTracker()
         with pytest.raises(type(exc)):
             with t.run():
@@ -137,17 +160,35 @@ def test_submitit_preemption_requeues_and_ends_the_run_killed(tmp_path, restore_
 
 
 def test_partial_results_of_an_interrupted_run(tmp_path):
-    history = {"loss": [1.5, 1.2, 1.1, 1.05, 1.0, 0.98, 0.97],
-               "steps": {"train_loss": [(i + 1, v) for i, v in enumerate([1.5, 1.2, 1.1, 1.05, 1.0, 0.98, 0.97])],
-                         "val_nll": [(3, 1.4), (6, 1.25)], "test_nll": [(3, 1.5), (6, 1.3)]}}
+    history = {
+        "loss": [1.5, 1.2, 1.1, 1.05, 1.0, 0.98, 0.97],
+        "steps": {
+            "train_loss": [(i + 1, v) for i, v in enumerate([1.5, 1.2, 1.1, 1.05, 1.0, 0.98, 0.97])],
+            "val_nll": [(3, 1.4), (6, 1.25)],
+            "test_nll": [(3, 1.5), (6, 1.3)],
+        },
+    }
     iteration, last = RA.last_evaluation(history)
     assert iteration == 7 and last == {"val_nll": 1.25, "test_nll": 1.3}
-    files = RA.write_partial_results(tmp_path, "KILLED", "terminated by SIGTERM (signal 15)", iteration, last, history,
-                                     title="dlm_joint-concrete-b1-s0")
+    files = RA.write_partial_results(
+        tmp_path,
+        "KILLED",
+        "terminated by SIGTERM (signal 15)",
+        iteration,
+        last,
+        history,
+        title="dlm_joint-concrete-b1-s0",
+    )
     assert [f.name for f in files] == ["metrics.json", "learning_curve.png", "gpdlm.log"]
     record = json.loads((tmp_path / "metrics.json").read_text())
-    assert record == {"status": "KILLED", "reason": "terminated by SIGTERM (signal 15)", "iterations": 7,
-                      "evaluated_at": 6, "val_nll": 1.25, "test_nll": 1.3}
+    assert record == {
+        "status": "KILLED",
+        "reason": "terminated by SIGTERM (signal 15)",
+        "iterations": 7,
+        "evaluated_at": 6,
+        "val_nll": 1.25,
+        "test_nll": 1.3,
+    }
     assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     log = (tmp_path / "gpdlm.log").read_text().splitlines()
     assert log[-1].endswith("[gpdlm][ERROR] - run KILLED at iteration 7: terminated by SIGTERM (signal 15)")
@@ -176,13 +217,19 @@ def test_rejected_output_folder_is_removed_unless_it_holds_more(tmp_path):
     assert (kept / "notes.txt").exists() and "rejected: bad beta" in (kept / "gpdlm.log").read_text()
 
 
-@pytest.mark.parametrize("overrides,swept,name", [
-    ([], (), "dlm_joint-concrete-b1-s0"),
-    (["model=dlm_fixed", "objective.beta=0.1"], (), "dlm_fixed-concrete-b0.1-s0"),
-    (["model=svgp", "seed=3"], ("model", "seed", "model.num_inducing"), "svgp-concrete-b1-M100-s3"),
-    (["model=fitc", "estimator=bmc", "trainer.lr=0.01"], ("estimator", "trainer.lr", "hydra.launcher.n_jobs"),
-     "fitc-concrete-b1-bmc-lr0.01-s0"),
-])
+@pytest.mark.parametrize(
+    "overrides,swept,name",
+    [
+        ([], (), "dlm_joint-concrete-b1-s0"),
+        (["model=dlm_fixed", "objective.beta=0.1"], (), "dlm_fixed-concrete-b0.1-s0"),
+        (["model=svgp", "seed=3"], ("model", "seed", "model.num_inducing"), "svgp-concrete-b1-M100-s3"),
+        (
+            ["model=fitc", "estimator=bmc", "trainer.lr=0.01"],
+            ("estimator", "trainer.lr", "hydra.launcher.n_jobs"),
+            "fitc-concrete-b1-bmc-lr0.01-s0",
+        ),
+    ],
+)
 def test_run_names_carry_variant_beta_and_swept_values(overrides, swept, name):
     assert RN.run_name_for(compose(overrides), swept) == name
 
@@ -193,20 +240,33 @@ def test_a_real_run_reports_one_line_and_logs_its_dataset(tmp_path, capfd):
     from gpdlm_cli.tracking.liveness import process_state
 
     module_uri = f"sqlite:///{tmp_path / 'fresh.db'}"
-    cfg = compose(fast([f"tracking.uri={module_uri}", "tracking.experiment=report", "objective.beta=0.5",
-                        "dataset.split.train_size=100", "trainer.max_iters=20", "trainer.eval_every=10"]))
+    cfg = compose(
+        fast(
+            [
+                f"tracking.uri={module_uri}",
+                "tracking.experiment=report",
+                "objective.beta=0.5",
+                "dataset.split.train_size=100",
+                "trainer.max_iters=20",
+                "trainer.eval_every=10",
+            ]
+        )
+    )
     metrics = run_train(cfg, tmp_path / "run", overrides=[])
     captured = capfd.readouterr()
     out = captured.out.strip().splitlines()
     assert captured.err == ""  # quiet: the one line is all a successful run prints
     run = _only_run(module_uri, "report")
     assert run.info.run_name == "dlm_joint-concrete-b0.5-s0"
-    assert out == [RN.run_line(run.info.run_name, metrics, tmp_path / "run", run.info.run_id, module_uri,
-                               run.info.experiment_id)]
+    assert out == [
+        RN.run_line(run.info.run_name, metrics, tmp_path / "run", run.info.run_id, module_uri, run.info.experiment_id)
+    ]
     line = out[0]
     assert line.startswith(f"gpdlm: dlm_joint-concrete-b0.5-s0: test_nll {metrics['test_nll']:.4g}, ")
     assert f"| MLflow run {run.info.run_id}, open with `gpdlm ui --tracking-uri {module_uri}`" in line
-    assert line.endswith(f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning")
+    assert line.endswith(
+        f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning"
+    )
     assert process_state(run.data.tags) == "alive"  # this very process
     inputs = MlflowClient(module_uri).get_run(run.info.run_id).inputs.dataset_inputs
     assert len(inputs) == 1
@@ -237,7 +297,21 @@ def test_the_learning_curve_shows_the_lr_the_family_trains_with(tmp_path, monkey
 
     seen = {}
     monkeypatch.setattr(T, "curve_info", lambda *a, **k: seen.update(RN.curve_info(*a, **k)) or dict(seen))
-    T.run_train(compose(["model=gp_lstm", "dataset=sysid_actuator", "dataset.n=128", "model.network.units=4",
-                         "trainer.max_iters=2", "trainer.final_theta_steps=1", "trainer.eval_every=0", "progress=false",
-                         "tracking.enabled=false"]), tmp_path, tracker=NullTracker())
+    T.run_train(
+        compose(
+            [
+                "model=gp_lstm",
+                "dataset=sysid_actuator",
+                "dataset.n=128",
+                "model.network.units=4",
+                "trainer.max_iters=2",
+                "trainer.final_theta_steps=1",
+                "trainer.eval_every=0",
+                "progress=false",
+                "tracking.enabled=false",
+            ]
+        ),
+        tmp_path,
+        tracker=NullTracker(),
+    )
     assert "lr=0.01, " in seen["subtitle"], seen["subtitle"]

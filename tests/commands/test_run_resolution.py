@@ -22,8 +22,14 @@ def store(template_db, tmp_path):
 
     def run(name, folder, exp_id=exp, start=None):
         (tmp_path / folder).mkdir(exist_ok=True)
-        rid = make_run(client, exp_id, {"model.name": "dlm"}, {"test_rmse": 1.0}, start_time=start,
-                       tags={"gpdlm.output_dir": str(tmp_path / folder)})
+        rid = make_run(
+            client,
+            exp_id,
+            {"model.name": "dlm"},
+            {"test_rmse": 1.0},
+            start_time=start,
+            tags={"gpdlm.output_dir": str(tmp_path / folder)},
+        )
         client.set_tag(rid, "mlflow.runName", name)
         return rid
 
@@ -38,7 +44,9 @@ def test_a_short_id_and_a_quoted_name_name_one_run(store, capsys):
     capsys.readouterr()
     assert resolve_run(a[:8], uri) == (tmp / "a", a)  # the 8 characters `gpdlm runs` prints
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"gpdlm: run {a[:8]} (dlm-concrete-s0, FINISHED, ") and err.endswith(f"experiment res) -> {tmp / 'a'}")
+    assert err.startswith(f"gpdlm: run {a[:8]} (dlm-concrete-s0, FINISHED, ") and err.endswith(
+        f"experiment res) -> {tmp / 'a'}"
+    )
     assert resolve_run(a, uri) == (tmp / "a", a)
     assert resolve_run("it's mine", uri) == (tmp / "b", b)  # MLflow's filter once failed on the quote
     assert resolve_run('say "hi" it\'s', uri) == (tmp / "c", c)

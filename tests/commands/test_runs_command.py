@@ -24,8 +24,17 @@ HOUR_MS = 3600 * 1000
 
 
 def _params(variant="joint", seed=0, **extra):
-    return {"dataset.name": "concrete", "model.name": "dlm", "model.variant": variant, "likelihood.name": "gaussian",
-            "estimator.name": "auto", "objective.beta": "1.0", "seed": seed, "trainer.lr": "0.1", **extra}
+    return {
+        "dataset.name": "concrete",
+        "model.name": "dlm",
+        "model.variant": variant,
+        "likelihood.name": "gaussian",
+        "estimator.name": "auto",
+        "objective.beta": "1.0",
+        "seed": seed,
+        "trainer.lr": "0.1",
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -36,19 +45,38 @@ def store(module_uri):
     ids = {}
     for variant, base in (("joint", 1.0), ("fixed", 3.0)):
         for seed in (0, 1):
-            ids[(variant, seed)] = make_run(client, exp, _params(variant, seed), {"test_nll": base + seed, "val_nll": 1.0,
-                                            "n_train": 100}, tags={"gpdlm.config_hash": f"{variant}{seed}"},
-                                            start_time=now - 10_000 + seed)
+            ids[(variant, seed)] = make_run(
+                client,
+                exp,
+                _params(variant, seed),
+                {"test_nll": base + seed, "val_nll": 1.0, "n_train": 100},
+                tags={"gpdlm.config_hash": f"{variant}{seed}"},
+                start_time=now - 10_000 + seed,
+            )
     # a rerun of (joint, seed 0): the same config hash, started later -- it replaces the first
-    ids["rerun"] = make_run(client, exp, _params("joint", 0), {"test_nll": 1.5, "val_nll": 1.0, "n_train": 100},
-                            tags={"gpdlm.config_hash": "joint0"}, start_time=now - 5_000)
+    ids["rerun"] = make_run(
+        client,
+        exp,
+        _params("joint", 0),
+        {"test_nll": 1.5, "val_nll": 1.0, "n_train": 100},
+        tags={"gpdlm.config_hash": "joint0"},
+        start_time=now - 5_000,
+    )
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     gone = {"gpdlm.host": socket.gethostname(), "gpdlm.pid": dead.stdout.strip(), "gpdlm.process_start": "1"}
     ids["gone"] = make_run(client, exp, _params(seed=5), {"test_nll": 99.0}, status="RUNNING", tags=gone)
-    ids["silent"] = make_run(client, exp, _params(seed=6), {}, status="RUNNING", start_time=now - 2 * HOUR_MS,
-                             tags={"gpdlm.host": "node-17", "gpdlm.pid": "4242"})
-    ids["alive"] = make_run(client, exp, _params(seed=7), {}, status="RUNNING", start_time=now - 2 * HOUR_MS,
-                            tags=process_tags())
+    ids["silent"] = make_run(
+        client,
+        exp,
+        _params(seed=6),
+        {},
+        status="RUNNING",
+        start_time=now - 2 * HOUR_MS,
+        tags={"gpdlm.host": "node-17", "gpdlm.pid": "4242"},
+    )
+    ids["alive"] = make_run(
+        client, exp, _params(seed=7), {}, status="RUNNING", start_time=now - 2 * HOUR_MS, tags=process_tags()
+    )
     ids["failed"] = make_run(client, exp, _params(seed=8), {"test_nll": 99.0}, status="FAILED")
     ids["killed"] = make_run(client, exp, _params(seed=9), {"test_nll": 99.0}, status="KILLED")
     return {"uri": module_uri, "client": client, "exp": exp, "ids": ids}
@@ -66,7 +94,7 @@ def test_process_start_identifies_this_process():
     start = float(process_start(os.getpid()))
     assert psutil.boot_time() - 1 <= start <= time.time()
     assert abs(start - psutil.Process().create_time()) < 0.01
-    assert process_start(2 ** 22 + 12345) == ""  # no such process
+    assert process_start(2**22 + 12345) == ""  # no such process
 
 
 def test_a_reused_pid_is_not_the_run_s_process():
@@ -108,31 +136,60 @@ def test_stale_runs_are_found_and_marked_failed(store, capsys):
     assert client.get_run(ids["alive"]).info.status == "RUNNING"
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--mark-failed"], "--mark-failed needs --stale"),
-    (["--stale", "--stale-after", "soon"], "--stale-after must be a positive duration like 90s, 30m, 2h or 1d"),
-    (["--status", "DONE"], "unknown --status 'DONE'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--mark-failed"], "--mark-failed needs --stale"),
+        (["--stale", "--stale-after", "soon"], "--stale-after must be a positive duration like 90s, 30m, 2h or 1d"),
+        (["--status", "DONE"], "unknown --status 'DONE'"),
+    ],
+)
 def test_runs_bad_input_is_one_line(store, capsys, args, message):
     assert _runs(store, *args) == 2
     assert message in one_line_error(capsys)
 
 
 def test_compare_never_pools_variants_counts_reruns_once_and_names_skipped_runs(store, tmp_path, capsys):
-    assert cli.main(["compare", "--tracking-uri", store["uri"], "--experiment", "life", "--by", "model",
-                     "--metric", "test_nll", "--out", str(tmp_path), "--no-log", "--no-figures"]) == 0
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--tracking-uri",
+                store["uri"],
+                "--experiment",
+                "life",
+                "--by",
+                "model",
+                "--metric",
+                "test_nll",
+                "--out",
+                str(tmp_path),
+                "--no-log",
+                "--no-figures",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
-    statuses = [store["client"].get_run(store["ids"][k]).info.status for k in ("gone", "silent", "alive", "failed", "killed")]
-    assert f"skipped 5 unfinished training run(s): {statuses.count('FAILED')} FAILED (see their failure_reason), " \
-           f"1 KILLED (interrupted), {statuses.count('RUNNING')} RUNNING (still running or orphaned" in err
+    statuses = [
+        store["client"].get_run(store["ids"][k]).info.status for k in ("gone", "silent", "alive", "failed", "killed")
+    ]
+    assert (
+        f"skipped 5 unfinished training run(s): {statuses.count('FAILED')} FAILED (see their failure_reason), "
+        f"1 KILLED (interrupted), {statuses.count('RUNNING')} RUNNING (still running or orphaned" in err
+    )
     assert "1 rerun(s) of identical configurations (same gpdlm.config_hash) counted once" in err
-    assert "gpdlm: warning: runs grouped by model differ in more than the seed (variant: fixed/joint); " \
-           "grouped by variant as well" in err
+    assert (
+        "gpdlm: warning: runs grouped by model differ in more than the seed (variant: fixed/joint); "
+        "grouped by variant as well" in err
+    )
     with open(tmp_path / "compare.csv", newline="") as f:
         rows = {r["variant"]: r for r in csv.DictReader(f)}
     assert set(rows) == {"joint", "fixed"}
     # joint: the rerun (1.5) replaces the first seed-0 run (1.0); seed 1 is 2.0
-    assert int(rows["joint"]["n"]) == 2 and float(rows["joint"]["test_nll_mean"]) == pytest.approx(statistics.fmean([1.5, 2.0]))
+    assert int(rows["joint"]["n"]) == 2 and float(rows["joint"]["test_nll_mean"]) == pytest.approx(
+        statistics.fmean([1.5, 2.0])
+    )
     assert int(rows["fixed"]["n"]) == 2 and float(rows["fixed"]["test_nll_mean"]) == pytest.approx(3.5)
 
 
@@ -141,16 +198,50 @@ def test_select_understands_an_optuna_study(module_uri, tmp_path, capsys):
     the study's objective (val_rmse here), with no 'repeated betas' note."""
     client = MlflowClient(module_uri)
     exp = make_experiment(client, module_uri, "study")
-    parent = make_run(client, exp, {}, {}, command=None,
-                      tags={"gpdlm.sweep": "parent", "gpdlm.sweeper": "optuna", "gpdlm.swept": "trainer.lr",
-                            "gpdlm.sweep_objective": "val_rmse"})
-    trials = {"0.3": (0.9, 5.0, 2.0), "0.01": (0.5, 7.0, 1.0), "0.1": (0.7, 3.0, 3.0)}  # lr: val_nll, val_rmse, test_nll
+    parent = make_run(
+        client,
+        exp,
+        {},
+        {},
+        command=None,
+        tags={
+            "gpdlm.sweep": "parent",
+            "gpdlm.sweeper": "optuna",
+            "gpdlm.swept": "trainer.lr",
+            "gpdlm.sweep_objective": "val_rmse",
+        },
+    )
+    trials = {
+        "0.3": (0.9, 5.0, 2.0),
+        "0.01": (0.5, 7.0, 1.0),
+        "0.1": (0.7, 3.0, 3.0),
+    }  # lr: val_nll, val_rmse, test_nll
     for lr, (vnll, vrmse, tnll) in trials.items():
-        make_run(client, exp, {**_params(), "trainer.lr": lr},
-                 {"val_nll": vnll, "val_rmse": vrmse, "test_nll": tnll, "n_train": 100},
-                 tags={"mlflow.parentRunId": parent})
-    assert cli.main(["select", "--tracking-uri", module_uri, "--experiment", "study", "--metric", "test_nll",
-                     "--out", str(tmp_path), "--no-log", "--no-figures"]) == 0
+        make_run(
+            client,
+            exp,
+            {**_params(), "trainer.lr": lr},
+            {"val_nll": vnll, "val_rmse": vrmse, "test_nll": tnll, "n_train": 100},
+            tags={"mlflow.parentRunId": parent},
+        )
+    assert (
+        cli.main(
+            [
+                "select",
+                "--tracking-uri",
+                module_uri,
+                "--experiment",
+                "study",
+                "--metric",
+                "test_nll",
+                "--out",
+                str(tmp_path),
+                "--no-log",
+                "--no-figures",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "3 run(s) are trials of 1 Optuna study(ies); selecting over the searched keys trainer.lr" in err
     assert "same beta" not in err

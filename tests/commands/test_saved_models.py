@@ -15,8 +15,8 @@ import scipy.stats
 from gpdlm_cli import build
 from gpdlm_cli.commands import evaluate
 from gpdlm_cli.run.lifecycle import make_tracker
-from gpdlm_cli.run.train import run_train
 from gpdlm_cli.run.saved_model import MODEL_FILE, load_run
+from gpdlm_cli.run.train import run_train
 
 from ..conftest import compose
 from .conftest import copy_store, one_line_error
@@ -30,7 +30,11 @@ CASES = {
     "count": ["model=dlm", "dataset=doctor_visits", "model.num_inducing=12"],
     "scgd": ["model=scgd", "features=nn", "trainer.batch_size=32"],
     "ssgp": ["model=ssgp", "model.num_frequencies=10"],  # the sparse-spectrum family (global predictive)
-    "pic": ["model=pic", "model.num_inducing=12", "model.partitions=5"],  # PIC++: the test point's block plus the global part
+    "pic": [
+        "model=pic",
+        "model.num_inducing=12",
+        "model.partitions=5",
+    ],  # PIC++: the test point's block plus the global part
 }
 
 
@@ -60,7 +64,10 @@ def test_predict_on_the_test_rows_reproduces_the_test_metrics(name, trained, tmp
     folder, metrics, cfg = runs[name]
     assert (folder / MODEL_FILE).stat().st_size > 0
     y = _test_rows_csv(cfg, tmp_path / "in.csv")
-    assert evaluate.predict_main([str(folder), "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv")]) == 0
+    assert (
+        evaluate.predict_main([str(folder), "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv")])
+        == 0
+    )
     p = pd.read_csv(tmp_path / "out.csv")
     assert len(p) == len(y)
     if "mean" in p and "variance" in p:  # regression: the Gaussian predictive in original units
@@ -114,12 +121,19 @@ def test_predict_and_eval_take_the_short_id_gpdlm_runs_prints(trained, tmp_path,
     folder, metrics, cfg = runs["sgpr"]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("saved")
-    rid = next(r.info.run_id for r in client.search_runs([exp.experiment_id])
-               if r.data.tags["gpdlm.output_dir"] == str(folder.resolve()))
+    rid = next(
+        r.info.run_id
+        for r in client.search_runs([exp.experiment_id])
+        if r.data.tags["gpdlm.output_dir"] == str(folder.resolve())
+    )
     _test_rows_csv(cfg, tmp_path / "in.csv")
     capsys.readouterr()
-    assert evaluate.predict_main([rid[:8], "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv"),
-                                  "--tracking-uri", uri]) == 0
+    assert (
+        evaluate.predict_main(
+            [rid[:8], "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv"), "--tracking-uri", uri]
+        )
+        == 0
+    )
     assert capsys.readouterr().err.startswith(f"gpdlm: run {rid[:8]} (")
     assert evaluate.eval_main([rid[:8], "--tracking-uri", uri, "--metric", "test_nll"]) == 0
     assert capsys.readouterr().out.startswith(f"gpdlm eval: {rid}: 1 reproduced")
@@ -138,20 +152,34 @@ def test_the_mlflow_model_predicts_what_gpdlm_predict_writes(name, trained, tmp_
     folder, metrics, cfg = runs[name]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("saved")
-    run = next(r for r in client.search_runs([exp.experiment_id])
-               if r.data.tags["gpdlm.output_dir"] == str(folder.resolve()))
+    run = next(
+        r for r in client.search_runs([exp.experiment_id]) if r.data.tags["gpdlm.output_dir"] == str(folder.resolve())
+    )
     assert run.data.tags["gpdlm.mlflow_model"] == "model"
     _test_rows_csv(cfg, tmp_path / "in.csv")
     for level in (0.9, 0.5):
-        assert evaluate.predict_main([str(folder), "--input", str(tmp_path / "in.csv"), "--output",
-                                      str(tmp_path / f"out{level}.csv"), "--level", str(level)]) == 0
+        assert (
+            evaluate.predict_main(
+                [
+                    str(folder),
+                    "--input",
+                    str(tmp_path / "in.csv"),
+                    "--output",
+                    str(tmp_path / f"out{level}.csv"),
+                    "--level",
+                    str(level),
+                ]
+            )
+            == 0
+        )
     with _use_tracking_uri(uri):
         model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
     df = pd.read_csv(tmp_path / "in.csv")
     got = model.predict(df)
     pd.testing.assert_frame_equal(got, pd.read_csv(tmp_path / "out0.9.csv"), check_exact=True)
-    pd.testing.assert_frame_equal(model.predict(df, params={"level": 0.5}), pd.read_csv(tmp_path / "out0.5.csv"),
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(
+        model.predict(df, params={"level": 0.5}), pd.read_csv(tmp_path / "out0.5.csv"), check_exact=True
+    )
     sig = model.metadata.signature
     assert sig.inputs.input_names() == list(df.columns)
     assert sig.outputs.input_names() == list(got.columns)
@@ -166,11 +194,23 @@ def test_reloaded_models_of_every_family_evaluate_identically(tmp_path):
     from gpdlm_cli.run.train import evaluator
     from gpdlm_cli.tracking import NullTracker
 
-    for ov in (["model=sq_dlm", "model.num_inducing=12", "dataset.split.train_size=150"],
-               ["model=svbssgp", "dataset=aimpeak", "dataset.n_segments=40", "model.partitions=10", "trainer.max_epochs=2",
-                "trainer.max_iters=null"],
-               ["model=gp_lstm", "dataset=sysid_actuator", "trainer.final_theta_steps=2", "trainer.max_iters=15"]):
-        cfg = compose([o for o in BASE if "train_size" not in o and "max_iters" not in o] + ["trainer.max_iters=25", "tracking.enabled=false"] + ov)
+    for ov in (
+        ["model=sq_dlm", "model.num_inducing=12", "dataset.split.train_size=150"],
+        [
+            "model=svbssgp",
+            "dataset=aimpeak",
+            "dataset.n_segments=40",
+            "model.partitions=10",
+            "trainer.max_epochs=2",
+            "trainer.max_iters=null",
+        ],
+        ["model=gp_lstm", "dataset=sysid_actuator", "trainer.final_theta_steps=2", "trainer.max_iters=15"],
+    ):
+        cfg = compose(
+            [o for o in BASE if "train_size" not in o and "max_iters" not in o]
+            + ["trainer.max_iters=25", "tracking.enabled=false"]
+            + ov
+        )
         folder = tmp_path / ov[0].split("=")[1]
         metrics = run_train(cfg, folder, tracker=NullTracker())
         r = load_run(folder)
@@ -179,13 +219,16 @@ def test_reloaded_models_of_every_family_evaluate_identically(tmp_path):
         assert same and all(a == b for a, b in same.values()), ov[0]
 
 
-@pytest.mark.parametrize("args, match", [
-    (["nosuch-run", "--input", "x.csv", "--output", "y.csv"], "no run 'nosuch-run'"),
-    (["{folder}", "--input", "{bad_cols}", "--output", "y.csv"], "missing"),
-    (["{folder}", "--input", "{text}", "--output", "y.csv"], "not a finite number"),
-    (["{empty}", "--input", "{good}", "--output", "y.csv"], "saved no model"),
-    (["{corrupt}", "--input", "{good}", "--output", "y.csv"], "truncated or corrupted"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["nosuch-run", "--input", "x.csv", "--output", "y.csv"], "no run 'nosuch-run'"),
+        (["{folder}", "--input", "{bad_cols}", "--output", "y.csv"], "missing"),
+        (["{folder}", "--input", "{text}", "--output", "y.csv"], "not a finite number"),
+        (["{empty}", "--input", "{good}", "--output", "y.csv"], "saved no model"),
+        (["{corrupt}", "--input", "{good}", "--output", "y.csv"], "truncated or corrupted"),
+    ],
+)
 def test_predict_bad_input_is_one_line(args, match, trained, tmp_path, capsys, monkeypatch):
     uri, runs = trained
     folder, _, cfg = runs["dlm"]
@@ -198,8 +241,14 @@ def test_predict_bad_input_is_one_line(args, match, trained, tmp_path, capsys, m
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     (corrupt / MODEL_FILE).write_bytes((folder / MODEL_FILE).read_bytes()[:200])
-    subs = {"folder": str(folder), "bad_cols": str(tmp_path / "bad_cols.csv"), "text": str(tmp_path / "text.csv"),
-            "empty": str(tmp_path / "empty"), "good": str(tmp_path / "good.csv"), "corrupt": str(corrupt)}
+    subs = {
+        "folder": str(folder),
+        "bad_cols": str(tmp_path / "bad_cols.csv"),
+        "text": str(tmp_path / "text.csv"),
+        "empty": str(tmp_path / "empty"),
+        "good": str(tmp_path / "good.csv"),
+        "corrupt": str(corrupt),
+    }
     argv = [a.format(**subs) for a in args] + ["--tracking-uri", uri]
     capsys.readouterr()
     from gpdlm_cli.commands._cli import run_cli
@@ -210,8 +259,18 @@ def test_predict_bad_input_is_one_line(args, match, trained, tmp_path, capsys, m
 
 
 # ----- sequence models: predict from a CSV of the series ----------------------------------------
-SEQ = ["model=gp_lstm", "dataset=sysid_actuator", "dataset.n=200", "model.network.units=4", "trainer.max_iters=15",
-       "trainer.final_theta_steps=2", "trainer.eval_every=0", "progress=false", "threads=1", "tracking.enabled=false"]
+SEQ = [
+    "model=gp_lstm",
+    "dataset=sysid_actuator",
+    "dataset.n=200",
+    "model.network.units=4",
+    "trainer.max_iters=15",
+    "trainer.final_theta_steps=2",
+    "trainer.eval_every=0",
+    "progress=false",
+    "threads=1",
+    "tracking.enabled=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +293,7 @@ def _test_series(cfg):
     n, lag = int(cfg.dataset.n), int(cfg.dataset.lag)
     df = actuator_like(n, int(cfg.dataset.seed))
     cut = int(round(n * (1 - float(cfg.dataset.test_fraction))))
-    return df.iloc[cut - lag:].reset_index(drop=True), lag
+    return df.iloc[cut - lag :].reset_index(drop=True), lag
 
 
 @pytest.mark.parametrize("mode", ["regression", "autoregression", "free_simulation"])
@@ -248,7 +307,12 @@ def test_predict_on_the_test_series_reproduces_the_sequence_test_metrics(mode, s
     if mode == "free_simulation":  # only the first L outputs are read: the rest may be unknown
         csv.loc[lag:, "pressure"] = np.nan
     csv.to_csv(tmp_path / "series.csv", index=False)
-    assert evaluate.predict_main([str(folder), "--input", str(tmp_path / "series.csv"), "--output", str(tmp_path / "out.csv")]) == 0
+    assert (
+        evaluate.predict_main(
+            [str(folder), "--input", str(tmp_path / "series.csv"), "--output", str(tmp_path / "out.csv")]
+        )
+        == 0
+    )
     p = pd.read_csv(tmp_path / "out.csv")
     assert list(p["t"]) == list(range(lag, len(series)))
     nll = -scipy.stats.norm(p["mean"], np.sqrt(p["variance"])).logpdf(y).mean()
@@ -260,8 +324,9 @@ def test_predict_on_the_test_series_reproduces_the_sequence_test_metrics(mode, s
     assert np.allclose(p["upper"] - p["mean"], z * np.sqrt(p["variance"]), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("drop, match", [("valve", "missing valve"), ("pressure", "missing pressure"),
-                                         (None, "unexpected extra")])
+@pytest.mark.parametrize(
+    "drop, match", [("valve", "missing valve"), ("pressure", "missing pressure"), (None, "unexpected extra")]
+)
 def test_predict_sequence_bad_series_is_one_line(drop, match, sequence_runs, tmp_path, capsys):
     from gpdlm_cli.commands._cli import run_cli
 
@@ -270,8 +335,13 @@ def test_predict_sequence_bad_series_is_one_line(drop, match, sequence_runs, tmp
     bad = series.drop(columns=[drop]) if drop else series.assign(extra=1.0)
     bad.to_csv(tmp_path / "bad.csv", index=False)
     capsys.readouterr()
-    assert run_cli(evaluate.predict_main, [str(folder), "--input", str(tmp_path / "bad.csv"), "--output",
-                                           str(tmp_path / "y.csv")]) == 2
+    assert (
+        run_cli(
+            evaluate.predict_main,
+            [str(folder), "--input", str(tmp_path / "bad.csv"), "--output", str(tmp_path / "y.csv")],
+        )
+        == 2
+    )
     assert match in one_line_error(capsys)
     assert not (tmp_path / "y.csv").exists()
 
@@ -287,7 +357,7 @@ def _copy(folder, dest):
 def _flip(path, n=8):
     data = bytearray(path.read_bytes())
     mid = len(data) // 2
-    data[mid:mid + n] = bytes(b ^ 0xFF for b in data[mid:mid + n])
+    data[mid : mid + n] = bytes(b ^ 0xFF for b in data[mid : mid + n])
     path.write_bytes(bytes(data))
 
 
@@ -301,8 +371,13 @@ def test_a_flipped_model_is_refused_by_predict_and_eval(trained, tmp_path, capsy
     _test_rows_csv(runs["dlm"][2], tmp_path / "in.csv")
     _flip(folder / MODEL_FILE)
     capsys.readouterr()
-    assert run_cli(evaluate.predict_main, [str(folder), "--input", str(tmp_path / "in.csv"),
-                                           "--output", str(tmp_path / "out.csv")]) == 2
+    assert (
+        run_cli(
+            evaluate.predict_main,
+            [str(folder), "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv")],
+        )
+        == 2
+    )
     assert "does not match its recorded SHA-256" in one_line_error(capsys)
     assert run_cli(evaluate.eval_main, [str(folder)]) == 2
     assert "does not match its recorded SHA-256" in one_line_error(capsys)
@@ -340,11 +415,14 @@ def test_eval_never_overwrites_a_differing_metric_without_overwrite(trained, tmp
     assert json.loads((folder / "metrics.json").read_text())["test_nll"] == runs["dlm"][1]["test_nll"]
 
 
-@pytest.mark.parametrize("text, code, expected", [
-    ("{not json", 2, "is not readable JSON"),
-    ("[1, 2]", 2, "holds a JSON list, not the run's metrics"),
-    ('{"test_nll": "' + "x" * 500 + '"}', 1, "DIFFERS test_nll 'xxxx"),
-])
+@pytest.mark.parametrize(
+    "text, code, expected",
+    [
+        ("{not json", 2, "is not readable JSON"),
+        ("[1, 2]", 2, "holds a JSON list, not the run's metrics"),
+        ('{"test_nll": "' + "x" * 500 + '"}', 1, "DIFFERS test_nll 'xxxx"),
+    ],
+)
 def test_eval_with_a_broken_metrics_json_is_one_line(text, code, expected, trained, tmp_path, capsys):
     from gpdlm_cli.commands._cli import run_cli
 

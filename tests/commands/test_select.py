@@ -40,19 +40,30 @@ def store(module_uri):
                 ranks = rng.sample(range(len(betas)), len(betas))
                 runs = []
                 for beta, rank in zip(betas, ranks):
-                    params = {"dataset.name": "concrete", "model.name": model, "likelihood.name": "gaussian",
-                              "estimator.name": "auto", "objective.beta": beta, "seed": seed,
-                              "dataset.split.train_size": n}
+                    params = {
+                        "dataset.name": "concrete",
+                        "model.name": model,
+                        "likelihood.name": "gaussian",
+                        "estimator.name": "auto",
+                        "objective.beta": beta,
+                        "seed": seed,
+                        "dataset.split.train_size": n,
+                    }
                     if variant:
                         params["model.variant"] = variant
                     # test disagrees with validation: the val_nll winner (rank 0) is worst on test; for
                     # sq_dlm neither the val_nll winner nor the val_mse winner (rank 3) is best on test
                     t = (rank - 1) % 4 if model == "sq_dlm" else len(betas) - 1 - rank
-                    metrics = {"val_nll": 1.0 + 0.1 * rank, "test_nll": 2.0 + 0.1 * t + rng.uniform(0, 0.01),
-                               "val_mse": 5.0 + (len(betas) - 1 - rank),  # opposite order to val_nll
-                               "test_rmse": rng.uniform(3, 4), "n_train": n}
-                    rid = make_run(client, exp, params, metrics,
-                                   steps={"test_nll": [(10, 3.0), (20, metrics["test_nll"])]})
+                    metrics = {
+                        "val_nll": 1.0 + 0.1 * rank,
+                        "test_nll": 2.0 + 0.1 * t + rng.uniform(0, 0.01),
+                        "val_mse": 5.0 + (len(betas) - 1 - rank),  # opposite order to val_nll
+                        "test_rmse": rng.uniform(3, 4),
+                        "n_train": n,
+                    }
+                    rid = make_run(
+                        client, exp, params, metrics, steps={"test_nll": [(10, 3.0), (20, metrics["test_nll"])]}
+                    )
                     runs.append({"id": rid, "beta": float(beta), **metrics})
                 groups[(model, variant or "-", n, seed)] = runs
     return {"uri": module_uri, "client": client, "exp": exp, "groups": groups}
@@ -77,8 +88,20 @@ def _expected(store):
 
 
 def test_select_picks_the_validation_argmin_and_reports_its_test_metrics(store, tmp_path, capsys):
-    rc = cli.main(["select", "--tracking-uri", store["uri"], "--experiment", EXP, "--out", str(tmp_path),
-                   "--metric", "test_nll", "test_rmse"])
+    rc = cli.main(
+        [
+            "select",
+            "--tracking-uri",
+            store["uri"],
+            "--experiment",
+            EXP,
+            "--out",
+            str(tmp_path),
+            "--metric",
+            "test_nll",
+            "test_rmse",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     rows = _read(tmp_path / "selected.csv")
     expected = _expected(store)
@@ -93,7 +116,9 @@ def test_select_picks_the_validation_argmin_and_reports_its_test_metrics(store, 
         assert float(row["test_nll"]) == run["test_nll"] and float(row["test_rmse"]) == run["test_rmse"]
         assert int(row["n_candidates"]) == (1 if key[0] in ("sgpr", "svgp (beta=1)") else 4)
     # numeric order within a method: 100 before 500; sq_dlm is selected by val_mse, never val_nll
-    assert [r["train_size"] for r in rows if r["method"] == "dlm" and r["variant"] == "joint"] == ["100"] * 2 + ["500"] * 2
+    assert [r["train_size"] for r in rows if r["method"] == "dlm" and r["variant"] == "joint"] == ["100"] * 2 + [
+        "500"
+    ] * 2
     assert {r["selected_by"] for r in rows if r["method"] == "sq_dlm"} == {"val_mse"}
 
     # the across-seed table of the selected runs
@@ -106,8 +131,15 @@ def test_select_picks_the_validation_argmin_and_reports_its_test_metrics(store, 
         assert float(row["test_nll_se"]) == pytest.approx(statistics.stdev(vals) / math.sqrt(len(SEEDS)), rel=1e-12)
     assert "svgp (beta=1)" in (tmp_path / "summary.md").read_text()
 
-    files = {"selected.csv", "selected.md", "summary.csv", "summary.md", "runs.csv", "vs_train_size_test_nll.png",
-             "curve_test_nll.png"}
+    files = {
+        "selected.csv",
+        "selected.md",
+        "summary.csv",
+        "summary.md",
+        "runs.csv",
+        "vs_train_size_test_nll.png",
+        "curve_test_nll.png",
+    }
     assert files <= {p.name for p in tmp_path.iterdir()}
     client = store["client"]
     (run,) = client.search_runs([store["exp"]], filter_string="tags.`gpdlm.command` = 'select'")
@@ -116,8 +148,23 @@ def test_select_picks_the_validation_argmin_and_reports_its_test_metrics(store, 
 
 
 def test_val_metric_override(store, tmp_path):
-    rc = cli.main(["select", "--tracking-uri", store["uri"], "--experiment", EXP, "--out", str(tmp_path),
-                   "--val-metric", "val_nll", "--filter", "params.`model.name` = 'sq_dlm'", "--no-log", "--no-figures"])
+    rc = cli.main(
+        [
+            "select",
+            "--tracking-uri",
+            store["uri"],
+            "--experiment",
+            EXP,
+            "--out",
+            str(tmp_path),
+            "--val-metric",
+            "val_nll",
+            "--filter",
+            "params.`model.name` = 'sq_dlm'",
+            "--no-log",
+            "--no-figures",
+        ]
+    )
     assert rc == 0
     for row in _read(tmp_path / "selected.csv"):
         runs = store["groups"][("sq_dlm", "joint", int(row["train_size"]), int(row["seed"]))]
@@ -131,36 +178,53 @@ def _rec(rid, beta, metrics, model="dlm", start=0, **params):
 
 
 def test_ties_go_to_the_larger_beta_then_the_earlier_run():
-    sel, _ = select_records([_rec("a", "0.1", {"val_nll": 1.0}), _rec("b", "10", {"val_nll": 1.0}),
-                             _rec("c", "1", {"val_nll": 1.5})])
+    sel, _ = select_records(
+        [_rec("a", "0.1", {"val_nll": 1.0}), _rec("b", "10", {"val_nll": 1.0}), _rec("c", "1", {"val_nll": 1.5})]
+    )
     assert [s.record.run_id for s in sel] == ["b"]
-    sel, notes = select_records([_rec("z", "1", {"val_nll": 1.0}, start=5), _rec("y", "1", {"val_nll": 1.0}, start=9),
-                                 _rec("x", "1", {"val_nll": 1.0}, start=5)])
+    sel, notes = select_records(
+        [
+            _rec("z", "1", {"val_nll": 1.0}, start=5),
+            _rec("y", "1", {"val_nll": 1.0}, start=9),
+            _rec("x", "1", {"val_nll": 1.0}, start=5),
+        ]
+    )
     assert [s.record.run_id for s in sel] == ["x"]  # earliest start; then the smaller run id
     assert any("same beta" in n for n in notes)
 
 
 def test_sq_dlm_selects_by_val_mse_or_its_square_root():
-    runs = [_rec("a", "0.1", {"val_nll": 1.0, "val_mse": 9.0}, model="sq_dlm"),
-            _rec("b", "1", {"val_nll": 2.0, "val_mse": 4.0}, model="sq_dlm")]
+    runs = [
+        _rec("a", "0.1", {"val_nll": 1.0, "val_mse": 9.0}, model="sq_dlm"),
+        _rec("b", "1", {"val_nll": 2.0, "val_mse": 4.0}, model="sq_dlm"),
+    ]
     (s,) = select_records(runs)[0]
     assert (s.record.run_id, s.val_metric) == ("b", "val_mse")
-    runs = [_rec("a", "0.1", {"val_nll": 1.0, "val_rmse": 3.0}, model="sq_dlm"),
-            _rec("b", "1", {"val_nll": 2.0, "val_rmse": 2.0}, model="sq_dlm")]
+    runs = [
+        _rec("a", "0.1", {"val_nll": 1.0, "val_rmse": 3.0}, model="sq_dlm"),
+        _rec("b", "1", {"val_nll": 2.0, "val_rmse": 2.0}, model="sq_dlm"),
+    ]
     (s,) = select_records(runs)[0]
     assert (s.record.run_id, s.val_metric) == ("b", "val_rmse")
 
 
 def test_non_finite_validation_values_are_never_selected():
-    sel, notes = select_records([_rec("a", "0.1", {"val_nll": math.nan}), _rec("b", "1", {"val_nll": 3.0}),
-                                 _rec("c", "1", {"val_nll": math.inf}, seed="1")])
+    sel, notes = select_records(
+        [
+            _rec("a", "0.1", {"val_nll": math.nan}),
+            _rec("b", "1", {"val_nll": 3.0}),
+            _rec("c", "1", {"val_nll": math.inf}, seed="1"),
+        ]
+    )
     assert [s.record.run_id for s in sel] == ["b"]
     assert any("skipped group" in n and "seed=1" in n for n in notes)
 
 
 def test_repeated_betas_name_the_param_that_differs():
-    runs = [_rec("a", "1", {"val_nll": 1.0}, **{"model.num_inducing": "10"}),
-            _rec("b", "1", {"val_nll": 2.0}, **{"model.num_inducing": "50"})]
+    runs = [
+        _rec("a", "1", {"val_nll": 1.0}, **{"model.num_inducing": "10"}),
+        _rec("b", "1", {"val_nll": 2.0}, **{"model.num_inducing": "50"}),
+    ]
     sel, notes = select_records(runs)
     assert len(sel) == 1 and any("model.num_inducing" in n and "--also-by" in n for n in notes)
     sel, notes = select_records(runs, also_by=["model.num_inducing"])
@@ -171,6 +235,7 @@ def test_svgp_without_a_beta1_run_has_no_elbo_row():
     sel, notes = select_records([_rec("a", "0.1", {"val_nll": 1.0}, model="svgp")])
     assert [s.method for s in sel] == ["svgp"]
     assert any("no beta=1 run" in n for n in notes)
-    sel, _ = select_records([_rec("a", "0.1", {"val_nll": 1.0}, model="svgp"),
-                             _rec("b", "1.0", {"val_nll": 2.0}, model="svgp")])
+    sel, _ = select_records(
+        [_rec("a", "0.1", {"val_nll": 1.0}, model="svgp"), _rec("b", "1.0", {"val_nll": 2.0}, model="svgp")]
+    )
     assert [(s.method, s.record.run_id) for s in sel] == [("svgp", "a"), ("svgp (beta=1)", "b")]

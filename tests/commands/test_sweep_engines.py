@@ -41,25 +41,40 @@ def test_job_objective_is_the_configured_validation_metric():
     assert job_objective(compose(["sweep.objective=test_nll"]), metrics, {}) == 2.0
     assert job_objective(compose([]), None, {}) == float("inf")  # skipped, nothing to look up
     assert job_objective(compose([]), {"cond_i_mean": 1.0}, {}) == float("inf")  # a bias run has no val_nll
-    with pytest.raises(ConfigError, match="sweep.objective=val_error is not a metric of this run; choose from: "
-                                          "val_mse, val_nll"):
+    with pytest.raises(
+        ConfigError, match="sweep.objective=val_error is not a metric of this run; choose from: val_mse, val_nll"
+    ):
         job_objective(compose(["sweep.objective=val_error"]), metrics, {})
 
 
 @pytest.mark.slow
 def test_optuna_study_trials_are_child_runs_and_return_their_metric(template_db, tmp_path):
     uri = copy_store(template_db, tmp_path)
-    proc = gpdlm_subprocess(["train", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
-                             "hydra.sweeper.sampler.seed=0", "objective.beta=tag(log, interval(0.1, 10))",
-                             f"tracking.uri={uri}", "tracking.experiment=opt", "hydra.sweep.dir=study", *TINY],
-                            tmp_path, timeout=300)
+    proc = gpdlm_subprocess(
+        [
+            "train",
+            "-m",
+            "hydra/sweeper=optuna",
+            "hydra.sweeper.n_trials=3",
+            "hydra.sweeper.sampler.seed=0",
+            "objective.beta=tag(log, interval(0.1, 10))",
+            f"tracking.uri={uri}",
+            "tracking.experiment=opt",
+            "hydra.sweep.dir=study",
+            *TINY,
+        ],
+        tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     parents, children = _children_and_parent(uri, "opt")
     assert len(parents) == 1 and len(children) == 3
     parent = parents[0]
     assert parent.info.status == "FINISHED" and parent.info.run_name.startswith("study-")
     assert (parent.data.tags["gpdlm.sweeper"], parent.data.tags["gpdlm.swept"]) == ("optuna", "objective.beta")
-    assert all(c.info.status == "FINISHED" and c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children)
+    assert all(
+        c.info.status == "FINISHED" and c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children
+    )
     betas = [float(c.data.params["objective.beta"]) for c in children]
     assert len(set(betas)) == 3 and all(0.1 <= b <= 10 for b in betas)
     # each trial told Optuna its val_nll: the study's best is the children's minimum
@@ -79,20 +94,38 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None
-                    or importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None,
-                    reason="Ray is an optional extra: pip install 'gpdlm[ray]'")
+@pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None or importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None,
+    reason="Ray is an optional extra: pip install 'gpdlm[ray]'",
+)
 def test_ray_launcher_with_a_tracking_server(template_db, tmp_path):
     """Two jobs on a local Ray instance (one CPU), tracked through `mlflow server` over HTTP."""
     from gpdlm_cli.commands.ui import server_env
 
     copy_store(template_db, tmp_path / "server")
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                               f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}", "--host", "127.0.0.1", "--port",
-                               str(port), "--workers", "1", "--default-artifact-root", str(tmp_path / "artifacts")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                              env=server_env())
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--default-artifact-root",
+            str(tmp_path / "artifacts"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=server_env(),
+    )
     uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -105,16 +138,34 @@ def test_ray_launcher_with_a_tracking_server(template_db, tmp_path):
                 time.sleep(0.5)
         env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
         proc = subprocess.run(
-            [sys.executable, "-m", "gpdlm_cli.cli", "train", "-m", "seed=0,1", "hydra/launcher=ray",
-             "+hydra.launcher.ray.init.num_cpus=1", "+hydra.launcher.ray.init.include_dashboard=false",
-             f"tracking.uri={uri}", "tracking.experiment=ray", *TINY],
-            cwd=tmp_path, capture_output=True, text=True, timeout=400, env=env)
+            [
+                sys.executable,
+                "-m",
+                "gpdlm_cli.cli",
+                "train",
+                "-m",
+                "seed=0,1",
+                "hydra/launcher=ray",
+                "+hydra.launcher.ray.init.num_cpus=1",
+                "+hydra.launcher.ray.init.include_dashboard=false",
+                f"tracking.uri={uri}",
+                "tracking.experiment=ray",
+                *TINY,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=400,
+            env=env,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         parents, children = _children_and_parent(uri, "ray")
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"
         assert sorted(c.data.params["seed"] for c in children) == ["0", "1"]
-        assert all(c.info.status == "FINISHED" and c.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
-                   for c in children)
+        assert all(
+            c.info.status == "FINISHED" and c.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+            for c in children
+        )
         # the jobs ran in Ray's worker processes, not in the launching one
         assert {c.data.tags["gpdlm.pid"] for c in children}.isdisjoint({str(os.getpid())})
         assert "2 finished, 0 skipped, 0 failed" in proc.stderr

@@ -26,9 +26,20 @@ def store_dir(template_db, tmp_path):
 def test_default_command_line_binds_localhost(store_dir, monkeypatch):
     monkeypatch.chdir(store_dir)
     argv = ui.command([])
-    assert argv == [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
-                    f"sqlite:///{store_dir.resolve() / 'mlflow.db'}", "--host", "127.0.0.1", "--port", "5000",
-                    "--workers", "1"]
+    assert argv == [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        f"sqlite:///{store_dir.resolve() / 'mlflow.db'}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "5000",
+        "--workers",
+        "1",
+    ]
 
 
 def test_host_port_and_uri_options(store_dir):
@@ -64,24 +75,30 @@ def test_ui_opens_the_training_runs_of_the_experiment(store_dir, monkeypatch, ca
     exp_id = client.create_experiment("older")  # made without gpdlm's tags (an older store)
     monkeypatch.setattr(os, "execve", lambda *a: None)
     assert cli.main(["ui", "--tracking-uri", uri, "--experiment", "older"]) == 0
-    assert (f"open http://127.0.0.1:5000/#/experiments/{exp_id}/runs?viewStateShareKey=gpdlm&workflowType=machine_learning"
-            in capsys.readouterr().err)
+    assert (
+        f"open http://127.0.0.1:5000/#/experiments/{exp_id}/runs?viewStateShareKey=gpdlm&workflowType=machine_learning"
+        in capsys.readouterr().err
+    )
     tags = client.get_experiment(exp_id).tags
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(tags["mlflow.sharedViewState.gpdlm"])
     assert view["searchFilter"] == "tags.`gpdlm.command` = 'train'"
     assert {"params.`objective.beta`", "params.`model.variant`", "metrics.`test_nll`", "attributes.`Dataset`"} <= set(
-        view["selectedColumns"])
+        view["selectedColumns"]
+    )
     new = ensure_experiment(client, "fresh", uri)  # gpdlm's own experiments get the view at creation
     assert json.loads(client.get_experiment(new).tags["mlflow.sharedViewState.gpdlm"]) == view
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--tracking-uri", "sqlite:////nonexistent/dir/mlflow.db"], "no MLflow store at /nonexistent/dir/mlflow.db"),
-    (["--port", "0"], "--port must be in 1..65535; got 0"),
-    (["--port", "http"], "argument --port: invalid int value: 'http'"),
-    (["--workers", "0"], "--workers must be >= 1; got 0"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--tracking-uri", "sqlite:////nonexistent/dir/mlflow.db"], "no MLflow store at /nonexistent/dir/mlflow.db"),
+        (["--port", "0"], "--port must be in 1..65535; got 0"),
+        (["--port", "http"], "argument --port: invalid int value: 'http'"),
+        (["--workers", "0"], "--workers must be >= 1; got 0"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(store_dir, monkeypatch, capsys, args, message):
     monkeypatch.chdir(store_dir)
     monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("must not start a server on bad input"))
@@ -129,11 +146,27 @@ def _browser() -> str | None:
 def _rendered(browser: str, url: str, profile) -> str:
     """The page's DOM after its scripts ran (headless, a fresh profile, a wide window: the runs
     table draws only the columns in view)."""
-    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           "--no-first-run", "--window-size=2400,1200", f"--user-data-dir={profile}",
-                           "--virtual-time-budget=20000", "--dump-dom", url],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--window-size=2400,1200",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc.stdout
 
 

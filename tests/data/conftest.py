@@ -80,7 +80,9 @@ def http_root(tmp_path):
 @pytest.fixture
 def http_server(http_root):
     """Serve ``http_root`` on 127.0.0.1 (a free port) from a thread; yields the base URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(http_root)))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(http_root))
+    )
     t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"

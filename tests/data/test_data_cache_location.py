@@ -27,8 +27,9 @@ def test_cache_order_gpdlm_data_then_xdg_then_home(tmp_path, monkeypatch):
     assert paths.cache_dir() == tmp_path / "xdg" / "gpdlm"
     assert paths.cache_dir_origin().startswith("$XDG_CACHE_HOME/gpdlm")
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # the XDG rule: a relative path is ignored
-    expected = {"darwin": tmp_path / "home" / "Library" / "Caches" / "gpdlm",
-                "win32": paths.user_cache_dir()}.get(sys.platform, tmp_path / "home" / ".cache" / "gpdlm")
+    expected = {"darwin": tmp_path / "home" / "Library" / "Caches" / "gpdlm", "win32": paths.user_cache_dir()}.get(
+        sys.platform, tmp_path / "home" / ".cache" / "gpdlm"
+    )
     assert paths.cache_dir() == expected
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert paths.cache_dir() == expected
@@ -43,7 +44,9 @@ def test_datasets_info_says_where_data_goes(tmp_path, monkeypatch, capsys):
     assert cmd.main(["info", "concrete"]) == 0
     out = capsys.readouterr().out
     cache = tmp_path / "xdg" / "gpdlm"
-    assert f"cache        {cache}  (raw files and parsed tables; $XDG_CACHE_HOME/gpdlm; set GPDLM_DATA to move it)" in out
+    assert (
+        f"cache        {cache}  (raw files and parsed tables; $XDG_CACHE_HOME/gpdlm; set GPDLM_DATA to move it)" in out
+    )
     assert f"not cached at {cache / 'concrete' / 'data.txt'}" in out
 
 
@@ -66,15 +69,37 @@ def test_a_run_from_a_read_only_checkout_caches_data_outside_it(tmp_path, mirror
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("GPDLM_DATA", "PYTHONPATH")}
-    env.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), GPDLM_DATA_MIRROR=str(mirror_root), GPDLM_OFFLINE="0",
-               PYTHONPATH=str(checkout), PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        XDG_CACHE_HOME=str(tmp_path / "xdg"),
+        GPDLM_DATA_MIRROR=str(mirror_root),
+        GPDLM_OFFLINE="0",
+        PYTHONPATH=str(checkout),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     import subprocess
 
     try:
-        out = subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", "train", "dataset=pol", "dataset.split.train_size=300",
-                              "model=sgpr", "model.num_inducing=10", "trainer.max_iters=3", "trainer.eval_every=0",
-                              "tracking.enabled=false", "progress=false"],
-                             cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpdlm_cli.cli",
+                "train",
+                "dataset=pol",
+                "dataset.split.train_size=300",
+                "model=sgpr",
+                "model.num_inducing=10",
+                "trainer.max_iters=3",
+                "trainer.eval_every=0",
+                "tracking.enabled=false",
+                "progress=false",
+            ],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         cache = tmp_path / "xdg" / "gpdlm"
         assert (cache / "pol" / "data.csv.gz").stat().st_size > 100_000

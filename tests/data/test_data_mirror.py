@@ -36,7 +36,8 @@ def tree(folder: Path) -> list[str]:
 
 UCI_DATASETS_BLOBS = {  # data files of treforevans/uci_datasets not in the mirror, hashed from its git blobs
     f"https://raw.githubusercontent.com/treforevans/uci_datasets/master/uci_datasets/{s}/data.csv.gz"
-    for s in ("energy", "housing", "wine", "yacht")}
+    for s in ("energy", "housing", "wine", "yacht")
+}
 
 
 def test_registry_records_exactly_the_mirrors_checksums(mirror_root, mirror_sums):
@@ -91,7 +92,9 @@ def test_missing_mirror_directory_is_bad_input(private_cache, tmp_path, capsys):
     gone = tmp_path / "no-such-mirror"
     code, _ = run(["fetch", "pol", "--mirror", str(gone)])
     err = capsys.readouterr().err
-    assert code == 2 and err == f"gpdlm: error: the data mirror {gone} (--mirror) does not exist or is not a directory\n"
+    assert (
+        code == 2 and err == f"gpdlm: error: the data mirror {gone} (--mirror) does not exist or is not a directory\n"
+    )
     assert tree(private_cache) == []
 
 
@@ -108,13 +111,16 @@ def test_file_missing_from_the_mirror_names_the_path_it_looked_for(private_cache
     code, _ = run(["fetch", "pol", "--mirror", str(empty)])
     err = capsys.readouterr().err.splitlines()
     assert code == 1 and len(err) == 2  # one line per file
-    assert err[0] == (f"gpdlm: error: dataset 'pol': file data.csv.gz is not in the data mirror {empty}: "
-                      f"looked for {empty / POL / 'data.csv.gz'}")
+    assert err[0] == (
+        f"gpdlm: error: dataset 'pol': file data.csv.gz is not in the data mirror {empty}: "
+        f"looked for {empty / POL / 'data.csv.gz'}"
+    )
     assert tree(private_cache) == []
 
 
-def test_wrong_checksum_in_the_mirror_is_refused_and_the_cache_untouched(mirror_root, mirror_sums, private_cache,
-                                                                         tmp_path, capsys):
+def test_wrong_checksum_in_the_mirror_is_refused_and_the_cache_untouched(
+    mirror_root, mirror_sums, private_cache, tmp_path, capsys
+):
     bad = tmp_path / "mirror"
     (bad / POL).mkdir(parents=True)
     shutil.copyfile(mirror_root / POL / "test_mask.csv.gz", bad / POL / "test_mask.csv.gz")

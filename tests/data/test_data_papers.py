@@ -49,20 +49,36 @@ def test_airline_names_the_40_parquet_parts_and_plane_data():
     assert [f.filename for f in get_dataset_info("airline_asa").files] == ["2008.csv.bz2", "plane-data.csv"]
 
 
-@pytest.mark.parametrize("name,options,shape,x0,y0,n_test", [
-    ("actuator", {"mode": "regression", "lag": 2}, (1022, 2), [-0.0068164, -0.0068164],
-     [-0.000262404, -0.000262404, -0.000262404], 512),
-    ("actuator", {}, (1014, 20), None, None, 512),  # autoregression, lag 10: as sysid_actuator
-    ("drives", {"mode": "regression", "lag": 2}, (498, 2), [1.0, 1.0], [0.0317460317, 0.0317460317, 0.2417582418], 250),
-    ("drives", {}, (490, 20), None, None, 250),
-    ("abalone", {}, (4177, 9), [0.455, 0.365, 0.095, 0.514, 0.2245, 0.101], [15.0, 7.0, 9.0], None),
-    ("thyroid", {}, (3772, 6), [0.73, 0.0006, 0.015, 0.12, 0.082, 0.146], [0.0, 0.0, 0.0], None),
-])
+@pytest.mark.parametrize(
+    "name,options,shape,x0,y0,n_test",
+    [
+        (
+            "actuator",
+            {"mode": "regression", "lag": 2},
+            (1022, 2),
+            [-0.0068164, -0.0068164],
+            [-0.000262404, -0.000262404, -0.000262404],
+            512,
+        ),
+        ("actuator", {}, (1014, 20), None, None, 512),  # autoregression, lag 10: as sysid_actuator
+        (
+            "drives",
+            {"mode": "regression", "lag": 2},
+            (498, 2),
+            [1.0, 1.0],
+            [0.0317460317, 0.0317460317, 0.2417582418],
+            250,
+        ),
+        ("drives", {}, (490, 20), None, None, 250),
+        ("abalone", {}, (4177, 9), [0.455, 0.365, 0.095, 0.514, 0.2245, 0.101], [15.0, 7.0, 9.0], None),
+        ("thyroid", {}, (3772, 6), [0.73, 0.0006, 0.015, 0.12, 0.082, 0.146], [0.0, 0.0, 0.0], None),
+    ],
+)
 def test_small_sets_load_from_the_mirror(mirror, private_cache, name, options, shape, x0, y0, n_test):
     t = load_table(name, **options)
     assert t.X.shape == shape
     if x0 is not None:
-        np.testing.assert_allclose(t.X[0, :len(x0)], x0, rtol=1e-6)
+        np.testing.assert_allclose(t.X[0, : len(x0)], x0, rtol=1e-6)
         np.testing.assert_allclose(t.y[:3], y0, rtol=1e-6)
     assert (None if t.test_mask is None else int(t.test_mask.sum())) == n_test
     for f in get_dataset_info(name).files:  # the cached copies are the mirror's bytes
@@ -137,11 +153,20 @@ def test_airline_from_the_mirror_is_the_papers_2055733_flights(mirror):
     assert r.X.shape == (2055733, 8) and r.y[0] == -14.0
 
 
-@pytest.mark.parametrize("name,file", [("actuator", "actuator.mat"), ("drives", "drive.mat"),
-                                       ("gef_power", "Load_history.csv.zip"), ("gef_wind", "windforecasts_wf3.csv.zip"),
-                                       ("abalone", "abalone.data"), ("thyroid", "ann-train.data"),
-                                       ("blog", "BlogFeedback.zip"), ("airline", "plane-data.csv"),
-                                       ("airline", "2008-04-part-00009.parquet")])
+@pytest.mark.parametrize(
+    "name,file",
+    [
+        ("actuator", "actuator.mat"),
+        ("drives", "drive.mat"),
+        ("gef_power", "Load_history.csv.zip"),
+        ("gef_wind", "windforecasts_wf3.csv.zip"),
+        ("abalone", "abalone.data"),
+        ("thyroid", "ann-train.data"),
+        ("blog", "BlogFeedback.zip"),
+        ("airline", "plane-data.csv"),
+        ("airline", "2008-04-part-00009.parquet"),
+    ],
+)
 def test_a_corrupted_mirror_copy_is_refused_with_one_line(mirror_root, private_cache, tmp_path, capsys, name, file):
     info = get_dataset_info(name)
     bad = tmp_path / "mirror"

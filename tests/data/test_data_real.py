@@ -100,10 +100,13 @@ def test_train_on_pol_with_published_mask_0(mirror, tmp_path):
     assert metrics["test_rmse"] < 0.6 * y[fold0].std()
 
 
-@pytest.mark.parametrize("override, message", [
-    ("dataset.split.mask=10", "the 'mask' parameter of dataset.split must be an integer in 0..9"),
-    ("dataset.split.mask=0", "dataset.split.mask=0: dataset 'energy' has no published test masks"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("dataset.split.mask=10", "the 'mask' parameter of dataset.split must be an integer in 0..9"),
+        ("dataset.split.mask=0", "dataset.split.mask=0: dataset 'energy' has no published test masks"),
+    ],
+)
 def test_train_bad_mask_is_one_line_before_anything_is_fetched(mirror, private_cache, tmp_path, override, message):
     from gpdlm_cli.exceptions import GpdlmError
 

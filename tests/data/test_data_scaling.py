@@ -49,8 +49,9 @@ def test_chronological_split_scales_features_per_channel_and_past_outputs_like_t
     rng = np.random.default_rng(1)
     n = 300
     names = ["u[t-0]", "u[t-1]", "y[t-1]", "y[t-2]", "w"]
-    X = np.column_stack([rng.normal(2, 3, n), rng.normal(2, 3, n), rng.normal(7, 2, n), rng.normal(7, 2, n),
-                         rng.normal(-1, 0.1, n)])
+    X = np.column_stack(
+        [rng.normal(2, 3, n), rng.normal(2, 3, n), rng.normal(7, 2, n), rng.normal(7, 2, n), rng.normal(-1, 0.1, n)]
+    )
     y = rng.normal(7, 2, n)
     mask = np.arange(n) >= 240
     t = Table("seq", "sequence", X, y, names, "y", test_mask=mask)

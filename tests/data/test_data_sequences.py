@@ -8,7 +8,6 @@ import pytest
 from gpdlm_cli.data import load_table, make_splits, make_windows
 from gpdlm_cli.data.sequences import window_names
 from gpdlm_cli.exceptions import DataError
-
 from tests.conftest import ar1_series
 
 

@@ -146,7 +146,10 @@ def test_a_stray_text_cell_is_named_by_row_and_value_before_suggesting_categoric
     with pytest.raises(DataError) as e:
         table_from_frame(df, name="m", task="regression", target="y")
     msg = one_line(e)
-    assert "column 'a' has the non-numeric value '1,5' in row 2 (1 such cell); fix the data, or declare 'a' categorical" in msg
+    assert (
+        "column 'a' has the non-numeric value '1,5' in row 2 (1 such cell); fix the data, or declare 'a' categorical"
+        in msg
+    )
     df = frame(a=[1.0, 2.0, 3.0, 4.0], y=[1.0, 2.0, 3.0, 4.0])
     df["y"] = df["y"].astype(object)
     df.loc[0, "y"] = "n/a"
@@ -167,8 +170,9 @@ def test_empty_table_constant_target_labels_and_counts():
     with pytest.raises(DataError) as e:
         table_from_frame(frame(a=[1.0, 2.0, 3.0], y=[0, 1, 2]), name="l", task="classification", target="y")
     assert "labels must be in {0, 1}" in one_line(e)
-    t = table_from_frame(frame(a=[1.0, 2.0], y=[-1, 1]), name="l", task="classification", target="y",
-                         label_map={-1: 0, 1: 1})
+    t = table_from_frame(
+        frame(a=[1.0, 2.0], y=[-1, 1]), name="l", task="classification", target="y", label_map={-1: 0, 1: 1}
+    )
     assert list(t.y) == [0, 1]
     for bad in ([0, -1, 2], [0, 1.5, 2]):
         with pytest.raises(DataError) as e:

@@ -64,8 +64,9 @@ def tilted_moments(name, y, mu, var, noise=1.0):
     mode, top = _peak(name, y, mu, var, noise)
     lo, hi = min(mu, mode) - 40 * np.sqrt(var), max(mu, mode) + 40 * np.sqrt(var)
     w = lambda f, k: (f - mu) ** k * np.exp(log_tilted(name, y, mu, var, f, noise) - top)  # noqa: E731
-    z, m1, m2 = (integrate.quad(w, lo, hi, args=(k,), points=[mode], limit=500, epsabs=0, epsrel=1e-11)[0]
-                 for k in (0, 1, 2))
+    z, m1, m2 = (
+        integrate.quad(w, lo, hi, args=(k,), points=[mode], limit=500, epsabs=0, epsrel=1e-11)[0] for k in (0, 1, 2)
+    )
     return m1 / z, m2 / z
 
 

@@ -59,11 +59,23 @@ def dense_objective(model, x, y, jitter):
 
 @pytest.mark.parametrize("estimator", ["quadrature", "ups"])
 def test_logged_loss_is_the_dense_objective_while_variances_are_wide(counts_csv, estimator):
-    cfg = compose([
-        "dataset=csv", f"dataset.path={counts_csv}", "dataset.target=y", "dataset.task=count",
-        "likelihood=poisson_exp", "model=dlm", "model.num_inducing=20", f"estimator={estimator}",
-        "trainer.max_iters=14", "trainer.eval_every=0", "tracking.enabled=false", "progress=false", "seed=0",
-    ])
+    cfg = compose(
+        [
+            "dataset=csv",
+            f"dataset.path={counts_csv}",
+            "dataset.target=y",
+            "dataset.task=count",
+            "likelihood=poisson_exp",
+            "model=dlm",
+            "model.num_inducing=20",
+            f"estimator={estimator}",
+            "trainer.max_iters=14",
+            "trainer.eval_every=0",
+            "tracking.enabled=false",
+            "progress=false",
+            "seed=0",
+        ]
+    )
     _, _, tensors = load_data(cfg)
     method = build_method(cfg, tensors, "count")
     (stage,) = method.stages

@@ -18,8 +18,11 @@ CONF = Path(__file__).resolve().parents[2] / "conf" / "estimator"
     [
         ("bmc", BMCEstimator, {"num_samples": 10}),
         ("smooth_bmc", SmoothBMCEstimator, {"num_samples": 10, "nu": 1e-4}),
-        ("ups", UPSEstimator, {"num_samples": 10, "sampler": "rejection", "envelope_kind": "tight",
-                               "max_width": 10, "num_nodes": 20}),
+        (
+            "ups",
+            UPSEstimator,
+            {"num_samples": 10, "sampler": "rejection", "envelope_kind": "tight", "max_width": 10, "num_nodes": 20},
+        ),
     ],
 )
 def test_yaml_builds_the_estimator_with_its_defaults(name, cls, expected):

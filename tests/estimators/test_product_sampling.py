@@ -56,8 +56,16 @@ def ks_pvalue(case, samples):
     return stats.kstest(xs, lambda x: np.interp(x, xs, cdf)).pvalue
 
 
-TIGHT = ["probit_far", "poisson_200", "gaussian_far", "poisson_zero", "logit", "softplus", "probit_aligned",
-         "probit_extreme"]
+TIGHT = [
+    "probit_far",
+    "poisson_200",
+    "gaussian_far",
+    "poisson_zero",
+    "logit",
+    "softplus",
+    "probit_aligned",
+    "probit_extreme",
+]
 EXACT_K = ["probit_far", "poisson_200", "gaussian_far", "poisson_zero", "logit", "softplus"]
 PAPER = ["probit_far", "gaussian_far", "poisson_zero", "logit", "probit_aligned"]  # acceptance >= 1.7e-4
 EXACT = ["probit_far", "gaussian_far", "probit_aligned", "probit_extreme"]
@@ -115,8 +123,9 @@ def test_tight_sampler_tails_and_acceptance_rate(case, L):
         assert abs(k - n * p) < 4 * math.sqrt(n * p * (1 - p)) + 1
     stats_ = est.statistics()
     env = est.envelope(lik, t1(y), t1(mu), t1(var))
-    alpha = math.exp(QuadratureEstimator(num_nodes=100).log_marginal(lik, t1(y), t1(mu), t1(var)).item()
-                     - env.log_mass().item())
+    alpha = math.exp(
+        QuadratureEstimator(num_nodes=100).log_marginal(lik, t1(y), t1(mu), t1(var)).item() - env.log_mass().item()
+    )
     drawn = n * stats_["ups_draws_per_sample"]  # proposals drawn = kept samples x draws per sample
     assert abs(stats_["ups_acceptance_rate"] - alpha) < 4 * math.sqrt(alpha * (1 - alpha) / drawn)
 
@@ -140,16 +149,21 @@ def test_envelopes_dominate_the_tilted_density(name):
     (mu, var, y) per likelihood, for every envelope (and a width-1 / width-3 paper variant)."""
     gen = torch.Generator().manual_seed(5)
     y, mu, var = random_points(name, 200, gen)
-    for noise in ([0.01, 1.0] if name == "gaussian" else [None]):
+    for noise in [0.01, 1.0] if name == "gaussian" else [None]:
         lik = make_lik(name, noise)
         u = torch.linspace(-12, 12, 1000, dtype=D)
         mode, s2, _ = tilted_laplace(lik, y, mu, var)
         f = torch.cat([mu[:, None] + var.sqrt()[:, None] * u, mode[:, None] + s2.sqrt()[:, None] * u], 1)
         target = -0.5 * math.log(2 * math.pi) - 0.5 * var.log()[:, None] - 0.5 * (f - mu[:, None]) ** 2 / var[:, None]
         target = target + lik.log_prob(y[:, None], f)
-        for kw in (dict(envelope="tight", num_samples=1), dict(envelope="tight", num_samples=50),
-                   dict(envelope="exact_k"), dict(envelope="paper"), dict(envelope="paper", max_width=3),
-                   dict(envelope="exact_k", max_width=1)):
+        for kw in (
+            dict(envelope="tight", num_samples=1),
+            dict(envelope="tight", num_samples=50),
+            dict(envelope="exact_k"),
+            dict(envelope="paper"),
+            dict(envelope="paper", max_width=3),
+            dict(envelope="exact_k", max_width=1),
+        ):
             env = UPSEstimator(**kw).envelope(lik, y, mu, var)
             gap = env.log_env(f) - target
             assert torch.isfinite(env.log_mass()).all(), kw
@@ -184,8 +198,12 @@ def test_envelopes_dominate_the_tilted_density_at_wide_variance(name):
     f = torch.cat([mu[:, None] + var.sqrt()[:, None] * u, c_ref[:, None] + s_ref[:, None] * u], 1)
     target = -0.5 * math.log(2 * math.pi) - 0.5 * var.log()[:, None] - 0.5 * (f - mu[:, None]) ** 2 / var[:, None]
     target = target + lik.log_prob(y[:, None], f)
-    for kw in (dict(envelope="tight", num_samples=1), dict(envelope="tight", num_samples=50),
-               dict(envelope="exact_k"), dict(envelope="paper")):
+    for kw in (
+        dict(envelope="tight", num_samples=1),
+        dict(envelope="tight", num_samples=50),
+        dict(envelope="exact_k"),
+        dict(envelope="paper"),
+    ):
         env = UPSEstimator(**kw).envelope(lik, y, mu, var)
         gap = env.log_env(f) - target
         assert torch.isfinite(env.log_mass()).all(), kw
@@ -271,8 +289,12 @@ def test_ups_gradient_is_unbiased(case, how):
         assert abs(g.mean().item() - target) < 4 * g.std().item() / math.sqrt(n)
 
 
-WIDE_CASES = [("poisson_exp", 100.0, 0.0, 36.0), ("poisson_exp", 30.0, 0.0, 25.0),
-              ("poisson_softplus", 30.0, -2.0, 300.0), ("logit", 1.0, -3.0, 300.0)]
+WIDE_CASES = [
+    ("poisson_exp", 100.0, 0.0, 36.0),
+    ("poisson_exp", 30.0, 0.0, 25.0),
+    ("poisson_softplus", 30.0, -2.0, 300.0),
+    ("logit", 1.0, -3.0, 300.0),
+]
 
 
 @pytest.mark.parametrize("name,y,mu,var", WIDE_CASES)
@@ -307,8 +329,9 @@ def test_value_is_the_deterministic_log_marginal():
     torch.testing.assert_close(est.log_marginal(probit, y, mu, var), probit.log_marginal_closed(y, mu, var))
     pois = make_lik("poisson_exp")
     yc = torch.tensor([200.0, 3.0], dtype=D)
-    torch.testing.assert_close(est.log_marginal(pois, yc, mu, var),
-                               QuadratureEstimator(num_nodes=20).log_marginal(pois, yc, mu, var))
+    torch.testing.assert_close(
+        est.log_marginal(pois, yc, mu, var), QuadratureEstimator(num_nodes=20).log_marginal(pois, yc, mu, var)
+    )
 
 
 def test_likelihood_parameter_gradient_comes_from_the_deterministic_value():
@@ -365,7 +388,9 @@ def test_expected_log_prob_is_delegated_and_flagged():
     lik = make_lik("poisson_exp")
     y, mu, var = torch.tensor([3.0], dtype=D), torch.tensor([0.2], dtype=D), torch.tensor([0.7], dtype=D)
     assert UPSEstimator.log_marginal_only is True and UPSEstimator.stochastic is True
-    assert torch.equal(UPSEstimator().expected_log_prob(lik, y, mu, var), AutoEstimator().expected_log_prob(lik, y, mu, var))
+    assert torch.equal(
+        UPSEstimator().expected_log_prob(lik, y, mu, var), AutoEstimator().expected_log_prob(lik, y, mu, var)
+    )
 
 
 def test_exact_sampler_needs_a_closed_form_tilted_density():

@@ -39,7 +39,7 @@ def grid(name, mus=np.linspace(-20, 20, 11), variances=np.logspace(-4, 3, 13), t
     return np.array([(y, m, v) for y in targets for m in mus for v in variances], dtype=float).T
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference(name):
     """``grid(name)`` and the dense reference's log E_q[p] there (computed once per likelihood)."""
     y, mu, var = grid(name)
@@ -67,8 +67,9 @@ def test_tail_forms_are_the_likelihood(name):
 
 @pytest.mark.parametrize("noise", ["gumbel_min", "logistic", "normal"])
 def test_noise_density_derivatives_and_slope_root(noise):
-    lik = {"gumbel_min": LIKELIHOODS["poisson_exp"], "logistic": LIKELIHOODS["logit"],
-           "normal": LIKELIHOODS["probit"]}[noise]()
+    lik = {"gumbel_min": LIKELIHOODS["poisson_exp"], "logistic": LIKELIHOODS["logit"], "normal": LIKELIHOODS["probit"]}[
+        noise
+    ]()
     rho, dist = lik.tail_noise, SCIPY_NOISE[noise]
     e = np.linspace(-12, 4, 161)
     np.testing.assert_allclose(rho.log_density(t(e)).numpy(), dist.logpdf(e), rtol=1e-12, atol=1e-12)
@@ -135,9 +136,15 @@ def test_dense_reference_against_mpmath():
     """Not a test of gpdlm: the dense log-space trapezoid reference against mpmath (30 digits, the
     integral split at the wall) at the issue's points and a logit/probit one."""
     mpmath.mp.dps = 30
-    cases = [("poisson_exp", 0.0, 0.0, 36.0), ("poisson_exp", 0.0, 0.0, 100.0), ("poisson_exp", 0.0, 0.0, 1000.0),
-             ("poisson_exp", 0.0, -9.0, 1000.0), ("poisson_exp", 1.0, -12.0, 10.0), ("logit", 1.0, 14.0, 1000.0),
-             ("probit", 0.0, -9.0, 1000.0)]
+    cases = [
+        ("poisson_exp", 0.0, 0.0, 36.0),
+        ("poisson_exp", 0.0, 0.0, 100.0),
+        ("poisson_exp", 0.0, 0.0, 1000.0),
+        ("poisson_exp", 0.0, -9.0, 1000.0),
+        ("poisson_exp", 1.0, -12.0, 10.0),
+        ("logit", 1.0, 14.0, 1000.0),
+        ("probit", 0.0, -9.0, 1000.0),
+    ]
     dens = {
         "poisson_exp": lambda y, f: mpmath.exp(y * f - mpmath.exp(f) - mpmath.loggamma(y + 1)),
         "logit": lambda y, f: 1 / (1 + mpmath.exp(-(2 * y - 1) * f)),
@@ -203,8 +210,9 @@ def test_dense_reference_gradients_are_its_finite_differences():
         h = 1e-4 * math.sqrt(var)
         fd_mu = (dense_log_marginal(name, y, mu + h, var)[0] - dense_log_marginal(name, y, mu - h, var)[0]) / (2 * h)
         hv = 1e-4 * var
-        fd_var = (dense_log_marginal(name, y, mu, var + hv)[0]
-                  - dense_log_marginal(name, y, mu, var - hv)[0]) / (2 * hv)
+        fd_var = (dense_log_marginal(name, y, mu, var + hv)[0] - dense_log_marginal(name, y, mu, var - hv)[0]) / (
+            2 * hv
+        )
         assert dmu == pytest.approx(fd_mu, rel=1e-6)
         assert dvar == pytest.approx(fd_var, rel=1e-6)
 
@@ -251,8 +259,12 @@ def test_dlm_parameter_gradient_through_a_sparse_gp():
     def param_grad(est=None):
         mu, var = model.marginals(x)
         if est is None:  # the chain rule with the reference's derivatives
-            ref = np.array([dense_log_marginal("poisson_exp", *p) for p in
-                            zip(y.numpy(), mu.detach().numpy(), var.detach().numpy())])
+            ref = np.array(
+                [
+                    dense_log_marginal("poisson_exp", *p)
+                    for p in zip(y.numpy(), mu.detach().numpy(), var.detach().numpy())
+                ]
+            )
             surrogate = (mu * t(ref[:, 1])).sum() + (var * t(ref[:, 2])).sum()
             return torch.cat([gr.reshape(-1) for gr in torch.autograd.grad(surrogate, params)]), var
         out = est.log_marginal(lik, y, mu, var).sum()
@@ -317,7 +329,8 @@ def test_statistics_count_both_mode_finders():
     form = QuadratureEstimator().tail_form(lik, y, mu, var)
     shift = (form[3] * (mu + form[1] * var))[use]
     expected = int(tilted_laplace(lik, y[~use], mu[~use], var[~use], newton_iters=1).unconverged) + int(
-        tail_laplace(lik.tail_noise, shift, var[use], newton_iters=1).unconverged)
+        tail_laplace(lik.tail_noise, shift, var[use], newton_iters=1).unconverged
+    )
     est = QuadratureEstimator(newton_iters=1)
     est.log_marginal(lik, y, mu, var)
     assert expected > 0
@@ -326,7 +339,8 @@ def test_statistics_count_both_mode_finders():
 
 def test_non_finite_inputs_pass_through_a_mixed_batch():
     lik = LIKELIHOODS["logit"]().double()
-    out = QuadratureEstimator().log_marginal(lik, t([0.0, 1.0, 0.0, 1.0]), t([0.0, float("nan"), 3.0, 0.0]),
-                                             t([500.0, 500.0, float("nan"), 0.5]))
+    out = QuadratureEstimator().log_marginal(
+        lik, t([0.0, 1.0, 0.0, 1.0]), t([0.0, float("nan"), 3.0, 0.0]), t([500.0, 500.0, float("nan"), 0.5])
+    )
     assert torch.isfinite(out[[0, 3]]).all() and torch.isnan(out[[1, 2]]).all()
     assert out[0].item() == pytest.approx(dense_log_marginal("logit", 0.0, 0.0, 500.0)[0], abs=1e-4)

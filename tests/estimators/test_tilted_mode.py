@@ -122,8 +122,12 @@ def test_a_bracket_that_cannot_close_raises_naming_the_point_and_bad_inputs_pass
 
 
 # ----- adaptive quadrature at wide variance ---------------------------------------------------------
-COUNT_GRID = [(y, mu, var) for y in (30.0, 100.0, 300.0, 1000.0) for mu in (-3.0, 0.0, 4.0)
-              for var in (1e-4, 1.0, 12.0, 25.0, 36.0, 300.0, 1e4)]
+COUNT_GRID = [
+    (y, mu, var)
+    for y in (30.0, 100.0, 300.0, 1000.0)
+    for mu in (-3.0, 0.0, 4.0)
+    for var in (1e-4, 1.0, 12.0, 25.0, 36.0, 300.0, 1e4)
+]
 
 
 @pytest.mark.parametrize("name", ["poisson_exp", "poisson_softplus"])
@@ -143,9 +147,18 @@ def test_count_log_marginal_and_gradients_match_dense_reference_up_to_var_1e4(na
     np.testing.assert_allclose(g_var.numpy(), ref[:, 2], rtol=rtol_grad, atol=1e-14)
 
 
-SATURATING = [(name, y, mu, var) for name, ys in (("poisson_exp", (0.0, 1.0)), ("poisson_softplus", (0.0, 1.0)),
-                                                   ("logit", (0.0, 1.0)), ("probit", (0.0, 1.0)))
-              for y in ys for mu in (-3.0, 0.0, 4.0) for var in (1e-4, 1.0, 12.0, 36.0, 300.0, 1e4)]
+SATURATING = [
+    (name, y, mu, var)
+    for name, ys in (
+        ("poisson_exp", (0.0, 1.0)),
+        ("poisson_softplus", (0.0, 1.0)),
+        ("logit", (0.0, 1.0)),
+        ("probit", (0.0, 1.0)),
+    )
+    for y in ys
+    for mu in (-3.0, 0.0, 4.0)
+    for var in (1e-4, 1.0, 12.0, 36.0, 300.0, 1e4)
+]
 
 
 @pytest.mark.parametrize("name", ["poisson_exp", "poisson_softplus", "logit", "probit"])

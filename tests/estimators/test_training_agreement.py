@@ -9,8 +9,17 @@ from gpdlm_cli.run.train import run_train
 
 from ..conftest import compose
 
-BASE = ["dataset=doctor_visits", "dataset.split.train_size=300", "model=dlm", "model.num_inducing=20",
-        "trainer.max_iters=150", "trainer.eval_every=0", "tracking.enabled=false", "progress=false", "seed=1"]
+BASE = [
+    "dataset=doctor_visits",
+    "dataset.split.train_size=300",
+    "model=dlm",
+    "model.num_inducing=20",
+    "trainer.max_iters=150",
+    "trainer.eval_every=0",
+    "tracking.enabled=false",
+    "progress=false",
+    "seed=1",
+]
 TOLERANCE = 0.05  # nats per test point
 
 

@@ -61,9 +61,14 @@ def test_a_family_of_one_module_and_one_yaml_trains_and_is_selected_and_compared
     # the copy first; a PYTHONPATH already set (packages installed with --target) stays after it
     path = os.pathsep.join(p for p in (str(tmp_path / "src"), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "GPDLM_DEVICE": "cpu"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(copy), uri, str(tmp_path / "out"),
-                           ",".join(map(str, BETAS)), *DATA],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(copy), uri, str(tmp_path / "out"), ",".join(map(str, BETAS)), *DATA],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     # the runs, and ridge regression by numpy on the same standardised splits

@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 import torch
 
+from gpdlm_cli.run.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
 from gpdlm_cli.training.sync import count_cuda_syncs
-from gpdlm_cli.run.prepare import prepare
 
 from ..conftest import compose, run_cli
 
@@ -50,49 +50,143 @@ DETERMINISTIC = {
     "svgp": ["model=svgp", "model.num_inducing=30", "trainer.max_iters=60", "trainer.eval_every=30"],
     "dlm_fixed": ["model=dlm_fixed", "model.num_inducing=30", "trainer.max_iters=40", "trainer.eval_every=0"],
     "sq_dlm": ["model=sq_dlm", "model.num_inducing=30", "trainer.max_iters=60", "trainer.eval_every=0"],
-    "dlm_minibatch": ["model=dlm", "model.num_inducing=30", "trainer.batch_size=64", "trainer.max_iters=80",
-                      "trainer.eval_every=40"],
-    "dlm_probit_quadrature": ["model=dlm", "dataset=breast_cancer", "estimator=quadrature", "model.num_inducing=30",
-                              "trainer.max_iters=40", "trainer.eval_every=0"],
-    "dlm_poisson_quadrature": ["model=dlm", "dataset=doctor_visits", "estimator=quadrature", "model.num_inducing=30",
-                               "trainer.max_iters=40", "trainer.eval_every=0"],
+    "dlm_minibatch": [
+        "model=dlm",
+        "model.num_inducing=30",
+        "trainer.batch_size=64",
+        "trainer.max_iters=80",
+        "trainer.eval_every=40",
+    ],
+    "dlm_probit_quadrature": [
+        "model=dlm",
+        "dataset=breast_cancer",
+        "estimator=quadrature",
+        "model.num_inducing=30",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
+    "dlm_poisson_quadrature": [
+        "model=dlm",
+        "dataset=doctor_visits",
+        "estimator=quadrature",
+        "model.num_inducing=30",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
     "sgpr": ["model=sgpr", "model.num_inducing=30", "trainer.max_iters=60", "trainer.eval_every=0"],
     "fitc": ["model=fitc", "model.num_inducing=30", "trainer.max_iters=60", "trainer.eval_every=0"],
     "exact": ["model=exact", "trainer.max_iters=60", "trainer.eval_every=0"],
     # the fast protocol (issue 21): CompactLBFGS with strong-Wolfe steps on the lean RBF hot path
     "dlm_fast": ["model=dlm", "trainer=fast", "model.num_inducing=30", "trainer.max_iters=40", "trainer.eval_every=0"],
-    "svgp_fast": ["model=svgp", "trainer=fast", "model.num_inducing=30", "trainer.max_iters=40", "trainer.eval_every=0"],
-    "sgpr_lbfgs": ["model=sgpr", "model.num_inducing=30", "trainer.optimizer=lbfgs", "trainer.max_iters=30",
-                   "trainer.eval_every=0"],
+    "svgp_fast": [
+        "model=svgp",
+        "trainer=fast",
+        "model.num_inducing=30",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
+    "sgpr_lbfgs": [
+        "model=sgpr",
+        "model.num_inducing=30",
+        "trainer.optimizer=lbfgs",
+        "trainer.max_iters=30",
+        "trainer.eval_every=0",
+    ],
     "scgd": ["model=scgd", "features=nn", "trainer.batch_size=32", "trainer.max_iters=60", "trainer.eval_every=30"],
     "bsgd": ["model=bsgd", "features=nn", "trainer.batch_size=32", "trainer.max_iters=60", "trainer.eval_every=30"],
-    "scgd_rff": ["model=scgd", "kernel=rff", "kernel.num_features=200", "trainer.batch_size=64",
-                 "trainer.max_iters=40", "trainer.eval_every=0"],
+    "scgd_rff": [
+        "model=scgd",
+        "kernel=rff",
+        "kernel.num_features=200",
+        "trainer.batch_size=64",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
     "ssgp": ["model=ssgp", "dataset=aimpeak", "dataset.n_segments=60", "trainer.max_iters=40", "trainer.eval_every=0"],
-    "vssgp": ["model=vssgp", "dataset=aimpeak", "dataset.n_segments=60", "trainer.max_iters=40",
-              "trainer.eval_every=0"],
-    "gp_lstm": ["model=gp_lstm", "dataset=sysid_actuator", "model.network.dtype=float64", "trainer.max_iters=30",
-                "trainer.eval_every=0", "trainer.final_theta_steps=5"],
-    "gp_lstm_kiss": ["model=gp_lstm", "dataset=sysid_actuator", "model.gp.inference=kiss", "model.gp.grid_size=40",
-                     "model.network.dtype=float64", "trainer.max_iters=20", "trainer.eval_every=0",
-                     "trainer.final_theta_steps=0"],
-    "lstm": ["model=lstm", "dataset=sysid_actuator", "model.network.dtype=float64", "trainer.max_iters=40",
-             "trainer.eval_every=0"],
+    "vssgp": [
+        "model=vssgp",
+        "dataset=aimpeak",
+        "dataset.n_segments=60",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
+    "gp_lstm": [
+        "model=gp_lstm",
+        "dataset=sysid_actuator",
+        "model.network.dtype=float64",
+        "trainer.max_iters=30",
+        "trainer.eval_every=0",
+        "trainer.final_theta_steps=5",
+    ],
+    "gp_lstm_kiss": [
+        "model=gp_lstm",
+        "dataset=sysid_actuator",
+        "model.gp.inference=kiss",
+        "model.gp.grid_size=40",
+        "model.network.dtype=float64",
+        "trainer.max_iters=20",
+        "trainer.eval_every=0",
+        "trainer.final_theta_steps=0",
+    ],
+    "lstm": [
+        "model=lstm",
+        "dataset=sysid_actuator",
+        "model.network.dtype=float64",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
 }
 
 STOCHASTIC = {
-    "dlm_bmc": ["model=dlm", "dataset=doctor_visits", "estimator=bmc", "model.num_inducing=20", "trainer.max_iters=40",
-                "trainer.eval_every=0"],
-    "dlm_smooth_bmc": ["model=dlm", "dataset=doctor_visits", "estimator=smooth_bmc", "model.num_inducing=20",
-                       "trainer.max_iters=40", "trainer.eval_every=0"],
-    "dlm_ups": ["model=dlm", "dataset=doctor_visits", "estimator=ups", "model.num_inducing=20", "trainer.max_iters=40",
-                "trainer.eval_every=0"],
-    "minimax": ["model=minimax", "features=nn", "trainer.batch_size=32", "trainer.max_iters=40", "trainer.eval_every=0"],
-    "svbssgp": ["model=svbssgp", "dataset=aimpeak", "dataset.n_segments=60", "model.partitions=20",
-                "trainer.max_epochs=2", "trainer.max_iters=null", "trainer.eval_every=0"],
-    "gp_lstm_dropout": ["model=gp_lstm", "dataset=sysid_actuator", "model.network.dropout=0.25",
-                        "model.network.dtype=float64", "trainer.max_iters=30", "trainer.eval_every=0",
-                        "trainer.final_theta_steps=0"],
+    "dlm_bmc": [
+        "model=dlm",
+        "dataset=doctor_visits",
+        "estimator=bmc",
+        "model.num_inducing=20",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
+    "dlm_smooth_bmc": [
+        "model=dlm",
+        "dataset=doctor_visits",
+        "estimator=smooth_bmc",
+        "model.num_inducing=20",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
+    "dlm_ups": [
+        "model=dlm",
+        "dataset=doctor_visits",
+        "estimator=ups",
+        "model.num_inducing=20",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
+    "minimax": [
+        "model=minimax",
+        "features=nn",
+        "trainer.batch_size=32",
+        "trainer.max_iters=40",
+        "trainer.eval_every=0",
+    ],
+    "svbssgp": [
+        "model=svbssgp",
+        "dataset=aimpeak",
+        "dataset.n_segments=60",
+        "model.partitions=20",
+        "trainer.max_epochs=2",
+        "trainer.max_iters=null",
+        "trainer.eval_every=0",
+    ],
+    "gp_lstm_dropout": [
+        "model=gp_lstm",
+        "dataset=sysid_actuator",
+        "model.network.dropout=0.25",
+        "model.network.dtype=float64",
+        "trainer.max_iters=30",
+        "trainer.eval_every=0",
+        "trainer.final_theta_steps=0",
+    ],
 }
 
 
@@ -102,8 +196,11 @@ def _run(overrides, device, tmp_path: Path) -> dict:
 
 
 def _comparable(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items()
-            if isinstance(v, (int, float)) and not any(s in k for s in SKIP_KEYS) and math.isfinite(v)}
+    return {
+        k: v
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not any(s in k for s in SKIP_KEYS) and math.isfinite(v)
+    }
 
 
 @pytest.mark.parametrize("name", sorted(DETERMINISTIC))
@@ -129,8 +226,9 @@ def test_sampling_runs_agree_statistically(name, tmp_path):
     assert abs(d.mean()) <= max(3.5 * se, STAT_ATOL), f"{name}: mean CUDA-CPU test_nll {d.mean():.4g} (SE {se:.3g})"
 
 
-SYNC_CASES = {k: DETERMINISTIC[k] for k in ("dlm", "svgp", "dlm_minibatch", "sgpr", "exact", "scgd", "ssgp",
-                                             "gp_lstm", "lstm")}
+SYNC_CASES = {
+    k: DETERMINISTIC[k] for k in ("dlm", "svgp", "dlm_minibatch", "sgpr", "exact", "scgd", "ssgp", "gp_lstm", "lstm")
+}
 SYNC_CASES.update({k: STOCHASTIC[k] for k in ("dlm_bmc", "dlm_ups", "minimax", "svbssgp", "gp_lstm_dropout")})
 
 
@@ -138,9 +236,17 @@ def _syncs_for(overrides, iterations: int) -> tuple[int, dict]:
     cfg = compose(BASE + ["device=cuda"] + list(overrides))
     prepared = prepare(cfg)
     data, method, settings = prepared.data, prepared.method, prepared.settings
-    settings = dataclasses.replace(settings, max_iters=iterations, max_epochs=None, eval_every=0,
-                                   eval_every_epochs=None, check_every=10**9, keep_best=None, stop_rule="none",
-                                   progress=False)
+    settings = dataclasses.replace(
+        settings,
+        max_iters=iterations,
+        max_epochs=None,
+        eval_every=0,
+        eval_every_epochs=None,
+        check_every=10**9,
+        keep_best=None,
+        stop_rule="none",
+        progress=False,
+    )
     if method.estimator is not None:
         method.estimator.seed(0, data.x_train.device)
     stages = [s for s in method.stages if s.solve is None][:1]  # the first iterative stage
@@ -183,7 +289,8 @@ def test_no_host_device_sync_per_iteration(name):
 
 # ----- batched configurations (issue 21, sweep.batched): one batched model on CUDA against separate CPU runs ---
 # the CPU batched test's problem and grid (tests/run/test_batched.py)
-from ..run.test_batched import GRID as BATCH_GRID, SMALL as BATCH_SMALL  # noqa: E402
+from ..run.test_batched import GRID as BATCH_GRID  # noqa: E402
+from ..run.test_batched import SMALL as BATCH_SMALL
 
 BATCH_COMPARED = ("test_nll", "test_rmse", "val_nll", "val_rmse", "iterations", "final_loss")
 
@@ -199,9 +306,22 @@ def batched_against_separate(tmp_path, capsys, uri: str, model: str, batched_dev
     for name, device, extra in (("sep", separate_device, []), ("bat", batched_device, ["sweep.batched=true"])):
         clear_batched()
         experiment = f"{name}-{model}-{device}"
-        rc, lines = run_cli(["train", "-m", *BATCH_GRID, *BATCH_SMALL, f"model={model}", f"device={device}",
-                             f"tracking.uri={uri}", f"tracking.experiment={experiment}",
-                             f"hydra.sweep.dir={tmp_path / experiment}", *extra], tmp_path, capsys)
+        rc, lines = run_cli(
+            [
+                "train",
+                "-m",
+                *BATCH_GRID,
+                *BATCH_SMALL,
+                f"model={model}",
+                f"device={device}",
+                f"tracking.uri={uri}",
+                f"tracking.experiment={experiment}",
+                f"hydra.sweep.dir={tmp_path / experiment}",
+                *extra,
+            ],
+            tmp_path,
+            capsys,
+        )
         assert rc == 0, lines
         client = MlflowClient(uri)
         exp = client.get_experiment_by_name(experiment)
@@ -218,6 +338,10 @@ def batched_against_separate(tmp_path, capsys, uri: str, model: str, batched_dev
 @pytest.mark.parametrize("model", ["svgp", "dlm"])
 def test_a_batched_sweep_on_cuda_gives_the_metrics_of_separate_cpu_runs(model, tmp_path, capsys, mlflow_uri):
     pairs = batched_against_separate(tmp_path, capsys, mlflow_uri, model, "cuda", "cpu")
-    bad = {(k, m): v for k, d in pairs.items() for m, v in d.items()
-           if not math.isclose(v[0], v[1], rel_tol=RTOL, abs_tol=1e-9)}
+    bad = {
+        (k, m): v
+        for k, d in pairs.items()
+        for m, v in d.items()
+        if not math.isclose(v[0], v[1], rel_tol=RTOL, abs_tol=1e-9)
+    }
     assert len(pairs) == 4 and not bad, bad

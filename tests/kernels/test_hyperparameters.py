@@ -35,15 +35,19 @@ def _trained_run(tmp_path, mlflow_uri, monkeypatch, overrides, experiment):
     return metrics, captured["p"].method, run, client
 
 
-@pytest.mark.parametrize("model,kernel_path,noise_path", [
-    pytest.param("sgpr", "model.covar_module", "model.likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
-    pytest.param("svgp", "model.covar_module", "likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
-    pytest.param("dlm", "model.covar_module", "likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
-    pytest.param("fitc", "model.covar_module", "model.likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
-    pytest.param("exact", "model.covar_module", "model.likelihood.noise_covar.noise", marks=pytest.mark.slow),
-])
-def test_logged_hyperparameters_equal_the_models_constrained_values(tmp_path, mlflow_uri, monkeypatch, model,
-                                                                     kernel_path, noise_path):
+@pytest.mark.parametrize(
+    "model,kernel_path,noise_path",
+    [
+        pytest.param("sgpr", "model.covar_module", "model.likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
+        pytest.param("svgp", "model.covar_module", "likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
+        pytest.param("dlm", "model.covar_module", "likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
+        pytest.param("fitc", "model.covar_module", "model.likelihood.gp.noise_covar.noise", marks=pytest.mark.slow),
+        pytest.param("exact", "model.covar_module", "model.likelihood.noise_covar.noise", marks=pytest.mark.slow),
+    ],
+)
+def test_logged_hyperparameters_equal_the_models_constrained_values(
+    tmp_path, mlflow_uri, monkeypatch, model, kernel_path, noise_path
+):
     ard = model != "exact"
     over = [f"model={model}", "trainer.max_iters=20", "trainer.eval_every=0"] + (["kernel.ard=true"] if ard else [])
     _, method, run, client = _trained_run(tmp_path, mlflow_uri, monkeypatch, over, f"hp-{model}")
@@ -55,7 +59,9 @@ def test_logged_hyperparameters_equal_the_models_constrained_values(tmp_path, ml
     # the artifact, in the folder and in the MLflow store, byte for byte
     local = json.loads((tmp_path / "hyperparameters.json").read_text())
     assert "hyperparameters.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
-    stored = json.loads(open(client.download_artifacts(run.info.run_id, "hyperparameters.json", str(tmp_path / "dl"))).read())
+    stored = json.loads(
+        open(client.download_artifacts(run.info.run_id, "hyperparameters.json", str(tmp_path / "dl"))).read()
+    )
     assert stored == local
     values = stored["values"]
     assert values[f"{kernel_path}.base_kernel.lengthscale"] == (lengthscale if ard else lengthscale[0])
@@ -87,10 +93,12 @@ def test_parameters_shared_by_two_modules_are_listed_once_and_a_raw_mean_through
     model.covar_module, model.mean_module = kernel, gpytorch.means.ConstantMean().double()
     model.mean_module.constant = 0.25
     h = hyperparameters(Method("exact", model, lik, []))
-    assert h["values"] == {"model.likelihood.noise_covar.noise": pytest.approx(0.1, rel=1e-7),
-                           "model.covar_module.outputscale": pytest.approx(float(kernel.outputscale.detach())),
-                           "model.covar_module.base_kernel.lengthscale": pytest.approx(kernel.base_kernel.lengthscale.flatten().tolist()),
-                           "model.mean_module.constant": 0.25}
+    assert h["values"] == {
+        "model.likelihood.noise_covar.noise": pytest.approx(0.1, rel=1e-7),
+        "model.covar_module.outputscale": pytest.approx(float(kernel.outputscale.detach())),
+        "model.covar_module.base_kernel.lengthscale": pytest.approx(kernel.base_kernel.lengthscale.flatten().tolist()),
+        "model.mean_module.constant": 0.25,
+    }
     assert set(h["metrics"]) == {"hp.noise", "hp.outputscale", "hp.lengthscale.0", "hp.lengthscale.1", "hp.constant"}
     assert h["num_inducing"] is None
 

@@ -44,5 +44,7 @@ def test_kernel_matern32_trains(tmp_path, model):
 
 def test_unknown_kernel_option_is_one_line_with_the_working_spellings():
     message = check_overrides(["kernel=matern3"])
-    assert message == ("unknown kernel 'matern3'; did you mean 'matern32' or 'matern52' or 'matern12'? "
-                       "(choose from: linear, matern12, matern32, matern52, rbf, rff)")
+    assert message == (
+        "unknown kernel 'matern3'; did you mean 'matern32' or 'matern52' or 'matern12'? "
+        "(choose from: linear, matern12, matern32, matern52, rbf, rff)"
+    )

@@ -15,11 +15,24 @@ from gpdlm_cli.run.train import run_train
 from ..conftest import compose, sweep_grid
 
 MIRRORED = ("pol", "elevators", "bike", "kin40k")
-PROTOCOL = {"kernel.name": "matern32", "kernel.ard": False, "model.mean": "constant", "model.inducing_init": "kmeans",
-            "dataset.split.val_fraction": 0.16, "dataset.split.test_fraction": 0.2, "dataset.split.mask": None,
-            "dataset.split.train_size": None, "trainer.optimizer": "adam", "trainer.lr": 0.1,
-            "trainer.batch_size": None, "trainer.max_iters": 100, "trainer.stop_rule": "none",
-            "trainer.keep_best": None, "trainer.protocol": "paper", "tracking.experiment": "published_sgpr_table"}
+PROTOCOL = {
+    "kernel.name": "matern32",
+    "kernel.ard": False,
+    "model.mean": "constant",
+    "model.inducing_init": "kmeans",
+    "dataset.split.val_fraction": 0.16,
+    "dataset.split.test_fraction": 0.2,
+    "dataset.split.mask": None,
+    "dataset.split.train_size": None,
+    "trainer.optimizer": "adam",
+    "trainer.lr": 0.1,
+    "trainer.batch_size": None,
+    "trainer.max_iters": 100,
+    "trainer.stop_rule": "none",
+    "trainer.keep_best": None,
+    "trainer.protocol": "paper",
+    "tracking.experiment": "published_sgpr_table",
+}
 
 
 @pytest.mark.parametrize("dataset", MIRRORED)
@@ -35,8 +48,15 @@ def test_preset_sets_the_whole_protocol_for_any_mirrored_set(dataset, model, m):
 
 def test_preset_sweeps_both_models_over_three_seeds_and_stays_overridable():
     assert sweep_grid(["+experiment=published_sgpr_table"]) == {"model": ["sgpr", "svgp"], "seed": ["0", "1", "2"]}
-    cfg = compose(["+experiment=published_sgpr_table", "model=svgp", "published_table_m.svgp=256", "kernel.ard=true",
-                   "trainer.max_iters=300"])
+    cfg = compose(
+        [
+            "+experiment=published_sgpr_table",
+            "model=svgp",
+            "published_table_m.svgp=256",
+            "kernel.ard=true",
+            "trainer.max_iters=300",
+        ]
+    )
     assert (cfg.model.num_inducing, cfg.kernel.ard, cfg.trainer.max_iters) == (256, True, 300)
     assert compose(["+experiment=published_sgpr_table"]).model.name == "sgpr"  # one run: SGPR on pol
 
@@ -44,7 +64,9 @@ def test_preset_sweeps_both_models_over_three_seeds_and_stays_overridable():
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["sgpr", "svgp"])
 def test_smoke_size_trains(tmp_path, model):
-    cfg = compose(["+experiment=published_sgpr_table_smoke", f"model={model}", "tracking.enabled=false", "progress=false"])
+    cfg = compose(
+        ["+experiment=published_sgpr_table_smoke", f"model={model}", "tracking.enabled=false", "progress=false"]
+    )
     assert cfg.model.num_inducing == {"sgpr": 10, "svgp": 20}[model] and cfg.dataset.split.train_size == 200
     metrics = run_train(cfg, tmp_path)
     assert metrics["iterations"] == 5 and metrics["n_train"] == 200

@@ -84,9 +84,7 @@ def np_log_prob(name, y, f, noise=None):
 
 def _tilted_peak(logg, mu, var):
     """Mode and a width scale of a log-concave integrand logg (for integration limits)."""
-    res = scipy.optimize.minimize_scalar(
-        lambda f: -logg(f), bracket=(mu - 1.0, mu + 1.0), tol=1e-12
-    )
+    res = scipy.optimize.minimize_scalar(lambda f: -logg(f), bracket=(mu - 1.0, mu + 1.0), tol=1e-12)
     c = float(res.x)
     h = 1e-4 * max(1.0, abs(c))
     curv = -(logg(c + h) - 2 * logg(c) + logg(c - h)) / h**2
@@ -94,7 +92,7 @@ def _tilted_peak(logg, mu, var):
     return c, min(sd, math.sqrt(var))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def quad_log_marginal(name, y, mu, var, noise=None, with_grad=False):
     """log int N(f|mu,var) p(y|f) df by scipy.integrate.quad, the integrand scaled by exp(-max).
 
@@ -115,8 +113,13 @@ def quad_log_marginal(name, y, mu, var, noise=None, with_grad=False):
 
     def integral(weight):
         val, _ = scipy.integrate.quad(
-            lambda f: math.exp(logg(f) - gmax) * weight(f), lo, hi,
-            points=[c], epsabs=1e-13, epsrel=1e-11, limit=500,  # epsabs: some gradients are 0
+            lambda f: math.exp(logg(f) - gmax) * weight(f),
+            lo,
+            hi,
+            points=[c],
+            epsabs=1e-13,
+            epsrel=1e-11,
+            limit=500,  # epsabs: some gradients are 0
         )
         return val
 
@@ -134,7 +137,12 @@ def quad_expected_log_prob(name, y, mu, var, noise=None):
     sd = math.sqrt(var)
     val, _ = scipy.integrate.quad(
         lambda f: math.exp(float(log_normal(f, mu, var))) * float(np_log_prob(name, y, f, noise)),
-        mu - 40 * sd, mu + 40 * sd, points=[mu], epsabs=0.0, epsrel=1e-11, limit=500,
+        mu - 40 * sd,
+        mu + 40 * sd,
+        points=[mu],
+        epsabs=0.0,
+        epsrel=1e-11,
+        limit=500,
     )
     return val
 
@@ -144,7 +152,12 @@ def quad_expectation(fn, mu, var):
     sd = math.sqrt(var)
     val, _ = scipy.integrate.quad(
         lambda f: math.exp(float(log_normal(f, mu, var))) * fn(f),
-        mu - 40 * sd, mu + 40 * sd, points=[mu], epsabs=0.0, epsrel=1e-11, limit=500,
+        mu - 40 * sd,
+        mu + 40 * sd,
+        points=[mu],
+        epsabs=0.0,
+        epsrel=1e-11,
+        limit=500,
     )
     return val
 
@@ -157,7 +170,6 @@ def quad_expectation(fn, mu, var):
 def make_kernel(outputscale, lengthscale):
     """ScaleKernel(RBFKernel()) in float64 with the given hyperparameters (set after .double())."""
     import gpytorch
-
     import torch
 
     k = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()).double()

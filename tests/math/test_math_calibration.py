@@ -11,7 +11,6 @@ import pytest
 import scipy.integrate
 import scipy.stats
 import torch
-
 from gpdlm_math_ref import make_gaussian_lik
 
 from gpdlm_cli.likelihoods import PoissonExpLikelihood, ProbitLikelihood
@@ -101,6 +100,8 @@ def test_sequence_models_report_the_mean_calibration_over_outputs():
     y = mu + torch.as_tensor(rng.normal(size=(N, 2)))
     liks = [make_gaussian_lik(0.2), make_gaussian_lik(0.5)]
     out = scored(mu, var, y, liks, [2.0, 3.0], "test_")
-    per = [metrics_from_marginals(liks[k], mu[:, k], var[:, k], y[:, k], y_std=[2.0, 3.0][k], prefix="") for k in range(2)]
+    per = [
+        metrics_from_marginals(liks[k], mu[:, k], var[:, k], y[:, k], y_std=[2.0, 3.0][k], prefix="") for k in range(2)
+    ]
     for k in CALIBRATION:
         assert out["test_" + k] == pytest.approx((per[0][k] + per[1][k]) / 2, rel=1e-12)

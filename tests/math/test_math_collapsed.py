@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-
 from gpdlm_math_ref import kernel_hypers, make_gaussian_lik, make_kernel, rbf
 
 from gpdlm_cli.models import CollapsedSparseGP

@@ -9,7 +9,6 @@ import pytest
 import scipy.optimize
 import scipy.stats
 import torch
-
 from gpdlm_math_ref import kl_gauss, log_normal, make_gaussian_lik, make_svgp, rbf, svgp_marginals, whitened_to_dense
 
 from gpdlm_cli.objectives import CollapsedELBO
@@ -74,8 +73,9 @@ def test_written_q_is_the_optimum_of_the_uncollapsed_beta_elbo(beta):
         Lv[tril] = theta[M:]
         return dense_neg_elbo(X, y, Z, theta[:M], Lv @ Lv.T + 1e-12 * np.eye(M), beta)
 
-    res = scipy.optimize.minimize(f, np.concatenate([np.zeros(M), L0[tril]]), method="L-BFGS-B",
-                                  options={"maxiter": 5000, "maxfun": 100000})
+    res = scipy.optimize.minimize(
+        f, np.concatenate([np.zeros(M), L0[tril]]), method="L-BFGS-B", options={"maxiter": 5000, "maxfun": 100000}
+    )
     assert res.fun >= value - 1e-7 and res.fun == pytest.approx(value, abs=1e-5)
 
 
@@ -119,20 +119,28 @@ def test_equals_gpytorch_sgpr_value_and_gradients():
             self.mean_module = gpytorch.means.ZeroMean()
             base = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()).double()
             base.outputscale, base.base_kernel.lengthscale = OUTPUTSCALE, LENGTHSCALE
-            self.covar_module = gpytorch.kernels.InducingPointKernel(base, inducing_points=Zt.clone(), likelihood=theirs_lik)
+            self.covar_module = gpytorch.kernels.InducingPointKernel(
+                base, inducing_points=Zt.clone(), likelihood=theirs_lik
+            )
 
         def forward(self, x):
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
     sgpr = SGPR().double()
     sgpr.train(), theirs_lik.train()
-    with gpytorch.settings.max_cholesky_size(10_000), gpytorch.settings.cholesky_jitter(float_value=0.0, double_value=0.0):
+    with (
+        gpytorch.settings.max_cholesky_size(10_000),
+        gpytorch.settings.cholesky_jitter(float_value=0.0, double_value=0.0),
+    ):
         theirs = -gpytorch.mlls.ExactMarginalLogLikelihood(theirs_lik, sgpr)(sgpr(Xt), yt)
     assert float(ours) == pytest.approx(-titsias_bound(X, y, Z) / N, rel=1e-9)  # dense: jitter 1e-10, ours 0
     assert float(ours) == pytest.approx(float(theirs), rel=1e-7)
     k_ours, k_theirs = model.covar_module, sgpr.covar_module.base_kernel  # the same gpytorch kernel parametrisation
-    g_ours = torch.autograd.grad(ours, [model.inducing_points, k_ours.raw_outputscale, k_ours.base_kernel.raw_lengthscale])
-    g_theirs = torch.autograd.grad(theirs, [sgpr.covar_module.inducing_points, k_theirs.raw_outputscale,
-                                            k_theirs.base_kernel.raw_lengthscale])
+    g_ours = torch.autograd.grad(
+        ours, [model.inducing_points, k_ours.raw_outputscale, k_ours.base_kernel.raw_lengthscale]
+    )
+    g_theirs = torch.autograd.grad(
+        theirs, [sgpr.covar_module.inducing_points, k_theirs.raw_outputscale, k_theirs.base_kernel.raw_lengthscale]
+    )
     for a, b in zip(g_ours, g_theirs):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-9)

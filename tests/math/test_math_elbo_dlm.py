@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-
 from gpdlm_math_ref import (
     kl_gauss,
     log_normal,
@@ -96,7 +95,8 @@ def test_probit_dlm_matches_dense(beta):
     rng, X, Z, model, f_true = _problem(3)
     y = (f_true + 0.3 * rng.normal(size=N) > 0).astype(float)
     value = DLM(model, ProbitLikelihood().double(), ExactEstimator(), N, beta)(
-        torch.as_tensor(X), torch.as_tensor(y)).item()
+        torch.as_tensor(X), torch.as_tensor(y)
+    ).item()
     mu, var, kl = _dense_marginals(model, X, Z)
     ref = (-scipy.stats.norm.logcdf((2 * y - 1) * mu / np.sqrt(1 + var)).sum() + beta * kl) / N
     assert value == pytest.approx(ref, rel=1e-9)

@@ -7,10 +7,9 @@ import gpytorch
 import numpy as np
 import pytest
 import torch
+from gpdlm_math_ref import kernel_hypers, make_gaussian_lik, make_kernel
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
-
-from gpdlm_math_ref import kernel_hypers, make_gaussian_lik, make_kernel
 
 from gpdlm_cli.models import ExactGP
 from gpdlm_cli.objectives import ExactMarginalLikelihood

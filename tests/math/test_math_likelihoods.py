@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import scipy.special
 import torch
-
 from gpdlm_math_ref import make_gaussian_lik, np_log_prob
 
 from gpdlm_cli.exceptions import DataError
@@ -126,8 +125,9 @@ def test_softplus_poisson_in_log_space_down_to_f_minus_700(y):
     np.testing.assert_allclose(lik.dlog_prob(yt, ft).numpy(), ref_d, rtol=1e-12, atol=1e-14 * (1 + y))
     np.testing.assert_allclose(lik.d2log_prob(yt, ft).numpy(), ref_d2, rtol=1e-10, atol=0)
     for dtype in (torch.float64, torch.float32):  # concave in both precisions
-        fd = torch.linspace(-700 if dtype == torch.float64 else -100, 700 if dtype == torch.float64 else 80,
-                            20001, dtype=dtype)
+        fd = torch.linspace(
+            -700 if dtype == torch.float64 else -100, 700 if dtype == torch.float64 else 80, 20001, dtype=dtype
+        )
         d2 = lik.d2log_prob(torch.full_like(fd, y), fd)
         assert torch.isfinite(d2).all() and (d2 <= 0).all(), dtype
 
@@ -139,11 +139,14 @@ def _grid_argmax(lik, y, lo, hi, n=400_001):
     return float(f[i]), float(lp[i]), (hi - lo) / (n - 1)
 
 
-@pytest.mark.parametrize("name,ys", [
-    ("gaussian", [-2.3, 0.0, 4.1]),
-    ("poisson_exp", [1.0, 2.0, 5.0, 17.0, 150.0]),
-    ("poisson_softplus", [1.0, 2.0, 5.0, 17.0, 30.0, 150.0]),
-])
+@pytest.mark.parametrize(
+    "name,ys",
+    [
+        ("gaussian", [-2.3, 0.0, 4.1]),
+        ("poisson_exp", [1.0, 2.0, 5.0, 17.0, 150.0]),
+        ("poisson_softplus", [1.0, 2.0, 5.0, 17.0, 30.0, 150.0]),
+    ],
+)
 def test_finite_mode_is_grid_argmax(name, ys):
     lik = LIKS[name]()
     for y in ys:
@@ -161,10 +164,17 @@ def test_finite_mode_is_grid_argmax(name, ys):
         assert lp_mode >= lpa - 1e-12
 
 
-@pytest.mark.parametrize("name,y,direction", [
-    ("probit", 1.0, +1), ("probit", 0.0, -1), ("logit", 1.0, +1), ("logit", 0.0, -1),
-    ("poisson_exp", 0.0, -1), ("poisson_softplus", 0.0, -1),
-])
+@pytest.mark.parametrize(
+    "name,y,direction",
+    [
+        ("probit", 1.0, +1),
+        ("probit", 0.0, -1),
+        ("logit", 1.0, +1),
+        ("logit", 0.0, -1),
+        ("poisson_exp", 0.0, -1),
+        ("poisson_softplus", 0.0, -1),
+    ],
+)
 def test_infinite_mode_and_sup(name, y, direction):
     """When the supremum is approached only in the limit: mode is +-inf, log p is monotone towards
     it on a grid, and sup_log_prob is the limit log 1 = 0."""
@@ -188,38 +198,50 @@ def test_max_log_prob_on_interval_is_grid_max(name):
     for lo, hi in [(-3.0, -1.0), (-1.0, 4.0), (2.0, 3.5), (3.2, 6.0)]:
         f = torch.linspace(lo, hi, 20001, dtype=torch.float64)
         grid_max = float(lik.log_prob(torch.full_like(f, y), f).detach().max())
-        got = float(lik.max_log_prob(torch.tensor([y], dtype=torch.float64),
-                                     torch.tensor([lo], dtype=torch.float64),
-                                     torch.tensor([hi], dtype=torch.float64)).detach())
+        got = float(
+            lik.max_log_prob(
+                torch.tensor([y], dtype=torch.float64),
+                torch.tensor([lo], dtype=torch.float64),
+                torch.tensor([hi], dtype=torch.float64),
+            ).detach()
+        )
         assert got >= grid_max - 1e-12
         assert got == pytest.approx(grid_max, abs=1e-6)
 
 
-@pytest.mark.parametrize("name,bad", [
-    ("probit", [0.0, 1.0, 2.0]),
-    ("logit", [0.0, -1.0]),
-    ("probit", [0.5]),
-    ("poisson_exp", [0.0, 3.0, -1.0]),
-    ("poisson_exp", [1.5]),
-    ("poisson_softplus", [2.0, -1.0]),
-    ("poisson_softplus", [1.5, 2.0]),
-    ("gaussian", [0.1, float("nan")]),
-    ("poisson_exp", [1.0, float("inf")]),
-])
+@pytest.mark.parametrize(
+    "name,bad",
+    [
+        ("probit", [0.0, 1.0, 2.0]),
+        ("logit", [0.0, -1.0]),
+        ("probit", [0.5]),
+        ("poisson_exp", [0.0, 3.0, -1.0]),
+        ("poisson_exp", [1.5]),
+        ("poisson_softplus", [2.0, -1.0]),
+        ("poisson_softplus", [1.5, 2.0]),
+        ("gaussian", [0.1, float("nan")]),
+        ("poisson_exp", [1.0, float("inf")]),
+    ],
+)
 def test_validate_targets_rejects_bad(name, bad):
     with pytest.raises(DataError):
         LIKS[name]().validate_targets(torch.tensor(bad, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("name,good", [
-    ("probit", [0.0, 1.0, 1.0]),
-    ("logit", [1.0, 0.0]),
-    ("poisson_exp", [0.0, 3.0, 400.0]),
-    ("poisson_softplus", [0.0, 1.0, 150.0]),
-    ("gaussian", [-3.2, 0.0, 1e6]),
-])
+@pytest.mark.parametrize(
+    "name,good",
+    [
+        ("probit", [0.0, 1.0, 1.0]),
+        ("logit", [1.0, 0.0]),
+        ("poisson_exp", [0.0, 3.0, 400.0]),
+        ("poisson_softplus", [0.0, 1.0, 150.0]),
+        ("gaussian", [-3.2, 0.0, 1e6]),
+    ],
+)
 def test_validate_targets_accepts_good(name, good):
-    assert LIKS[name]().validate_targets(torch.tensor(good, dtype=torch.float64)) is None  # raises DataError if rejected
+    assert (
+        LIKS[name]().validate_targets(torch.tensor(good, dtype=torch.float64)) is None
+    )  # raises DataError if rejected
 
 
 def test_safe_cholesky_retries_jitter_then_fails_with_a_remedy():
@@ -231,5 +253,7 @@ def test_safe_cholesky_retries_jitter_then_fails_with_a_remedy():
     A = torch.ones(3, 3, dtype=torch.float64)  # rank 1: PSD, not PD
     L = safe_cholesky(A)  # rescued by jitter
     assert torch.allclose(L @ L.T, A, atol=1e-3)
-    with pytest.raises(NumericalError, match="not positive definite even with jitter .* try fewer or better-spread inducing points"):
+    with pytest.raises(
+        NumericalError, match="not positive definite even with jitter .* try fewer or better-spread inducing points"
+    ):
         safe_cholesky(-torch.eye(3, dtype=torch.float64))

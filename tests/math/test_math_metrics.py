@@ -9,7 +9,6 @@ import pytest
 import scipy.special
 import scipy.stats
 import torch
-
 from gpdlm_math_ref import make_gaussian_lik, quad_expectation, quad_log_marginal
 
 from gpdlm_cli.likelihoods import (
@@ -56,8 +55,19 @@ def test_gaussian_metrics(y_std):
     assert out["test_mse"] == pytest.approx(mse_norm * y_std**2, rel=1e-12)
     assert out["test_rmse"] == pytest.approx(math.sqrt(mse_norm) * y_std, rel=1e-12)
     assert out["test_rmse_norm"] == pytest.approx(math.sqrt(mse_norm), rel=1e-12)
-    assert set(out) == {"test_nll", "test_nll_norm", "test_mse", "test_rmse", "test_rmse_norm", "test_msll", "test_crps",
-                        "test_coverage_50", "test_coverage_90", "test_coverage_95", "test_coverage_error"}
+    assert set(out) == {
+        "test_nll",
+        "test_nll_norm",
+        "test_mse",
+        "test_rmse",
+        "test_rmse_norm",
+        "test_msll",
+        "test_crps",
+        "test_coverage_50",
+        "test_coverage_90",
+        "test_coverage_95",
+        "test_coverage_error",
+    }
 
 
 def test_probit_metrics():
@@ -92,8 +102,15 @@ def test_poisson_exp_metrics():
     assert out["test_nll"] == pytest.approx(nll, rel=1e-9)
     # y = 0 is divided by 1, not 0
     assert np.isfinite(out["test_mre"])
-    assert set(out) == {"test_nll", "test_mre", "test_rmse", "test_coverage_50", "test_coverage_90", "test_coverage_95",
-                        "test_coverage_error"}
+    assert set(out) == {
+        "test_nll",
+        "test_mre",
+        "test_rmse",
+        "test_coverage_50",
+        "test_coverage_90",
+        "test_coverage_95",
+        "test_coverage_error",
+    }
 
 
 def test_poisson_softplus_metrics():
@@ -112,4 +129,3 @@ def test_poisson_softplus_metrics():
 def test_empty_test_set_gives_no_metrics():
     x = torch.zeros(0, 1, dtype=torch.float64)
     assert predictive_metrics(StubModel([], []), ProbitLikelihood(), x, torch.zeros(0)) == {}
-

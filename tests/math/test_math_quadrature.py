@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from gpdlm_math_ref import quad_expected_log_prob, quad_log_marginal
 
 from gpdlm_cli.estimators import QuadratureEstimator
@@ -30,12 +29,24 @@ LIKS = {
 # (y, mu, var): aligned and misaligned prior/likelihood, wide and narrow q, counts in the hundreds
 CASES = {
     "poisson_exp": [
-        (0.0, 0.0, 1.0), (3.0, 0.5, 0.3), (7.0, -1.0, 2.0),
-        (150.0, 0.0, 1.0), (400.0, 0.0, 1.0), (150.0, -3.0, 0.5), (400.0, 6.0, 0.01), (2.0, 4.0, 1.5),
+        (0.0, 0.0, 1.0),
+        (3.0, 0.5, 0.3),
+        (7.0, -1.0, 2.0),
+        (150.0, 0.0, 1.0),
+        (400.0, 0.0, 1.0),
+        (150.0, -3.0, 0.5),
+        (400.0, 6.0, 0.01),
+        (2.0, 4.0, 1.5),
     ],
     "poisson_softplus": [
-        (0.0, 0.0, 1.0), (3.0, 0.5, 0.3), (7.0, -1.0, 2.0),
-        (150.0, 0.0, 1.0), (400.0, 0.0, 1.0), (150.0, -3.0, 0.5), (400.0, 380.0, 100.0), (1.0, -4.0, 0.2),
+        (0.0, 0.0, 1.0),
+        (3.0, 0.5, 0.3),
+        (7.0, -1.0, 2.0),
+        (150.0, 0.0, 1.0),
+        (400.0, 0.0, 1.0),
+        (150.0, -3.0, 0.5),
+        (400.0, 380.0, 100.0),
+        (1.0, -4.0, 0.2),
     ],
     "logit": [(1.0, 0.0, 1.0), (0.0, 0.0, 1.0), (1.0, 3.0, 4.0), (1.0, -6.0, 0.5), (0.0, 8.0, 9.0), (1.0, -20.0, 0.1)],
     "probit": [(1.0, 0.0, 1.0), (0.0, 0.0, 1.0), (1.0, 3.0, 4.0), (1.0, -6.0, 0.5), (0.0, 8.0, 9.0), (1.0, -20.0, 0.1)],
@@ -97,12 +108,15 @@ def test_large_counts_underflow_without_log_space():
     assert out == pytest.approx(ref, rel=1e-6)
 
 
-@pytest.mark.parametrize("name,y,mu,var", [
-    ("poisson_exp", 150.0, 0.0, 1.0),
-    ("poisson_exp", 400.0, 6.0, 0.01),
-    ("poisson_softplus", 150.0, -3.0, 0.5),
-    ("probit", 1.0, -20.0, 0.1),
-])
+@pytest.mark.parametrize(
+    "name,y,mu,var",
+    [
+        ("poisson_exp", 150.0, 0.0, 1.0),
+        ("poisson_exp", 400.0, 6.0, 0.01),
+        ("poisson_softplus", 150.0, -3.0, 0.5),
+        ("probit", 1.0, -20.0, 0.1),
+    ],
+)
 def test_non_adaptive_is_worse_on_peaked_cases(name, y, mu, var):
     """Documents why ``adaptive`` exists: with few nodes placed on q rather than on the tilted
     density, the error is orders of magnitude larger."""

@@ -8,7 +8,6 @@ import gpytorch
 import numpy as np
 import pytest
 import torch
-
 from gpdlm_math_ref import log_normal, make_svgp, rbf
 
 from gpdlm_cli.objectives import SquareLossDLM, fit_predictive_noise, optimal_whitened_mean
@@ -69,8 +68,15 @@ def test_optimal_whitened_mean_minimises_the_objective(beta):
     vm = model.q_u.variational_mean
     start = vm.detach().clone()
     assert (start - star).abs().max() > 0.1  # the optimiser has somewhere to go
-    opt = torch.optim.LBFGS([vm], lr=1.0, max_iter=200, tolerance_grad=1e-13, tolerance_change=1e-16,
-                            history_size=20, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        [vm],
+        lr=1.0,
+        max_iter=200,
+        tolerance_grad=1e-13,
+        tolerance_change=1e-16,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure():
         opt.zero_grad()

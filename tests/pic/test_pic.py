@@ -227,12 +227,12 @@ def test_predictive_with_any_q_integrates_the_block_conditional_over_q():
         b = blocks[k]
         xk = X[b]
         lam = k_se(xk, xk) - low_rank(xk, xk, Z) + NOISE * np.eye(len(b))
-        c = k_se(xk, xs[i:i + 1])[:, 0] - low_rank(xk, xs[i:i + 1], Z)[:, 0]
-        p_star = np.linalg.solve(Kuu, k_se(Z, xs[i:i + 1]))[:, 0]
+        c = k_se(xk, xs[i : i + 1])[:, 0] - low_rank(xk, xs[i : i + 1], Z)[:, 0]
+        p_star = np.linalg.solve(Kuu, k_se(Z, xs[i : i + 1]))[:, 0]
         p_k = np.linalg.solve(Kuu, k_se(Z, xk)).T
         g = np.linalg.solve(lam, c)
         means = u @ p_star + (y[b][None, :] - u @ p_k.T) @ g  # E[f_* | u, y_k] per draw
-        cond_var = OUTPUTSCALE - low_rank(xs[i:i + 1], xs[i:i + 1], Z)[0, 0] - c @ g
+        cond_var = OUTPUTSCALE - low_rank(xs[i : i + 1], xs[i : i + 1], Z)[0, 0] - c @ g
         assert abs(float(mu[i]) - means.mean()) < 5 * means.std() / np.sqrt(len(means))
         assert float(var[i]) == pytest.approx(cond_var + means.var(), rel=0.02)
 
@@ -286,7 +286,9 @@ def test_one_block_gradient_is_unbiased_for_the_full_bound():
     for b in blocks:
         bt = torch.tensor(b)
         g = torch.autograd.grad(objective(torch.tensor(X)[bt], torch.tensor(y)[bt]), params, allow_unused=True)
-        per_block.append(torch.cat([(torch.zeros_like(p) if gi is None else gi).reshape(-1) for p, gi in zip(params, g)]))
+        per_block.append(
+            torch.cat([(torch.zeros_like(p) if gi is None else gi).reshape(-1) for p, gi in zip(params, g)])
+        )
     G = torch.stack(per_block)
     np.testing.assert_allclose(G.mean(0).numpy(), full.numpy(), rtol=1e-7, atol=1e-9)
     assert (G - full).abs().max() > 1e-2  # one block alone is not the full gradient

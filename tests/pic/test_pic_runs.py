@@ -13,11 +13,11 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from gpdlm_cli import build
-from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
 from gpdlm_cli.metrics import predictive_metrics
 from gpdlm_cli.models import LocalCells
 from gpdlm_cli.run.saved_model import load_run
+from gpdlm_cli.run.train import run_train
 
 from ..conftest import NoRunTracker, compose
 
@@ -101,22 +101,37 @@ def test_pic_learns_and_beats_ssgp_and_dtc_at_the_same_budget(tmp_path, mlflow_u
     assert bound[-1].value == pytest.approx(pic["bound_per_datum"]) and -3 < bound[-1].value < 0
     # the saved model comes back (rebuilt on the same k-means blocks) and predicts the same
     loaded = load_run(tmp_path / "pic")
-    again = predictive_metrics(loaded.method.model, loaded.method.likelihood, loaded.data.x_test, loaded.data.y_test,
-                               y_std=loaded.splits.y_std)
+    again = predictive_metrics(
+        loaded.method.model, loaded.method.likelihood, loaded.data.x_test, loaded.data.y_test, y_std=loaded.splits.y_std
+    )
     assert again["test_rmse"] == pytest.approx(pic["test_rmse"], rel=1e-12)
     assert again["test_nll"] == pytest.approx(pic["test_nll"], rel=1e-12)
 
 
 BAD = [
     (["model=pic", "model.partitions=0"], "the 'partitions' parameter of model=pic must be an integer >= 1; got 0"),
-    (["model=pic", "model.partitions=5000"], "the 'partitions' parameter of model=pic must be an integer in [1, n_train=2030]; got 5000"),
+    (
+        ["model=pic", "model.partitions=5000"],
+        "the 'partitions' parameter of model=pic must be an integer in [1, n_train=2030]; got 5000",
+    ),
     (["model=pic", "model.num_inducing=0"], "the 'num_inducing' parameter of model=pic must be an integer >= 1; got 0"),
-    (["model=pic", "model.num_inducing=3000"], "the 'num_inducing' parameter of model=pic must be an integer in [1, n_train=2030]"),
-    (["model=pic", "model.inducing_init=grid"], "the 'inducing_init' parameter of model=pic must be 'kmeans' or 'random'"),
-    (["model=pic", "model.blocks=grid"],
-     "the 'blocks' parameter of model=pic must be one of kmeans, kmeans_independent, random; got 'grid'"),
+    (
+        ["model=pic", "model.num_inducing=3000"],
+        "the 'num_inducing' parameter of model=pic must be an integer in [1, n_train=2030]",
+    ),
+    (
+        ["model=pic", "model.inducing_init=grid"],
+        "the 'inducing_init' parameter of model=pic must be 'kmeans' or 'random'",
+    ),
+    (
+        ["model=pic", "model.blocks=grid"],
+        "the 'blocks' parameter of model=pic must be one of kmeans, kmeans_independent, random; got 'grid'",
+    ),
     (["model=pic", "model.jitter=-1"], "the 'jitter' parameter of model=pic must be a finite float >= 0; got -1"),
-    (["model=pic", "trainer.batch_size=200"], "model=pic trains on its blocks (model.partitions, model.blocks); set trainer.batch_size=null"),
+    (
+        ["model=pic", "trainer.batch_size=200"],
+        "model=pic trains on its blocks (model.partitions, model.blocks); set trainer.batch_size=null",
+    ),
     (["model=pic", "kernel=rff"], "model=pic needs a stationary kernel"),
     (["model=pic", "dataset=breast_cancer"], "model=pic is defined for likelihood=gaussian only"),
 ]

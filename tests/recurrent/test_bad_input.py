@@ -4,40 +4,76 @@ from __future__ import annotations
 
 import pytest
 
-from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
+from gpdlm_cli.run.train import run_train
 
 from ..conftest import NoRunTracker, compose
-
 
 BASE = ["model=gp_lstm", "trainer.max_iters=2", "progress=false", "tracking.enabled=false"]
 ACTUATOR = ["dataset=sysid_actuator", "dataset.n=200"]
 BAD = [
-    (["dataset.mode=teleport"],
-     "the 'mode' parameter of dataset=sysid_actuator must be one of regression, autoregression, free_simulation; got 'teleport'"),
+    (
+        ["dataset.mode=teleport"],
+        "the 'mode' parameter of dataset=sysid_actuator must be one of regression, autoregression, free_simulation; got 'teleport'",
+    ),
     (["dataset=concrete"], "model=gp_lstm maps windows of a time series: it needs a sequence dataset"),
     (["model=lstm", "dataset=concrete"], "model=lstm maps windows of a time series"),
     (["dataset.lag=0"], "the 'lag' parameter of dataset=sysid_actuator must be an integer >= 1; got 0"),
-    (["model.gp.inference=kiss", "model.network.embed_dim=4"],
-     "model.gp.inference=kiss interpolates on a grid of grid_size^embed_dim points: it needs model.network.embed_dim <= 3"),
-    (["trainer.algorithm=delayed", "trainer.kernel_refresh_every=0"],
-     "the 'kernel_refresh_every' parameter of trainer must be an integer >= 1 or null (one epoch); got 0"),
-    (["model.network.dropout=1.0"], "the 'dropout' parameter of model=gp_lstm (network) must be a float in [0, 1); got 1.0"),
-    (["model=lstm", "model.network.rec_dropout=-0.1"],
-     "the 'rec_dropout' parameter of model=lstm (network) must be a float in [0, 1); got -0.1"),
+    (
+        ["model.gp.inference=kiss", "model.network.embed_dim=4"],
+        "model.gp.inference=kiss interpolates on a grid of grid_size^embed_dim points: it needs model.network.embed_dim <= 3",
+    ),
+    (
+        ["trainer.algorithm=delayed", "trainer.kernel_refresh_every=0"],
+        "the 'kernel_refresh_every' parameter of trainer must be an integer >= 1 or null (one epoch); got 0",
+    ),
+    (
+        ["model.network.dropout=1.0"],
+        "the 'dropout' parameter of model=gp_lstm (network) must be a float in [0, 1); got 1.0",
+    ),
+    (
+        ["model=lstm", "model.network.rec_dropout=-0.1"],
+        "the 'rec_dropout' parameter of model=lstm (network) must be a float in [0, 1); got -0.1",
+    ),
     (["trainer.algorithm=sgd"], "the 'algorithm' parameter of trainer must be one of full, alternating, delayed"),
-    (["trainer.algorithm=alternating", "trainer.kernel_refresh_every=4"], "trainer.algorithm=alternating (Algorithm 1)"),
+    (
+        ["trainer.algorithm=alternating", "trainer.kernel_refresh_every=4"],
+        "trainer.algorithm=alternating (Algorithm 1)",
+    ),
     (["model.gp.max_exact=50"], "model=gp_lstm with model.gp.inference=exact refuses n_train="),
-    (["model.gp.kiss_dense_below=-1"],
-     "the 'kiss_dense_below' parameter of model=gp_lstm (gp) must be an integer >= 0; got -1"),
-    (["dataset=driving", "dataset.task=lanes", "dataset.mode=free_simulation", "dataset.stride=1",
-      "dataset.train_minutes=0.2", "dataset.test_minutes=0.2", "dataset.lag=16", "dataset.lag_step=4"],
-     "dataset.mode=free_simulation feeds back only the predicted outputs (lane_left_y3), but the windows of "
-     "dataset=driving also hold past values of 13 other series (lane_left_y0, lane_left_y1, lane_left_y2, ...) "
-     "that would stay ground truth during the rollout (teacher forcing)"),
-    (["model=exact", "dataset=driving", "dataset.task=lead", "dataset.output=all", "dataset.train_minutes=0.2",
-      "dataset.test_minutes=0.2", "dataset.lag=16", "dataset.lag_step=8", "dataset.stride=50"],
-     "dataset=driving has 2 outputs but model=exact predicts one; use one of gp_lstm"),
+    (
+        ["model.gp.kiss_dense_below=-1"],
+        "the 'kiss_dense_below' parameter of model=gp_lstm (gp) must be an integer >= 0; got -1",
+    ),
+    (
+        [
+            "dataset=driving",
+            "dataset.task=lanes",
+            "dataset.mode=free_simulation",
+            "dataset.stride=1",
+            "dataset.train_minutes=0.2",
+            "dataset.test_minutes=0.2",
+            "dataset.lag=16",
+            "dataset.lag_step=4",
+        ],
+        "dataset.mode=free_simulation feeds back only the predicted outputs (lane_left_y3), but the windows of "
+        "dataset=driving also hold past values of 13 other series (lane_left_y0, lane_left_y1, lane_left_y2, ...) "
+        "that would stay ground truth during the rollout (teacher forcing)",
+    ),
+    (
+        [
+            "model=exact",
+            "dataset=driving",
+            "dataset.task=lead",
+            "dataset.output=all",
+            "dataset.train_minutes=0.2",
+            "dataset.test_minutes=0.2",
+            "dataset.lag=16",
+            "dataset.lag_step=8",
+            "dataset.stride=50",
+        ],
+        "dataset=driving has 2 outputs but model=exact predicts one; use one of gp_lstm",
+    ),
 ]
 
 

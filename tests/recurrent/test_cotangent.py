@@ -28,7 +28,9 @@ def setup(dtype, kind="lstm", dropout=0.0, rec_dropout=0.0):
     y = torch.as_tensor((y - y.mean()) / y.std())
     layout = WindowLayout.from_names(window_names(["valve"], "pressure", LAG, "autoregression"), ["pressure"])
     torch.manual_seed(0)
-    net = FeatureMap(kind, layout, X.shape[1], units=8, layers=1, out_dim=E, dropout=dropout, rec_dropout=rec_dropout).to(dtype)
+    net = FeatureMap(
+        kind, layout, X.shape[1], units=8, layers=1, out_dim=E, dropout=dropout, rec_dropout=rec_dropout
+    ).to(dtype)
     gp = gpytorch_kernel()
     lik = GaussianLikelihood(noise_init=0.05, noise_min=1e-4)
     model = DeepKernelGP(net, [gp], [lik])
@@ -114,10 +116,27 @@ def test_the_trainers_minibatch_steps_are_unbiased_for_dl_dw():
     nb, epochs = 32, 500
     steps_per_epoch = N // nb
     recorder = _GradientRecorder(params)
-    settings = TrainerSettings(max_iters=epochs * steps_per_epoch, lr=0.0, batch_size=nb, optimizer="sgd",
-                               eval_every=0, progress=False, stop_rule="none", check_every=steps_per_epoch)
-    train(surrogate, {"network": params}, X, y, settings, generator=torch.Generator().manual_seed(2), wants_index=True,
-          hooks=[recorder], stochastic=True)
+    settings = TrainerSettings(
+        max_iters=epochs * steps_per_epoch,
+        lr=0.0,
+        batch_size=nb,
+        optimizer="sgd",
+        eval_every=0,
+        progress=False,
+        stop_rule="none",
+        check_every=steps_per_epoch,
+    )
+    train(
+        surrogate,
+        {"network": params},
+        X,
+        y,
+        settings,
+        generator=torch.Generator().manual_seed(2),
+        wants_index=True,
+        hooks=[recorder],
+        stochastic=True,
+    )
     for p, p0 in zip(params, setup(torch.float64)[0].network.parameters()):
         torch.testing.assert_close(p, p0, rtol=0, atol=0)  # lr 0: every step at the refresh point
     G = torch.stack(recorder.grads)  # (R, P)
@@ -180,8 +199,16 @@ def test_with_dropout_one_mask_set_per_refresh_gives_the_gradient_of_the_masked_
     model, X, y = setup(torch.float64, dropout=0.25, rec_dropout=0.05)
     params = list(model.network.parameters())
     surrogate = CotangentSurrogate(model, N)
-    refresh = KernelRefresh(model, surrogate, X, y, tau=4, theta_steps=2, theta_lr={"kernel": 0.01, "likelihood": 0.01},
-                            masks=torch.Generator().manual_seed(5))
+    refresh = KernelRefresh(
+        model,
+        surrogate,
+        X,
+        y,
+        tau=4,
+        theta_steps=2,
+        theta_lr={"kernel": 0.01, "likelihood": 0.01},
+        masks=torch.Generator().manual_seed(5),
+    )
     opt = torch.optim.SGD(params, lr=0.1)
     refresh.bind_optimizer(opt)
     refresh.refresh()
@@ -221,9 +248,11 @@ def test_exact_predictions_are_the_gp_posterior_on_the_embedding():
     sf2, ell = float(cov.outputscale), cov.base_kernel.lengthscale.detach().numpy().reshape(-1)
     s2 = float(model.likelihoods[0].noise)
     with torch.no_grad():
-        H = (model.network(X).numpy() / ell)
+        H = model.network(X).numpy() / ell
     k = lambda a, b: sf2 * np.exp(-0.5 * ((a[:, None] - b[None]) ** 2).sum(-1))  # noqa: E731
     K = k(H[:100], H[:100]) + s2 * np.eye(100)
     Ks = k(H[100:], H[:100])
     np.testing.assert_allclose(mu[:, 0].numpy(), Ks @ np.linalg.solve(K, y[:100].numpy()), rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(var[:, 0].numpy(), sf2 - np.einsum("ij,ji->i", Ks, np.linalg.solve(K, Ks.T)), rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(
+        var[:, 0].numpy(), sf2 - np.einsum("ij,ji->i", Ks, np.linalg.solve(K, Ks.T)), rtol=1e-7, atol=1e-10
+    )

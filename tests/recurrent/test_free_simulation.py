@@ -16,9 +16,11 @@ from ..conftest import ar1_series
 
 def one_step(bias):
     """The true one-step model plus a constant bias: rows (u[t-0], u[t-1], y[t-1], y[t-2])."""
+
     def predict(rows):
         mu = 0.5 * rows[:, 2] + rows[:, 0] + bias
         return mu[:, None], torch.full_like(mu[:, None], 0.01)
+
     return predict
 
 
@@ -36,7 +38,7 @@ def test_rollouts_accumulate_a_one_step_bias_geometrically():
     np.testing.assert_allclose(mu[:, 0].numpy() - Y, 0.1 * (1 - 0.5**k) / 0.5, atol=1e-12)
     ahead = rollouts(one_step(0.1), x, layout.feedback, 6)[:, :, 0].numpy()
     for h in range(1, 7):  # every start: the k-th step is off by 0.1 (1 + 0.5 + ... + 0.5^(k-1))
-        np.testing.assert_allclose(ahead[: len(Y) - h + 1, h - 1] - Y[h - 1:], 0.1 * (1 - 0.5**h) / 0.5, atol=1e-12)
+        np.testing.assert_allclose(ahead[: len(Y) - h + 1, h - 1] - Y[h - 1 :], 0.1 * (1 - 0.5**h) / 0.5, atol=1e-12)
     assert np.isnan(ahead[-1, 1])
 
 
@@ -66,14 +68,27 @@ def test_free_simulation_of_every_lane_output_feeds_every_output_back():
 
     from ..conftest import compose
 
-    cfg = compose(["model=lstm", "dataset=driving", "dataset.task=lanes", "dataset.output=all",
-                   "dataset.mode=free_simulation", "dataset.stride=1", "dataset.train_minutes=0.2",
-                   "dataset.test_minutes=0.2", "dataset.lag=16", "dataset.lag_step=4", "progress=false",
-                   "tracking.enabled=false"])
+    cfg = compose(
+        [
+            "model=lstm",
+            "dataset=driving",
+            "dataset.task=lanes",
+            "dataset.output=all",
+            "dataset.mode=free_simulation",
+            "dataset.stride=1",
+            "dataset.train_minutes=0.2",
+            "dataset.test_minutes=0.2",
+            "dataset.lag=16",
+            "dataset.lag_step=4",
+            "progress=false",
+            "tracking.enabled=false",
+        ]
+    )
     build.validate_config(cfg)
     _, splits, data = build.load_data(cfg)
     build.build_method(cfg, data, splits.task)
     layout = WindowLayout.from_names(list(data.feature_names), list(data.target_names))
     assert len(layout.feedback) == 14 and all(layout.feedback)
-    assert set(layout.channels) - set(data.target_names) == {n.split("[")[0] for n in data.feature_names
-                                                              if n.endswith("[t-0]")}  # only inputs are left
+    assert set(layout.channels) - set(data.target_names) == {
+        n.split("[")[0] for n in data.feature_names if n.endswith("[t-0]")
+    }  # only inputs are left

@@ -41,9 +41,14 @@ def identity_network(E: int) -> FeatureMap:
 
 def kiss_model(E: int, s2: float, grid: int | None = None, **kw) -> DeepKernelGP:
     ell, _, default_grid = CASES[E]
-    model = DeepKernelGP(identity_network(E), [gpytorch.kernels.RBFKernel(ard_num_dims=E)],
-                         [GaussianLikelihood(noise_init=s2, noise_min=1e-6)], inference="kiss",
-                         grid_size=grid or default_grid, **kw)
+    model = DeepKernelGP(
+        identity_network(E),
+        [gpytorch.kernels.RBFKernel(ard_num_dims=E)],
+        [GaussianLikelihood(noise_init=s2, noise_min=1e-6)],
+        inference="kiss",
+        grid_size=grid or default_grid,
+        **kw,
+    )
     model.gps[0].covar_module.outputscale = SF2
     model.gps[0].covar_module.base_kernel.base_kernel.lengthscale = torch.tensor([ell], dtype=torch.float64)
     model.likelihoods[0].gp.noise = s2
@@ -127,8 +132,9 @@ def test_production_kiss_matches_the_exact_gp_at_500_windows(E):
     Ks = rbf(hs, h, ell)
     c = scipy.linalg.cho_factor(rbf(h, h, ell) + s2 * np.eye(500), lower=True)
     np.testing.assert_allclose(mu[:, 0].numpy(), Ks @ scipy.linalg.cho_solve(c, y), rtol=0, atol=1e-3)
-    np.testing.assert_allclose(var[:, 0].numpy(), SF2 - np.einsum("ij,ji->i", Ks, scipy.linalg.cho_solve(c, Ks.T)),
-                               rtol=0, atol=1e-3)
+    np.testing.assert_allclose(
+        var[:, 0].numpy(), SF2 - np.einsum("ij,ji->i", Ks, scipy.linalg.cho_solve(c, Ks.T)), rtol=0, atol=1e-3
+    )
     assert model.is_dense(500)
 
 
@@ -147,8 +153,9 @@ def test_structured_kiss_predictions_match_the_exact_gp():
     Ks = rbf(hs.numpy(), h, ell)
     c = scipy.linalg.cho_factor(rbf(h, h, ell) + s2 * np.eye(500), lower=True)
     np.testing.assert_allclose(mu[:, 0].numpy(), Ks @ scipy.linalg.cho_solve(c, y), rtol=0, atol=1e-3)
-    np.testing.assert_allclose(var[:, 0].numpy(), SF2 - np.einsum("ij,ji->i", Ks, scipy.linalg.cho_solve(c, Ks.T)),
-                               rtol=0, atol=1e-3)
+    np.testing.assert_allclose(
+        var[:, 0].numpy(), SF2 - np.einsum("ij,ji->i", Ks, scipy.linalg.cho_solve(c, Ks.T)), rtol=0, atol=1e-3
+    )
     model.condition(ht, yt)
     mu2, var2 = model.marginals_all(hs)
     assert torch.equal(mu, mu2) and torch.equal(var, var2)
@@ -184,7 +191,9 @@ def test_a_reversed_kronecker_order_is_refused_at_build_time(monkeypatch):
     (simulated here) makes a KISS model with a 2-D embedding fail with one clear error."""
     from linear_operator.operators import KroneckerProductLinearOperator
 
-    monkeypatch.setattr(deep_kernel, "KroneckerProductLinearOperator", lambda *ops: KroneckerProductLinearOperator(*ops[::-1]))
+    monkeypatch.setattr(
+        deep_kernel, "KroneckerProductLinearOperator", lambda *ops: KroneckerProductLinearOperator(*ops[::-1])
+    )
     monkeypatch.setattr(deep_kernel, "_CHECKED_DIMS", set())
     with pytest.raises(NumericalError, match="KISS-GP self-check failed in 2-D"):
         kiss_model(2, 0.01)
@@ -233,8 +242,20 @@ def test_the_builder_picks_dense_or_structured_kiss_by_model_gp_kiss_dense_below
     from ..conftest import compose
 
     extra = [] if dense_below is None else [f"model.gp.kiss_dense_below={dense_below}"]
-    cfg = compose(["model=gp_narx", "dataset=sysid_actuator", "dataset.n=160", "dataset.lag=5", "model.network.units=4",
-                   "model.gp.inference=kiss", "model.gp.grid_size=16", "progress=false", "tracking.enabled=false", *extra])
+    cfg = compose(
+        [
+            "model=gp_narx",
+            "dataset=sysid_actuator",
+            "dataset.n=160",
+            "dataset.lag=5",
+            "model.network.units=4",
+            "model.gp.inference=kiss",
+            "model.gp.grid_size=16",
+            "progress=false",
+            "tracking.enabled=false",
+            *extra,
+        ]
+    )
     build.validate_config(cfg)
     _, splits, data = build.load_data(cfg)
     method = build.build_method(cfg, data, splits.task)

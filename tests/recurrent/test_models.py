@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from gpdlm_cli import build
-from gpdlm_cli.run.train import evaluator
 from gpdlm_cli.features.recurrent import FeatureMap, WindowLayout, _RecurrentLayer
 from gpdlm_cli.methods import recurrent
-from gpdlm_cli.training import run_stages
 from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.run.train import evaluator
+from gpdlm_cli.training import run_stages
 
 from ..conftest import compose
 
@@ -38,8 +38,9 @@ def test_per_gate_input_masks_of_ones_are_torchs_cell_and_each_gate_sees_its_own
     G = {"lstm": 4, "gru": 3, "rnn": 1}[kind]
     ones = torch.ones(4, G, 3, dtype=torch.float64)
     torch.testing.assert_close(layer(seq, None, ones), layer(seq, None), rtol=0, atol=1e-12)
-    torch.testing.assert_close(layer(seq, torch.ones(4, 5, dtype=torch.float64), ones), layer(seq, None),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        layer(seq, torch.ones(4, 5, dtype=torch.float64), ones), layer(seq, None), rtol=0, atol=1e-12
+    )
     blank_all = layer(seq * 0, None)
     torch.testing.assert_close(layer(seq, None, ones * 0), blank_all, rtol=0, atol=1e-12)
     if G > 1:
@@ -64,7 +65,7 @@ def test_input_dropout_does_not_blank_whole_single_channel_windows():
         h0 = net.hidden(torch.zeros_like(x), masks=masks)
     blank = float(((h - h0).abs().amax(1) == 0).double().mean())
     assert blank < 0.01  # shared mask: 0.25
-    assert blank == pytest.approx(0.25 ** 4, abs=0.003)
+    assert blank == pytest.approx(0.25**4, abs=0.003)
 
 
 def test_dropout_masks_are_per_sequence_seeded_and_off_for_predictions():
@@ -83,10 +84,25 @@ def test_dropout_masks_are_per_sequence_seeded_and_off_for_predictions():
 
 
 def fit(overrides, stages=None):
-    cfg = compose(["dataset=sysid_actuator", "dataset.n=160", "dataset.mode=free_simulation", "dataset.lag=5",
-                   "model.network.units=4", "trainer.max_iters=null", "trainer.max_epochs=2", "trainer.batch_size=32",
-                   "trainer.eval_every=0", "trainer.theta_steps=2", "trainer.final_theta_steps=3", "model.horizons=[1,5]",
-                   "progress=false", "tracking.enabled=false", *overrides])
+    cfg = compose(
+        [
+            "dataset=sysid_actuator",
+            "dataset.n=160",
+            "dataset.mode=free_simulation",
+            "dataset.lag=5",
+            "model.network.units=4",
+            "trainer.max_iters=null",
+            "trainer.max_epochs=2",
+            "trainer.batch_size=32",
+            "trainer.eval_every=0",
+            "trainer.theta_steps=2",
+            "trainer.final_theta_steps=3",
+            "model.horizons=[1,5]",
+            "progress=false",
+            "tracking.enabled=false",
+            *overrides,
+        ]
+    )
     prepared = prepare(cfg)
     splits, data, method, settings = prepared.splits, prepared.data, prepared.method, prepared.settings
     chosen = method.stages if stages is None else [s for s in method.stages if s.name in stages]
@@ -96,9 +112,11 @@ def fit(overrides, stages=None):
 
 @pytest.mark.parametrize("model", recurrent.MODELS)
 def test_every_model_trains_and_predicts(model):
-    extra = {"gp_gru": ["trainer.algorithm=delayed", "trainer.batch_size=16"],
-             "gp_rnn": ["trainer.algorithm=alternating", "trainer.batch_size=16"],
-             "gp_narx": ["model.gp.inference=kiss", "model.gp.grid_size=16"]}.get(model, [])
+    extra = {
+        "gp_gru": ["trainer.algorithm=delayed", "trainer.batch_size=16"],
+        "gp_rnn": ["trainer.algorithm=alternating", "trainer.batch_size=16"],
+        "gp_narx": ["model.gp.inference=kiss", "model.gp.grid_size=16"],
+    }.get(model, [])
     extra += ["model.network.rec_dropout=0.1", "model.network.dropout=0.1"] if model in ("rnn", "gp_rnn") else []
     method, m = fit([f"model={model}", *extra])
     for key in ("val_rmse", "test_rmse", "test_nll", "test_sim_rmse", "test_sim_rmse_h5", "test_sim_nll"):
@@ -120,8 +138,9 @@ def test_pretraining_trains_the_network_body_for_the_gp():
     body0 = [p.detach().clone() for p in method.model.network.body.parameters()]
     head0 = method.model.network.head.weight.detach().clone()
     pre = method.stages[0]
-    _, splits, data = build.load_data(compose(["dataset=sysid_actuator", "dataset.n=160", "dataset.mode=free_simulation",
-                                               "dataset.lag=5"]))
+    _, splits, data = build.load_data(
+        compose(["dataset=sysid_actuator", "dataset.n=160", "dataset.mode=free_simulation", "dataset.lag=5"])
+    )
     with torch.no_grad():
         before = float(pre.objective(data.x_train, data.y_train))
     method, _ = fit(cfg, stages=("pretrain",))

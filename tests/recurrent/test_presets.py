@@ -8,14 +8,31 @@ import itertools
 
 from ..conftest import compose, sweep_grid
 
-PRESETS = ("gplstm_sysid", "gplstm_driving", "gplstm_convergence", "gplstm_delay", "gplstm_scaling", "gplstm_gef_power",
-           "gplstm_gef_wind")
+PRESETS = (
+    "gplstm_sysid",
+    "gplstm_driving",
+    "gplstm_convergence",
+    "gplstm_delay",
+    "gplstm_scaling",
+    "gplstm_gef_power",
+    "gplstm_gef_wind",
+)
 ONE_STEP = {"test_rmse", "test_nll", "val_rmse", "train_seconds", "epoch_seconds", "test_ms_per_point"}
 GP = {"train_nlml", "noise", "outputscale"}
 EXPECTED = {  # metrics beyond ONE_STEP, by preset and model
-    "gplstm_sysid": {"lstm": {"test_sim_rmse", "test_sim_rmse_h10", "test_sim_nll"},
-                     "gp_lstm": GP | {"test_sim_rmse", "test_sim_rmse_h1", "test_sim_nll", "embedding_drift",
-                                      "embedding_drift_mean", "refreshes", "lr_halvings"}},
+    "gplstm_sysid": {
+        "lstm": {"test_sim_rmse", "test_sim_rmse_h10", "test_sim_nll"},
+        "gp_lstm": GP
+        | {
+            "test_sim_rmse",
+            "test_sim_rmse_h1",
+            "test_sim_nll",
+            "embedding_drift",
+            "embedding_drift_mean",
+            "refreshes",
+            "lr_halvings",
+        },
+    },
     "gplstm_driving": {"lstm": set(), "gp_lstm": GP | {"embedding_drift_mean", "refreshes"}},
     "gplstm_convergence": {"gp_lstm": GP},
     "gplstm_delay": {"gp_lstm": GP | {"refreshes", "embedding_drift_mean", "lr_halvings"}},
@@ -34,10 +51,20 @@ def test_presets_set_the_papers_protocol():
     s = compose(["+experiment=gplstm_sysid", "dataset=sysid_drives", "dataset.mode=regression", "model=narx"])
     assert (s.dataset.lag, s.model.network.units, s.model.network.dropout) == (16, 128, 0.5)  # Table 4, Drives
     s = compose(["+experiment=gplstm_sysid", "dataset.mode=free_simulation", "model=gp_lstm"])
-    assert (s.dataset.lag, s.model.network.units, s.model.network.rec_dropout, s.trainer.algorithm) == (10, 256, 0.05, "delayed")
+    assert (s.dataset.lag, s.model.network.units, s.model.network.rec_dropout, s.trainer.algorithm) == (
+        10,
+        256,
+        0.05,
+        "delayed",
+    )
     d = compose(["+experiment=gplstm_driving", "dataset.task=lanes", "model=gp_lstm"])
     assert (d.dataset.output, d.dataset.lag, d.model.network.layers, d.model.gp.inference, d.model.init) == (
-        "all", 128, 2, "kiss", "pretrained")
+        "all",
+        128,
+        2,
+        "kiss",
+        "pretrained",
+    )
     assert compose(["+experiment=gplstm_driving", "dataset.task=speed"]).dataset.output is None
     assert len(sweep_jobs("gplstm_sysid")) == 2 * 3 * 8 * 5 and len(sweep_jobs("gplstm_convergence")) == 2 * 5 * 5
     assert len(sweep_jobs("gplstm_scaling")) == 4 * 3
@@ -45,7 +72,11 @@ def test_presets_set_the_papers_protocol():
     # Figure 4 (right): Algorithm 2 alone, batch (tau) x lr x 5 seeds, the paper's fixed lr_W, no lr halving
     dl = compose(["+experiment=gplstm_delay"])
     assert (dl.trainer.algorithm, dl.trainer.lr_over_tau, dl.trainer.refresh_check, dl.model.network.units) == (
-        "delayed", False, False, 16)
+        "delayed",
+        False,
+        False,
+        16,
+    )
     jobs = sweep_jobs("gplstm_delay")
     assert len(jobs) == 4 * 3 * 5 and all("trainer.algorithm=delayed" in j for j in jobs)
 

@@ -38,15 +38,28 @@ def setup(inference: str, dense_below: int, theta_steps: int):
     x = rng.uniform(-1, 1, size=(N, 2)) * np.array([1.0, 3.0])
     y = np.sin(3 * x[:, 0]) + np.cos(x[:, 1]) + 0.1 * rng.standard_normal(N)
     x, y = torch.as_tensor(x), torch.as_tensor((y - y.mean()) / y.std())
-    model = DeepKernelGP(identity_network(), [gpytorch.kernels.RBFKernel(ard_num_dims=2)],
-                         [GaussianLikelihood(noise_init=0.05, noise_min=1e-4)], inference=inference, grid_size=40,
-                         kiss_dense_below=dense_below)
+    model = DeepKernelGP(
+        identity_network(),
+        [gpytorch.kernels.RBFKernel(ard_num_dims=2)],
+        [GaussianLikelihood(noise_init=0.05, noise_min=1e-4)],
+        inference=inference,
+        grid_size=40,
+        kiss_dense_below=dense_below,
+    )
     base = model.gps[0].covar_module.base_kernel
     (base.base_kernel if inference == "kiss" else base).lengthscale = torch.tensor([[0.3, 0.9]], dtype=torch.float64)
     surrogate = CotangentSurrogate(model, N)
-    refresh = KernelRefresh(model, surrogate, x, y, tau=5, theta_steps=theta_steps,
-                            theta_lr={"kernel": 0.01, "likelihood": 0.01}, check=True,
-                            probe_seed=0 if inference == "kiss" else None)
+    refresh = KernelRefresh(
+        model,
+        surrogate,
+        x,
+        y,
+        tau=5,
+        theta_steps=theta_steps,
+        theta_lr={"kernel": 0.01, "likelihood": 0.01},
+        check=True,
+        probe_seed=0 if inference == "kiss" else None,
+    )
     opt = torch.optim.Adam(model.network.parameters(), lr=LR)
     for g in opt.param_groups:
         g["base_lr"] = g["lr"]
@@ -54,11 +67,14 @@ def setup(inference: str, dense_below: int, theta_steps: int):
     return model, refresh, opt
 
 
-@pytest.mark.parametrize("inference,dense_below,theta_steps", [
-    ("kiss", 0, 0),  # the structured path: CG + stochastic Lanczos, probes seeded per refresh
-    ("kiss", 2000, 2),  # dense KISS (the default below 2,000 windows), theta moved by the refreshes
-    ("exact", 0, 2),
-])
+@pytest.mark.parametrize(
+    "inference,dense_below,theta_steps",
+    [
+        ("kiss", 0, 0),  # the structured path: CG + stochastic Lanczos, probes seeded per refresh
+        ("kiss", 2000, 2),  # dense KISS (the default below 2,000 windows), theta moved by the refreshes
+        ("exact", 0, 2),
+    ],
+)
 def test_refreshes_with_fixed_weights_halve_nothing_and_a_real_rise_halves_once(inference, dense_below, theta_steps):
     """Four refreshes with W fixed (theta fixed, or moved only by the refreshes' own theta steps): no
     halving, lr_W unchanged (before issue 19 the structured path compared NLMLs drawn with different

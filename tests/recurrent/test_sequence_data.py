@@ -53,8 +53,9 @@ def test_chronological_split_and_per_channel_scaling():
 
 
 def test_driving_all_outputs_is_one_multi_output_table():
-    t = load_table("driving", task="lead", output="all", train_minutes=0.5, test_minutes=0.3, lag=16, lag_step=4,
-                   stride=50)
+    t = load_table(
+        "driving", task="lead", output="all", train_minutes=0.5, test_minutes=0.3, lag=16, lag_step=4, stride=50
+    )
     assert t.y.shape == (t.n, 2) and t.target_name == "lead_x,lead_y"
     assert {n.split("[")[0] for n in t.feature_names} >= {"lead_x", "lead_y", "steering"}
     s = make_splits(t, seed=0, val_fraction=0.25)
@@ -72,8 +73,14 @@ def test_the_generators_series_follows_the_run_seed_and_its_statistics_are_run_m
 
     from ..conftest import compose
 
-    base = ["model=lstm", "dataset=sysid_drives", "dataset.n=240", "trainer.max_iters=2", "progress=false",
-            "tracking.enabled=false"]
+    base = [
+        "model=lstm",
+        "dataset=sysid_drives",
+        "dataset.n=240",
+        "trainer.max_iters=2",
+        "progress=false",
+        "tracking.enabled=false",
+    ]
     assert compose(base + ["seed=3"]).dataset.seed == 3
     assert compose(base + ["seed=3", "dataset.seed=0"]).dataset.seed == 0
     t3, t0 = load_table("sysid_drives", n=240, seed=3), load_table("sysid_drives", n=240, seed=0)
@@ -136,4 +143,7 @@ def test_runs_on_the_real_drives_report_their_series_table_1_statistics(tmp_path
     assert m["data_abs_corr"] == pytest.approx(abs(np.corrcoef(drv.voltage, drv.speed)[0, 1]), rel=1e-12)
     assert m["data_snr"] == pytest.approx(table1_statistics(drv.voltage, drv.speed, 16)["snr"], rel=1e-12)
     full = run_train(compose(base), tmp_path / "b", tracker=NullTracker())
-    assert (full["data_abs_corr"], full["data_snr"]) == (REAL_TABLE1["drives"]["abs_corr"], REAL_TABLE1["drives"]["snr"])
+    assert (full["data_abs_corr"], full["data_snr"]) == (
+        REAL_TABLE1["drives"]["abs_corr"],
+        REAL_TABLE1["drives"]["snr"],
+    )

@@ -38,10 +38,24 @@ def test_a_hook_can_halve_the_learning_rate_and_sees_the_stage_result(schedule):
     step schedule's factor stays 1 within its first 10 epochs, so base_lr must carry the halving)."""
     w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
     hook = HalveAt(5)
-    s = TrainerSettings(max_iters=12, lr=0.1, optimizer="sgd", eval_every=0, progress=False,
-                        stop=ConvergenceRule(window=0), schedule=Schedule(kind=schedule, every_epochs=100))
-    res = train(lambda xb, yb: 0.5 * ((w - 3.0) ** 2).sum(), [w], X, Y, s, generator=torch.Generator().manual_seed(0),
-                hooks=[hook])
+    s = TrainerSettings(
+        max_iters=12,
+        lr=0.1,
+        optimizer="sgd",
+        eval_every=0,
+        progress=False,
+        stop=ConvergenceRule(window=0),
+        schedule=Schedule(kind=schedule, every_epochs=100),
+    )
+    res = train(
+        lambda xb, yb: 0.5 * ((w - 3.0) ** 2).sum(),
+        [w],
+        X,
+        Y,
+        s,
+        generator=torch.Generator().manual_seed(0),
+        hooks=[hook],
+    )
     expected = 3.0 - 3.0 * 0.9**5 * 0.95**7
     assert float(w.detach()) == pytest.approx(expected, rel=1e-12)
     assert hook.result is res and res.iterations == 12 and res.epochs == 12

@@ -20,13 +20,29 @@ from gpdlm_cli.tracking import NullTracker
 
 from ..conftest import compose
 
-REGRESSION = ["dataset=sysid_actuator", "dataset.n=512", "dataset.seed=0", "dataset.mode=regression", "dataset.lag=32",
-              "model.network.units=16", "trainer.eval_every=0", "trainer.stop_rule=none", "trainer.max_iters=null",
-              "progress=false", "tracking.enabled=false", "threads=1"]
+REGRESSION = [
+    "dataset=sysid_actuator",
+    "dataset.n=512",
+    "dataset.seed=0",
+    "dataset.mode=regression",
+    "dataset.lag=32",
+    "model.network.units=16",
+    "trainer.eval_every=0",
+    "trainer.stop_rule=none",
+    "trainer.max_iters=null",
+    "progress=false",
+    "tracking.enabled=false",
+    "threads=1",
+]
 LSTM = ["model=lstm", "trainer.batch_size=32", "trainer.max_epochs=60"]
 FULL = ["model=gp_lstm", "trainer.algorithm=full", "trainer.max_epochs=100"]
-DELAYED = ["model=gp_lstm", "trainer.algorithm=delayed", "trainer.batch_size=32", "trainer.max_epochs=100",
-           "trainer.theta_steps=5"]
+DELAYED = [
+    "model=gp_lstm",
+    "trainer.algorithm=delayed",
+    "trainer.batch_size=32",
+    "trainer.max_epochs=100",
+    "trainer.theta_steps=5",
+]
 SEEDS = (0, 1, 2)
 
 
@@ -65,9 +81,20 @@ def test_algorithm_2_reaches_full_batch_accuracy_with_the_same_epochs(actuator):
 
 @pytest.mark.slow
 def test_free_simulation_degrades_with_the_horizon(tmp_path_factory):
-    base = ["dataset=sysid_actuator", "dataset.n=700", "dataset.mode=free_simulation", "dataset.lag=10",
-            "model.network.units=16", "trainer.eval_every=0", "trainer.stop_rule=none", "trainer.max_iters=null",
-            "progress=false", "tracking.enabled=false", "threads=1", "seed=0"]
+    base = [
+        "dataset=sysid_actuator",
+        "dataset.n=700",
+        "dataset.mode=free_simulation",
+        "dataset.lag=10",
+        "model.network.units=16",
+        "trainer.eval_every=0",
+        "trainer.stop_rule=none",
+        "trainer.max_iters=null",
+        "progress=false",
+        "tracking.enabled=false",
+        "threads=1",
+        "seed=0",
+    ]
     for model in (LSTM[:2] + ["trainer.max_epochs=40"], FULL[:2] + ["trainer.max_epochs=80"]):
         m = train(tmp_path_factory, base + model)
         assert m["test_sim_rmse_h250"] > m["test_sim_rmse_h10"] > m["test_sim_rmse_h1"], m

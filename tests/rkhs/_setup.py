@@ -16,7 +16,7 @@ from gpdlm_cli.objectives import feature_nlml
 LOG_2PI = float(np.log(2 * np.pi))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def concrete(n: int):
     """The first n training rows of concrete (90/10 split, seed 0), standardised, float64."""
     from gpdlm_cli.data import load_table, make_splits
@@ -34,16 +34,21 @@ def rff_model(x, y, d: int, *, noise: float = 0.1, seed: int = 1, form: str = "s
 
 def hyperparameters(model) -> list[torch.Tensor]:
     """(raw lengthscale, raw magnitude, raw noise): theta of the tests."""
-    return [model.kernel_map.raw_lengthscale, model.kernel_map.raw_outputscale, model.likelihood.gp.noise_covar.raw_noise]
+    return [
+        model.kernel_map.raw_lengthscale,
+        model.kernel_map.raw_outputscale,
+        model.likelihood.gp.noise_covar.raw_noise,
+    ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _optimum_state(n: int, d: int):
     x, y = concrete(n)
     model = rff_model(x, y, d)
     params = hyperparameters(model)
-    opt = torch.optim.LBFGS(params, lr=1, max_iter=300, line_search_fn="strong_wolfe", tolerance_grad=1e-11,
-                            tolerance_change=1e-15)
+    opt = torch.optim.LBFGS(
+        params, lr=1, max_iter=300, line_search_fn="strong_wolfe", tolerance_grad=1e-11, tolerance_change=1e-15
+    )
 
     def closure():
         opt.zero_grad()
@@ -95,8 +100,9 @@ def l_gradient_numpy(model, w) -> np.ndarray:
     dZ = (2 / s2) * np.outer(r, wn) + 2 * Z @ Finv
     ds2 = -(r @ r) / s2**2 + np.trace(Finv) + (n - d) / s2
     dw = (2 / s2) * Z.T @ r + 2 * wn
-    g = torch.autograd.grad([Zt, s2t], hyperparameters(model),
-                            grad_outputs=[torch.as_tensor(dZ), torch.tensor(ds2, dtype=torch.float64)])
+    g = torch.autograd.grad(
+        [Zt, s2t], hyperparameters(model), grad_outputs=[torch.as_tensor(dZ), torch.tensor(ds2, dtype=torch.float64)]
+    )
     return np.concatenate([np.array([float(v) for v in g]), dw]) / (2 * n)
 
 

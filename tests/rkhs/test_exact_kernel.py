@@ -14,8 +14,8 @@ import scipy.stats
 import torch
 
 from gpdlm_cli import build
-from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 
 from ..conftest import NoRunTracker, compose
@@ -105,8 +105,11 @@ def test_the_minibatch_objective_and_its_gradient_are_numpys_rbf_nlml():
     da1 = (da2 @ W2) * (a1 > 0)
     dW1, dc1 = da1.T @ X, da1.sum(0)
     # the raw parameters: softplus for ell and s (gpytorch's Positive), softplus + 1e-6 for s2 (GreaterThan)
-    chain = {"raw_lengthscale": d_ell * (1 - np.exp(-ell)), "raw_outputscale": d_s * (1 - np.exp(-s)),
-             "raw_noise": d_s2 * (1 - np.exp(-(s2 - 1e-6)))}
+    chain = {
+        "raw_lengthscale": d_ell * (1 - np.exp(-ell)),
+        "raw_outputscale": d_s * (1 - np.exp(-s)),
+        "raw_noise": d_s2 * (1 - np.exp(-(s2 - 1e-6))),
+    }
     names = {id(p): n.rsplit(".", 1)[-1] for n, p in method.model.named_parameters()}
     nets = iter([dW1, dc1, dW2, dc2])
     seen = set()
@@ -138,8 +141,9 @@ def test_train_nlml_and_prediction_are_the_dense_numpy_posterior_after_training(
     from gpdlm_cli.metrics.predictive import predictive_metrics
     from gpdlm_cli.training import run_stages
 
-    method, data, splits, cfg = built("trainer.max_iters=null", "trainer.max_epochs=2", "trainer.eval_every=0",
-                                      "trainer.keep_best=null")
+    method, data, splits, cfg = built(
+        "trainer.max_iters=null", "trainer.max_epochs=2", "trainer.eval_every=0", "trainer.keep_best=null"
+    )
     w0 = [p.detach().clone() for p in method.model.input_map.parameters()]
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
     run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
@@ -164,7 +168,9 @@ def test_train_nlml_and_prediction_are_the_dense_numpy_posterior_after_training(
     nll = -scipy.stats.norm(mean, np.sqrt(var + s2)).logpdf(yt).mean() + math.log(y_std)
     assert metrics["test_nll"] == pytest.approx(nll, rel=1e-9)
     diag = method.diagnostics()
-    assert diag["posterior_rows"] == 200 and diag["train_nlml_exact_kernel"] == pytest.approx(nlml + math.log(y_std), rel=1e-9)
+    assert diag["posterior_rows"] == 200 and diag["train_nlml_exact_kernel"] == pytest.approx(
+        nlml + math.log(y_std), rel=1e-9
+    )
     assert (diag["lengthscale"], diag["outputscale"], diag["noise"]) == pytest.approx((ell, s, s2), rel=1e-12)
 
 
@@ -181,7 +187,9 @@ def test_above_posterior_max_rows_the_posterior_is_the_exact_gp_of_a_fixed_seede
     assert len(set(rows.tolist())) == 60 and np.all(np.diff(rows) > 0) and rows.max() < 200
     again, _, _, _ = built("model.posterior_max_rows=60")
     other, _, _, _ = built("model.posterior_max_rows=60", "seed=1")
-    assert np.array_equal(again.model.rows.cpu().numpy(), rows) and not np.array_equal(other.model.rows.cpu().numpy(), rows)
+    assert np.array_equal(again.model.rows.cpu().numpy(), rows) and not np.array_equal(
+        other.model.rows.cpu().numpy(), rows
+    )
 
     net = network(model)
     Z, _ = numpy_features(net, data.x_train.cpu().numpy()[rows])
@@ -205,8 +213,19 @@ def test_gpdlm_train_runs_exact_kernel_bsgd_and_selects_its_best_iterate(tmp_pat
     from gpdlm_cli.commands import evaluate
 
     tracker = NullTracker()
-    cfg = compose([*SMALL, *EXACT, "trainer.max_iters=null", "trainer.max_epochs=4", "trainer.eval_every=0",
-                   "trainer.eval_every_epochs=1", "trainer.optimizer=adadelta", "trainer.lr=1.0", "trainer.stop_rule=none"])
+    cfg = compose(
+        [
+            *SMALL,
+            *EXACT,
+            "trainer.max_iters=null",
+            "trainer.max_epochs=4",
+            "trainer.eval_every=0",
+            "trainer.eval_every_epochs=1",
+            "trainer.optimizer=adadelta",
+            "trainer.lr=1.0",
+            "trainer.stop_rule=none",
+        ]
+    )
     _, splits, data = build.load_data(cfg)
     start = build.build_method(cfg, data, splits.task).monitors["train_nlml"]()
     metrics = run_train(cfg, tmp_path, tracker=tracker)
@@ -214,8 +233,13 @@ def test_gpdlm_train_runs_exact_kernel_bsgd_and_selects_its_best_iterate(tmp_pat
     assert len(curve) == 3
     assert metrics["train_nlml"] <= min(curve.values()) + 1e-12 and metrics["train_nlml"] < start - 0.05
     assert metrics["train_nlml_exact_kernel"] == metrics["train_nlml"]
-    assert metrics["posterior_rows"] == 200 and math.isfinite(metrics["test_rmse"]) and math.isfinite(metrics["test_nll"])
-    assert tracker.tags["gpdlm.rkhs_setting"] == "bsgd biased for b < n: the exact b x b NLML of each uniform batch (exact rbf kernel)"
+    assert (
+        metrics["posterior_rows"] == 200 and math.isfinite(metrics["test_rmse"]) and math.isfinite(metrics["test_nll"])
+    )
+    assert (
+        tracker.tags["gpdlm.rkhs_setting"]
+        == "bsgd biased for b < n: the exact b x b NLML of each uniform batch (exact rbf kernel)"
+    )
     assert tracker.tags["gpdlm.train_nlml_kernel"] == "rbf exact (all 200 training rows)"
     assert tracker.tags["gpdlm.keep_best"].startswith("train_nlml")
     capsys.readouterr()
@@ -224,11 +248,20 @@ def test_gpdlm_train_runs_exact_kernel_bsgd_and_selects_its_best_iterate(tmp_pat
     assert "reproduced" in out and "CHANGED" not in out, out
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["model.posterior_max_rows=0"], "the 'posterior_max_rows' parameter of model=bsgd must be an integer >= 1; got 0"),
-    (["model=scgd"], "model=scgd needs a finite feature map, kernel=linear or kernel=rff (kernel=rbf has none) "
-                     "(model=bsgd also takes an exact kernel: rbf or a Matern)"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (
+            ["model.posterior_max_rows=0"],
+            "the 'posterior_max_rows' parameter of model=bsgd must be an integer >= 1; got 0",
+        ),
+        (
+            ["model=scgd"],
+            "model=scgd needs a finite feature map, kernel=linear or kernel=rff (kernel=rbf has none) "
+            "(model=bsgd also takes an exact kernel: rbf or a Matern)",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_before_any_run(tmp_path, overrides, message):
     cfg = compose([*SMALL, *EXACT, "trainer.max_iters=5", *overrides])
     with pytest.raises(GpdlmError) as e:

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from gpdlm_cli import build
-from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 
 from ..conftest import NoRunTracker, compose
@@ -26,52 +26,99 @@ def run(tmp_path, *overrides):
 
 
 BAD = [
-    (["model=scgd", "kernel=rbf"], "model=scgd needs a finite feature map, kernel=linear or kernel=rff (kernel=rbf has none)"),
+    (
+        ["model=scgd", "kernel=rbf"],
+        "model=scgd needs a finite feature map, kernel=linear or kernel=rff (kernel=rbf has none)",
+    ),
     (["model=minimax", "kernel.name=matern52"], "model=minimax needs a finite feature map"),
-    (["model=bsgd", "kernel=rff", "likelihood=probit"],
-     "model=bsgd maximises the Gaussian marginal likelihood: use likelihood=gaussian"),
-    (["model=scgd", "kernel=linear", "features=nn", "features.widths=[128,0]"],
-     "the 'widths' parameter of features=nn must be a non-empty list of integers >= 1; got [128, 0]"),
-    (["model=svgp", "features=nn", "features.widths=[]"],
-     "the 'widths' parameter of features=nn must be a non-empty list"),
-    (["model=dlm", "features=nn", "features.activation=gelu"],
-     "the 'activation' parameter of features=nn must be one of relu, tanh"),
-    (["model=scgd", "features.name=lstm", "kernel=linear"],
-     "the 'name' parameter of features must be one of none, nn; got 'lstm'"),
-    (["model=scgd", "kernel=linear", "kernel.normaliser=mean"],
-     "the 'normaliser' parameter of kernel=linear must be one of data, width; got 'mean'"),
-    (["model=scgd", "kernel=rff", "kernel.num_features=0"],
-     "the 'num_features' parameter of kernel=rff must be an even integer >= 2"),
-    (["model=scgd", "kernel=rff", "kernel.num_features=7"],
-     "must be an even integer >= 2 (form=sincos: d/2 sin/cos pairs); got 7"),
-    (["model=scgd", "kernel=rff", "kernel.form=cos", "kernel.num_features=0"],
-     "the 'num_features' parameter of kernel=rff must be an integer >= 1"),
-    (["model=scgd", "kernel=rff", "kernel.lengthscale=0"],
-     "the 'lengthscale' parameter of kernel=rff must be a finite float in (0, inf)"),
-    (["model=scgd", "kernel=linear", "model.b0=0"],
-     "the 'b0' parameter of model=scgd must be a float in (0, 1]; got 0"),
-    (["model=scgd", "kernel=linear", "model.b0=1.5"],
-     "the 'b0' parameter of model=scgd must be a float in (0, 1]; got 1.5"),
-    (["model=scgd", "kernel=linear", "model.b0=0.9", "model.b_min=0.95"],
-     "the 'b_min' parameter of model=scgd must be a float in [0, b0=0.9]"),
-    (["model=scgd", "kernel=linear", "model.b_decay=-0.5"],
-     "the 'b_decay' parameter of model=scgd must be a finite float >= 0"),
-    (["model=minimax", "kernel=linear", "model.mu=0"],
-     "the 'mu' parameter of model=minimax must be a finite float in (0, inf); got 0"),
-    (["model=minimax", "kernel=linear", "model.mu=-1.0"],
-     "the 'mu' parameter of model=minimax must be a finite float in (0, inf)"),
-    (["model=minimax", "kernel=linear", "model.mu_growth=0.5"],
-     "the 'mu_growth' parameter of model=minimax must be a finite float >= 1"),
-    (["model=minimax", "kernel=linear", "model.mu=10", "model.mu_max=5"],
-     "the 'mu_max' parameter of model=minimax must be a float >= mu=10"),
-    (["model=minimax", "kernel=linear", "model.exact_penalty=1"],
-     "the 'exact_penalty' parameter of model=minimax must be true or false; got 1"),
-    (["model=minimax", "kernel=linear", "model.w_max=0"],
-     "the 'w_max' parameter of model=minimax must be a float in (0, inf] or null; got 0"),
-    (["model=bsgd", "kernel=linear", "model.batching=knn"],
-     "the 'batching' parameter of model=bsgd must be 'uniform' or 'nearest'"),
-    (["model=svgp", "kernel=linear", "model.num_inducing=20"],
-     "kernel=linear has rank d=8: model.num_inducing must be <= d"),
+    (
+        ["model=bsgd", "kernel=rff", "likelihood=probit"],
+        "model=bsgd maximises the Gaussian marginal likelihood: use likelihood=gaussian",
+    ),
+    (
+        ["model=scgd", "kernel=linear", "features=nn", "features.widths=[128,0]"],
+        "the 'widths' parameter of features=nn must be a non-empty list of integers >= 1; got [128, 0]",
+    ),
+    (
+        ["model=svgp", "features=nn", "features.widths=[]"],
+        "the 'widths' parameter of features=nn must be a non-empty list",
+    ),
+    (
+        ["model=dlm", "features=nn", "features.activation=gelu"],
+        "the 'activation' parameter of features=nn must be one of relu, tanh",
+    ),
+    (
+        ["model=scgd", "features.name=lstm", "kernel=linear"],
+        "the 'name' parameter of features must be one of none, nn; got 'lstm'",
+    ),
+    (
+        ["model=scgd", "kernel=linear", "kernel.normaliser=mean"],
+        "the 'normaliser' parameter of kernel=linear must be one of data, width; got 'mean'",
+    ),
+    (
+        ["model=scgd", "kernel=rff", "kernel.num_features=0"],
+        "the 'num_features' parameter of kernel=rff must be an even integer >= 2",
+    ),
+    (
+        ["model=scgd", "kernel=rff", "kernel.num_features=7"],
+        "must be an even integer >= 2 (form=sincos: d/2 sin/cos pairs); got 7",
+    ),
+    (
+        ["model=scgd", "kernel=rff", "kernel.form=cos", "kernel.num_features=0"],
+        "the 'num_features' parameter of kernel=rff must be an integer >= 1",
+    ),
+    (
+        ["model=scgd", "kernel=rff", "kernel.lengthscale=0"],
+        "the 'lengthscale' parameter of kernel=rff must be a finite float in (0, inf)",
+    ),
+    (
+        ["model=scgd", "kernel=linear", "model.b0=0"],
+        "the 'b0' parameter of model=scgd must be a float in (0, 1]; got 0",
+    ),
+    (
+        ["model=scgd", "kernel=linear", "model.b0=1.5"],
+        "the 'b0' parameter of model=scgd must be a float in (0, 1]; got 1.5",
+    ),
+    (
+        ["model=scgd", "kernel=linear", "model.b0=0.9", "model.b_min=0.95"],
+        "the 'b_min' parameter of model=scgd must be a float in [0, b0=0.9]",
+    ),
+    (
+        ["model=scgd", "kernel=linear", "model.b_decay=-0.5"],
+        "the 'b_decay' parameter of model=scgd must be a finite float >= 0",
+    ),
+    (
+        ["model=minimax", "kernel=linear", "model.mu=0"],
+        "the 'mu' parameter of model=minimax must be a finite float in (0, inf); got 0",
+    ),
+    (
+        ["model=minimax", "kernel=linear", "model.mu=-1.0"],
+        "the 'mu' parameter of model=minimax must be a finite float in (0, inf)",
+    ),
+    (
+        ["model=minimax", "kernel=linear", "model.mu_growth=0.5"],
+        "the 'mu_growth' parameter of model=minimax must be a finite float >= 1",
+    ),
+    (
+        ["model=minimax", "kernel=linear", "model.mu=10", "model.mu_max=5"],
+        "the 'mu_max' parameter of model=minimax must be a float >= mu=10",
+    ),
+    (
+        ["model=minimax", "kernel=linear", "model.exact_penalty=1"],
+        "the 'exact_penalty' parameter of model=minimax must be true or false; got 1",
+    ),
+    (
+        ["model=minimax", "kernel=linear", "model.w_max=0"],
+        "the 'w_max' parameter of model=minimax must be a float in (0, inf] or null; got 0",
+    ),
+    (
+        ["model=bsgd", "kernel=linear", "model.batching=knn"],
+        "the 'batching' parameter of model=bsgd must be 'uniform' or 'nearest'",
+    ),
+    (
+        ["model=svgp", "kernel=linear", "model.num_inducing=20"],
+        "kernel=linear has rank d=8: model.num_inducing must be <= d",
+    ),
 ]
 
 
@@ -95,9 +142,21 @@ def test_the_linear_kernel_starts_at_the_targets_scale_and_learns_it(tmp_path):
     from gpdlm_cli.training import run_stages
 
     data_keys = ["dataset.split.val_fraction=0", "dataset.split.test_fraction=0.1"]
-    cfg = compose(["model=scgd", "features=nn", *data_keys, "trainer.batch_size=32", "trainer.max_iters=null",
-                   "trainer.max_epochs=2", "trainer.eval_every=0", "trainer.lr=0.1", "trainer.keep_best=null",
-                   "progress=false", "threads=1"])
+    cfg = compose(
+        [
+            "model=scgd",
+            "features=nn",
+            *data_keys,
+            "trainer.batch_size=32",
+            "trainer.max_iters=null",
+            "trainer.max_epochs=2",
+            "trainer.eval_every=0",
+            "trainer.lr=0.1",
+            "trainer.keep_best=null",
+            "progress=false",
+            "threads=1",
+        ]
+    )
     assert (cfg.kernel.name, list(cfg.features.widths)) == ("linear", [128, 128])
     _, splits, data = build.load_data(cfg)
     method = build.build_method(cfg, data, splits.task)
@@ -116,11 +175,18 @@ def test_the_linear_kernel_starts_at_the_targets_scale_and_learns_it(tmp_path):
     run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
     assert abs(float(model.kernel_map.outputscale.detach()) - s0) > 1e-3
 
-    width = build.build_method(compose(["model=scgd", "features=nn", *data_keys, "kernel.normaliser=width"]), data, splits.task)
+    width = build.build_method(
+        compose(["model=scgd", "features=nn", *data_keys, "kernel.normaliser=width"]), data, splits.task
+    )
     with torch.no_grad():
         assert float(width.model.features(data.x_train).square().sum(1).mean()) == pytest.approx(0.033, abs=1e-3)
-    svgp = build.build_method(compose(["model=svgp", "features=nn", "kernel=linear", *data_keys, "trainer.batch_size=16",
-                                       "model.num_inducing=16"]), data, splits.task)
+    svgp = build.build_method(
+        compose(
+            ["model=svgp", "features=nn", "kernel=linear", *data_keys, "trainer.batch_size=16", "model.num_inducing=16"]
+        ),
+        data,
+        splits.task,
+    )
     with torch.no_grad():
         g = svgp.model.features(data.x_train)
         kxx = svgp.model.gp.covar_module(g, diag=True)
@@ -139,10 +205,18 @@ def test_rkhs_models_default_to_the_linear_kernel():
 
 # recorded on main at 8ba5895 (before feature maps existed) with the overrides below
 BEFORE_FEATURES = {
-    "svgp": {"val_nll": 4.1982984268100445, "val_rmse": 16.011280121725378, "test_nll": 4.247932659626958,
-             "test_rmse": 16.925753178682562},
-    "dlm": {"val_nll": 3.401043259340948, "val_rmse": 6.903783199012704, "test_nll": 3.5220919560293775,
-            "test_rmse": 8.085043529928493},
+    "svgp": {
+        "val_nll": 4.1982984268100445,
+        "val_rmse": 16.011280121725378,
+        "test_nll": 4.247932659626958,
+        "test_rmse": 16.925753178682562,
+    },
+    "dlm": {
+        "val_nll": 3.401043259340948,
+        "val_rmse": 6.903783199012704,
+        "test_nll": 3.5220919560293775,
+        "test_rmse": 8.085043529928493,
+    },
 }
 
 
@@ -153,8 +227,9 @@ def test_features_none_keeps_existing_runs_bit_identical(tmp_path, model, extra)
     itself (``models/kernels.py``, 2026-11-27; before it these were the same floats, rel 1e-13): its
     last-bit rounding differs from gpytorch's, and 40 Adam steps carry that to 5e-10 (svgp) and 5e-8
     (dlm) relative."""
-    metrics, _, cfg = run(tmp_path, f"model={model}", *extra, "model.num_inducing=10", "trainer.max_iters=40",
-                          "trainer.eval_every=20")
+    metrics, _, cfg = run(
+        tmp_path, f"model={model}", *extra, "model.num_inducing=10", "trainer.max_iters=40", "trainer.eval_every=20"
+    )
     assert cfg.features.name == "none"
     for k, v in BEFORE_FEATURES[model].items():
         assert metrics[k] == pytest.approx(v, rel=1e-6), k
@@ -166,8 +241,15 @@ def test_svgp_and_dlm_on_network_features(tmp_path):
     starting at k-means centres of g(x)), the network is the group `features` and is trained
     jointly; with trainer.lr_scale.features=0 it stays at its initialisation. `model=dlm
     features=nn` and the fixed sq_dlm variant run too."""
-    common = ["model=svgp", "features=nn", "features.widths=[16,16]", "trainer.batch_size=16", "model.num_inducing=16",
-              "trainer.max_iters=30", "trainer.eval_every=0"]
+    common = [
+        "model=svgp",
+        "features=nn",
+        "features.widths=[16,16]",
+        "trainer.batch_size=16",
+        "model.num_inducing=16",
+        "trainer.max_iters=30",
+        "trainer.eval_every=0",
+    ]
     cfg = compose([*SMALL, *common])
     _, splits, data = build.load_data(cfg)
     method = build.build_method(cfg, data, splits.task)
@@ -191,8 +273,15 @@ def test_svgp_and_dlm_on_network_features(tmp_path):
     frozen, _, _ = run(tmp_path / "frozen", *common, "trainer.lr_scale={features:0}", "trainer.lr=0.01")
     assert math.isfinite(frozen["test_nll"])
     for model in (["model=dlm", "trainer.batch_size=32"], ["model=sq_dlm", "model.variant=fixed"]):
-        m, _, _ = run(tmp_path / model[0], *model, "features=nn", "features.widths=[8]", "model.num_inducing=8",
-                      "trainer.max_iters=20", "trainer.eval_every=0")
+        m, _, _ = run(
+            tmp_path / model[0],
+            *model,
+            "features=nn",
+            "features.widths=[8]",
+            "model.num_inducing=8",
+            "trainer.max_iters=20",
+            "trainer.eval_every=0",
+        )
         assert math.isfinite(m["test_nll"]) and math.isfinite(m["test_rmse"])
 
 
@@ -217,10 +306,21 @@ def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(
     the restored parameters give exactly its logged value. The parameter groups are features, kernel,
     likelihood, weights; iter_ms and peak_memory_mb are logged; ftilde_gap is a step metric (< 1 at lr
     0.01)."""
-    metrics, tracker, cfg = run(tmp_path, "model=scgd", "features=nn", "features.widths=[16,16]", "kernel=linear",
-                                "trainer.batch_size=32", "trainer.max_iters=null", "trainer.max_epochs=6",
-                                "trainer.eval_every=0", "trainer.eval_every_epochs=1", "trainer.keep_best=train_nlml",
-                                "trainer.stop_rule=none", f"trainer.lr={lr}")
+    metrics, tracker, cfg = run(
+        tmp_path,
+        "model=scgd",
+        "features=nn",
+        "features.widths=[16,16]",
+        "kernel=linear",
+        "trainer.batch_size=32",
+        "trainer.max_iters=null",
+        "trainer.max_epochs=6",
+        "trainer.eval_every=0",
+        "trainer.eval_every_epochs=1",
+        "trainer.keep_best=train_nlml",
+        "trainer.stop_rule=none",
+        f"trainer.lr={lr}",
+    )
     _, splits, _ = build.load_data(cfg)
     assert metrics["train_nlml"] == pytest.approx(metrics["train_nlml_norm"] + math.log(splits.y_std), rel=1e-12)
     curve = dict(tracker.steps["train_nlml"])  # the in-loop evaluations (epochs 1-5)
@@ -245,10 +345,26 @@ def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
     `model=bsgd model.batching=nearest` trains on nearest-neighbour batches."""
     from gpdlm_cli.training import run_stages
 
-    cfg = compose([*SMALL, "model=minimax", "features=nn", "features.widths=[8,8]", "kernel=rff", "kernel.num_features=24",
-                   "trainer.batch_size=16", "trainer.max_iters=null", "trainer.max_epochs=3", "trainer.eval_every=0",
-                   "trainer.eval_every_epochs=1", "model.mu=2", "model.mu_growth=2", "model.exact_penalty=false",
-                   "trainer.lr=0.01", "trainer.keep_best=null"])
+    cfg = compose(
+        [
+            *SMALL,
+            "model=minimax",
+            "features=nn",
+            "features.widths=[8,8]",
+            "kernel=rff",
+            "kernel.num_features=24",
+            "trainer.batch_size=16",
+            "trainer.max_iters=null",
+            "trainer.max_epochs=3",
+            "trainer.eval_every=0",
+            "trainer.eval_every_epochs=1",
+            "model.mu=2",
+            "model.mu_growth=2",
+            "model.exact_penalty=false",
+            "trainer.lr=0.01",
+            "trainer.keep_best=null",
+        ]
+    )
     _, splits, data = build.load_data(cfg)
     method = build.build_method(cfg, data, splits.task)
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
@@ -258,8 +374,14 @@ def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
         logged.append(method.monitors["mu"]())
         return {}
 
-    run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0),
-               evaluate=evaluate)
+    run_stages(
+        method.stages,
+        data.x_train,
+        data.y_train,
+        settings,
+        generator=torch.Generator().manual_seed(0),
+        evaluate=evaluate,
+    )
     objective = method.stages[0].objective
     with torch.no_grad():
         assert float(torch.linalg.eigvalsh(objective.A()).min()) >= float(method.model.noise) * (1 - 1e-8)
@@ -269,8 +391,16 @@ def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
     diag = method.diagnostics()
     assert math.isfinite(diag["train_nlml_exact_kernel"]) and diag["penalty_gap"] >= 0
 
-    metrics, tracker, _ = run(tmp_path, "model=bsgd", "kernel=rff", "kernel.num_features=24", "model.batching=nearest",
-                              "trainer.batch_size=16", "trainer.max_iters=20", "trainer.eval_every=10")
+    metrics, tracker, _ = run(
+        tmp_path,
+        "model=bsgd",
+        "kernel=rff",
+        "kernel.num_features=24",
+        "model.batching=nearest",
+        "trainer.batch_size=16",
+        "trainer.max_iters=20",
+        "trainer.eval_every=10",
+    )
     assert math.isfinite(metrics["train_nlml"]) and "train_nlml_exact_kernel" in metrics
 
 
@@ -283,9 +413,20 @@ def test_minimax_default_is_an_exact_penalty_and_the_papers_mu_is_labelled_and_w
     > mu_local_threshold > 1, and the run prints one warning line with penalty_gap."""
     from gpdlm_cli.training import run_stages
 
-    common = ["model=minimax", "features=nn", "features.widths=[8,8]", "kernel=rff", "kernel.num_features=24",
-              "trainer.batch_size=16", "trainer.max_iters=null", "trainer.max_epochs=3", "trainer.eval_every=0",
-              "trainer.eval_every_epochs=1", "trainer.lr=0.01", "trainer.keep_best=null"]
+    common = [
+        "model=minimax",
+        "features=nn",
+        "features.widths=[8,8]",
+        "kernel=rff",
+        "kernel.num_features=24",
+        "trainer.batch_size=16",
+        "trainer.max_iters=null",
+        "trainer.max_epochs=3",
+        "trainer.eval_every=0",
+        "trainer.eval_every_epochs=1",
+        "trainer.lr=0.01",
+        "trainer.keep_best=null",
+    ]
     cfg = compose([*SMALL, *common])
     _, splits, data = build.load_data(cfg)
     method = build.build_method(cfg, data, splits.task)
@@ -297,7 +438,9 @@ def test_minimax_default_is_an_exact_penalty_and_the_papers_mu_is_labelled_and_w
         s2 = float(model.noise.detach())
         lam = np.linalg.eigvalsh(F)
         c = np.log1p((lam - s2) / s2) / (lam - s2)
-        return np.linalg.norm(F) * np.linalg.norm(c) + np.sum(np.log(lam / s2)), np.linalg.norm(F) * np.linalg.norm(np.linalg.inv(F))
+        return np.linalg.norm(F) * np.linalg.norm(c) + np.sum(np.log(lam / s2)), np.linalg.norm(F) * np.linalg.norm(
+            np.linalg.inv(F)
+        )
 
     seen = []
 
@@ -309,8 +452,14 @@ def test_minimax_default_is_an_exact_penalty_and_the_papers_mu_is_labelled_and_w
     start = numpy_bound()
     assert float(objective.mu) == pytest.approx(start[0], rel=1e-10) and float(objective.mu) > start[1]
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
-    run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0),
-               evaluate=evaluate)
+    run_stages(
+        method.stages,
+        data.x_train,
+        data.y_train,
+        settings,
+        generator=torch.Generator().manual_seed(0),
+        evaluate=evaluate,
+    )
     assert len(seen) == 2
     assert seen[0][0] == pytest.approx(start[0], rel=1e-10)  # epoch 0 ran at the start's bound
     assert float(objective.mu) == pytest.approx(seen[-1][1], rel=1e-10)  # epoch 2 at the bound after epoch 1
@@ -337,5 +486,7 @@ def test_bsgd_refuses_a_full_batch_it_cannot_factorise(tmp_path, monkeypatch):
 
     monkeypatch.setattr(rkhs, "BSGD_MAX_FULL_BATCH", 100)
     cfg = compose([*SMALL, "model=bsgd", "kernel=linear", "trainer.max_iters=5"])
-    with pytest.raises(GpdlmError, match=r"model=bsgd on the full batch is the exact 200 x 200 GP; set trainer.batch_size"):
+    with pytest.raises(
+        GpdlmError, match=r"model=bsgd on the full batch is the exact 200 x 200 GP; set trainer.batch_size"
+    ):
         run_train(cfg, tmp_path, tracker=NoRunTracker())

@@ -62,8 +62,11 @@ def aligned_inner_minimum(F, s2, mu):
         a = s2 + np.exp(np.clip(la, -60, 60))
         return np.sum(np.log(a)) + mu * norm(a - lam) / norm(a)
 
-    starts = (np.log(np.maximum(lam - s2, 1e-12 * lam.max())), np.log(np.maximum(0.1 * lam - s2, 1e-8)),
-              np.full_like(lam, np.log(1e-6)))
+    starts = (
+        np.log(np.maximum(lam - s2, 1e-12 * lam.max())),
+        np.log(np.maximum(0.1 * lam - s2, 1e-8)),
+        np.full_like(lam, np.log(1e-6)),
+    )
     best = min((so.minimize(f, x0, method="L-BFGS-B") for x0 in starts), key=lambda r: r.fun)
     return (V * (s2 + np.exp(np.clip(best.x, -60, 60)))) @ V.T, best.fun - np.sum(np.log(lam))
 

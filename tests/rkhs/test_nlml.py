@@ -115,8 +115,7 @@ def test_low_rank_mvn_agrees():
     with torch.no_grad():
         Z = model.features(x)
         s2 = model.noise
-        mvn = torch.distributions.LowRankMultivariateNormal(torch.zeros(150, dtype=torch.float64), Z,
-                                                            s2.expand(150))
+        mvn = torch.distributions.LowRankMultivariateNormal(torch.zeros(150, dtype=torch.float64), Z, s2.expand(150))
         assert float(-mvn.log_prob(y) / 150) == pytest.approx(float(feature_nlml(Z, y, s2)), rel=1e-12)
 
 
@@ -165,8 +164,9 @@ def test_rff_approximates_the_gaussian_kernel(form):
     """phi(z)^T phi(z') -> s exp(-||z - z'||^2 / (2 ell^2)): with d = 20000 features every entry of a
     30 x 30 Gram matrix is within 0.06 s (Monte Carlo error ~ s / sqrt(d / 2) = 0.01 s per entry)."""
     z = torch.randn(30, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    m = RandomFourierMap(3, 20000, lengthscale=1.3, outputscale=2.5, form=form,
-                         generator=torch.Generator().manual_seed(5)).double()
+    m = RandomFourierMap(
+        3, 20000, lengthscale=1.3, outputscale=2.5, form=form, generator=torch.Generator().manual_seed(5)
+    ).double()
     with torch.no_grad():
         phi = m(z)
         approx = (phi @ phi.T).numpy()

@@ -24,9 +24,13 @@ def test_full_preset_composes_the_papers_grid():
     ran it (b_t = 0.9), MINIMAX with the exact penalty and with the paper's mu = 1, BSGD, SVGP.
     rkhs_batch_study_pol is the same on pol alone."""
     grid = sweep_grid(["+experiment=rkhs_batch_study"])
-    assert grid == {"dataset": PAPER_SETS, "dataset.split.mask": ["0", "1", "2", "3", "4"],
-                    "model": ["scgd", "scgd_paper", "minimax", "minimax_paper", "bsgd", "svgp"],
-                    "trainer.batch_size": ["32", "64", "128"], "trainer.lr": ["0.1", "0.3", "1.0"]}
+    assert grid == {
+        "dataset": PAPER_SETS,
+        "dataset.split.mask": ["0", "1", "2", "3", "4"],
+        "model": ["scgd", "scgd_paper", "minimax", "minimax_paper", "bsgd", "svgp"],
+        "trainer.batch_size": ["32", "64", "128"],
+        "trainer.lr": ["0.1", "0.3", "1.0"],
+    }
     assert sweep_grid(["+experiment=rkhs_batch_study_pol"]) == {**grid, "dataset": ["pol"]}
     from gpdlm_cli.run.plan import job_overrides  # what `gpdlm train -m` runs: the command line wins over the sweep
 
@@ -35,7 +39,11 @@ def test_full_preset_composes_the_papers_grid():
     scgd = compose(["+experiment=rkhs_batch_study", "model=scgd", "dataset=kin40k", "trainer.batch_size=32"])
     assert (scgd.trainer.optimizer, scgd.trainer.max_epochs, scgd.trainer.keep_best) == ("adadelta", 100, "train_nlml")
     assert (scgd.kernel.name, scgd.features.widths, scgd.dataset.name) == ("linear", [128, 128], "kin40k")
-    assert (scgd.dataset.split.mask, scgd.dataset.split.mask_val_fraction, scgd.dataset.split.val_fraction) == (0, 0.0, 0.0)
+    assert (scgd.dataset.split.mask, scgd.dataset.split.mask_val_fraction, scgd.dataset.split.val_fraction) == (
+        0,
+        0.0,
+        0.0,
+    )
     assert (scgd.model.b0, scgd.model.b_decay, scgd.model.b_min) == (1.0, 0.5, 0.0)
     from gpdlm_cli.objectives import SCGD  # the class defaults that tests/rkhs/test_unbiased.py checks are these
 
@@ -47,7 +55,12 @@ def test_full_preset_composes_the_papers_grid():
     minimax = compose(["+experiment=rkhs_batch_study", "model=minimax"])
     assert minimax.model.exact_penalty is True
     paper = compose(["+experiment=rkhs_batch_study", "model=minimax_paper"])
-    assert (paper.model.name, paper.model.mu, paper.model.mu_growth, paper.model.exact_penalty) == ("minimax", 1.0, 1.0, False)
+    assert (paper.model.name, paper.model.mu, paper.model.mu_growth, paper.model.exact_penalty) == (
+        "minimax",
+        1.0,
+        1.0,
+        False,
+    )
     svgp = compose(["+experiment=rkhs_batch_study", "model=svgp", "trainer.batch_size=32"])
     assert svgp.trainer.keep_best is None and svgp.model.num_inducing == 32 and svgp.kernel.name == "linear"
 
@@ -77,9 +90,12 @@ def test_the_papers_sets_are_in_the_mirror_with_their_masks(tmp_path, monkeypatc
 
 
 GAUSSIAN_ARMS = {  # arm -> (model.name, kernel.name, the model option)
-    "scgd_rff": ("scgd", "rff", "scgd"), "scgd_paper_rff": ("scgd", "rff", "scgd_paper"),
-    "minimax_rff": ("minimax", "rff", "minimax"), "minimax_paper_rff": ("minimax", "rff", "minimax_paper"),
-    "bsgd_rbf": ("bsgd", "rbf", "bsgd"), "svgp_rbf": ("svgp", "rbf", "svgp"),
+    "scgd_rff": ("scgd", "rff", "scgd"),
+    "scgd_paper_rff": ("scgd", "rff", "scgd_paper"),
+    "minimax_rff": ("minimax", "rff", "minimax"),
+    "minimax_paper_rff": ("minimax", "rff", "minimax_paper"),
+    "bsgd_rbf": ("bsgd", "rbf", "bsgd"),
+    "svgp_rbf": ("svgp", "rbf", "svgp"),
 }
 ARM_KEY = "experiment/rkhs_arm@_global_"
 
@@ -92,18 +108,33 @@ def test_gaussian_preset_composes_the_papers_arms():
     mirrored set) and the RFF arms log the exact kernel's NLML up to 20,000 rows. Without an arm the
     preset is SCGD on RFF; the optional same-kernel arms bsgd_rff and svgp_rff compose too."""
     grid = sweep_grid(["+experiment=rkhs_gaussian_study"])
-    assert grid == {"dataset": PAPER_SETS, "dataset.split.mask": ["0", "1", "2", "3", "4"], ARM_KEY: list(GAUSSIAN_ARMS),
-                    "trainer.batch_size": ["16", "32", "64"], "trainer.lr": ["0.1", "0.3", "1.0"]}
+    assert grid == {
+        "dataset": PAPER_SETS,
+        "dataset.split.mask": ["0", "1", "2", "3", "4"],
+        ARM_KEY: list(GAUSSIAN_ARMS),
+        "trainer.batch_size": ["16", "32", "64"],
+        "trainer.lr": ["0.1", "0.3", "1.0"],
+    }
     linear = compose(["+experiment=rkhs_batch_study"])
     for arm, (model, kernel, option) in GAUSSIAN_ARMS.items():
         cfg = compose(["+experiment=rkhs_gaussian_study", f"{ARM_KEY}={arm}", "trainer.batch_size=16"])
         ref = compose(["+experiment=rkhs_batch_study", f"model={option}", "trainer.batch_size=16"])
-        assert (cfg.model.name, cfg.kernel.name, cfg.features.name, cfg.features.widths) == (model, kernel, "nn", [128, 128])
-        assert cfg.trainer == ref.trainer and cfg.dataset == linear.dataset and cfg.tracking.experiment == "rkhs_gaussian_study"
+        assert (cfg.model.name, cfg.kernel.name, cfg.features.name, cfg.features.widths) == (
+            model,
+            kernel,
+            "nn",
+            [128, 128],
+        )
+        assert (
+            cfg.trainer == ref.trainer
+            and cfg.dataset == linear.dataset
+            and cfg.tracking.experiment == "rkhs_gaussian_study"
+        )
         if kernel == "rff":
             assert cfg.kernel.num_features == 1000 and cfg.model.exact_nlml_max_n == 20000
-            assert {k: v for k, v in cfg.model.items() if k != "exact_nlml_max_n"} == \
-                {k: v for k, v in ref.model.items() if k != "exact_nlml_max_n"}
+            assert {k: v for k, v in cfg.model.items() if k != "exact_nlml_max_n"} == {
+                k: v for k, v in ref.model.items() if k != "exact_nlml_max_n"
+            }
         elif model == "bsgd":
             assert cfg.model.posterior_max_rows == 60000 and cfg.trainer.keep_best == "train_nlml"
         else:
@@ -121,7 +152,8 @@ GAUSSIAN_SMOKE_ARMS = [  # (model.name, kernel.name, tag gpdlm.rkhs_setting) of 
     ("minimax", "rff", "minimax exact penalty: mu >= ||F|| ||c|| + L at every mu update"),
     ("minimax", "rff", "minimax inexact penalty (the paper): mu = 1"),
     ("bsgd", "rbf", "bsgd biased for b < n: the exact b x b NLML of each uniform batch (exact rbf kernel)"),
-    ("svgp", "rbf", None)]
+    ("svgp", "rbf", None),
+]
 
 
 def check_gaussian_smoke_runs(smoke) -> None:
@@ -154,7 +186,9 @@ def check_gaussian_smoke_runs(smoke) -> None:
     assert sorted(seen, key=str) == sorted(GAUSSIAN_SMOKE_ARMS, key=str)
     warnings = [line for line in smoke.stderr.splitlines() if "gpdlm: warning: model=minimax" in line]
     assert len(warnings) == 1 and "ended with mu = 1," in warnings[0], warnings
-    assert [k for k, mu in seen.items() if mu == 1.0] == [("minimax", "rff", "minimax inexact penalty (the paper): mu = 1")]
+    assert [k for k, mu in seen.items() if mu == 1.0] == [
+        ("minimax", "rff", "minimax inexact penalty (the paper): mu = 1")
+    ]
 
 
 SETTINGS = {
@@ -205,9 +239,26 @@ def check_batch_smoke_runs(smoke) -> None:
     from gpdlm_cli import cli
 
     out = smoke.cwd / "compare"
-    assert cli.main(["compare", "--tracking-uri", smoke.uri, "--experiment", "rkhs_batch_study_smoke",
-                     "--by", "tags.gpdlm.rkhs_setting,model", "--metric", "train_nlml", "--out", str(out),
-                     "--no-figures", "--no-log"]) == 0
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--tracking-uri",
+                smoke.uri,
+                "--experiment",
+                "rkhs_batch_study_smoke",
+                "--by",
+                "tags.gpdlm.rkhs_setting,model",
+                "--metric",
+                "train_nlml",
+                "--out",
+                str(out),
+                "--no-figures",
+                "--no-log",
+            ]
+        )
+        == 0
+    )
     with open(out / "compare.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 6

@@ -14,11 +14,30 @@ from ..conftest import compose
 
 
 def best_train_nlml(tmp_path, model: str, seed: int) -> float:
-    cfg = compose([f"model={model}", "features=nn", "features.widths=[32,32]", "kernel=linear", "trainer.batch_size=16",
-                   "dataset.split.train_size=300", "dataset.split.val_fraction=0", "dataset.split.test_fraction=0.1",
-                   "trainer.optimizer=adam", "trainer.lr=0.01", "trainer.max_iters=null", "trainer.max_epochs=80",
-                   "trainer.eval_every=0", "trainer.eval_every_epochs=1", "trainer.keep_best=train_nlml",
-                   "trainer.stop_rule=none", f"seed={seed}", "progress=false", "tracking.enabled=false", "threads=1"])
+    cfg = compose(
+        [
+            f"model={model}",
+            "features=nn",
+            "features.widths=[32,32]",
+            "kernel=linear",
+            "trainer.batch_size=16",
+            "dataset.split.train_size=300",
+            "dataset.split.val_fraction=0",
+            "dataset.split.test_fraction=0.1",
+            "trainer.optimizer=adam",
+            "trainer.lr=0.01",
+            "trainer.max_iters=null",
+            "trainer.max_epochs=80",
+            "trainer.eval_every=0",
+            "trainer.eval_every_epochs=1",
+            "trainer.keep_best=train_nlml",
+            "trainer.stop_rule=none",
+            f"seed={seed}",
+            "progress=false",
+            "tracking.enabled=false",
+            "threads=1",
+        ]
+    )
     return run_train(cfg, tmp_path / f"{model}{seed}", tracker=NullTracker())["train_nlml_norm"]
 
 

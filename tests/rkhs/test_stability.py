@@ -24,10 +24,27 @@ def run(model, objective, groups, hooks):
         curve.append(model.nlml())
         return {"nlml": curve[-1]}
 
-    settings = TrainerSettings(max_iters=None, max_epochs=25, lr=0.01, batch_size=16, eval_every=0, eval_every_epochs=1,
-                               progress=False, stop_rule="none", optimizer="adam")
-    train(objective, groups, model.x_train, model.y_train, settings, generator=torch.Generator().manual_seed(0),
-          evaluate=evaluate, hooks=hooks)
+    settings = TrainerSettings(
+        max_iters=None,
+        max_epochs=25,
+        lr=0.01,
+        batch_size=16,
+        eval_every=0,
+        eval_every_epochs=1,
+        progress=False,
+        stop_rule="none",
+        optimizer="adam",
+    )
+    train(
+        objective,
+        groups,
+        model.x_train,
+        model.y_train,
+        settings,
+        generator=torch.Generator().manual_seed(0),
+        evaluate=evaluate,
+        hooks=hooks,
+    )
     return curve + [model.nlml()]
 
 
@@ -90,6 +107,6 @@ def test_the_default_schedule_keeps_F0_in_the_average():
     F0 = scgd.F_tilde.numpy().copy()
     scgd(x[:16], y[:16])
     scgd.after_step(1, 0)
-    assert scgd.last_weight == pytest.approx(2 ** -0.5, rel=1e-15)
+    assert scgd.last_weight == pytest.approx(2**-0.5, rel=1e-15)
     Ft = scgd.F_tilde.numpy()
     assert np.trace(np.linalg.inv(Ft)) / np.trace(np.linalg.inv(F0)) < 4

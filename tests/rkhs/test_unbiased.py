@@ -65,7 +65,7 @@ def test_scgd_step_with_the_exact_F_is_unbiased_at_a_non_optimal_point_and_bsgd_
     params = hyperparameters(model) + [scgd.w]
     ref = l_gradient_numpy(model, scgd.w)
     assert np.abs(ref[:3]).min() > 1e-2  # far from a stationary point
-    per_point = torch.stack([call_grad(scgd, params, x[i:i + 1], y[i:i + 1]) for i in range(N)]).numpy()
+    per_point = torch.stack([call_grad(scgd, params, x[i : i + 1], y[i : i + 1]) for i in range(N)]).numpy()
     scale = np.abs(ref).max()
     np.testing.assert_allclose(per_point.mean(0), ref, rtol=0, atol=1e-12 * scale)
     np.testing.assert_allclose(call_grad(scgd, params, x, y).numpy(), ref, rtol=0, atol=1e-12 * scale)
@@ -153,7 +153,7 @@ def test_minimax_min_and_max_step_estimators_are_unbiased_at_fixed_zeta_and_B():
     def stats(g):
         g = g.numpy()
         k = 3 + D
-        gM, gB = g[k:k + D * D], g[k + D * D:]
+        gM, gB = g[k : k + D * D], g[k + D * D :]
         return np.concatenate([g[:k], dirs[:3] @ gM, dirs[3:] @ gB])
 
     full = stats(call_grad(mm, params, x, y))  # b = n: the exact gradient of the full objective

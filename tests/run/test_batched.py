@@ -21,10 +21,28 @@ from ..conftest import compose, run_cli
 # 150 concrete rows, M = 10, at most 100 Adam steps per stage; a loose window rule (20 iterations, tol 1e-2)
 # so that some members stop early: svgp seed 0 beta 2 stops at 90, dlm seed 1 beta 2 at 80, the others run
 # 100; dlm_fixed's members stop at 120, 100, 160, 150 (its SVGP stage, then the batched DLM stage)
-SMALL = ["dataset.split.train_size=150", "model.num_inducing=10", "trainer.max_iters=100", "trainer.stop_window=20",
-         "trainer.stop_tol=1e-2", "trainer.eval_every=30", "threads=1", "progress=false"]
+SMALL = [
+    "dataset.split.train_size=150",
+    "model.num_inducing=10",
+    "trainer.max_iters=100",
+    "trainer.stop_window=20",
+    "trainer.stop_tol=1e-2",
+    "trainer.eval_every=30",
+    "threads=1",
+    "progress=false",
+]
 GRID = ["seed=0,1", "objective.beta=0.5,2"]
-COMPARED = ("test_nll", "test_rmse", "val_nll", "val_rmse", "iterations", "first_loss", "final_loss", "converged", "n_train")
+COMPARED = (
+    "test_nll",
+    "test_rmse",
+    "val_nll",
+    "val_rmse",
+    "iterations",
+    "first_loss",
+    "final_loss",
+    "converged",
+    "n_train",
+)
 
 
 def _children(uri, experiment):
@@ -36,18 +54,33 @@ def _children(uri, experiment):
 
 def _sweep(tmp_path, capsys, uri, experiment, extra):
     clear_batched()
-    rc, lines = run_cli(["train", "-m", *GRID, *SMALL, f"tracking.uri={uri}", f"tracking.experiment={experiment}",
-                         f"hydra.sweep.dir={tmp_path / experiment}", *extra], tmp_path, capsys)
+    rc, lines = run_cli(
+        [
+            "train",
+            "-m",
+            *GRID,
+            *SMALL,
+            f"tracking.uri={uri}",
+            f"tracking.experiment={experiment}",
+            f"hydra.sweep.dir={tmp_path / experiment}",
+            *extra,
+        ],
+        tmp_path,
+        capsys,
+    )
     assert rc == 0, lines
     return lines
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model,stops", [
-    ("svgp", {("0", 0.5): 100, ("0", 2.0): 90, ("1", 0.5): 100, ("1", 2.0): 100}),
-    ("dlm", {("0", 0.5): 100, ("0", 2.0): 100, ("1", 0.5): 100, ("1", 2.0): 80}),
-    ("dlm_fixed", {("0", 0.5): 120, ("0", 2.0): 100, ("1", 0.5): 160, ("1", 2.0): 150}),
-])
+@pytest.mark.parametrize(
+    "model,stops",
+    [
+        ("svgp", {("0", 0.5): 100, ("0", 2.0): 90, ("1", 0.5): 100, ("1", 2.0): 100}),
+        ("dlm", {("0", 0.5): 100, ("0", 2.0): 100, ("1", 0.5): 100, ("1", 2.0): 80}),
+        ("dlm_fixed", {("0", 0.5): 120, ("0", 2.0): 100, ("1", 0.5): 160, ("1", 2.0): 150}),
+    ],
+)
 def test_a_batched_sweep_gives_each_member_the_metrics_of_its_separate_run(tmp_path, capsys, mlflow_uri, model, stops):
     """2 seeds x 2 betas: one batched model (one child run each, tag gpdlm.batched=4) against four
     separate runs, metric by metric (rtol 1e-6; float64 batched kernels round differently in the last
@@ -86,11 +119,23 @@ def test_a_batched_sweep_gives_each_member_the_metrics_of_its_separate_run(tmp_p
 def _members(model, configs):
     out = []
     for seed, beta in configs:
-        p = prepare(compose([f"model={model}", f"seed={seed}", f"objective.beta={beta}", *SMALL, "tracking.enabled=false"]))
+        p = prepare(
+            compose([f"model={model}", f"seed={seed}", f"objective.beta={beta}", *SMALL, "tracking.enabled=false"])
+        )
         p.method.model._ensure_initialised()
         stage = p.method.stages[0]
-        out.append(Member("collapsed_elbo" if model == "svgp" else "log_loss", p.method.model, p.method.likelihood,
-                          p.data.x_train, p.data.y_train, beta, stage.groups, list(stage.hooks)))
+        out.append(
+            Member(
+                "collapsed_elbo" if model == "svgp" else "log_loss",
+                p.method.model,
+                p.method.likelihood,
+                p.data.x_train,
+                p.data.y_train,
+                beta,
+                stage.groups,
+                list(stage.hooks),
+            )
+        )
     return out
 
 
@@ -98,9 +143,16 @@ def _dense(member):
     """(Z, lengthscale, outputscale, noise, m~, L_S, X, y) of a member as numpy arrays."""
     mdl, lik = member.model, member.likelihood
     with torch.no_grad():
-        return (mdl.inducing_points.cpu().numpy().copy(), float(mdl.covar_module.base_kernel.lengthscale),
-                float(mdl.covar_module.outputscale), float(lik.noise), mdl.q_u.variational_mean.cpu().numpy().copy(),
-                np.tril(mdl.q_u.chol_variational_covar.cpu().numpy()), member.x.cpu().numpy(), member.y.cpu().numpy())
+        return (
+            mdl.inducing_points.cpu().numpy().copy(),
+            float(mdl.covar_module.base_kernel.lengthscale),
+            float(mdl.covar_module.outputscale),
+            float(lik.noise),
+            mdl.q_u.variational_mean.cpu().numpy().copy(),
+            np.tril(mdl.q_u.chol_variational_covar.cpu().numpy()),
+            member.x.cpu().numpy(),
+            member.y.cpu().numpy(),
+        )
 
 
 def _rbf(a, b, ls, os):
@@ -119,8 +171,12 @@ def _dense_losses(member, jitter):
     if member.kind == "collapsed_elbo":
         # max_q E_q[log p(y|f)] - beta KL(q||p) = beta log E_p(u)[exp(g(u)/beta)] (Gibbs), g Gaussian in u:
         #   = -n/2 log(2 pi s2) + beta n/2 log(2 pi beta s2) - sum k / (2 s2) + beta log N(y | 0, A^T A + beta s2 I)
-        value = (-0.5 * n * math.log(2 * math.pi * s2) + 0.5 * beta * n * math.log(2 * math.pi * beta * s2)
-                 - k.sum() / (2 * s2) + beta * multivariate_normal(np.zeros(n), A.T @ A + beta * s2 * np.eye(n)).logpdf(y))
+        value = (
+            -0.5 * n * math.log(2 * math.pi * s2)
+            + 0.5 * beta * n * math.log(2 * math.pi * beta * s2)
+            - k.sum() / (2 * s2)
+            + beta * multivariate_normal(np.zeros(n), A.T @ A + beta * s2 * np.eye(n)).logpdf(y)
+        )
         return -value / n
     S = L_S @ L_S.T
     mu = A.T @ m
@@ -161,13 +217,18 @@ def test_out_of_scope_configs_say_why_and_the_shape_ignores_only_seed_and_beta()
     base = compose(["model=svgp", *SMALL])
     assert out_of_scope(base) is None and out_of_scope(compose(["model=dlm", *SMALL])) is None
     assert out_of_scope(compose(["model=dlm_fixed", *SMALL])) is None
-    for overrides, phrase in [(["model=sgpr"], "model=sgpr has no batched form"), (["model=sq_dlm"], "model=sq_dlm has no batched form"),
-                              (["model=svgp", "trainer=fast"], "shared line search"),
-                              (["model=svgp", "trainer.batch_size=32"], "minibatches"),
-                              (["model=dlm", "estimator=bmc"], "samples"), (["model=svgp", "trainer.optimizer=sgd"], "Adam only")]:
+    for overrides, phrase in [
+        (["model=sgpr"], "model=sgpr has no batched form"),
+        (["model=sq_dlm"], "model=sq_dlm has no batched form"),
+        (["model=svgp", "trainer=fast"], "shared line search"),
+        (["model=svgp", "trainer.batch_size=32"], "minibatches"),
+        (["model=dlm", "estimator=bmc"], "samples"),
+        (["model=svgp", "trainer.optimizer=sgd"], "Adam only"),
+    ]:
         assert phrase in out_of_scope(compose([*overrides, *SMALL])), overrides
-    assert shape_key(base) == shape_key(compose(["model=svgp", *SMALL, "seed=3", "objective.beta=7",
-                                                 "tracking.experiment=x", "sweep.batched=true"]))
+    assert shape_key(base) == shape_key(
+        compose(["model=svgp", *SMALL, "seed=3", "objective.beta=7", "tracking.experiment=x", "sweep.batched=true"])
+    )
     for change in ("model.num_inducing=11", "dataset.split.train_size=151", "trainer.lr=0.05", "model=dlm"):
         assert shape_key(compose(["model=svgp", *SMALL, change])) != shape_key(base), change
 
@@ -196,10 +257,10 @@ def test_batched_is_refused_with_another_launcher_and_with_warm_starts(tmp_path)
     from gpdlm_cli.hydra_apps import run_job
     from gpdlm_cli.tracking.sweep import read_outcomes
 
-    for extra, launcher, phrase in [([], "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
-                                     "use the default launcher"),
-                                    (["sweep.warm_start=true"], "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
-                                     "exclude each other")]:
+    for extra, launcher, phrase in [
+        ([], "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "use the default launcher"),
+        (["sweep.warm_start=true"], "hydra._internal.core_plugins.basic_launcher.BasicLauncher", "exclude each other"),
+    ]:
         cfg = compose(["sweep.batched=true", "tracking.enabled=false", *extra], hydra=True)
         with open_dict(cfg):
             OmegaConf.update(cfg, "hydra.mode", "MULTIRUN")
@@ -249,7 +310,8 @@ def test_a_batch_that_fails_falls_back_to_separate_runs(tmp_path, capsys, mlflow
     lines = _sweep(tmp_path, capsys, mlflow_uri, "fails", ["model=dlm", "trainer.max_iters=30"])
     lines = _sweep(tmp_path, capsys, mlflow_uri, "fails-b", ["model=dlm", "trainer.max_iters=30", "sweep.batched=true"])
     assert [ln for ln in lines if "sweep.batched" in ln] == [
-        "gpdlm: sweep.batched: member 1's loss became non-finite (its separate run reports where); 4 jobs trained separately"]
+        "gpdlm: sweep.batched: member 1's loss became non-finite (its separate run reports where); 4 jobs trained separately"
+    ]
     _, separate = _children(mlflow_uri, "fails")
     _, fallen = _children(mlflow_uri, "fails-b")
     for key, run in fallen.items():

@@ -25,11 +25,18 @@ def test_the_list_matches_what_the_families_declare():
 
 
 def test_a_beta_sweep_runs_a_beta_free_model_once():
-    jobs = [[f"model={m}", f"objective.beta={b}", f"seed={s}"] for m in ("dlm", "fitc") for b in (0.1, 1) for s in (0, 1)]
+    jobs = [
+        [f"model={m}", f"objective.beta={b}", f"seed={s}"] for m in ("dlm", "fitc") for b in (0.1, 1) for s in (0, 1)
+    ]
     kept, dropped = collapse_beta_free(jobs)
-    assert kept == [["model=dlm", "objective.beta=0.1", "seed=0"], ["model=dlm", "objective.beta=0.1", "seed=1"],
-                    ["model=dlm", "objective.beta=1", "seed=0"], ["model=dlm", "objective.beta=1", "seed=1"],
-                    ["model=fitc", "objective.beta=0.1", "seed=0"], ["model=fitc", "objective.beta=0.1", "seed=1"]]
+    assert kept == [
+        ["model=dlm", "objective.beta=0.1", "seed=0"],
+        ["model=dlm", "objective.beta=0.1", "seed=1"],
+        ["model=dlm", "objective.beta=1", "seed=0"],
+        ["model=dlm", "objective.beta=1", "seed=1"],
+        ["model=fitc", "objective.beta=0.1", "seed=0"],
+        ["model=fitc", "objective.beta=0.1", "seed=1"],
+    ]
     assert dropped == {"fitc": 2}
     assert collapse_note(dropped).startswith("model=fitc ignores objective.beta: 2 job(s)")
     # what gpdlm train -m launches and its plan counts
@@ -40,6 +47,7 @@ def test_a_beta_sweep_runs_a_beta_free_model_once():
 
     assert len(job_overrides(["model=dlm,fitc,exact", "objective.beta=0.1,1,10"])[0]) == 3 + 1 + 1
     parsed = OverridesParser.create().parse_overrides(["model=sgpr,svgp", "objective.beta=0.5,2"])
-    assert GpdlmSweeper.split_arguments(parsed, 2) == [[["model=sgpr", "objective.beta=0.5"],
-                                                        ["model=svgp", "objective.beta=0.5"]],
-                                                       [["model=svgp", "objective.beta=2"]]]
+    assert GpdlmSweeper.split_arguments(parsed, 2) == [
+        [["model=sgpr", "objective.beta=0.5"], ["model=svgp", "objective.beta=0.5"]],
+        [["model=svgp", "objective.beta=2"]],
+    ]

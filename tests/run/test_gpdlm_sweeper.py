@@ -18,22 +18,29 @@ def is_group(key):
 
 
 def test_jobs_that_differ_only_in_plain_values_compose_once():
-    batch = [[f"model={m}", f"objective.beta={b}", f"seed={s}"] for m in ("dlm", "svgp") for s in (0, 1)
-             for b in (500.0, 0.5, 0.01)]
+    batch = [
+        [f"model={m}", f"objective.beta={b}", f"seed={s}"]
+        for m in ("dlm", "svgp")
+        for s in (0, 1)
+        for b in (500.0, 0.5, 0.01)
+    ]
     # one composition per model: beta and seed are plain values of the same keys and types
     assert jobs_to_compose(batch, is_group) == [0, 6]
 
 
-@pytest.mark.parametrize("other, composed", [
-    ("objective.beta=abc", True),        # another type of value
-    ("objective.beta=null", True),
-    ("+objective.extra=1", True),        # an added key
-    ("hydra.launcher.n_jobs=2", True),   # a hydra key (typed by Hydra's structured config)
-    ("trainer=fast", True),              # a config group
-    ("objective.beta=3", True),          # an int where the first job has a float
-    ("objective.beta=[1,2]", True),      # a list
-    ("objective.beta=0.25", False),      # the same structure: not composed again
-])
+@pytest.mark.parametrize(
+    "other, composed",
+    [
+        ("objective.beta=abc", True),  # another type of value
+        ("objective.beta=null", True),
+        ("+objective.extra=1", True),  # an added key
+        ("hydra.launcher.n_jobs=2", True),  # a hydra key (typed by Hydra's structured config)
+        ("trainer=fast", True),  # a config group
+        ("objective.beta=3", True),  # an int where the first job has a float
+        ("objective.beta=[1,2]", True),  # a list
+        ("objective.beta=0.25", False),  # the same structure: not composed again
+    ],
+)
 def test_a_job_with_another_structure_is_composed(other, composed):
     first = ["model=dlm", "objective.beta=0.5"]
     second = ["model=dlm", other]
@@ -83,8 +90,20 @@ def test_it_is_the_default_sweeper_and_runs_every_job(tmp_path, monkeypatch):
     assert cfg.hydra.sweeper._target_ == "hydra_plugins.gpdlm_sweeper.gpdlm_sweeper.GpdlmSweeper"
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "mlflow.db"
-    code = cli.main(["train", "-m", "objective.beta=1,2", "seed=0,1", "trainer.max_iters=2", "progress=false",
-                     "threads=1", "model.num_inducing=5", "dataset.split.train_size=50", f"tracking.uri=sqlite:///{db}"])
+    code = cli.main(
+        [
+            "train",
+            "-m",
+            "objective.beta=1,2",
+            "seed=0,1",
+            "trainer.max_iters=2",
+            "progress=false",
+            "threads=1",
+            "model.num_inducing=5",
+            "dataset.split.train_size=50",
+            f"tracking.uri=sqlite:///{db}",
+        ]
+    )
     assert code == 0
     with sqlite3.connect(db) as c:
         runs = c.execute("select status, count(*) from runs group by status").fetchall()

@@ -18,8 +18,19 @@ def test_the_job_list_is_the_product_of_preset_params_and_command_line_sweeps():
 
 def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code = cli.main(["train", "-m", "model=dlm,svgp", "dataset.split.train_size=100", "model.num_inducing=10",
-                     "trainer.max_iters=50", "trainer=fast", "threads=1", "--dry-run"])
+    code = cli.main(
+        [
+            "train",
+            "-m",
+            "model=dlm,svgp",
+            "dataset.split.train_size=100",
+            "model.num_inducing=10",
+            "trainer.max_iters=50",
+            "trainer=fast",
+            "threads=1",
+            "--dry-run",
+        ]
+    )
     out = capsys.readouterr().out.splitlines()
     assert code == 0
     assert out[0].startswith("gpdlm: sweep of 2 jobs, trainer.protocol=fast, shared beta-free stages")
@@ -29,8 +40,18 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch, capsys)
 
 
 def test_the_estimate_counts_a_shared_stage_once_per_key():
-    p = plan(["model=dlm_fixed", "objective.beta=0.5,1,2", "dataset.split.train_size=100", "model.num_inducing=10",
-              "trainer.max_iters=40", "threads=1"], estimate=True, sample_iterations=3)
+    p = plan(
+        [
+            "model=dlm_fixed",
+            "objective.beta=0.5,1,2",
+            "dataset.split.train_size=100",
+            "model.num_inducing=10",
+            "trainer.max_iters=40",
+            "threads=1",
+        ],
+        estimate=True,
+        sample_iterations=3,
+    )
     (stages,) = p.per_shape.values()
     by_name = {name: (cap, ms) for name, _, cap, ms, _, _ in stages}
     expected = (by_name["svgp"][0] * by_name["svgp"][1] + 3 * by_name["dlm"][0] * by_name["dlm"][1]) / 1000
@@ -40,8 +61,14 @@ def test_the_estimate_counts_a_shared_stage_once_per_key():
 
 
 def test_the_fast_estimate_adds_the_first_order_start_of_each_lbfgs_stage():
-    common = ["model=svgp", "objective.beta=0.5,1", "dataset.split.train_size=100", "model.num_inducing=10",
-              "trainer=fast", "threads=1"]
+    common = [
+        "model=svgp",
+        "objective.beta=0.5,1",
+        "dataset.split.train_size=100",
+        "model.num_inducing=10",
+        "trainer=fast",
+        "threads=1",
+    ]
     for adam in (0, 50):
         p = plan(common + [f"trainer.fast_adam_iters={adam}"], estimate=True, sample_iterations=3)
         ((name, _, cap, ms, lbfgs, seconds),) = next(iter(p.per_shape.values()))
@@ -65,10 +92,17 @@ def test_the_start_of_multirun_line_names_the_launcher_of_the_hydra_overrides(ca
 
     from gpdlm_cli.tracking import sweep
 
-    config = OmegaConf.create({"hydra": {
-        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"},
-        "overrides": {"task": ["model=svgp", "objective.beta=0.5,1", "dataset.split.train_size=100", "trainer=fast"],
-                      "hydra": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.mode=MULTIRUN"]}}})
+    config = OmegaConf.create(
+        {
+            "hydra": {
+                "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"},
+                "overrides": {
+                    "task": ["model=svgp", "objective.beta=0.5,1", "dataset.split.train_size=100", "trainer=fast"],
+                    "hydra": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.mode=MULTIRUN"],
+                },
+            }
+        }
+    )
     sweep._announce(config)
     line = capsys.readouterr().err.strip()
     assert line.startswith("gpdlm: sweep of 2 jobs, trainer.protocol=fast") and "launcher joblib x2" in line, line

@@ -17,8 +17,11 @@ from ..rkhs import test_preset as rkhs_preset
 
 TINY = ["trainer.max_iters=15", "model.num_inducing=10", "dataset.split.train_size=80", "progress=false"]
 # presets (files starting with "_" are fragments the presets include, not studies)
-PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml")
-                 if not p.name.startswith("_"))
+PRESETS = sorted(
+    p.stem
+    for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml")
+    if not p.name.startswith("_")
+)
 
 
 def runs(db, experiment):
@@ -39,12 +42,15 @@ def test_beta_grid_follows_the_paper():
     assert beta_grid(10, grid_min=0.5, factor=4) == [10, 2.5, 0.625, 0.5]
 
 
-@pytest.mark.parametrize("kwargs,msg", [
-    ({"grid_min": 0}, "'grid_min' parameter of sweep must be a float in (0, inf)"),
-    ({"grid_min": -1}, "'grid_min'"),
-    ({"factor": 1}, "'factor' parameter of sweep must be a float in (1, inf)"),
-    ({"grid_min": 1000}, "the beta grid is empty"),
-])
+@pytest.mark.parametrize(
+    "kwargs,msg",
+    [
+        ({"grid_min": 0}, "'grid_min' parameter of sweep must be a float in (0, inf)"),
+        ({"grid_min": -1}, "'grid_min'"),
+        ({"factor": 1}, "'factor' parameter of sweep must be a float in (1, inf)"),
+        ({"grid_min": 1000}, "the beta grid is empty"),
+    ],
+)
 def test_beta_grid_bad_input(kwargs, msg):
     with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)")):
         beta_grid(100, **kwargs)
@@ -53,8 +59,16 @@ def test_beta_grid_bad_input(kwargs, msg):
 @pytest.mark.slow
 def test_joblib_sweep_gives_children_under_one_parent_and_resumes(tmp_path):
     db = tmp_path / "mlflow.db"
-    args = ["train", "-m", "objective.beta=0.1,1,10", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-            f"tracking.uri=sqlite:///{db}", "tracking.experiment=jl", *TINY]
+    args = [
+        "train",
+        "-m",
+        "objective.beta=0.1,1,10",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"tracking.uri=sqlite:///{db}",
+        "tracking.experiment=jl",
+        *TINY,
+    ]
     proc = gpdlm_subprocess(args, tmp_path)
     assert proc.returncode == 0, proc.stderr
     parents, children = split_runs(runs(db, "jl"))
@@ -79,33 +93,57 @@ def test_failing_job_does_not_stop_the_others(tmp_path):
     others go on; the parent run ends FAILED with a failure_reason that names the job and why."""
     db = tmp_path / "mlflow.db"
     tiny = [a for a in TINY if not a.startswith("dataset.split.train_size")]
-    proc = gpdlm_subprocess(["train", "-m", "dataset.split.train_size=80,5000,60", f"tracking.uri=sqlite:///{db}",
-                             "tracking.experiment=f", *tiny], tmp_path)
+    proc = gpdlm_subprocess(
+        [
+            "train",
+            "-m",
+            "dataset.split.train_size=80,5000,60",
+            f"tracking.uri=sqlite:///{db}",
+            "tracking.experiment=f",
+            *tiny,
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 1
     assert "2 finished, 0 skipped, 1 failed" in proc.stderr
     assert "gpdlm: failed job 1 [dataset.split.train_size=5000" in proc.stderr and "has only 690 rows" in proc.stderr
     parents, children = split_runs(runs(db, "f"))
     assert parents[0].info.status == "FAILED"
     reason = parents[0].data.tags["failure_reason"]
-    assert reason.startswith("1 of 3 jobs failed: job 1 [dataset.split.train_size=5000") and "has only 690 rows" in reason
+    assert (
+        reason.startswith("1 of 3 jobs failed: job 1 [dataset.split.train_size=5000") and "has only 690 rows" in reason
+    )
     assert sorted(int(r.data.params["dataset.split.train_size"]) for r in children) == [60, 80]
     assert all(r.info.status == "FINISHED" for r in children)
 
 
 def test_a_bad_value_in_a_sweep_is_rejected_before_any_job(tmp_path, capsys):
-    rc, lines = run_cli(["train", "-m", "objective.beta=0.5,-1,2", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *TINY],
-                        tmp_path, capsys)
+    rc, lines = run_cli(
+        ["train", "-m", "objective.beta=0.5,-1,2", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *TINY],
+        tmp_path,
+        capsys,
+    )
     assert rc == 2
-    assert lines == [
-        "gpdlm: error: the 'beta' parameter of objective must be a finite number >= 0; got -1 instead"]
+    assert lines == ["gpdlm: error: the 'beta' parameter of objective must be a finite number >= 0; got -1 instead"]
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
 @pytest.mark.slow
 def test_submitit_local_launcher(tmp_path):
     db = tmp_path / "mlflow.db"
-    proc = gpdlm_subprocess(["train", "-m", "seed=0,1", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5",
-                             f"tracking.uri=sqlite:///{db}", "tracking.experiment=sub", *TINY], tmp_path)
+    proc = gpdlm_subprocess(
+        [
+            "train",
+            "-m",
+            "seed=0,1",
+            "hydra/launcher=submitit_local",
+            "hydra.launcher.timeout_min=5",
+            f"tracking.uri=sqlite:///{db}",
+            "tracking.experiment=sub",
+            *TINY,
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     parents, children = split_runs(runs(db, "sub"))
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
@@ -115,8 +153,10 @@ def test_submitit_local_launcher(tmp_path):
 @pytest.mark.slow
 def test_sweep_beta_builds_the_grid_from_the_training_size(tmp_path):
     db = tmp_path / "mlflow.db"
-    proc = gpdlm_subprocess(["sweep", "beta", "sweep.grid_min=10", f"tracking.uri=sqlite:///{db}", "tracking.experiment=sb",
-                             *TINY], tmp_path)
+    proc = gpdlm_subprocess(
+        ["sweep", "beta", "sweep.grid_min=10", f"tracking.uri=sqlite:///{db}", "tracking.experiment=sb", *TINY],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     _, children = split_runs(runs(db, "sb"))
     assert sorted(float(r.data.params["objective.beta"]) for r in children) == [10.0, 20.0, 40.0, 80.0]
@@ -139,15 +179,21 @@ def test_each_training_size_gets_its_own_grid():
     from gpdlm_cli.commands.sweep import data_combinations, sweep_overrides
 
     assert data_combinations(["+experiment=regression_logloss_pol"]) == [
-        [f"dataset.split.train_size={n}"] for n in (500, 1000, 2000, 4000)]
+        [f"dataset.split.train_size={n}"] for n in (500, 1000, 2000, 4000)
+    ]
     assert data_combinations(["+experiment=regression_logloss_pol", "dataset.split.train_size=1000"]) == [[]]
     assert data_combinations(["dataset=concrete,pol", "dataset.split.train_size=40,60"]) == [
-        ["dataset=concrete", "dataset.split.train_size=40"], ["dataset=concrete", "dataset.split.train_size=60"],
-        ["dataset=pol", "dataset.split.train_size=40"], ["dataset=pol", "dataset.split.train_size=60"]]
+        ["dataset=concrete", "dataset.split.train_size=40"],
+        ["dataset=concrete", "dataset.split.train_size=60"],
+        ["dataset=pol", "dataset.split.train_size=40"],
+        ["dataset=pol", "dataset.split.train_size=60"],
+    ]
     tiny = [o for o in TINY if not o.startswith("dataset.split.train_size")]
     runs = sweep_overrides("beta", ["dataset.split.train_size=40,60", "seed=0,1", "sweep.grid_min=10", *tiny])
-    assert [(r[1], r[-1]) for r in runs] == [("objective.beta=40.0,20.0,10.0", "dataset.split.train_size=40"),
-                                            ("objective.beta=60.0,30.0,15.0,10.0", "dataset.split.train_size=60")]
+    assert [(r[1], r[-1]) for r in runs] == [
+        ("objective.beta=40.0,20.0,10.0", "dataset.split.train_size=40"),
+        ("objective.beta=60.0,30.0,15.0,10.0", "dataset.split.train_size=60"),
+    ]
     assert all("seed=0,1" in r for r in runs)  # every other key still swept
 
 
@@ -155,21 +201,32 @@ def test_each_training_size_gets_its_own_grid():
 def test_sweep_beta_over_two_sizes_runs_each_grid(tmp_path):
     db = tmp_path / "mlflow.db"
     tiny = [o for o in TINY if not o.startswith("dataset.split.train_size")]
-    proc = gpdlm_subprocess(["sweep", "beta", "dataset.split.train_size=40,60", "sweep.grid_min=10",
-                             f"tracking.uri=sqlite:///{db}", "tracking.experiment=sb2", *tiny], tmp_path)
+    proc = gpdlm_subprocess(
+        [
+            "sweep",
+            "beta",
+            "dataset.split.train_size=40,60",
+            "sweep.grid_min=10",
+            f"tracking.uri=sqlite:///{db}",
+            "tracking.experiment=sb2",
+            *tiny,
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "(dataset.split.train_size=60; multirun 2 of 2)" in proc.stderr
     parents, children = split_runs(runs(db, "sb2"))
     assert len(parents) == 2
-    got = sorted((int(r.data.params["dataset.split.train_size"]), float(r.data.params["objective.beta"])) for r in children)
+    got = sorted(
+        (int(r.data.params["dataset.split.train_size"]), float(r.data.params["objective.beta"])) for r in children
+    )
     assert got == [(40, 10.0), (40, 20.0), (40, 40.0), (60, 10.0), (60, 15.0), (60, 30.0), (60, 60.0)]
 
 
 def test_sweep_beta_bad_input(tmp_path, capsys):
     rc, lines = run_cli(["sweep", "beta", "sweep.grid_min=0", *TINY], tmp_path, capsys)
     assert rc == 2
-    assert lines[-1] == (
-        "gpdlm: error: the 'grid_min' parameter of sweep must be a float in (0, inf); got 0 instead")
+    assert lines[-1] == ("gpdlm: error: the 'grid_min' parameter of sweep must be a float in (0, inf); got 0 instead")
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -177,7 +234,9 @@ def test_preset_composes(preset):
     cfg = compose([f"+experiment={preset}"])
     study, experiment = preset.removesuffix("_smoke"), cfg.tracking.experiment.removesuffix("_smoke")
     # an arm <experiment>_<arm> (sampling_methods_exact, regression_bmc_exact) adds runs to <experiment>
-    assert experiment.startswith(study.replace("regression_baselines", "regression_logloss")) or study.startswith(experiment + "_")
+    assert experiment.startswith(study.replace("regression_baselines", "regression_logloss")) or study.startswith(
+        experiment + "_"
+    )
 
 
 # what a family checks in the runs of its smoke presets (beyond the count and status checked here);
@@ -212,26 +271,31 @@ def test_smoke_preset_runs(tmp_path, preset):
         expected *= len(values)
     db = tmp_path / "mlflow.db"
     command = "bias" if preset.startswith("bias_") else "train"
-    proc = gpdlm_subprocess([command, "-m", f"+experiment={preset}", f"tracking.uri=sqlite:///{db}", "progress=false"],
-                            tmp_path)
+    proc = gpdlm_subprocess(
+        [command, "-m", f"+experiment={preset}", f"tracking.uri=sqlite:///{db}", "progress=false"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, children = split_runs(runs(db, cfg.tracking.experiment))
     assert len(children) == expected and all(r.info.status == "FINISHED" for r in children)
     if preset in FAMILY_CHECKS:
-        FAMILY_CHECKS[preset](SmokeRuns(preset, f"sqlite:///{db}", cfg.tracking.experiment, children, proc.stderr,
-                                        tmp_path))
+        FAMILY_CHECKS[preset](
+            SmokeRuns(preset, f"sqlite:///{db}", cfg.tracking.experiment, children, proc.stderr, tmp_path)
+        )
 
 
 def test_every_family_check_names_a_smoke_preset():
     assert set(FAMILY_CHECKS) <= {p for p in PRESETS if p.endswith("_smoke")}
 
 
-@pytest.mark.parametrize("launcher,cores,expected", [
-    ({}, 4, 1),                 # the basic launcher runs one job at a time
-    ({"n_jobs": 1}, 4, 1),
-    ({"n_jobs": 2}, 4, 2),
-    ({"n_jobs": -1}, 4, 4),     # joblib: all cores
-])
+@pytest.mark.parametrize(
+    "launcher,cores,expected",
+    [
+        ({}, 4, 1),  # the basic launcher runs one job at a time
+        ({"n_jobs": 1}, 4, 1),
+        ({"n_jobs": 2}, 4, 2),
+        ({"n_jobs": -1}, 4, 4),  # joblib: all cores
+    ],
+)
 def test_parallel_jobs_reads_the_launchers_n_jobs(monkeypatch, launcher, cores, expected):
     from omegaconf import OmegaConf
 

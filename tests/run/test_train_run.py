@@ -8,13 +8,25 @@ import math
 import pytest
 from mlflow.tracking import MlflowClient
 
-from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import NumericalError
+from gpdlm_cli.run.train import run_train
 
 from ..conftest import compose, fast
 
-REGRESSION_METRICS = {"test_nll", "test_rmse", "test_mse", "test_nll_norm", "test_rmse_norm", "val_nll", "val_rmse",
-                      "val_mse", "train_seconds", "iter_ms", "iterations", "converged"}
+REGRESSION_METRICS = {
+    "test_nll",
+    "test_rmse",
+    "test_mse",
+    "test_nll_norm",
+    "test_rmse_norm",
+    "val_nll",
+    "val_rmse",
+    "val_mse",
+    "train_seconds",
+    "iter_ms",
+    "iterations",
+    "converged",
+}
 
 
 def _run(tmp_path, mlflow_uri, overrides, experiment="e2e"):
@@ -29,7 +41,9 @@ def test_default_dlm_run_is_tracked_finished(tmp_path, mlflow_uri):
     assert 3.0 < metrics["test_rmse"] < 12.0
     assert math.isclose(metrics["test_mse"], metrics["test_rmse"] ** 2, rel_tol=1e-9)
     # original-unit NLL = standardised NLL + log(y_std)
-    assert metrics["test_nll"] - metrics["test_nll_norm"] == pytest.approx(math.log(metrics["test_rmse"] / metrics["test_rmse_norm"]), rel=1e-9)
+    assert metrics["test_nll"] - metrics["test_nll_norm"] == pytest.approx(
+        math.log(metrics["test_rmse"] / metrics["test_rmse_norm"]), rel=1e-9
+    )
     assert metrics["iterations"] == 60
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
     assert on_disk == pytest.approx(metrics)
@@ -62,27 +76,33 @@ def test_same_seed_same_metrics(tmp_path, mlflow_uri):
     assert any(a[k] != c[k] for k in keys)
 
 
-@pytest.mark.parametrize("overrides,metric,bound", [
-    (["model=svgp"], "test_rmse", 12.0),
-    (["model=svgp", "objective.beta=0.1"], "test_rmse", 12.0),
-    (["model=sgpr"], "test_rmse", 12.0),
-    (["model=fitc"], "test_rmse", 12.0),
-    pytest.param(["model=exact"], "test_rmse", 12.0, marks=pytest.mark.slow),
-    (["model=sq_dlm"], "test_rmse", 12.0),
-    (["model=sq_dlm", "model.variant=fixed"], "test_rmse", 12.0),
-    (["model=dlm", "model.variant=fixed"], "test_rmse", 12.0),
-    (["dataset=breast_cancer"], "test_error", 0.15),
-    (["dataset=breast_cancer", "likelihood=logit", "model=svgp"], "test_error", 0.15),
-])
+@pytest.mark.parametrize(
+    "overrides,metric,bound",
+    [
+        (["model=svgp"], "test_rmse", 12.0),
+        (["model=svgp", "objective.beta=0.1"], "test_rmse", 12.0),
+        (["model=sgpr"], "test_rmse", 12.0),
+        (["model=fitc"], "test_rmse", 12.0),
+        pytest.param(["model=exact"], "test_rmse", 12.0, marks=pytest.mark.slow),
+        (["model=sq_dlm"], "test_rmse", 12.0),
+        (["model=sq_dlm", "model.variant=fixed"], "test_rmse", 12.0),
+        (["model=dlm", "model.variant=fixed"], "test_rmse", 12.0),
+        (["dataset=breast_cancer"], "test_error", 0.15),
+        (["dataset=breast_cancer", "likelihood=logit", "model=svgp"], "test_error", 0.15),
+    ],
+)
 def test_every_method_trains_and_predicts(tmp_path, mlflow_uri, overrides, metric, bound):
     m = _run(tmp_path, mlflow_uri, overrides + ["tracking.enabled=false"])
     assert math.isfinite(m["test_nll"]) and m[metric] < bound
 
 
-@pytest.mark.parametrize("overrides", [
-    ["estimator=quadrature"],
-    ["likelihood=poisson_softplus", "model=svgp"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["estimator=quadrature"],
+        ["likelihood=poisson_softplus", "model=svgp"],
+    ],
+)
 def test_count_models_beat_the_constant_rate_baseline(tmp_path, mlflow_uri, overrides):
     """Doctor visits are overdispersed (many zeros, a long tail): a GP must still beat the Poisson
     with the training mean as its constant rate on test NLL (MRE, whose optimum is not the mean
@@ -204,17 +224,34 @@ def test_gpdlm_log_holds_the_protocol_the_stages_their_stops_and_warnings(tmp_pa
         def ev():
             warnings.warn("a test warning from the evaluation", RuntimeWarning)
             return evaluate()
+
         return ev
 
     monkeypatch.setattr(T, "evaluator", warning_evaluator)
-    _run(tmp_path, mlflow_uri, ["tracking.enabled=false", "model=dlm", "model.variant=fixed", "trainer.max_iters=30",
-                                "trainer.eval_every=15", f"sweep.cache_dir={tmp_path / 'cache'}"])  # no stage cached before
+    _run(
+        tmp_path,
+        mlflow_uri,
+        [
+            "tracking.enabled=false",
+            "model=dlm",
+            "model.variant=fixed",
+            "trainer.max_iters=30",
+            "trainer.eval_every=15",
+            f"sweep.cache_dir={tmp_path / 'cache'}",
+        ],
+    )  # no stage cached before
     lines = [ln.split(" - ", 1)[1] for ln in (tmp_path / "gpdlm.log").read_text().splitlines()]
     assert lines[0].startswith("protocol paper: optimizer adam, lr 0.1, max_iters 30, batch full, stop rule auto")
     assert lines[1] == "stages: svgp (beta-free, shareable), dlm"
     stages = [ln for ln in lines if ln.startswith("stage ")]
-    assert len(stages) == 2 and all(re.search(r"; 30 iterations, stopped at its iteration cap before its stopping "
-                                              r"rule held, final loss -?\d", s) for s in stages), stages
+    assert len(stages) == 2 and all(
+        re.search(
+            r"; 30 iterations, stopped at its iteration cap before its stopping "
+            r"rule held, final loss -?\d",
+            s,
+        )
+        for s in stages
+    ), stages
     assert stages[0].startswith("stage svgp: adam lr 0.1, batch full, max_iters 30, stopping window rule (window 50")
     assert any(ln.startswith("training done: 60 iterations") for ln in lines)
     assert any(ln.startswith("RuntimeWarning: a test warning from the evaluation (") for ln in lines)

@@ -16,11 +16,53 @@ def curve(values, every=10):
 
 # the ELBO per datum of sVBSSGP on the airline stand-in (30,000 rows, p = 150, seed 0), every epoch of 45,
 # at the old default lr 1e-2 (it peaks around epoch 8, then falls) -- measured, issue 40
-AIRLINE_LR_1E2 = [-1.8491, -1.4835, -1.3814, -1.3425, -1.3274, -1.3317, -1.3285, -1.3256, -1.3304, -1.3339, -1.341,
-                  -1.3321, -1.3317, -1.3325, -1.3428, -1.3346, -1.3437, -1.3477, -1.3514, -1.334, -1.3374, -1.3344,
-                  -1.3547, -1.3541, -1.3483, -1.3509, -1.349, -1.3428, -1.3544, -1.3509, -1.3457, -1.3443, -1.3537,
-                  -1.3589, -1.3503, -1.3541, -1.3466, -1.3486, -1.349, -1.3419, -1.343, -1.3491, -1.3516, -1.3457,
-                  -1.3581]
+AIRLINE_LR_1E2 = [
+    -1.8491,
+    -1.4835,
+    -1.3814,
+    -1.3425,
+    -1.3274,
+    -1.3317,
+    -1.3285,
+    -1.3256,
+    -1.3304,
+    -1.3339,
+    -1.341,
+    -1.3321,
+    -1.3317,
+    -1.3325,
+    -1.3428,
+    -1.3346,
+    -1.3437,
+    -1.3477,
+    -1.3514,
+    -1.334,
+    -1.3374,
+    -1.3344,
+    -1.3547,
+    -1.3541,
+    -1.3483,
+    -1.3509,
+    -1.349,
+    -1.3428,
+    -1.3544,
+    -1.3509,
+    -1.3457,
+    -1.3443,
+    -1.3537,
+    -1.3589,
+    -1.3503,
+    -1.3541,
+    -1.3466,
+    -1.3486,
+    -1.349,
+    -1.3419,
+    -1.343,
+    -1.3491,
+    -1.3516,
+    -1.3457,
+    -1.3581,
+]
 
 
 def test_the_airline_lr_1e_2_elbo_is_flagged():
@@ -62,9 +104,20 @@ def test_a_falling_elbo_warns_and_tags_the_run(tmp_path, mlflow_uri, monkeypatch
 
     from ..conftest import compose
 
-    over = ["dataset=aimpeak", "dataset.n_segments=40", "progress=false", "model=svbssgp", "model.partitions=10",
-            "model.predict_samples=2", "trainer.max_iters=null", "trainer.max_epochs=8", "trainer.eval_every=0",
-            "trainer.eval_every_epochs=1", f"tracking.uri={mlflow_uri}", "tracking.experiment=watch"]
+    over = [
+        "dataset=aimpeak",
+        "dataset.n_segments=40",
+        "progress=false",
+        "model=svbssgp",
+        "model.partitions=10",
+        "model.predict_samples=2",
+        "trainer.max_iters=null",
+        "trainer.max_epochs=8",
+        "trainer.eval_every=0",
+        "trainer.eval_every_epochs=1",
+        f"tracking.uri={mlflow_uri}",
+        "tracking.experiment=watch",
+    ]
     run_train(compose(over + ["tracking.run_name=plain"]), tmp_path / "plain", overrides=over)
     calls = []
 
@@ -75,11 +128,15 @@ def test_a_falling_elbo_warns_and_tags_the_run(tmp_path, mlflow_uri, monkeypatch
     monkeypatch.setattr(SVBSSGPBound, "elbo_per_datum", falling)
     run_train(compose(over + ["tracking.run_name=falling"]), tmp_path / "falling", overrides=over)
     err = capsys.readouterr().err
-    assert "gpdlm: warning: elbo_per_datum ended below its best: -1.02 (mean of the window ending at step 30) -> " \
-           "-1.07 (the last window); the optimiser's step size" in err
+    assert (
+        "gpdlm: warning: elbo_per_datum ended below its best: -1.02 (mean of the window ending at step 30) -> "
+        "-1.07 (the last window); the optimiser's step size" in err
+    )
     assert "elbo_per_datum ended below its best" in (tmp_path / "falling" / "gpdlm.log").read_text()
     client = MlflowClient(mlflow_uri)
-    runs = {r.data.tags["mlflow.runName"]: r for r in
-            client.search_runs([client.get_experiment_by_name("watch").experiment_id])}
+    runs = {
+        r.data.tags["mlflow.runName"]: r
+        for r in client.search_runs([client.get_experiment_by_name("watch").experiment_id])
+    }
     assert runs["falling"].data.tags["gpdlm.warning.elbo_per_datum"] == "falls -1.02 -> -1.07"
     assert "gpdlm.warning.elbo_per_datum" not in runs["plain"].data.tags

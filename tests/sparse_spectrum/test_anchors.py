@@ -38,8 +38,12 @@ def direct(xtr, ytr, xte, yte):
         nb[j] = ytr[picks].mean()
         adj += int(lo.size > 0 and hi.size > 0 and xtr[lo, 2].max() == r[2] - 1 and xtr[hi, 2].min() == r[2] + 1)
     rmse = lambda p: math.sqrt(np.mean((p - yte) ** 2))  # noqa: E731
-    return {"constant": rmse(np.full_like(yte, ytr.mean())), "knn2": rmse(knn), "neighbours": rmse(nb),
-            "adjacent_share": adj / yte.size}
+    return {
+        "constant": rmse(np.full_like(yte, ytr.mean())),
+        "knn2": rmse(knn),
+        "neighbours": rmse(nb),
+        "adjacent_share": adj / yte.size,
+    }
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -76,7 +80,9 @@ def test_bad_holdout_options_are_one_line_data_errors():
     from gpdlm_cli.exceptions import DataError
 
     info = SimpleNamespace(name="aimpeak")
-    with pytest.raises(DataError, match=r"^dataset 'aimpeak': option holdout must be one of random, segments, slots; got 'time'$"):
+    with pytest.raises(
+        DataError, match=r"^dataset 'aimpeak': option holdout must be one of random, segments, slots; got 'time'$"
+    ):
         load_aimpeak(info, n_segments=8, holdout="time")
     with pytest.raises(DataError, match=r"option holdout_fraction must be in \(0, 1\); got 1.5$"):
         load_aimpeak(info, n_segments=8, holdout="slots", holdout_fraction=1.5)

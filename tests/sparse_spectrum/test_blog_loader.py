@@ -12,8 +12,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from gpdlm_cli.data import FileSpec, get_dataset_info, load_table, register
-from gpdlm_cli.data import registry
+from gpdlm_cli.data import FileSpec, get_dataset_info, load_table, register, registry
 from gpdlm_cli.data.registry import with_files
 
 
@@ -32,8 +31,11 @@ def served_zip(tmp_path, monkeypatch):
     root = tmp_path / "www"
     root.mkdir()
     rng = np.random.default_rng(0)
-    rows = {"BlogFeedback/blogData_train.csv": 3, "BlogFeedback/blogData_test-2012.03.31.01_00.csv": 1,
-            "BlogFeedback/blogData_test-2012.02.01.00_00.csv": 2}
+    rows = {
+        "BlogFeedback/blogData_train.csv": 3,
+        "BlogFeedback/blogData_test-2012.03.31.01_00.csv": 1,
+        "BlogFeedback/blogData_test-2012.02.01.00_00.csv": 2,
+    }
     tables = {}
     with zipfile.ZipFile(root / "BlogFeedback.zip", "w") as z:
         start = 0

@@ -31,8 +31,9 @@ def _problem(cov="full", seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(N, DIM)) * np.array([1.0, 2.0]) + np.where(rng.random((N, 1)) < 0.3, 3.0, 0.0)
     y = np.sin(x[:, 0]) + 0.2 * rng.normal(size=N)
-    q = SpectralPosterior(M, DIM, cov=cov, prior_lengthscale=0.7, signal_init=1.3,
-                          generator=torch.Generator().manual_seed(seed)).double()
+    q = SpectralPosterior(
+        M, DIM, cov=cov, prior_lengthscale=0.7, signal_init=1.3, generator=torch.Generator().manual_seed(seed)
+    ).double()
     with torch.no_grad():  # a generic point: every entry of b and M non-trivial
         q.b.add_(0.3 * torch.as_tensor(rng.normal(size=q.D)))
         q.raw_diag.copy_(torch.as_tensor(rng.uniform(-3, -1, size=q.D)))
@@ -100,8 +101,9 @@ def test_mean_of_p_block_gradients_is_the_full_gradient(partition, rao_blackwell
     assert (min(sizes) == max(sizes)) == (partition == "random")
 
     def objective(scale):
-        return SVBSSGPBound(q, lik, N, rao_blackwell=rao_blackwell, scale=scale, z_samples=3,
-                            generator=torch.Generator().manual_seed(7))  # the same z at every call
+        return SVBSSGPBound(
+            q, lik, N, rao_blackwell=rao_blackwell, scale=scale, z_samples=3, generator=torch.Generator().manual_seed(7)
+        )  # the same z at every call
 
     full = _grad(q, lik, lambda: objective(None)(x, y))
     per_block = [_grad(q, lik, lambda b=b: objective(scale)(x[b], y[b])) for b in blocks]
@@ -143,12 +145,18 @@ def test_fixed_partition_blocks_are_visited_once_per_epoch_in_random_order():
         seen.append(tuple(int(v) for v in xb[:, 0]))
         return (w**2).sum() + 0 * xb.sum()
 
-    result = train(objective, [w], x, y, TrainerSettings(max_iters=None, max_epochs=5, batch_size=5, eval_every=0,
-                                                         progress=False, stop_rule="none"),
-                   generator=torch.Generator().manual_seed(0), blocks=blocks)
+    result = train(
+        objective,
+        [w],
+        x,
+        y,
+        TrainerSettings(max_iters=None, max_epochs=5, batch_size=5, eval_every=0, progress=False, stop_rule="none"),
+        generator=torch.Generator().manual_seed(0),
+        blocks=blocks,
+    )
     as_tuples = [tuple(b.tolist()) for b in blocks]
     assert result.iterations == 20 and result.epochs == 5
-    epochs = [seen[4 * e:4 * e + 4] for e in range(5)]
+    epochs = [seen[4 * e : 4 * e + 4] for e in range(5)]
     assert all(sorted(e) == sorted(as_tuples) for e in epochs)
     assert len({tuple(e) for e in epochs}) > 1  # a new order each epoch
 
@@ -159,8 +167,19 @@ def _method(n: int, overrides=()):
     y = torch.sin(x[:, 0]) + 0.1 * torch.as_tensor(rng.normal(size=n))
     empty = x[:0]
     data = build.Tensors(x, y, empty, y[:0], empty, y[:0])
-    cfg = compose(["model=svbssgp", "model.num_frequencies=5", "model.partitions=4", f"model.train_partitions={n // 100}",
-                   "model.elbo_samples=0", "trainer.max_iters=6", "trainer.eval_every=0", "progress=false", *overrides])
+    cfg = compose(
+        [
+            "model=svbssgp",
+            "model.num_frequencies=5",
+            "model.partitions=4",
+            f"model.train_partitions={n // 100}",
+            "model.elbo_samples=0",
+            "trainer.max_iters=6",
+            "trainer.eval_every=0",
+            "progress=false",
+            *overrides,
+        ]
+    )
     method = family.build(cfg, data, "regression")
     return cfg, method, data
 

@@ -95,9 +95,17 @@ def test_r_sample_predictive_on_kmeans_cells():
     thetas = rng.normal(size=(r, M, D)) / (2 * np.pi)
     ss = rng.normal(size=(r, 2 * M)) * 0.3
     gammas = [0.0, 0.3, 1.0]
-    mu, var = predict_gamma_family(cells, tx, torch.as_tensor(y), torch.as_tensor(xs), torch.as_tensor(thetas),
-                                   torch.as_tensor(ss), torch.tensor(NOISE, dtype=torch.float64),
-                                   torch.tensor(SIGNAL, dtype=torch.float64), gammas)
+    mu, var = predict_gamma_family(
+        cells,
+        tx,
+        torch.as_tensor(y),
+        torch.as_tensor(xs),
+        torch.as_tensor(thetas),
+        torch.as_tensor(ss),
+        torch.tensor(NOISE, dtype=torch.float64),
+        torch.tensor(SIGNAL, dtype=torch.float64),
+        gammas,
+    )
     for k in np.unique(test_cell):
         q, rows = test_cell == k, train_cell == k
         per = []

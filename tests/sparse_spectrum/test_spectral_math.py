@@ -68,7 +68,9 @@ def _ssgp(n=60, d=2, m=7, seed=0):
     rng = np.random.default_rng(seed)
     x, y = rng.normal(size=(n, d)), rng.normal(size=n)
     lik = GaussianLikelihood(noise_init=0.3).double()
-    model = SSGP(m, d, lik, prior_lengthscale=0.8, signal_init=1.6, generator=torch.Generator().manual_seed(seed)).double()
+    model = SSGP(
+        m, d, lik, prior_lengthscale=0.8, signal_init=1.6, generator=torch.Generator().manual_seed(seed)
+    ).double()
     return model, lik, x, y
 
 
@@ -121,8 +123,9 @@ def test_vssgp_analytic_moments_of_f_equal_monte_carlo():
     assert np.all(np.abs(var - mc_var) < 5 * se_var), (var, mc_var, se_var)
     # its KL: frequencies (prior N(0, I) in w units) and weights (prior N(0, s_s^2 / m))
     p_s = float(model.signal_variance) / m
-    kl = 0.5 * np.sum(w_sd**2 + w_mean**2 - 1 - np.log(w_sd**2)) \
-        + 0.5 * np.sum(s_sd**2 / p_s + s_mean**2 / p_s - 1 - np.log(s_sd**2 / p_s))
+    kl = 0.5 * np.sum(w_sd**2 + w_mean**2 - 1 - np.log(w_sd**2)) + 0.5 * np.sum(
+        s_sd**2 / p_s + s_mean**2 / p_s - 1 - np.log(s_sd**2 / p_s)
+    )
     assert float(model.kl_divergence()) == pytest.approx(kl, rel=1e-12)
 
 
@@ -130,7 +133,9 @@ def test_vssgp_analytic_moments_of_f_equal_monte_carlo():
 def test_posterior_kl_equals_the_dense_gaussian_kl(cov):
     rng = np.random.default_rng(4)
     m, d = 3, 2
-    q = SpectralPosterior(m, d, cov=cov, prior_lengthscale=0.5, signal_init=1.4, generator=torch.Generator().manual_seed(0)).double()
+    q = SpectralPosterior(
+        m, d, cov=cov, prior_lengthscale=0.5, signal_init=1.4, generator=torch.Generator().manual_seed(0)
+    ).double()
     with torch.no_grad():
         q.b.copy_(torch.as_tensor(rng.normal(size=q.D)))
         q.raw_diag.copy_(torch.as_tensor(rng.normal(size=q.D)))
@@ -178,7 +183,10 @@ def test_vssgp_feature_variances_keep_float32_precision():
         x = 2 * torch.randn(1000, 5, generator=torch.Generator().manual_seed(2))
         _, var = model.marginals(x)
         scale = model.freq_scale.double().numpy()
-        mean, sd = model.w_mean.double().numpy() * scale, torch.nn.functional.softplus(model.raw_w_sd).double().numpy() * scale
+        mean, sd = (
+            model.w_mean.double().numpy() * scale,
+            torch.nn.functional.softplus(model.raw_w_sd).double().numpy() * scale,
+        )
         s_mean, S = model.s_mean.double().numpy(), torch.nn.functional.softplus(model.raw_s_sd).double().numpy() ** 2
     e_phi, second = np_feature_moments(x.double().numpy(), mean, sd**2)
     cov = second - np.einsum("ni,nj->nij", e_phi, e_phi)
@@ -192,8 +200,9 @@ def _collapsed(n=40, d=2, m=3, seed=5):
     rng = np.random.default_rng(seed)
     x, y = rng.normal(size=(n, d)), rng.normal(size=n)
     lik = GaussianLikelihood(noise_init=0.4).double()
-    model = CollapsedVSSGP(m, d, lik, prior_lengthscale=0.7, signal_init=1.3,
-                           generator=torch.Generator().manual_seed(seed)).double()
+    model = CollapsedVSSGP(
+        m, d, lik, prior_lengthscale=0.7, signal_init=1.3, generator=torch.Generator().manual_seed(seed)
+    ).double()
     with torch.no_grad():
         model.raw_w_sd.copy_(torch.as_tensor(rng.uniform(-2.0, 0.0, size=(m, d))))
     model.set_train_data(torch.as_tensor(x), torch.as_tensor(y))
@@ -214,8 +223,9 @@ def _np_optimal_q_s(x, y, w_mean, w_sd, scale, s2, sn2):
 def _np_elbo(y, e_phi, psi, mu, Sigma, s2, sn2, kl_w):
     """E_q[log N(y | Phi s, sn2 I)] - KL(q(s) || N(0, s2/m I)) - KL(q(w) || p(w)), expectations written out."""
     n, m2 = len(y), len(mu)
-    expected = -0.5 * n * np.log(2 * np.pi * sn2) \
-        - (y @ y - 2 * y @ e_phi @ mu + np.trace(psi @ (np.outer(mu, mu) + Sigma))) / (2 * sn2)
+    expected = -0.5 * n * np.log(2 * np.pi * sn2) - (
+        y @ y - 2 * y @ e_phi @ mu + np.trace(psi @ (np.outer(mu, mu) + Sigma))
+    ) / (2 * sn2)
     p = s2 / (m2 // 2)
     kl_s = 0.5 * (np.trace(Sigma) / p + mu @ mu / p - m2 + m2 * np.log(p) - np.linalg.slogdet(Sigma)[1])
     return expected - kl_s - kl_w
@@ -243,8 +253,11 @@ def test_collapsed_vssgp_bound_is_the_elbo_at_the_optimal_q_s():
     phi = np.empty(u.shape[:2] + (2 * w_mean.shape[0],))
     phi[..., 0::2], phi[..., 1::2] = np.cos(u), np.sin(u)
     resid = y - phi @ mu
-    draws = -0.5 * len(y) * np.log(2 * np.pi * sn2) - (resid**2).sum(-1) / (2 * sn2) \
+    draws = (
+        -0.5 * len(y) * np.log(2 * np.pi * sn2)
+        - (resid**2).sum(-1) / (2 * sn2)
         - np.einsum("sni,ij,snj->s", phi, Sigma, phi) / (2 * sn2)
+    )
     expected = _np_elbo(y, e_phi, psi, mu, Sigma, s2, sn2, 0.0)
     p = s2 / w_mean.shape[0]
     kl_s = 0.5 * (np.trace(Sigma) / p + mu @ mu / p - len(mu) + len(mu) * np.log(p) - np.linalg.slogdet(Sigma)[1])

@@ -13,18 +13,23 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from gpdlm_cli.run import bias as bias_cmd
-from gpdlm_cli.run.bias import run_bias
 from gpdlm_cli.exceptions import GpdlmError, NumericalError
 from gpdlm_cli.metrics import condition_statistics, coordinate_bias, gradient_statistics
+from gpdlm_cli.run import bias as bias_cmd
+from gpdlm_cli.run.bias import run_bias
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.tracking.identity import config_hash
 
 from ..conftest import compose, run_cli
 
 # doctor visits: Poisson counts up to 53; 200 training rows, M = 10 (P = 10 + 55 = 65 parameters)
-POISSON = ["dataset=doctor_visits", "dataset.split.train_size=200", "model.num_inducing=10",
-           "trainer.max_iters=30", "progress=false"]
+POISSON = [
+    "dataset=doctor_visits",
+    "dataset.split.train_size=200",
+    "model.num_inducing=10",
+    "trainer.max_iters=30",
+    "progress=false",
+]
 
 
 # ----- the statistics, by hand ----------------------------------------------------------------------
@@ -82,7 +87,9 @@ def test_chunked_reference_equals_autograd_and_quadrature_matches_closed_form(mo
     from gpdlm_cli import objectives as O
     from gpdlm_cli.estimators import ExactEstimator, QuadratureEstimator
 
-    cfg = bias_cmd.effective_config(compose(["dataset=breast_cancer", "dataset.split.train_size=120", "model.num_inducing=8"]))
+    cfg = bias_cmd.effective_config(
+        compose(["dataset=breast_cancer", "dataset.split.train_size=120", "model.num_inducing=8"])
+    )
     _, splits, data = build.load_data(cfg)
     method = build.build_method(cfg, data, splits.task)
     model, lik = method.model, method.likelihood
@@ -90,15 +97,19 @@ def test_chunked_reference_equals_autograd_and_quadrature_matches_closed_form(mo
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         model.q_u.variational_mean.copy_(torch.randn(8, generator=gen, dtype=torch.float64))
-        model.q_u.chol_variational_covar.copy_(torch.eye(8, dtype=torch.float64) * 0.5
-                                               + 0.1 * torch.randn(8, 8, generator=gen, dtype=torch.float64).tril(-1))
+        model.q_u.chol_variational_covar.copy_(
+            torch.eye(8, dtype=torch.float64) * 0.5
+            + 0.1 * torch.randn(8, 8, generator=gen, dtype=torch.float64).tril(-1)
+        )
     x, y, n, beta = data.x_train[:50], data.y_train[:50], splits.n_train, 0.5
     direct = flat(torch.autograd.grad(O.DLM(model, lik, ExactEstimator(), n, beta)(x, y), flat.params))
     monkeypatch.setattr(bias_cmd, "_CHUNK_ELEMENTS", 7)  # 7 rows per chunk: 8 chunks
     chunked = flat(bias_cmd._chunked_gradient(model, lik, ExactEstimator(), x, y, n, beta, flat.params, 1))
     assert flat.size == 8 + 36
     assert torch.allclose(chunked, direct, rtol=1e-12, atol=1e-14)
-    quad = flat(bias_cmd._chunked_gradient(model, lik, QuadratureEstimator(num_nodes=100), x, y, n, beta, flat.params, 100))
+    quad = flat(
+        bias_cmd._chunked_gradient(model, lik, QuadratureEstimator(num_nodes=100), x, y, n, beta, flat.params, 100)
+    )
     assert float((quad - direct).norm() / direct.norm()) < 1e-10
 
 
@@ -146,10 +157,20 @@ def test_bmc_bias_shrinks_with_the_number_of_samples(tmp_path_factory):
 
 # ----- probit: closed-form reference, MLflow -------------------------------------------------------
 def test_probit_run_uses_the_closed_form_and_is_tracked(tmp_path, mlflow_uri):
-    over = ["dataset=breast_cancer", "dataset.split.train_size=150", "model.num_inducing=10", "trainer.max_iters=30",
-            "estimator=bmc", "estimator.num_samples=10", "bias.repetitions=40", "bias.bmc_reference_samples=2000",
-            "bias.batch=100",
-            "progress=false", f"tracking.uri={mlflow_uri}", "tracking.experiment=bias"]
+    over = [
+        "dataset=breast_cancer",
+        "dataset.split.train_size=150",
+        "model.num_inducing=10",
+        "trainer.max_iters=30",
+        "estimator=bmc",
+        "estimator.num_samples=10",
+        "bias.repetitions=40",
+        "bias.bmc_reference_samples=2000",
+        "bias.batch=100",
+        "progress=false",
+        f"tracking.uri={mlflow_uri}",
+        "tracking.experiment=bias",
+    ]
     cfg = compose(over)
     metrics = run_bias(cfg, tmp_path, overrides=over)
     stats = json.loads((tmp_path / "bias_stats.json").read_text())
@@ -169,8 +190,19 @@ def test_probit_run_uses_the_closed_form_and_is_tracked(tmp_path, mlflow_uri):
     assert tags["gpdlm.overrides"] == " ".join(over) and len(tags["gpdlm.dataset_fingerprint"]) == 16
     assert tags["gpdlm.config_hash"] != config_hash(cfg)  # never mistaken for a `train` run of this config
     assert params["model.variant"] == "fixed" and params["bias.repetitions"] == "40"
-    for k in ("cond_i_mean", "cond_i_median", "cond_ii_mean", "cond_ii_median", "bias", "bias_rel", "mse",
-              "ms_per_estimate", "cond_i_mean_vs_bmc2000", "bias_rel_vs_bmc2000", "mean_block_bias_rel"):
+    for k in (
+        "cond_i_mean",
+        "cond_i_median",
+        "cond_ii_mean",
+        "cond_ii_median",
+        "bias",
+        "bias_rel",
+        "mse",
+        "ms_per_estimate",
+        "cond_i_mean_vs_bmc2000",
+        "bias_rel_vs_bmc2000",
+        "mean_block_bias_rel",
+    ):
         assert run.data.metrics[k] == pytest.approx(metrics[k]), k
     assert [p.step for p in client.get_metric_history(run.info.run_id, "train_loss")] == list(range(1, 31))
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -189,8 +221,10 @@ BAD = [
     (["model=svgp"], "gpdlm bias studies the DLM gradient: use model=dlm"),
     (["estimator=bmc", "estimator.num_samples=0"], "the 'num_samples' parameter of estimator=bmc"),
     (["estimator=smooth_bmc", "estimator.nu=-1"], "the 'nu' parameter of estimator=smooth_bmc"),
-    (["estimator=ups", "estimator.sampler=exact", "likelihood=poisson_exp", "dataset=doctor_visits"],
-     "sampler=exact needs likelihood=gaussian or probit"),
+    (
+        ["estimator=ups", "estimator.sampler=exact", "likelihood=poisson_exp", "dataset=doctor_visits"],
+        "sampler=exact needs likelihood=gaussian or probit",
+    ),
     (["estimator=bmc", "objective.beta=-1"], "the 'beta' parameter of objective"),
     (["estimator=bmc", "model.num_inducing=5000"], "an integer in [1, n_train=690]"),
     (["estimator=bmc", "likelihood=probit"], "likelihood=probit is for classification targets"),
@@ -211,8 +245,10 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     db = tmp_path / "mlflow.db"
     rc, lines = run_cli(["bias", "estimator=exact", f"tracking.uri=sqlite:///{db}"], tmp_path, capsys)
     assert rc == 2, lines
-    assert lines == ["gpdlm: error: gpdlm bias studies stochastic estimators: bmc, smooth_bmc, ups; got estimator=exact "
-                     "(it is deterministic: no variance, and exact/quadrature are the reference)"]
+    assert lines == [
+        "gpdlm: error: gpdlm bias studies stochastic estimators: bmc, smooth_bmc, ups; got estimator=exact "
+        "(it is deterministic: no variance, and exact/quadrature are the reference)"
+    ]
     assert not db.exists()
 
 
@@ -229,9 +265,21 @@ def test_cli_multirun_over_estimators(tmp_path, mlflow_uri, monkeypatch, capsys)
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sweep, "OUTCOMES", [])
     # `++`: Hydra checks the non-swept overrides against the default estimator (auto, no num_samples)
-    args = ["bias", "-m", "estimator=bmc,ups", "++estimator.num_samples=5", "dataset=doctor_visits",
-            "dataset.split.train_size=80", "model.num_inducing=5", "trainer.max_iters=10", "bias.repetitions=8",
-            "bias.bmc_reference_samples=500", "progress=false", f"tracking.uri={mlflow_uri}", "tracking.experiment=sweep"]
+    args = [
+        "bias",
+        "-m",
+        "estimator=bmc,ups",
+        "++estimator.num_samples=5",
+        "dataset=doctor_visits",
+        "dataset.split.train_size=80",
+        "model.num_inducing=5",
+        "trainer.max_iters=10",
+        "bias.repetitions=8",
+        "bias.bmc_reference_samples=500",
+        "progress=false",
+        f"tracking.uri={mlflow_uri}",
+        "tracking.experiment=sweep",
+    ]
     root = logging.getLogger()
     handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
     try:

@@ -14,8 +14,15 @@ from gpdlm_cli.tracking import NullTracker
 
 from ..conftest import compose
 
-BASE = ["model=svgp", "dataset.split.train_size=150", "model.num_inducing=10", "trainer.max_iters=40", "threads=1",
-        "progress=false", "tracking.enabled=false"]
+BASE = [
+    "model=svgp",
+    "dataset.split.train_size=150",
+    "model.num_inducing=10",
+    "trainer.max_iters=40",
+    "threads=1",
+    "progress=false",
+    "tracking.enabled=false",
+]
 
 
 def test_final_metrics_do_not_depend_on_intermediate_evaluations(tmp_path):
@@ -31,8 +38,14 @@ def test_the_predictive_is_the_optimal_q_of_the_final_hyperparameters():
     from gpdlm_cli.training import run_stages
 
     p = prepare(compose(BASE + ["trainer.eval_every=0"]))
-    run_stages(p.method.stages, p.data.x_train, p.data.y_train, p.settings, generator=torch.Generator().manual_seed(0),
-               modules=p.method.modules)
+    run_stages(
+        p.method.stages,
+        p.data.x_train,
+        p.data.y_train,
+        p.settings,
+        generator=torch.Generator().manual_seed(0),
+        modules=p.method.modules,
+    )
     model, lik = p.method.model, p.method.likelihood
     with torch.no_grad():
         mu, _ = model.marginals(p.data.x_test)

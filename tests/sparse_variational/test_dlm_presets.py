@@ -17,9 +17,21 @@ from gpdlm_cli.data import all_datasets
 from ..conftest import compose, sweep_grid
 
 # the DLM paper's Table 2 (App. D), typed in from the paper: dataset -> M
-PAPER_TABLE2_M = {"pol": 100, "cadata": 206, "sarcos": 100, "song": 100, "banana": 53, "thyroid": 37,
-                  "twonorm": 74, "ringnorm": 74, "airline": 200, "abalone": 41,
-                  "peds1_dir0": 40, "peds1_dir1": 40, "peds1_dir2": 40}
+PAPER_TABLE2_M = {
+    "pol": 100,
+    "cadata": 206,
+    "sarcos": 100,
+    "song": 100,
+    "banana": 53,
+    "thyroid": 37,
+    "twonorm": 74,
+    "ringnorm": 74,
+    "airline": 200,
+    "abalone": 41,
+    "peds1_dir0": 40,
+    "peds1_dir1": 40,
+    "peds1_dir2": 40,
+}
 
 # every DLM study preset (not the smoke variants, which shrink M on purpose) and the paper's datasets
 # of its task that `dataset=` may swap in
@@ -95,16 +107,23 @@ def test_joint_sq_dlm_holds_its_outputscale_and_only_it():
     for job in jobs("regression_sqloss", ["dataset=concrete", "dataset.split.train_size=500", "seed=0"]):
         build.validate_config(job)  # fix_outputscale on any other model would be rejected here
         seen[(job.model.name, job.model.variant)] = job.model.fix_outputscale
-    assert seen == {("sq_dlm", "joint"): True, ("sq_dlm", "fixed"): False, ("dlm", "joint"): False,
-                    ("svgp", "joint"): False}
+    assert seen == {
+        ("sq_dlm", "joint"): True,
+        ("sq_dlm", "fixed"): False,
+        ("dlm", "joint"): False,
+        ("svgp", "joint"): False,
+    }
     assert compose(["+experiment=regression_sqloss_pol", "model=sq_dlm"]).model.fix_outputscale is True
     assert compose(["+experiment=regression_sqloss_smoke", "model=sq_dlm"]).model.fix_outputscale is True
 
 
 def test_sampling_methods_has_an_exact_gradient_arm_in_its_experiment():
     base, grid = compose_sweep("sampling_methods")
-    assert grid == {"estimator": ["bmc", "ups"], "estimator.num_samples": ["1", "10", "100"],
-                    "seed": ["0", "1", "2", "3", "4"]}
+    assert grid == {
+        "estimator": ["bmc", "ups"],
+        "estimator.num_samples": ["1", "10", "100"],
+        "seed": ["0", "1", "2", "3", "4"],
+    }
     exact, egrid = compose_sweep("sampling_methods_exact")
     assert exact.estimator.name == "exact" and egrid == {"seed": ["0", "1", "2", "3", "4"]}
     smooth, sgrid = compose_sweep("sampling_methods_smooth")
@@ -114,7 +133,12 @@ def test_sampling_methods_has_an_exact_gradient_arm_in_its_experiment():
         assert cfg.model.name == "dlm" and cfg.model.variant == "joint" and cfg.objective.beta == 0.1
         assert (cfg.dataset.name, cfg.dataset.target, cfg.likelihood.name) == ("airline", "delayed", "probit")
         assert cfg.model.num_inducing == 200 and cfg.kernel.ard is True
-        assert (cfg.trainer.batch_size, cfg.trainer.lr, cfg.trainer.max_epochs, cfg.trainer.eval_every_epochs) == (1000, 1e-3, 20, 1)
+        assert (cfg.trainer.batch_size, cfg.trainer.lr, cfg.trainer.max_epochs, cfg.trainer.eval_every_epochs) == (
+            1000,
+            1e-3,
+            20,
+            1,
+        )
     build.validate_config(compose(["+experiment=sampling_methods_exact"]))
     for preset in ("sampling_methods_smoke", "sampling_methods_exact_smoke", "sampling_methods_smooth_smoke"):
         assert compose([f"+experiment={preset}"]).tracking.experiment == "sampling_methods_smoke"
@@ -125,24 +149,35 @@ def test_airline_curves_runs_on_the_real_2008_data():
     assert (cfg.dataset.name, cfg.dataset.target, cfg.dataset.split.test_size) == ("airline", "delayed", 100000)
     standin = compose(["+experiment=airline_curves", "dataset=airline_nyc_class"])
     assert (standin.dataset.name, standin.dataset.target, standin.model.num_inducing) == ("airline_nyc", "delayed", 200)
-    assert grid == {"model": ["dlm", "dlm_fixed", "svgp"], "objective.beta": ["0.1", "1", "10"],
-                    "seed": ["0", "1", "2", "3", "4"]}
+    assert grid == {
+        "model": ["dlm", "dlm_fixed", "svgp"],
+        "objective.beta": ["0.1", "1", "10"],
+        "seed": ["0", "1", "2", "3", "4"],
+    }
     assert (cfg.trainer.max_epochs, cfg.trainer.max_iters, cfg.trainer.stop_rule) == (20, None, "none")
     for job in jobs("airline_curves", ["seed=0"]):
         build.validate_config(job)
 
 
-@pytest.mark.parametrize("preset,experiment,estimators,samples", [
-    ("count_curves", "count_curves", ["bmc", "ups", "smooth_bmc"], ["1", "10", "100"]),   # Figs. 14-15
-    ("regression_bmc", "regression_bmc", None, ["1", "10", "100"]),                     # Fig. 16
-])
+@pytest.mark.parametrize(
+    "preset,experiment,estimators,samples",
+    [
+        ("count_curves", "count_curves", ["bmc", "ups", "smooth_bmc"], ["1", "10", "100"]),  # Figs. 14-15
+        ("regression_bmc", "regression_bmc", None, ["1", "10", "100"]),  # Fig. 16
+    ],
+)
 def test_the_appendix_learning_curve_presets(preset, experiment, estimators, samples):
     cfg, grid = compose_sweep(preset)
     assert cfg.tracking.experiment == experiment and cfg.trainer.stop_rule == "none" and cfg.trainer.eval_every == 50
     assert grid["estimator.num_samples"] == samples and grid["seed"] == ["0", "1", "2", "3", "4"]
     assert grid.get("estimator", [cfg.estimator.name]) == (estimators or ["bmc"])
     if preset == "count_curves":
-        assert (cfg.dataset.name, cfg.likelihood.name, cfg.trainer.lr, cfg.model.num_inducing) == ("abalone", "poisson_exp", 0.01, 41)
+        assert (cfg.dataset.name, cfg.likelihood.name, cfg.trainer.lr, cfg.model.num_inducing) == (
+            "abalone",
+            "poisson_exp",
+            0.01,
+            41,
+        )
     else:
         assert (cfg.dataset.name, cfg.objective.beta, cfg.model.num_inducing) == ("pol", 0.1, 100)
         exact, egrid = compose_sweep("regression_bmc_exact")
@@ -156,11 +191,21 @@ def test_the_appendix_learning_curve_presets(preset, experiment, estimators, sam
 def test_the_studies_run_on_the_real_sets_and_their_smoke_variants_too():
     """Issue 39: the count, bias, thyroid, airline and BLOG studies and their CI-sized variants read the
     mirrored real sets (abalone, thyroid, airline with target delayed / delay, blog)."""
-    expect = {"count": "abalone", "count_smoke": "abalone", "count_curves_smoke": "abalone", "bias_study": "abalone",
-              "bias_study_smoke": "abalone", "classification_thyroid": "thyroid",
-              "classification_thyroid_smoke": "thyroid", "airline_curves_smoke": "airline",
-              "sampling_methods_smoke": "airline", "svbssgp_airline": "airline", "svbssgp_airline_smoke": "airline",
-              "svbssgp_samples": "blog", "svbssgp_samples_smoke": "blog"}
+    expect = {
+        "count": "abalone",
+        "count_smoke": "abalone",
+        "count_curves_smoke": "abalone",
+        "bias_study": "abalone",
+        "bias_study_smoke": "abalone",
+        "classification_thyroid": "thyroid",
+        "classification_thyroid_smoke": "thyroid",
+        "airline_curves_smoke": "airline",
+        "sampling_methods_smoke": "airline",
+        "svbssgp_airline": "airline",
+        "svbssgp_airline_smoke": "airline",
+        "svbssgp_samples": "blog",
+        "svbssgp_samples_smoke": "blog",
+    }
     for preset, name in expect.items():
         assert compose([f"+experiment={preset}"]).dataset.name == name, preset
     sv = compose(["+experiment=svbssgp_airline"])

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from gpdlm_cli import build
-from gpdlm_cli.run.train import run_train
 from gpdlm_cli.objectives import fit_square_loss_predictive
+from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
-from gpdlm_cli.run.prepare import prepare
 
 from ..conftest import compose, fast
 
@@ -70,7 +70,9 @@ def test_sq_dlm_reports_the_completed_predictive_and_beats_the_prior_completion(
     s2 = float(((data.y_train - mu_tr) ** 2).mean())
     y, mu, kii = (t.cpu().numpy() for t in (data.y_test, mu, kii))
     ours = -np.mean(-0.5 * np.log(2 * np.pi * s2) - 0.5 * (y - mu) ** 2 / s2) + math.log(splits.y_std)
-    old = -np.mean(-0.5 * np.log(2 * np.pi * (kii + 1e-6)) - 0.5 * (y - mu) ** 2 / (kii + 1e-6)) + math.log(splits.y_std)
+    old = -np.mean(-0.5 * np.log(2 * np.pi * (kii + 1e-6)) - 0.5 * (y - mu) ** 2 / (kii + 1e-6)) + math.log(
+        splits.y_std
+    )
     assert m["test_nll"] == pytest.approx(ours, rel=1e-9)
     assert m["sq_predictive_noise"] == pytest.approx(s2, rel=1e-9) and np.mean(kii) > s2
     assert m["test_nll"] < old
@@ -79,8 +81,10 @@ def test_sq_dlm_reports_the_completed_predictive_and_beats_the_prior_completion(
 def _profile(beta, outputscale, lengthscale, x, y, Z):
     """min over m~ of the joint square-loss objective at fixed hyperparameters, dense numpy:
     (1/2)|B m~ - y|^2 + (beta/2)|m~|^2 with B = K_xu L^-T."""
+
     def k(a, b):
         return outputscale * np.exp(-0.5 * ((a[:, None] - b[None, :]) ** 2).sum(-1) / lengthscale**2)
+
     L = np.linalg.cholesky(k(Z, Z) + 1e-8 * np.eye(len(Z)))
     B = np.linalg.solve(L, k(Z, x)).T
     mt = np.linalg.solve(B.T @ B + beta * np.eye(len(Z)), B.T @ y)
@@ -113,8 +117,10 @@ def test_joint_square_loss_has_no_optimum_in_the_outputscale_but_has_one_with_it
 
 @pytest.mark.slow
 def test_fix_outputscale_holds_the_svgp_value_and_warns_on_a_beta_sweep(tmp_path, monkeypatch, capsys):
-    runs = {b: _run(tmp_path / str(b), ["model=sq_dlm", "model.fix_outputscale=true", f"objective.beta={b}"])[0]
-            for b in (0.01, 100.0)}
+    runs = {
+        b: _run(tmp_path / str(b), ["model=sq_dlm", "model.fix_outputscale=true", f"objective.beta={b}"])[0]
+        for b in (0.01, 100.0)
+    }
     assert runs[0.01]["outputscale"] == runs[100.0]["outputscale"]  # frozen after the shared SVGP stage
     assert runs[0.01]["test_rmse"] != runs[100.0]["test_rmse"]
     joint = {b: _run(tmp_path / f"j{b}", ["model=sq_dlm", f"objective.beta={b}"])[0] for b in (0.01, 100.0)}
@@ -125,7 +131,9 @@ def test_fix_outputscale_holds_the_svgp_value_and_warns_on_a_beta_sweep(tmp_path
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    fake = SimpleNamespace(mode=RunMode.MULTIRUN, overrides=SimpleNamespace(task=["model=sq_dlm", "objective.beta=0.1"]))
+    fake = SimpleNamespace(
+        mode=RunMode.MULTIRUN, overrides=SimpleNamespace(task=["model=sq_dlm", "objective.beta=0.1"])
+    )
     monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: fake))
     capsys.readouterr()
     cfg = compose(fast(["model=sq_dlm", "objective.beta=0.1"]))
@@ -147,7 +155,9 @@ def test_sampling_estimators_leave_the_baselines_deterministic():
     assert dlm_stage.objective.estimator.name == "bmc" and dlm_stage.stochastic
     m = build.build_method(compose(fast(common + ["model=svgp"])), data, splits.task)
     assert m.stages[0].objective.estimator.name == "auto" and m.tags["gpdlm.baseline_estimator"] == "auto"
-    m = build.build_method(compose(fast(common + ["model=svgp", "model.baseline_estimator=configured"])), data, splits.task)
+    m = build.build_method(
+        compose(fast(common + ["model=svgp", "model.baseline_estimator=configured"])), data, splits.task
+    )
     assert m.stages[0].objective.estimator.name == "bmc" and m.stages[0].stochastic
 
 
@@ -159,10 +169,14 @@ class _Probe:
 
     def state(self):
         m = self.model
-        return {"Z": m.inducing_points.detach().clone(), "noise": self.lik.noise.detach().clone(),
-                "ls": m.covar_module.base_kernel.lengthscale.detach().clone(),
-                "os": m.covar_module.outputscale.detach().clone(),
-                "m": m.q_u.variational_mean.detach().clone(), "S": m.q_u.chol_variational_covar.detach().clone()}
+        return {
+            "Z": m.inducing_points.detach().clone(),
+            "noise": self.lik.noise.detach().clone(),
+            "ls": m.covar_module.base_kernel.lengthscale.detach().clone(),
+            "os": m.covar_module.outputscale.detach().clone(),
+            "m": m.q_u.variational_mean.detach().clone(),
+            "S": m.q_u.chol_variational_covar.detach().clone(),
+        }
 
     def epoch_start(self, epoch):
         if epoch == 0:
@@ -190,8 +204,14 @@ def test_fixed_variant_freezes_the_svgp_hyperparameters_and_resets_q(learns_z):
 def test_collapsed_elbo_and_joint_sq_dlm_on_network_features():
     """features=nn: the collapsed ELBO sees g(x) through the model (prior mean and variance of the
     features, e.g. the linear kernel's x-dependent diagonal), and joint sq_dlm trains the network."""
-    common = ["features=nn", "features.widths=[8]", "model.num_inducing=8", "dataset.split.train_size=150",
-              "trainer.max_iters=15", "trainer.eval_every=0"]
+    common = [
+        "features=nn",
+        "features.widths=[8]",
+        "model.num_inducing=8",
+        "dataset.split.train_size=150",
+        "trainer.max_iters=15",
+        "trainer.eval_every=0",
+    ]
     for extra in (["model=svgp", "kernel=linear"], ["model=sq_dlm"]):
         cfg = compose(fast(common + extra))
         _, splits, data = build.load_data(cfg)
@@ -199,7 +219,9 @@ def test_collapsed_elbo_and_joint_sq_dlm_on_network_features():
         net = method.model.features
         w0 = [p.detach().clone() for p in net.parameters()]
         settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
-        fit = run_stages(method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0))
+        fit = run_stages(
+            method.stages, data.x_train, data.y_train, settings, generator=torch.Generator().manual_seed(0)
+        )
         assert all(math.isfinite(v) for v in fit.losses)
         assert "features" in method.group_names and all(not torch.equal(a, b) for a, b in zip(w0, net.parameters()))
         if extra[0] == "model=svgp":

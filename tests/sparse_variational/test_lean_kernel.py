@@ -54,9 +54,9 @@ def test_other_kernels_go_through_gpytorch():
 
 def test_the_sparse_models_do_not_call_gpytorchs_rbf(monkeypatch):
     """SVGP's marginals and the collapsed models' factors compute the RBF themselves."""
+    from gpdlm_cli.likelihoods import GaussianLikelihood
     from gpdlm_cli.models import SparseVariationalGP
     from gpdlm_cli.models.collapsed import CollapsedSparseGP
-    from gpdlm_cli.likelihoods import GaussianLikelihood
 
     kernel, g = _kernel(None)
     X, y = torch.randn(80, 2, generator=g, dtype=torch.float64), torch.randn(80, generator=g, dtype=torch.float64)
@@ -90,7 +90,11 @@ def test_collapsed_bound_from_its_gram_statistics_equals_the_direct_formula():
     resid = r - (A.mT @ m_ref.unsqueeze(-1)).squeeze(-1)
     trace = torch.einsum("bmn,bmk,bkn->b", A, S_ref, A)
     n, M = 90, 12
-    expected = -0.5 * n * math.log(2 * math.pi) - 0.5 * n * noise.log() - ((resid**2).sum(-1) + trace + k.sum(-1)) / (2 * noise)
+    expected = (
+        -0.5 * n * math.log(2 * math.pi)
+        - 0.5 * n * noise.log()
+        - ((resid**2).sum(-1) + trace + k.sum(-1)) / (2 * noise)
+    )
     kl = 0.5 * (torch.diagonal(S_ref, dim1=-2, dim2=-1).sum(-1) + (m_ref**2).sum(-1) - M - torch.logdet(S_ref))
     torch.testing.assert_close(value, expected - beta * kl, rtol=1e-12, atol=1e-10)
     torch.testing.assert_close(m, m_ref, rtol=1e-10, atol=1e-12)
@@ -119,10 +123,14 @@ def test_whitened_gram_values_and_gradients_equal_autograd(batch):
     ours = torch.autograd.grad((AAt * G1).sum() + (Ar * G2).sum(), [L, K, r])
     ref = torch.autograd.grad((AAt_ref * G1).sum() + (Ar_ref * G2).sum(), [L, K, r])
     for a, b in zip(ours, ref):
-        torch.testing.assert_close(a.tril() if a.shape == L.shape else a, b.tril() if b.shape == L.shape else b,
-                                   rtol=1e-10, atol=1e-12)
-    small = (L[..., :3, :3].detach().clone().requires_grad_(), K[..., :3, :5].detach().clone().requires_grad_(),
-             r[..., :5].detach().clone().requires_grad_())
+        torch.testing.assert_close(
+            a.tril() if a.shape == L.shape else a, b.tril() if b.shape == L.shape else b, rtol=1e-10, atol=1e-12
+        )
+    small = (
+        L[..., :3, :3].detach().clone().requires_grad_(),
+        K[..., :3, :5].detach().clone().requires_grad_(),
+        r[..., :5].detach().clone().requires_grad_(),
+    )
     assert torch.autograd.gradcheck(lambda L_, K_, r_: whitened_gram(L_.tril(), K_, r_), small)
 
 
@@ -136,8 +144,11 @@ def test_q_u_starts_where_gpytorch_starts_it_drawn_from_the_cpu_stream():
 
     def model():
         kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()).double()
-        return SparseVariationalGP(torch.randn(12, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)),
-                                   kernel, gpytorch.means.ZeroMean())
+        return SparseVariationalGP(
+            torch.randn(12, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)),
+            kernel,
+            gpytorch.means.ZeroMean(),
+        )
 
     ours, ref = model(), model()
     torch.manual_seed(5)
@@ -167,7 +178,10 @@ def test_whitened_marginal_updates_equal_gpytorchs(batch):
     L_S = torch.randn(*batch, M, M, generator=g, dtype=torch.float64).tril() * 0.3 + torch.eye(M, dtype=torch.float64)
     middle = (L_S @ L_S.mT - torch.eye(M, dtype=torch.float64)).requires_grad_()
     m = torch.randn(*batch, M, generator=g, dtype=torch.float64, requires_grad=True)
-    G1, G2 = torch.randn(*batch, N, generator=g, dtype=torch.float64), torch.randn(*batch, N, generator=g, dtype=torch.float64)
+    G1, G2 = (
+        torch.randn(*batch, N, generator=g, dtype=torch.float64),
+        torch.randn(*batch, N, generator=g, dtype=torch.float64),
+    )
     ours = whitened_marginal_updates(L, K, middle, m)
     theirs = ComputePredictiveUpdates.apply(L, K, middle, m)
     for a, b in zip(ours, theirs):

@@ -35,13 +35,15 @@ def test_marginals_and_kl_equal_gpytorch_values_and_gradients(training):
     mu, var = model.marginals(x)
     kl = model.kl_divergence()
     ours = [mu, var, kl]
-    grads = torch.autograd.grad((mu * 0.7).sum() + (var ** 2).sum() + 3 * kl, params, allow_unused=True)
+    grads = torch.autograd.grad((mu * 0.7).sum() + (var**2).sum() + 3 * kl, params, allow_unused=True)
 
     model.variational_strategy._clear_cache()
     q = model.variational_strategy(x)  # gpytorch's own path
     ref_kl = model.variational_strategy.kl_divergence()
     ref = [q.mean, q.variance, ref_kl]
-    ref_grads = torch.autograd.grad((q.mean * 0.7).sum() + (q.variance ** 2).sum() + 3 * ref_kl, params, allow_unused=True)
+    ref_grads = torch.autograd.grad(
+        (q.mean * 0.7).sum() + (q.variance**2).sum() + 3 * ref_kl, params, allow_unused=True
+    )
 
     for a, b in zip(ours, ref):
         assert torch.allclose(a, b, rtol=0, atol=1e-10), (a - b).abs().max()

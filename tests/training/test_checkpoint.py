@@ -15,19 +15,36 @@ from gpdlm_cli.training.checkpoint import FILE, read_checkpoint
 
 from ..conftest import KillAt, compose, kill_last_stage_at
 
-BASE = ["dataset.split.train_size=150", "trainer.max_iters=60", "trainer.eval_every=10", "trainer.checkpoint_every=1",
-        "progress=false", "threads=1", "tracking.enabled=false"]
+BASE = [
+    "dataset.split.train_size=150",
+    "trainer.max_iters=60",
+    "trainer.eval_every=10",
+    "trainer.checkpoint_every=1",
+    "progress=false",
+    "threads=1",
+    "tracking.enabled=false",
+]
 TIMING = ("train_seconds", "iter_ms", "peak_memory_mb", "peak_rss_mb")  # time and process memory differ by design
 CASES = {
-    "dlm_minibatch_keep_best": ["model=dlm", "model.num_inducing=12", "trainer.batch_size=32", "trainer.keep_best=val_nll"],
+    "dlm_minibatch_keep_best": [
+        "model=dlm",
+        "model.num_inducing=12",
+        "trainer.batch_size=32",
+        "trainer.keep_best=val_nll",
+    ],
     "dlm_fixed_two_stages": ["model=dlm_fixed", "model.num_inducing=12", "trainer.max_iters=40"],
     "bmc_estimator_stream": ["model=dlm", "dataset=doctor_visits", "estimator=bmc", "model.num_inducing=12"],
     "scgd_hooks": ["model=scgd", "features=nn", "trainer.batch_size=32"],
     "minimax_dual_generator": ["model=minimax", "features=nn", "trainer.batch_size=32"],
     # trainer=fast: killed inside the L-BFGS stage (after its 10-step first-order start); CompactLBFGS's
     # state (ring buffer of curvature pairs, their products) goes through the checkpoint
-    "fast_lbfgs_stage": ["model=dlm", "model.num_inducing=12", "trainer=fast", "trainer.fast_adam_iters=10",
-                         "trainer.fast_max_iters=60"],
+    "fast_lbfgs_stage": [
+        "model=dlm",
+        "model.num_inducing=12",
+        "trainer=fast",
+        "trainer.fast_adam_iters=10",
+        "trainer.fast_max_iters=60",
+    ],
 }
 
 
@@ -43,8 +60,8 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(name, tmp_path, monkey
     full = run_train(compose(ov), tmp_path / "full", tracker=NullTracker())
     assert not (tmp_path / "full" / FILE).exists()  # a finished run keeps its model, not its checkpoint
 
-    from gpdlm_cli.methods import sparse_variational  # noqa: F401  (families imported)
     from gpdlm_cli import build
+    from gpdlm_cli.methods import sparse_variational  # noqa: F401  (families imported)
 
     real_build = build.build_method
 
@@ -88,13 +105,27 @@ def test_gpdlm_resume_continues_a_run_killed_by_sigterm(tmp_path):
     import sys
     import time
 
-    ov = ["model=dlm", "model.num_inducing=12", "trainer.batch_size=32", "dataset.split.train_size=150",
-          "trainer.max_iters=4000", "trainer.eval_every=10", "trainer.checkpoint_every=1", "progress=false", "threads=1",
-          "tracking.enabled=false", "trainer.stop_rule=none"]
+    ov = [
+        "model=dlm",
+        "model.num_inducing=12",
+        "trainer.batch_size=32",
+        "dataset.split.train_size=150",
+        "trainer.max_iters=4000",
+        "trainer.eval_every=10",
+        "trainer.checkpoint_every=1",
+        "progress=false",
+        "threads=1",
+        "tracking.enabled=false",
+        "trainer.stop_rule=none",
+    ]
     full = run_train(compose(ov), tmp_path / "full", tracker=NullTracker())
     folder = tmp_path / "cut"
-    proc = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", *ov, f"hydra.run.dir={folder}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpdlm_cli.cli", "train", *ov, f"hydra.run.dir={folder}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not (folder / FILE).exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -103,7 +134,9 @@ def test_gpdlm_resume_continues_a_run_killed_by_sigterm(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert json.loads((folder / "metrics.json").read_text())["status"] == "KILLED"
-    done = subprocess.run([sys.executable, "-m", "gpdlm_cli.cli", "resume", str(folder)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpdlm_cli.cli", "resume", str(folder)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     resumed = json.loads((folder / "metrics.json").read_text())
     assert _strip(resumed) == _strip(full)
@@ -129,24 +162,53 @@ def test_a_preempted_submitit_job_is_requeued_and_resumes_from_its_checkpoint(tm
 
     from ..conftest import REPO
 
-    ov = ["model=dlm", "model.num_inducing=12", "trainer.batch_size=32", "dataset.split.train_size=150",
-          "trainer.max_iters=2000", "trainer.eval_every=10", "trainer.checkpoint_every=1", "progress=false", "threads=1",
-          "tracking.enabled=false", "trainer.stop_rule=none"]
+    ov = [
+        "model=dlm",
+        "model.num_inducing=12",
+        "trainer.batch_size=32",
+        "dataset.split.train_size=150",
+        "trainer.max_iters=2000",
+        "trainer.eval_every=10",
+        "trainer.checkpoint_every=1",
+        "progress=false",
+        "threads=1",
+        "tracking.enabled=false",
+        "trainer.stop_rule=none",
+    ]
     full = run_train(compose(ov), tmp_path / "full", tracker=NullTracker())
     sweep = tmp_path / "sweep"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = subprocess.Popen([sys.executable, "-m", "gpdlm_cli.cli", "train", "-m", "seed=0", *ov, "tracking.enabled=true",
-                             f"tracking.uri={uri}", "tracking.experiment=preempted", "hydra/launcher=submitit_local",
-                             "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpdlm_cli.cli",
+            "train",
+            "-m",
+            "seed=0",
+            *ov,
+            "tracking.enabled=true",
+            f"tracking.uri={uri}",
+            "tracking.experiment=preempted",
+            "hydra/launcher=submitit_local",
+            "hydra.launcher.timeout_min=10",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     folder = sweep / "0"
     deadline = time.monotonic() + 180
     while not (folder / FILE).exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert (folder / FILE).exists(), proc.communicate()
-    tasks = [p for p in psutil.Process(proc.pid).children(recursive=True)
-             if "submitit.core._submit" in " ".join(p.cmdline())]
+    tasks = [
+        p for p in psutil.Process(proc.pid).children(recursive=True) if "submitit.core._submit" in " ".join(p.cmdline())
+    ]
     assert len(tasks) == 1, tasks
     tasks[0].send_signal(signal.SIGUSR2)
     out, err = proc.communicate(timeout=300)
@@ -158,7 +220,9 @@ def test_a_preempted_submitit_job_is_requeued_and_resumes_from_its_checkpoint(tm
     assert not (folder / FILE).exists()
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("preempted")
-    jobs = {r.info.run_id: r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("gpdlm.sweep") != "parent"}
+    jobs = {
+        r.info.run_id: r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("gpdlm.sweep") != "parent"
+    }
     killed = [r for r in jobs.values() if r.info.status == "KILLED"]
     finished = [r for r in jobs.values() if r.info.status == "FINISHED"]
     assert len(killed) == 1 and len(finished) == 1, [(r.info.status, r.data.tags) for r in jobs.values()]
@@ -243,14 +307,16 @@ def test_a_flipped_checkpoint_is_refused_by_resume_and_not_resumed_silently(tmp_
     assert sidecar(path).is_file() and read_checkpoint(path, strict=True)["loop"]["it"] == 15
     data = bytearray(path.read_bytes())
     mid = len(data) // 2
-    data[mid:mid + 8] = bytes(b ^ 0xFF for b in data[mid:mid + 8])
+    data[mid : mid + 8] = bytes(b ^ 0xFF for b in data[mid : mid + 8])
     path.write_bytes(bytes(data))
     assert read_checkpoint(path) is None
     with pytest.raises(CheckpointError, match="does not match its recorded SHA-256"):
         read_checkpoint(path, strict=True)
 
 
-def test_a_checkpoint_that_cannot_be_written_is_said_once_in_the_log_the_report_and_a_tag(tmp_path, monkeypatch, capsys):
+def test_a_checkpoint_that_cannot_be_written_is_said_once_in_the_log_the_report_and_a_tag(
+    tmp_path, monkeypatch, capsys
+):
     """A full disk from the third checkpoint on: training goes on, and the run says so once -- a console
     warning, one WARNING line in gpdlm.log, the tag gpdlm.checkpoint_failed and the one-line report --
     naming the iteration the checkpoint stays at. Before, it was silent."""
@@ -274,8 +340,10 @@ def test_a_checkpoint_that_cannot_be_written_is_said_once_in_the_log_the_report_
     assert metrics["iterations"] == 60 and len(writes) > 3
     out, err = capsys.readouterr()
     warned = [ln for ln in err.splitlines() if "checkpoint not written" in ln]
-    assert warned == ["gpdlm: warning: checkpoint not written (No space left on device); checkpoint stays at "
-                      "iteration 20: a stop now costs the iterations since"]
+    assert warned == [
+        "gpdlm: warning: checkpoint not written (No space left on device); checkpoint stays at "
+        "iteration 20: a stop now costs the iterations since"
+    ]
     log = [ln for ln in (tmp_path / "run" / "gpdlm.log").read_text().splitlines() if "checkpoint not written" in ln]
     assert len(log) == 1 and "[WARNING]" in log[0]
     assert "stays at iteration 20" in tracker.tags["gpdlm.checkpoint_failed"]

@@ -26,10 +26,20 @@ def _problem(seed: int, p: int = 30, n: int = 60):
 
 def _iterates(cls, f, steps: int, history: int, start=None, state=None):
     theta = torch.nn.Parameter(torch.full((30,), 0.1, dtype=torch.float64) if start is None else start.clone())
-    opt = cls([theta], lr=1.0, max_iter=1, max_eval=26, history_size=history, line_search_fn="strong_wolfe",
-              tolerance_change=0.0, tolerance_grad=0.0)
+    opt = cls(
+        [theta],
+        lr=1.0,
+        max_iter=1,
+        max_eval=26,
+        history_size=history,
+        line_search_fn="strong_wolfe",
+        tolerance_change=0.0,
+        tolerance_grad=0.0,
+    )
     if state is not None:
-        opt.load_state_dict(copy.deepcopy(state))  # torch shares the tensors it loads (prev_flat_grad is updated in place)
+        opt.load_state_dict(
+            copy.deepcopy(state)
+        )  # torch shares the tensors it loads (prev_flat_grad is updated in place)
 
     def closure():
         opt.zero_grad()
@@ -115,12 +125,22 @@ def test_free_entries_give_the_iterates_of_the_whole_vector():
     w = torch.tensor(rng.normal(size=n))
 
     def run(mask: bool):
-        L = torch.nn.Parameter(torch.eye(n, dtype=torch.float64) + torch.triu(torch.full((n, n), 0.5, dtype=torch.float64), 1))
+        L = torch.nn.Parameter(
+            torch.eye(n, dtype=torch.float64) + torch.triu(torch.full((n, n), 0.5, dtype=torch.float64), 1)
+        )
         v = torch.nn.Parameter(torch.zeros(n, dtype=torch.float64))
         if mask:
             L.free_entries = torch.ones(n, n, dtype=torch.bool).tril()
-        opt = CompactLBFGS([v, L], lr=1.0, max_iter=1, max_eval=26, history_size=10, line_search_fn="strong_wolfe",
-                           tolerance_change=0.0, tolerance_grad=0.0)
+        opt = CompactLBFGS(
+            [v, L],
+            lr=1.0,
+            max_iter=1,
+            max_eval=26,
+            history_size=10,
+            line_search_fn="strong_wolfe",
+            tolerance_change=0.0,
+            tolerance_grad=0.0,
+        )
 
         def closure():
             opt.zero_grad()
@@ -158,8 +178,9 @@ def test_a_state_over_the_whole_vector_resumes_on_the_free_entries():
         L = torch.nn.Parameter(torch.eye(n, dtype=torch.float64))
         if mask:
             L.free_entries = torch.ones(n, n, dtype=torch.bool).tril()
-        opt = CompactLBFGS([L], history_size=10, line_search_fn="strong_wolfe", max_iter=1, tolerance_change=0.0,
-                           tolerance_grad=0.0)
+        opt = CompactLBFGS(
+            [L], history_size=10, line_search_fn="strong_wolfe", max_iter=1, tolerance_change=0.0, tolerance_grad=0.0
+        )
 
         def closure():
             opt.zero_grad()

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from gpdlm_cli import build, methods
-from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
-from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.run.train import run_train
+from gpdlm_cli.tracking import NullTracker
 
 from ..conftest import NoRunTracker, compose, fast
 
@@ -39,12 +39,20 @@ def test_every_model_option_belongs_to_exactly_one_family():
 
 # (module, string): the same word, but not a model name
 NOT_A_MODEL = {
-    ("estimators/exact.py", "exact"), ("estimators/product_sampling.py", "exact"),  # the exact sampler/estimator
-    ("objectives/dlm.py", "dlm"), ("objectives/sq_dlm.py", "sq_dlm"), ("objectives/marginal_likelihood.py", "exact"),
-    ("objectives/pic.py", "pic"), ("objectives/rkhs.py", "scgd"), ("objectives/rkhs.py", "minimax"),
-    ("objectives/rkhs.py", "bsgd"), ("objectives/sparse_spectrum.py", "ssgp"),
+    ("estimators/exact.py", "exact"),
+    ("estimators/product_sampling.py", "exact"),  # the exact sampler/estimator
+    ("objectives/dlm.py", "dlm"),
+    ("objectives/sq_dlm.py", "sq_dlm"),
+    ("objectives/marginal_likelihood.py", "exact"),
+    ("objectives/pic.py", "pic"),
+    ("objectives/rkhs.py", "scgd"),
+    ("objectives/rkhs.py", "minimax"),
+    ("objectives/rkhs.py", "bsgd"),
+    ("objectives/sparse_spectrum.py", "ssgp"),
     ("objectives/sparse_spectrum.py", "svbssgp"),  # objectives' own names
-    ("features/recurrent.py", "lstm"), ("features/recurrent.py", "gru"), ("features/recurrent.py", "rnn"),
+    ("features/recurrent.py", "lstm"),
+    ("features/recurrent.py", "gru"),
+    ("features/recurrent.py", "rnn"),
     ("features/recurrent.py", "narx"),  # the recurrent cells
 }
 # the one study defined on one family: `gpdlm bias` (DLM paper Fig. 1(g,h)) compares the DLM stage's
@@ -57,11 +65,22 @@ def _model_names_in(path: Path) -> set[str]:
     import ast
 
     tree = ast.parse(path.read_text())
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and id(node) not in docstrings
-            and isinstance(node.value, str) and node.value in methods.MODELS}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and id(node) not in docstrings
+        and isinstance(node.value, str)
+        and node.value in methods.MODELS
+    }
 
 
 def test_no_module_outside_the_families_and_models_names_a_model():
@@ -113,8 +132,13 @@ class ToyFamily:
         def objective(xb, yb):
             return 0.5 * ((model.w - 3.0) ** 2).sum()
 
-        return methods.Method("toy", model, lik, [methods.Stage("toy", objective, {"w": [model.w]})],
-                              monitors={"gap": lambda: abs(float(model.w.detach()[0]) - 1.0)})
+        return methods.Method(
+            "toy",
+            model,
+            lik,
+            [methods.Stage("toy", objective, {"w": [model.w]})],
+            monitors={"gap": lambda: abs(float(model.w.detach()[0]) - 1.0)},
+        )
 
 
 @pytest.fixture
@@ -124,9 +148,20 @@ def toy_family(monkeypatch):
 
 
 def _toy_run(tmp_path, *overrides):
-    cfg = compose(["model.name=toy", "trainer.optimizer=sgd", "trainer.lr=0.05", "trainer.max_iters=100",
-                   "trainer.eval_every=1", "trainer.stop_window=0", "progress=false", "tracking.enabled=false",
-                   "dataset.split.train_size=100", *overrides])
+    cfg = compose(
+        [
+            "model.name=toy",
+            "trainer.optimizer=sgd",
+            "trainer.lr=0.05",
+            "trainer.max_iters=100",
+            "trainer.eval_every=1",
+            "trainer.stop_window=0",
+            "progress=false",
+            "tracking.enabled=false",
+            "dataset.split.train_size=100",
+            *overrides,
+        ]
+    )
     tracker = NullTracker()
     return run_train(cfg, tmp_path, tracker=tracker), tracker
 
@@ -144,10 +179,19 @@ def test_a_family_monitor_drives_keep_best_and_lr_scale_reaches_its_group(tmp_pa
     assert "best_iteration" not in plain and plain["gap"] == pytest.approx(abs(3.0 - 3.0 * 0.95**100 - 1.0), rel=1e-9)
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["trainer.lr_scale={kernel:0.1}"], "the 'lr_scale.kernel' parameter of trainer must be a group of model=toy: one of w"),
-    (["trainer.keep_best=nosuch"], "the 'keep_best' parameter of trainer must be a metric this run computes: one of val_nll"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (
+            ["trainer.lr_scale={kernel:0.1}"],
+            "the 'lr_scale.kernel' parameter of trainer must be a group of model=toy: one of w",
+        ),
+        (
+            ["trainer.keep_best=nosuch"],
+            "the 'keep_best' parameter of trainer must be a metric this run computes: one of val_nll",
+        ),
+    ],
+)
 def test_method_dependent_trainer_errors(tmp_path, toy_family, overrides, message):
     with pytest.raises(GpdlmError) as e:
         _toy_run(tmp_path, *overrides)
@@ -156,17 +200,32 @@ def test_method_dependent_trainer_errors(tmp_path, toy_family, overrides, messag
 
 # ----- the trainer on the real families ------------------------------------------------------------------
 BAD = [
-    (["trainer.optimizer=nosuch"], "the 'optimizer' parameter of trainer must be one of adam, adadelta, sgd, lbfgs; got 'nosuch'"),
-    (["trainer.optimizer=lbfgs", "trainer.batch_size=100"], "trainer.optimizer=lbfgs needs a deterministic full-batch objective"),
+    (
+        ["trainer.optimizer=nosuch"],
+        "the 'optimizer' parameter of trainer must be one of adam, adadelta, sgd, lbfgs; got 'nosuch'",
+    ),
+    (
+        ["trainer.optimizer=lbfgs", "trainer.batch_size=100"],
+        "trainer.optimizer=lbfgs needs a deterministic full-batch objective",
+    ),
     (["trainer.optimizer=lbfgs", "estimator=bmc"], "stage 'dlm' uses the sampling estimator=bmc"),
-    (["trainer.schedule=robbins_monro", "trainer.rm_kappa=0.5"], "the 'rm_kappa' parameter of trainer (schedule=robbins_monro) must be a float in (0.5, 1]"),
+    (
+        ["trainer.schedule=robbins_monro", "trainer.rm_kappa=0.5"],
+        "the 'rm_kappa' parameter of trainer (schedule=robbins_monro) must be a float in (0.5, 1]",
+    ),
     (["trainer.schedule=robbins_monro", "trainer.rm_kappa=1.5"], "must be a float in (0.5, 1]; got 1.5"),
     (["trainer.max_epochs=0"], "the 'max_epochs' parameter of trainer must be an integer >= 1 or null; got 0"),
-    (["trainer.lr_scale={nosuch:2}"], "the 'lr_scale.nosuch' parameter of trainer must be a group of model=dlm: one of variational, inducing, kernel, likelihood"),
+    (
+        ["trainer.lr_scale={nosuch:2}"],
+        "the 'lr_scale.nosuch' parameter of trainer must be a group of model=dlm: one of variational, inducing, kernel, likelihood",
+    ),
     (["trainer.keep_best=val_error"], "must be a metric this run computes: one of val_nll, val_nll_norm, val_mse"),
     (["trainer.keep_best=val_nll", "trainer.eval_every=0"], "trainer.keep_best needs evaluations"),
     (["trainer.schedule=cosine"], "the 'schedule' parameter of trainer must be one of constant, step, robbins_monro"),
-    (["trainer.stop_rule=sometimes"], "the 'stop_rule' parameter of trainer must be one of auto, window, block_mean, none"),
+    (
+        ["trainer.stop_rule=sometimes"],
+        "the 'stop_rule' parameter of trainer must be one of auto, window, block_mean, none",
+    ),
 ]
 
 
@@ -203,9 +262,19 @@ def test_lbfgs_trains_sgpr_to_a_lower_objective_than_adam_and_converges():
 def test_keep_best_val_nll_on_an_exact_gp_ends_on_the_best_logged_iterate(tmp_path):
     """Full-batch Adam at lr 0.3 on a 150-point exact GP overfits the validation NLL after a while:
     the run ends on the evaluation point with the lowest val_nll, whose metrics it reports."""
-    cfg = compose(["model=exact", "dataset.split.train_size=150", "trainer.max_iters=200", "trainer.lr=0.3",
-                   "trainer.eval_every=5", "trainer.keep_best=val_nll", "kernel.ard=true", "progress=false",
-                   "tracking.enabled=false"])
+    cfg = compose(
+        [
+            "model=exact",
+            "dataset.split.train_size=150",
+            "trainer.max_iters=200",
+            "trainer.lr=0.3",
+            "trainer.eval_every=5",
+            "trainer.keep_best=val_nll",
+            "kernel.ard=true",
+            "progress=false",
+            "tracking.enabled=false",
+        ]
+    )
     tracker = NullTracker()
     m = run_train(cfg, tmp_path, tracker=tracker)
     logged = dict(tracker.steps["val_nll"][:-1])  # the last point is the final (restored) evaluation
@@ -217,12 +286,15 @@ def test_keep_best_val_nll_on_an_exact_gp_ends_on_the_best_logged_iterate(tmp_pa
     assert math.isfinite(m["test_nll"])
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["model=sgpr", "features=nn"], "model=sgpr takes no input feature map (features=nn)"),
-    (["model=exact", "features=nn"], "model=exact takes no input feature map"),
-    (["model=svbssgp", "features=nn"], "model=svbssgp takes no input feature map"),
-    (["model=ssgp", "kernel.name=matern52"], "model=ssgp approximates the rbf kernel"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["model=sgpr", "features=nn"], "model=sgpr takes no input feature map (features=nn)"),
+        (["model=exact", "features=nn"], "model=exact takes no input feature map"),
+        (["model=svbssgp", "features=nn"], "model=svbssgp takes no input feature map"),
+        (["model=ssgp", "kernel.name=matern52"], "model=ssgp approximates the rbf kernel"),
+    ],
+)
 def test_families_refuse_options_they_would_ignore(overrides, message):
     with pytest.raises(GpdlmError, match=message.replace("(", r"\(").replace(")", r"\)")):
         build.validate_config(compose(overrides))
@@ -237,7 +309,9 @@ def _validates(overrides) -> bool:
     return True
 
 
-@pytest.mark.parametrize("model", [m for m in methods.MODELS if methods.family_of(m).__name__ != "gpdlm_cli.methods.recurrent"])
+@pytest.mark.parametrize(
+    "model", [m for m in methods.MODELS if methods.family_of(m).__name__ != "gpdlm_cli.methods.recurrent"]
+)
 def test_declared_features_and_variants_are_what_validate_accepts(model):
     """TAKES_FEATURES: features=nn is accepted exactly by the families that declare it; VARIANTS: a
     model.variant outside the declared ones is refused. (The recurrent family is left out: it needs a

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from gpdlm_cli import build
-from gpdlm_cli.run.train import run_train
 from gpdlm_cli.exceptions import GpdlmError
+from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import stage_settings
-from gpdlm_cli.run.prepare import prepare
 
 from ..conftest import compose
 
@@ -29,18 +29,21 @@ def _stage_optimizers(overrides):
     return {s.name: stage_settings(settings, s, splits.n_train).optimizer for s in method.stages if s.solve is None}
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["model=dlm"], {"dlm": "lbfgs"}),
-    (["model=dlm_fixed"], {"svgp": "lbfgs", "dlm": "lbfgs"}),
-    (["model=svgp"], {"svgp": "lbfgs"}),
-    (["model=sgpr"], {"sgpr": "lbfgs"}),
-    (["model=exact"], {"exact": "lbfgs"}),
-    (["model=dlm", "dataset=doctor_visits", "estimator=quadrature"], {"dlm": "lbfgs"}),
-    (["model=dlm", "dataset=doctor_visits", "estimator=bmc"], {"dlm": "adam"}),  # sampling: stochastic
-    (["model=dlm", "trainer.batch_size=50"], {"dlm": "adam"}),  # minibatches: stochastic
-    (["model=dlm", "features=nn"], {"dlm": "adam"}),  # a network: first-order
-    (["model=scgd", "features=nn", "trainer.batch_size=32"], {"scgd": "adam"}),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["model=dlm"], {"dlm": "lbfgs"}),
+        (["model=dlm_fixed"], {"svgp": "lbfgs", "dlm": "lbfgs"}),
+        (["model=svgp"], {"svgp": "lbfgs"}),
+        (["model=sgpr"], {"sgpr": "lbfgs"}),
+        (["model=exact"], {"exact": "lbfgs"}),
+        (["model=dlm", "dataset=doctor_visits", "estimator=quadrature"], {"dlm": "lbfgs"}),
+        (["model=dlm", "dataset=doctor_visits", "estimator=bmc"], {"dlm": "adam"}),  # sampling: stochastic
+        (["model=dlm", "trainer.batch_size=50"], {"dlm": "adam"}),  # minibatches: stochastic
+        (["model=dlm", "features=nn"], {"dlm": "adam"}),  # a network: first-order
+        (["model=scgd", "features=nn", "trainer.batch_size=32"], {"scgd": "adam"}),
+    ],
+)
 def test_fast_uses_lbfgs_exactly_on_deterministic_full_batch_stages(overrides, expected):
     assert _stage_optimizers(overrides + ["trainer=fast"]) == expected
     paper = _stage_optimizers(overrides)
@@ -61,9 +64,18 @@ def test_fast_reaches_the_paper_optimum_or_lower_in_fewer_iterations(tmp_path):
     assert "grad_max_abs" not in runs["paper"]  # Adam's window rule has no gradient test
 
 
-@pytest.mark.parametrize("override", ["trainer.protocol=quick", "trainer.fast_window=1", "trainer.fast_tol=-1",
-                                      "trainer.fast_grad_tol=-1", "trainer.fast_grad_tol=inf",
-                                      "trainer.fast_adam_iters=-1", "trainer.fast_adam_iters=0.5"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "trainer.protocol=quick",
+        "trainer.fast_window=1",
+        "trainer.fast_tol=-1",
+        "trainer.fast_grad_tol=-1",
+        "trainer.fast_grad_tol=inf",
+        "trainer.fast_adam_iters=-1",
+        "trainer.fast_adam_iters=0.5",
+    ],
+)
 def test_bad_protocol_settings_fail_before_training(override):
     with pytest.raises(GpdlmError, match=override.split("=")[0].split(".")[1]):
         build.validate_config(compose(BASE + [override]))
@@ -71,14 +83,19 @@ def test_bad_protocol_settings_fail_before_training(override):
 
 def test_fast_stages_carry_the_gradient_test_and_paper_stages_do_not():
     for protocol, expected in (("fast", 3e-5), ("paper", None)):
-        cfg = compose(BASE + ["model=svgp", "model.num_inducing=15", f"trainer={protocol}", "trainer.fast_grad_tol=3e-5"])
+        cfg = compose(
+            BASE + ["model=svgp", "model.num_inducing=15", f"trainer={protocol}", "trainer.fast_grad_tol=3e-5"]
+        )
         prepared = prepare(cfg)
         (stage,) = [s for s in prepared.method.stages if s.solve is None]
         assert stage_settings(prepared.settings, stage, prepared.splits.n_train).grad_tol == expected
     cfg = compose(BASE + ["model=svgp", "trainer=fast", "trainer.fast_grad_tol=null"])
     prepared = prepare(cfg)
-    assert all(stage_settings(prepared.settings, s, prepared.splits.n_train).grad_tol is None
-               for s in prepared.method.stages if s.solve is None)
+    assert all(
+        stage_settings(prepared.settings, s, prepared.splits.n_train).grad_tol is None
+        for s in prepared.method.stages
+        if s.solve is None
+    )
 
 
 def _least_squares(seed=0, n=40, d=12):
@@ -101,12 +118,26 @@ def _lbfgs_on_least_squares(seed, *, max_iters, grad_tol):
     a, b = _least_squares(seed)
     at, bt = torch.tensor(a), torch.tensor(b)
     theta = torch.nn.Parameter(torch.zeros(a.shape[1], dtype=torch.float64))
-    settings = TrainerSettings(max_iters=max_iters, optimizer="lbfgs", lr=1.0, check_every=10, eval_every=0,
-                               progress=False, stop=ConvergenceRule(window=10, tol=1e9), stop_rule="window",
-                               grad_tol=grad_tol)
+    settings = TrainerSettings(
+        max_iters=max_iters,
+        optimizer="lbfgs",
+        lr=1.0,
+        check_every=10,
+        eval_every=0,
+        progress=False,
+        stop=ConvergenceRule(window=10, tol=1e9),
+        stop_rule="window",
+        grad_tol=grad_tol,
+    )
     x = torch.zeros(a.shape[0], 1, dtype=torch.float64)
-    res = train(lambda x, y: 0.5 * ((at @ theta - bt) ** 2).mean(), [theta], x, x[:, 0], settings,
-                generator=torch.Generator().manual_seed(0))
+    res = train(
+        lambda x, y: 0.5 * ((at @ theta - bt) ** 2).mean(),
+        [theta],
+        x,
+        x[:, 0],
+        settings,
+        generator=torch.Generator().manual_seed(0),
+    )
     return res, np.abs(a.T @ (a @ theta.detach().numpy() - b) / a.shape[0]).max()
 
 
@@ -138,8 +169,15 @@ def _fit(overrides, warm=None):
     from gpdlm_cli.training import run_stages
 
     prepared = prepare(compose(BASE + ["model=svgp", "model.num_inducing=15", "trainer.max_iters=400"] + overrides))
-    fit = run_stages(prepared.method.stages, prepared.data.x_train, prepared.data.y_train, prepared.settings,
-                     generator=torch.Generator().manual_seed(0), modules=prepared.method.modules, warm=warm)
+    fit = run_stages(
+        prepared.method.stages,
+        prepared.data.x_train,
+        prepared.data.y_train,
+        prepared.settings,
+        generator=torch.Generator().manual_seed(0),
+        modules=prepared.method.modules,
+        warm=warm,
+    )
     return fit
 
 
@@ -186,17 +224,29 @@ def test_lbfgs_answers_the_repeated_start_of_each_step_from_its_last_evaluation(
         def objective(x=None, y=None):
             counts[who] += 1
             return 0.5 * ((at @ torch.tanh(theta) - bt) ** 2).mean()  # not a quadratic: real line searches
+
         return objective
 
     theta = torch.nn.Parameter(torch.full((a.shape[1],), 0.1, dtype=torch.float64))
-    settings = TrainerSettings(max_iters=40, optimizer="lbfgs", lr=1.0, check_every=10, eval_every=0, progress=False,
-                               stop=ConvergenceRule(window=10, tol=0.0), stop_rule="none")
+    settings = TrainerSettings(
+        max_iters=40,
+        optimizer="lbfgs",
+        lr=1.0,
+        check_every=10,
+        eval_every=0,
+        progress=False,
+        stop=ConvergenceRule(window=10, tol=0.0),
+        stop_rule="none",
+    )
     x = torch.zeros(a.shape[0], 1, dtype=torch.float64)
-    res = train(objective_for(theta, "gpdlm"), [theta], x, x[:, 0], settings, generator=torch.Generator().manual_seed(0))
+    res = train(
+        objective_for(theta, "gpdlm"), [theta], x, x[:, 0], settings, generator=torch.Generator().manual_seed(0)
+    )
 
     ref = torch.nn.Parameter(torch.full((a.shape[1],), 0.1, dtype=torch.float64))
-    opt = CompactLBFGS([ref], lr=1.0, max_iter=1, max_eval=26, history_size=100, line_search_fn="strong_wolfe",
-                       tolerance_change=0.0)
+    opt = CompactLBFGS(
+        [ref], lr=1.0, max_iter=1, max_eval=26, history_size=100, line_search_fn="strong_wolfe", tolerance_change=0.0
+    )
     f = objective_for(ref, "plain")
 
     def closure():

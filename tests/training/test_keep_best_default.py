@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpdlm_cli.run.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
-from gpdlm_cli.run.prepare import prepare
 
 from ..conftest import compose
 
@@ -21,17 +21,20 @@ def _resolved(overrides):
     return prepare(cfg).settings.keep_best
 
 
-@pytest.mark.parametrize("overrides,expected", [
-    (["model=gp_lstm"] + SMALL_SEQ, "val_rmse"),
-    (["model=lstm"] + SMALL_SEQ, "val_rmse"),
-    (["model=gp_lstm", "dataset.split.val_fraction=0.0"] + SMALL_SEQ, None),  # no validation set
-    (["model=gp_lstm", "trainer.eval_every=0"] + SMALL_SEQ, None),           # no evaluations
-    (["model=gp_lstm", "trainer.keep_best=null"] + SMALL_SEQ, None),         # the last iterate, by request
-    (["model=gp_lstm", "trainer.keep_best=val_nll"] + SMALL_SEQ, "val_nll"),
-    (["model=scgd", "features=nn", "kernel=linear", "dataset.split.train_size=100"], "train_nlml"),
-    (["model=dlm", "model.num_inducing=10", "dataset.split.train_size=100"], None),
-    (["model=sgpr", "model.num_inducing=10", "dataset.split.train_size=100"], None),
-])
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["model=gp_lstm"] + SMALL_SEQ, "val_rmse"),
+        (["model=lstm"] + SMALL_SEQ, "val_rmse"),
+        (["model=gp_lstm", "dataset.split.val_fraction=0.0"] + SMALL_SEQ, None),  # no validation set
+        (["model=gp_lstm", "trainer.eval_every=0"] + SMALL_SEQ, None),  # no evaluations
+        (["model=gp_lstm", "trainer.keep_best=null"] + SMALL_SEQ, None),  # the last iterate, by request
+        (["model=gp_lstm", "trainer.keep_best=val_nll"] + SMALL_SEQ, "val_nll"),
+        (["model=scgd", "features=nn", "kernel=linear", "dataset.split.train_size=100"], "train_nlml"),
+        (["model=dlm", "model.num_inducing=10", "dataset.split.train_size=100"], None),
+        (["model=sgpr", "model.num_inducing=10", "dataset.split.train_size=100"], None),
+    ],
+)
 def test_auto_resolves_to_the_family_protocol(overrides, expected):
     assert _resolved(overrides) == expected
 
@@ -42,9 +45,17 @@ def test_default_gp_lstm_run_on_actuator_ends_on_its_best_validation_iterate(tmp
     falls towards 0.007 of the standardised variance). The default run restores the evaluation point
     with the lowest val_rmse, records the choice as a tag, and its validation RMSE is below that of
     the last iterate (`trainer.keep_best=null`) at the same seed."""
-    common = ["model=gp_lstm", "dataset=sysid_actuator", "dataset.n=512", "trainer.max_iters=600",
-              "trainer.eval_every=25", "trainer.final_theta_steps=0", "progress=false", "tracking.enabled=false",
-              "threads=1"]
+    common = [
+        "model=gp_lstm",
+        "dataset=sysid_actuator",
+        "dataset.n=512",
+        "trainer.max_iters=600",
+        "trainer.eval_every=25",
+        "trainer.final_theta_steps=0",
+        "progress=false",
+        "tracking.enabled=false",
+        "threads=1",
+    ]
     auto_tracker, last_tracker = NullTracker(), NullTracker()
     auto = run_train(compose(common), tmp_path / "auto", tracker=auto_tracker)
     last = run_train(compose(common + ["trainer.keep_best=null"]), tmp_path / "last", tracker=last_tracker)

@@ -11,8 +11,16 @@ from gpdlm_cli.training.reuse import clear_warm_starts
 
 from ..conftest import compose
 
-BASE = ["model=dlm_fixed", "dataset.split.train_size=200", "model.num_inducing=15", "trainer.max_iters=60",
-        "trainer.eval_every=0", "progress=false", "threads=1", "tracking.enabled=false"]
+BASE = [
+    "model=dlm_fixed",
+    "dataset.split.train_size=200",
+    "model.num_inducing=15",
+    "trainer.max_iters=60",
+    "trainer.eval_every=0",
+    "progress=false",
+    "threads=1",
+    "tracking.enabled=false",
+]
 TIMING = ("train_seconds", "iter_ms", "peak_rss_mb")  # time and process memory differ by design
 
 
@@ -52,8 +60,14 @@ def test_shared_svgp_stage_is_restored_bit_for_bit(tmp_path, protocol):
 def test_the_key_ignores_beta_and_bookkeeping_but_nothing_else():
     a = compose(BASE + ["objective.beta=0.5", "tracking.experiment=x", "sweep.cache_dir=/tmp/a"])
     assert reuse_key(a) == reuse_key(compose(BASE + ["objective.beta=8"]))
-    for change in ("seed=1", "model.num_inducing=16", "dataset.split.train_size=201", "trainer.lr=0.05",
-                   "likelihood.noise_init=0.2", "dtype=float32"):
+    for change in (
+        "seed=1",
+        "model.num_inducing=16",
+        "dataset.split.train_size=201",
+        "trainer.lr=0.05",
+        "likelihood.noise_init=0.2",
+        "dtype=float32",
+    ):
         assert reuse_key(compose(BASE + [change])) != reuse_key(a), change
 
 
@@ -101,9 +115,16 @@ def test_a_restored_stage_keeps_its_learning_curve_and_its_convergence(tmp_path)
                 logged.setdefault(k, []).extend(v)
 
         (svgp, *_) = [st for st in prepared.method.stages if st.solve is None]
-        out = run_stages([svgp], prepared.data.x_train, prepared.data.y_train, prepared.settings,
-                         generator=torch.Generator().manual_seed(0), modules=prepared.method.modules,
-                         cache=StageCache(tmp_path, "k"), log_steps=log_steps)
+        out = run_stages(
+            [svgp],
+            prepared.data.x_train,
+            prepared.data.y_train,
+            prepared.settings,
+            generator=torch.Generator().manual_seed(0),
+            modules=prepared.method.modules,
+            cache=StageCache(tmp_path, "k"),
+            log_steps=log_steps,
+        )
         return out, logged
 
     trained, trained_log = fit()

@@ -39,18 +39,23 @@ def settings(**kw):
     return TrainerSettings(**base)
 
 
-@pytest.mark.parametrize("optimizer,lr,iters,tol", [
-    ("adam", 0.05, 600, 1e-3),
-    ("sgd", 0.1, 300, 1e-6),
-    ("adadelta", 5.0, 600, 1e-2),
-    ("lbfgs", 1.0, 20, 1e-5),
-])
+@pytest.mark.parametrize(
+    "optimizer,lr,iters,tol",
+    [
+        ("adam", 0.05, 600, 1e-3),
+        ("sgd", 0.1, 300, 1e-6),
+        ("adadelta", 5.0, 600, 1e-2),
+        ("lbfgs", 1.0, 20, 1e-5),
+    ],
+)
 def test_every_optimizer_finds_the_minimum_of_a_quadratic(optimizer, lr, iters, tol):
     a = torch.tensor([1.0, 4.0, 0.5], dtype=torch.float64)
     c = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
     w, f = quadratic(a, c)
     opts = {"momentum": 0.5} if optimizer == "sgd" else {}
-    res = train(f, [w], X, Y, settings(optimizer=optimizer, lr=lr, max_iters=iters, optimizer_options=opts), generator=GEN)
+    res = train(
+        f, [w], X, Y, settings(optimizer=optimizer, lr=lr, max_iters=iters, optimizer_options=opts), generator=GEN
+    )
     assert float((w.detach() - c).abs().max()) < tol, (optimizer, w)
     assert res.iterations == iters
 
@@ -59,8 +64,14 @@ def test_lbfgs_converges_in_few_iterations_with_the_window_rule():
     a = torch.tensor([1.0, 100.0], dtype=torch.float64)  # condition number 100
     c = torch.tensor([3.0, -1.0], dtype=torch.float64)
     w, f = quadratic(a, c)
-    res = train(f, [w], X, Y, settings(optimizer="lbfgs", lr=1.0, max_iters=500, check_every=1,
-                                       stop=ConvergenceRule(window=5, tol=1e-12)), generator=GEN)
+    res = train(
+        f,
+        [w],
+        X,
+        Y,
+        settings(optimizer="lbfgs", lr=1.0, max_iters=500, check_every=1, stop=ConvergenceRule(window=5, tol=1e-12)),
+        generator=GEN,
+    )
     assert res.converged and res.iterations < 20
     assert torch.allclose(w, c, atol=1e-8)
 
@@ -77,8 +88,14 @@ def test_lr_scale_gives_each_group_its_own_step():
         return 0.5 * (a * (u - c) ** 2).sum() + 0.5 * (a * (v - c) ** 2).sum() + 0.5 * (a * (z - c) ** 2).sum()
 
     groups = {"kernel": [u], "variational": [v], "likelihood": [z]}
-    train(f, groups, X, Y, settings(optimizer="sgd", lr=0.1, max_iters=1, lr_scale={"kernel": 3.0, "likelihood": 0.0}),
-          generator=GEN)
+    train(
+        f,
+        groups,
+        X,
+        Y,
+        settings(optimizer="sgd", lr=0.1, max_iters=1, lr_scale={"kernel": 3.0, "likelihood": 0.0}),
+        generator=GEN,
+    )
     grad0 = -(a * c)  # gradient at w = 0
     assert torch.allclose(u, -0.1 * 3.0 * grad0, rtol=1e-15)
     assert torch.allclose(v, -0.1 * 1.0 * grad0, rtol=1e-15)
@@ -120,8 +137,14 @@ def test_step_schedule_and_epoch_budget_on_minibatches():
     the step schedule halves lr every 2 epochs."""
     w, f = linear_objective()
     hook = Trajectory(w)
-    s = settings(optimizer="sgd", lr=0.4, max_iters=1000, batch_size=30, max_epochs=4,
-                 schedule=Schedule(kind="step", every_epochs=2, step_factor=0.5))
+    s = settings(
+        optimizer="sgd",
+        lr=0.4,
+        max_iters=1000,
+        batch_size=30,
+        max_epochs=4,
+        schedule=Schedule(kind="step", every_epochs=2, step_factor=0.5),
+    )
     res = train(f, [w], X, Y, s, generator=GEN, hooks=[hook])
     assert res.iterations == 12 and res.epochs == 4
     assert hook.epochs == [0, 1, 2, 3]
@@ -129,7 +152,12 @@ def test_step_schedule_and_epoch_budget_on_minibatches():
     np.testing.assert_allclose(-np.diff(hook.values), [0.4] * 6 + [0.2] * 6, rtol=1e-12)
     # the first cap reached stops: 5 iterations < 4 epochs
     w2, f2 = linear_objective()
-    assert train(f2, [w2], X, Y, settings(optimizer="sgd", batch_size=30, max_iters=5, max_epochs=4), generator=GEN).iterations == 5
+    assert (
+        train(
+            f2, [w2], X, Y, settings(optimizer="sgd", batch_size=30, max_iters=5, max_epochs=4), generator=GEN
+        ).iterations
+        == 5
+    )
 
 
 def test_evaluation_every_k_epochs_and_every_k_iterations():
@@ -146,8 +174,17 @@ def test_evaluation_every_k_epochs_and_every_k_iterations():
     assert [st for st, _ in logged["train_loss"]] == list(range(1, 19))
     logged.clear()
     w, f = linear_objective()
-    train(f, [w], X, Y, settings(optimizer="sgd", max_iters=20, eval_every=7), generator=GEN,
-          evaluate=lambda: {"val_w": 0.0}, log_steps=log_steps, step_offset=100)
+    train(
+        f,
+        [w],
+        X,
+        Y,
+        settings(optimizer="sgd", max_iters=20, eval_every=7),
+        generator=GEN,
+        evaluate=lambda: {"val_w": 0.0},
+        log_steps=log_steps,
+        step_offset=100,
+    )
     assert [st for st, _ in logged["val_w"]] == [107, 114]
 
 
@@ -171,8 +208,15 @@ def test_keep_best_restores_the_iterate_with_the_best_metric():
     assert res.best_value == pytest.approx(abs(trajectory[t_best] - 1.0), rel=1e-9)
     # mode=max keeps the worst distance instead: the final iterate, nothing restored
     w.data.zero_()
-    res = train(f, [w], X, Y, settings(optimizer="sgd", lr=0.05, max_iters=100, eval_every=1, keep_best="val_dist",
-                                       keep_best_mode="max"), generator=GEN, evaluate=evaluate)
+    res = train(
+        f,
+        [w],
+        X,
+        Y,
+        settings(optimizer="sgd", lr=0.05, max_iters=100, eval_every=1, keep_best="val_dist", keep_best_mode="max"),
+        generator=GEN,
+        evaluate=evaluate,
+    )
     assert res.best_iteration == 100 and float(w.detach()[0]) == pytest.approx(trajectory[100], rel=1e-12)
 
 
@@ -257,7 +301,14 @@ def test_interrupted_training_flushes_the_losses_so_far():
         return f(xb, yb)
 
     with pytest.raises(KeyboardInterrupt):
-        train(g, [w], X, Y, settings(optimizer="sgd", max_iters=100), generator=GEN,
-              log_steps=lambda s: [logged.setdefault(k, []).extend(p) for k, p in s.items()])
+        train(
+            g,
+            [w],
+            X,
+            Y,
+            settings(optimizer="sgd", max_iters=100),
+            generator=GEN,
+            log_steps=lambda s: [logged.setdefault(k, []).extend(p) for k, p in s.items()],
+        )
     assert [st for st, _ in logged["train_loss"]] == list(range(1, 16))
     assert math.isfinite(logged["train_loss"][-1][1])

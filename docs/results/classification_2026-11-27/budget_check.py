@@ -14,6 +14,7 @@ and prints, per size, the final objective (per datum) and the test NLL of the st
     python docs/results/classification_2026-11-27/budget_check.py run  sqlite:////path/to/mlflow.db
     python docs/results/classification_2026-11-27/budget_check.py read sqlite:////path/to/mlflow.db
 """
+
 import math
 import os
 import statistics as st
@@ -39,9 +40,17 @@ def exact_beta(n, logged):
 
 
 def selected(model, n, seed):
-    c = [r for r in study if r.params.get("dataset.name") == "banana" and r.params.get("model.name") == model
-         and r.params.get("model.variant", "joint") == "joint" and int(r.params["dataset.split.train_size"]) == n
-         and int(r.params["seed"]) == seed and float(r.params["objective.beta"]) != 1.0 and "val_nll" in r.metrics]
+    c = [
+        r
+        for r in study
+        if r.params.get("dataset.name") == "banana"
+        and r.params.get("model.name") == model
+        and r.params.get("model.variant", "joint") == "joint"
+        and int(r.params["dataset.split.train_size"]) == n
+        and int(r.params["seed"]) == seed
+        and float(r.params["objective.beta"]) != 1.0
+        and "val_nll" in r.metrics
+    ]
     return pick(c, "val_nll")
 
 
@@ -53,9 +62,11 @@ if mode == "run":
         for s in SEEDS:
             b = exact_beta(n, selected("dlm", n, s).params["objective.beta"])
             for arm, opts in ARMS.items():
-                jobs.append(f"gpdlm train +experiment=classification dataset=banana model=dlm objective.beta={b!r} "
-                            f"dataset.split.train_size={n} seed={s} {opts} threads=1 tracking.uri={uri} "
-                            f"tracking.experiment=classification_banana_budget")
+                jobs.append(
+                    f"gpdlm train +experiment=classification dataset=banana model=dlm objective.beta={b!r} "
+                    f"dataset.split.train_size={n} seed={s} {opts} threads=1 tracking.uri={uri} "
+                    f"tracking.experiment=classification_banana_budget"
+                )
     with ThreadPoolExecutor(int(os.environ.get("JOBS", "2"))) as pool:
         codes = list(pool.map(lambda j: subprocess.run(j, shell=True, capture_output=True).returncode, jobs))
     print(f"{len(jobs)} runs, {sum(c != 0 for c in codes)} failed")
@@ -63,11 +74,18 @@ else:
     check = load_runs(client, get_experiment(client, "classification_banana_budget", uri), notes=[])
 
     def rerun(arm, n, s):
-        c = [r for r in check if r.params["trainer.protocol"] == arm and int(r.params["dataset.split.train_size"]) == n
-             and int(r.params["seed"]) == s]
+        c = [
+            r
+            for r in check
+            if r.params["trainer.protocol"] == arm
+            and int(r.params["dataset.split.train_size"]) == n
+            and int(r.params["seed"]) == s
+        ]
         return c[-1]
 
-    print("n | arm | iterations (mean, max) | converged | final objective (mean) | test NLL | DLM - beta-ELBO, p (non-inferiority 0.02)")
+    print(
+        "n | arm | iterations (mean, max) | converged | final objective (mean) | test NLL | DLM - beta-ELBO, p (non-inferiority 0.02)"
+    )
     for n in SIZES:
         elbo = [selected("svgp", n, s).metrics["test_nll"] for s in SEEDS]
         arms = {"study": [selected("dlm", n, s) for s in SEEDS]}
@@ -76,6 +94,8 @@ else:
             it = [r.metrics["iterations"] for r in rs]
             d = [r.metrics["test_nll"] - e for r, e in zip(rs, elbo)]
             p = stats.ttest_1samp([x - 0.02 for x in d], 0, alternative="less").pvalue
-            print(f"{n} | {a} | {st.mean(it):.0f}, {max(it):.0f} | {sum(int(r.metrics['converged']) for r in rs)}/5 | "
-                  f"{st.mean(r.metrics['final_loss'] for r in rs):.5f} | {st.mean(r.metrics['test_nll'] for r in rs):.4f} | "
-                  f"{st.mean(d):+.4f} +- {st.stdev(d) / math.sqrt(5):.4f}, p={p:.2g}")
+            print(
+                f"{n} | {a} | {st.mean(it):.0f}, {max(it):.0f} | {sum(int(r.metrics['converged']) for r in rs)}/5 | "
+                f"{st.mean(r.metrics['final_loss'] for r in rs):.5f} | {st.mean(r.metrics['test_nll'] for r in rs):.4f} | "
+                f"{st.mean(d):+.4f} +- {st.stdev(d) / math.sqrt(5):.4f}, p={p:.2g}"
+            )
