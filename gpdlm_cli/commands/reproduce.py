@@ -133,7 +133,7 @@ def derive(paper, claim_ids: list[str], scale: str, protocol: str, extra: list[s
             continue
         drop = tuple(sc.get("drop") or ())
 
-        def keep(o: str) -> bool:
+        def keep(o: str, drop: tuple = drop) -> bool:
             key = o.split("=", 1)[0].lstrip("+~")
             return not any(key == d or key.startswith(d + ".") for d in drop)
 
@@ -437,6 +437,10 @@ def study_text(paper, records: list, settings: dict) -> str:
         "| table | runs | scale | protocol | data | seeds | masks | epochs |",
         "|---|---|---|---|---|---|---|---|",
     ]
+
+    def p(key: str):
+        return lambda r: r.params.get(key, "-")
+
     for t in paper.tables.values():
         mine = [
             r
@@ -449,7 +453,6 @@ def study_text(paper, records: list, settings: dict) -> str:
             why = f"not run here: {t.unavailable}" if t.unavailable else "not measured (no runs)"
             lines.append(f"| {t.id} | 0 | {why} | | | | | |")
             continue
-        p = lambda key: lambda r: r.params.get(key, "-")  # noqa: E731
         lines.append(
             f"| {t.id} | {len(runs)} | {values(runs, p('sweep.scale'))} | "
             f"{values(runs, lambda r: r.tags.get('gpdlm.protocol', '-'))} | {values(runs, p('dataset.name'))} | "

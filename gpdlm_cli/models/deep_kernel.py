@@ -106,7 +106,7 @@ class GridInterpolationKernelInOrder(gpytorch.kernels.GridInterpolationKernel):
             steps = torch.arange(m, device=column.device)
             Kd = column[(steps[:, None] - steps[None]).abs()]  # the Toeplitz factor, (m, m)
 
-            def weights(x):  # W_d: (n, m), the 4 cubic-interpolation weights of each row scattered
+            def weights(x, d=d, m=m):  # W_d: (n, m), the 4 cubic-interpolation weights of each row scattered
                 idx, val = interp.interpolate([self.grid[d]], x[:, d : d + 1])
                 return torch.zeros(x.shape[0], m, dtype=val.dtype, device=val.device).scatter_add(1, idx, val)
 

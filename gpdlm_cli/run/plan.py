@@ -176,7 +176,7 @@ def _estimate(p: SweepPlan, k: int) -> float:
                         progress=False,
                     )
 
-                    def ms_per_iteration(q):
+                    def ms_per_iteration(q, stage=stage, data=data):
                         run_stages(
                             [stage], data.x_train, data.y_train, q, generator=_gen()
                         )  # warm-up: caches, first calls
@@ -204,7 +204,7 @@ def _estimate(p: SweepPlan, k: int) -> float:
                         )
                     )
                 p.per_shape[shape] = stages
-            for name, shareable, cap, ms, _, seconds in p.per_shape[shape]:
+            for name, shareable, _cap, _ms, _, seconds in p.per_shape[shape]:
                 key = (shape, name, cfg.seed, cfg.dataset.split.get("train_size"))
                 if shareable and p.share_stages:
                     if key in shared_seen:

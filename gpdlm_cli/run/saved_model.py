@@ -157,7 +157,7 @@ def load_run(run_dir: str | os.PathLike, *, device: str | None = None) -> Loaded
         raise ModelFileError(
             f"{run_dir}/{MODEL_FILE} does not match model={cfg.model.name} as this gpdlm builds it "
             f"(no saved tensor for {e.args[0]}): saved by gpdlm {meta['versions'].get('gpdlm')}; retrain"
-        )
+        ) from None
     if method.finalize:
         method.finalize(data.x_train, data.y_train)
     return LoadedRun(cfg, table, splits, data, method, meta)

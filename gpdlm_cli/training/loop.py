@@ -312,7 +312,7 @@ def train(
                         for g in opt.param_groups:
                             g["lr"] = g["base_lr"] * f
                     if lbfgs:
-                        loss = opt.step(lambda: evaluate_once(xb, yb, idx))
+                        loss = opt.step(lambda xb=xb, yb=yb, idx=idx: evaluate_once(xb, yb, idx))
                     else:
                         opt.zero_grad(set_to_none=True)
                         loss = call(xb, yb, idx)
