@@ -14,9 +14,9 @@ import torch
 
 from gpdlm_cli.features.recurrent import FeatureMap
 from gpdlm_cli.likelihoods import GaussianLikelihood
-from gpdlm_cli.training.kernel_refresh import KernelRefresh
 from gpdlm_cli.models.deep_kernel import DeepKernelGP
 from gpdlm_cli.objectives.recurrent import CotangentSurrogate
+from gpdlm_cli.training.kernel_refresh import KernelRefresh
 
 N, LR = 200, 1e-2
 
