@@ -80,22 +80,35 @@ def build_kernel(kcfg, num_dims: int, seed: int = 0, inputs=None):
     name = kcfg.name
     if name in FINITE_KERNELS:
         return build_finite_kernel(kcfg, num_dims, seed, inputs)
-    ard = num_dims if kcfg.ard else None
-    if name == "rbf":
-        base = gpytorch.kernels.RBFKernel(ard_num_dims=ard)
-    elif name in ("matern12", "matern32", "matern52"):
-        base = gpytorch.kernels.MaternKernel(
-            nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name], ard_num_dims=ard
-        )
-    else:
+    if name not in STATIONARY_KERNELS:
         raise param_error("name", "kernel", f"one of {', '.join(STATIONARY_KERNELS + FINITE_KERNELS)}", name)
-    for key in ("lengthscale", "outputscale"):
-        if not is_number(kcfg[key]) or kcfg[key] <= 0:
-            raise param_error(key, f"kernel={name}", "a float in (0, inf)", kcfg[key])
-    base.lengthscale = kcfg.lengthscale
+    base = build_base_kernel(kcfg, num_dims)
+    if not is_number(kcfg.outputscale) or kcfg.outputscale <= 0:
+        raise param_error("outputscale", f"kernel={name}", "a float in (0, inf)", kcfg.outputscale)
     k = gpytorch.kernels.ScaleKernel(base)
     k.outputscale = kcfg.outputscale
     return k
+
+
+def build_base_kernel(kcfg, num_dims: int, ard: bool | None = None):
+    """The stationary base kernel of ``kernel.name`` (no outputscale) over ``num_dims`` inputs, ARD if
+    ``ard`` (None: ``kernel.ard``), with ``kernel.lengthscale`` as its initial lengthscale."""
+    import gpytorch
+
+    name = kcfg.name
+    dims = num_dims if (kcfg.ard if ard is None else ard) else None
+    if name == "rbf":
+        base = gpytorch.kernels.RBFKernel(ard_num_dims=dims)
+    elif name in ("matern12", "matern32", "matern52"):
+        base = gpytorch.kernels.MaternKernel(
+            nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name], ard_num_dims=dims
+        )
+    else:
+        raise param_error("name", "kernel", f"one of {', '.join(STATIONARY_KERNELS)}", name)
+    if not is_number(kcfg.lengthscale) or kcfg.lengthscale <= 0:
+        raise param_error("lengthscale", f"kernel={name}", "a float in (0, inf)", kcfg.lengthscale)
+    base.lengthscale = kcfg.lengthscale
+    return base
 
 
 def build_mean(kind: str, task: str):
@@ -252,6 +265,7 @@ def no_feature_map(cfg, kernels: tuple[str, ...] | None = STATIONARY_KERNELS) ->
 
 
 __all__ = [
+    "build_base_kernel",
     "build_estimator",
     "build_kernel",
     "build_likelihood",
