@@ -75,8 +75,9 @@ def run_job(cfg: DictConfig, runner, run_name=None):
             discard_rejected_output(hc.runtime.output_dir, report_error(e))
             sys.exit(getattr(e, "exit_code", EXIT_USER_ERROR))
         except KeyboardInterrupt as e:
-            _log_killed(hc.runtime.output_dir, killed_reason(e))
-            print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
+            stopped = killed_reason(e) or "interrupted"  # never None for a KeyboardInterrupt
+            _log_killed(hc.runtime.output_dir, stopped)
+            print(f"gpdlm: {stopped}", file=sys.stderr)
             sys.exit(exit_code(e))
         except Exception as e:  # a full disk, an unwritable folder, a failing store: one line, exit 1
             from .exceptions import fault_message

@@ -108,6 +108,8 @@ class Dimension:
 
     def label(self, name: str) -> Label:
         if self.labels is None:
+            if self.key is None:  # _dimension refuses 'auto' without a key
+                raise AnalysisError(f"dimension '{self.name}': values 'auto' needs a key")
             return Label(name, {self.key: _literal(name)})
         for lab in self.labels:
             if lab.name == name:
