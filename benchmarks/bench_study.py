@@ -161,7 +161,7 @@ def two_worker_timings(code_dir: str, overrides, iterations: int = 300, protocol
 
 def lbfgs_stages(overrides) -> list[bool]:
     """Per iterative stage of the job, whether ``trainer=fast`` trains it with L-BFGS."""
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
     from gpdlm_cli.training import stage_settings
 
     p = prepare(compose(list(overrides) + ["trainer=fast", "threads=1"]))
@@ -175,7 +175,7 @@ def lbfgs_stages(overrides) -> list[bool]:
 def shareable_stages(overrides) -> bool:
     """Whether the job has a stage that ``sweep.share_stages`` trains once for every beta (the fixed
     variants' SVGP stage)."""
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
 
     p = prepare(compose(list(overrides) + ["trainer=fast", "threads=1"]))
     return any(getattr(st, "shareable", False) for st in p.method.stages)

@@ -2,9 +2,9 @@
 
 A single run turns a GpdlmError into one line (``gpdlm: error: ...``) and exit code 2, and removes
 the output folder Hydra made for it. In a multirun a job never raises into Hydra on failure: it
-records its outcome for the sweep summary (see ``tracking.sweep``) so one failing job does not stop
+records its outcome for the sweep summary (see ``sweep.callback``) so one failing job does not stop
 the others, and returns its objective (``sweep.objective``, a float) to the sweeper -- what
-hydra-optuna-sweeper minimises. SIGTERM and SIGHUP end a job like Ctrl-C (``tracking.signals``).
+hydra-optuna-sweeper minimises. SIGTERM and SIGHUP end a job like Ctrl-C (``signals``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def run_job(cfg: DictConfig, runner, run_name=None):
 
     from . import build  # torch and gpytorch: imported by the job, never by a launcher that only dispatches
     from .run.artifacts import append_log, discard_rejected_output
-    from .tracking.signals import exit_code, install_signal_handlers, killed_reason
+    from .signals import exit_code, install_signal_handlers, killed_reason
 
     install_signal_handlers()
     hc = HydraConfig.get()
@@ -87,10 +87,10 @@ def run_job(cfg: DictConfig, runner, run_name=None):
             discard_rejected_output(hc.runtime.output_dir, report_error(e))
             sys.exit(1)
 
-    from .tracking.sweep import job_objective, read_context, record_outcome
+    from .sweep.callback import job_objective, read_context, record_outcome
 
     if "joblib" in str(hc.launcher.get("_target_", "")).lower():  # a worker must not outlive its sweep
-        from .tracking.signals import exit_with_parent
+        from .signals import exit_with_parent
 
         exit_with_parent()
     sweep_dir, job = hc.sweep.dir, hc.job.num

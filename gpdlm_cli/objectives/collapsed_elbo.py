@@ -42,7 +42,7 @@ def collapsed_bound(
     A: L^{-1} K_uf (... x M x N); r: y - mean (... x N); k: K_ii - Q_ii (... x N); noise, beta: s2 and beta
     (scalars or ...); L_B: the Cholesky factor of B = I + A A^T / (beta s2); ``AAt``: A A^T if the caller
     has it. Returns (sum_i E_q[log N(y_i | f_i, s2)] - beta KL, m~* = B^{-1} A r / (beta s2), S~* = B^{-1}),
-    through ``collapsed_bound_from_gram``. The batched trainer (``training.batched``) evaluates it."""
+    through ``collapsed_bound_from_gram``. The batched trainer (``sweep.batched_model``) evaluates it."""
     AAt = A @ A.mT if AAt is None else AAt
     Ar = (A @ r.unsqueeze(-1)).squeeze(-1)
     return collapsed_bound_from_gram(AAt, Ar, (r * r).sum(-1), k.sum(-1), r.shape[-1], noise, beta, L_B)

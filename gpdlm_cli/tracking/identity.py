@@ -1,6 +1,6 @@
 """What makes two runs the same run: the config hash that `sweep.skip_finished`, checkpoints,
 reruns and the analysis commands compare (tag ``gpdlm.config_hash``). Low in the layers: the run
-lifecycle (``run/``), the sweep callbacks (``tracking.sweep``) and ``analysis.store`` use it.
+lifecycle (``run/``), the sweep callbacks (``sweep.callback``) and ``analysis.store`` use it.
 
 Two versions exist. Version 2 (``config_hash``, tag ``gpdlm.config_hash_version=2``) hashes only
 what determines a run's result: the config without where it is tracked (``tracking``), how it shows

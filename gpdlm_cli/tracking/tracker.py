@@ -4,7 +4,7 @@ Runs are driven through ``MlflowClient`` with explicit run ids -- no global "act
 run left over by one job can never leak into the next job of a reused worker. ``Tracker.run`` is a
 context manager that always ends the run: FINISHED, FAILED (with the reason as the tag
 ``failure_reason``) or KILLED (Ctrl-C, SIGTERM/SIGHUP, a submitit preemption: the reason in the same
-tag; see ``tracking.signals``).
+tag; see ``signals``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .signals import deferred_signals, killed_reason
+from ..signals import deferred_signals, killed_reason
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 LOCK_WAIT_S = 60.0  # how long a call waits for a SQLite store another process holds locked

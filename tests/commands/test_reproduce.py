@@ -429,7 +429,7 @@ def test_regenerate_sh_rebuilds_the_records_reports_on_a_fresh_tree(tmp_path):
 
 
 def test_progress_of_a_multirun_run_by_a_parallel_launcher_is_counted_from_its_outcomes(tmp_path, capsys):
-    from gpdlm_cli.tracking.sweep import record_outcome
+    from gpdlm_cli.sweep.callback import record_outcome
 
     for job, status in enumerate(["finished", "skipped", "finished", "failed"]):
         record_outcome(tmp_path, job, status, [f"seed={job}"])
@@ -450,7 +450,7 @@ def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
     """rkhs Table 2 sweeps 8 data sets; only those that load offline are timed (here: pol, made offline)."""
     import types
 
-    from gpdlm_cli.run import plan as run_plan
+    from gpdlm_cli.sweep import plan as run_plan
 
     seen = []
 

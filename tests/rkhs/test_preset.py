@@ -32,7 +32,7 @@ def test_full_preset_composes_the_papers_grid():
         "trainer.lr": ["0.1", "0.3", "1.0"],
     }
     assert sweep_grid(["+experiment=rkhs_batch_study_pol"]) == {**grid, "dataset": ["pol"]}
-    from gpdlm_cli.run.plan import job_overrides  # what `gpdlm train -m` runs: the command line wins over the sweep
+    from gpdlm_cli.sweep.plan import job_overrides  # what `gpdlm train -m` runs: the command line wins over the sweep
 
     assert len(job_overrides(["+experiment=rkhs_batch_study"])[0]) == 8 * 5 * 6 * 3 * 3
     assert len(job_overrides(["+experiment=rkhs_batch_study", "dataset=kin40k"])[0]) == 5 * 6 * 3 * 3

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..objectives.collapsed_elbo import collapsed_bound
-from .stopping import ConvergenceRule, NeverStop, make_rule
+from ..training.stopping import ConvergenceRule, NeverStop, make_rule
 
 KINDS = ("collapsed_elbo", "log_loss")
 #: on the CPU, members are processed in chunks whose M x N blocks hold at most this many elements in all
