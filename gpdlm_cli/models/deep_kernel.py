@@ -372,6 +372,17 @@ class DeepKernelGP(nn.Module):
                 vs.append(f.variance.clamp_min(1e-12))
         return torch.stack(mus, 1), torch.stack(vs, 1)
 
+    @torch.no_grad()
+    def means(self, x: torch.Tensor) -> torch.Tensor:
+        """Latent predictive means (n, d) at windows ``x`` (after :meth:`condition`), without the
+        variances: what a free-simulation rollout feeds back (dense: K_*n alpha, O(n) per window)."""
+        if not self._exact:
+            return self.marginals_all(x)[0]
+        h = self._clamp(self.embed(x))
+        return torch.stack(
+            [(self.covariance(k, h, self._train_h) @ alpha)[:, 0] for k, (_, alpha) in enumerate(self._exact)], 1
+        )
+
     def marginals(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``marginals`` protocol for the first (or only) output."""
         mu, var = self.marginals_all(x)
@@ -411,6 +422,10 @@ class NetworkRegressor(nn.Module):
     def marginals_all(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mu = self.predict(x).to(x.dtype)
         return mu, torch.full_like(mu, 1e-12)
+
+    @torch.no_grad()
+    def means(self, x: torch.Tensor) -> torch.Tensor:
+        return self.predict(x).to(x.dtype)
 
     def marginals(self, x):
         mu, var = self.marginals_all(x)
