@@ -58,6 +58,9 @@ def refresh_once(p, factored: bool, state) -> tuple[float, dict]:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--task", default="speed")
+    parser.add_argument(
+        "--new-only", action="store_true", help="time the structure-aware path alone (lanes: old ~400 s)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     p = _prepare(args.task)
@@ -72,6 +75,10 @@ def main():
         "opt": copy.deepcopy(refresh.theta_opt.state_dict()),
     }
     state["masks"] = refresh.mask_generator.get_state() if refresh.mask_generator is not None else None
+    if args.new_only:
+        new_s, _ = refresh_once(p, True, state)
+        print(f"  one refresh ({refresh.theta_steps} theta steps), structure-aware: {new_s:7.2f} s")
+        return
     old_s, old = refresh_once(p, False, state)
     new_s, new = refresh_once(p, True, state)
     print(

@@ -103,6 +103,13 @@ class FactoredKissOperator(LinearOperator):
         return out[:, 0] if vector else out
 
     def _get_indices(self, row_index, col_index, *batch_indices) -> torch.Tensor:
+        if row_index.ndim == 2 and col_index.ndim == 2 and row_index.shape[1] == 1 and col_index.shape[0] == 1:
+            # a block of whole rows (the preconditioner's rows, forward and backward): k rows are the
+            # columns A e_i, one product with k right-hand sides
+            rows, k = row_index[:, 0], row_index.shape[0]
+            onehot = self.val.new_zeros(self.idx.shape[1], k)
+            onehot[rows, torch.arange(k, device=rows.device)] = 1.0
+            return self._matmul(onehot)[col_index[0]].T
         row_index, col_index = torch.broadcast_tensors(row_index, col_index)
         out = None
         for d, K in enumerate(self.factors):
