@@ -102,14 +102,55 @@ class FactoredKissOperator(LinearOperator):
         out = (weight[:, :, None] * grid[flat]).sum(1) if graph else W @ grid  # W (K_UU W^T v)
         return out[:, 0] if vector else out
 
+    def _kron(self, factors, grid: torch.Tensor) -> torch.Tensor:
+        """K_UU grid for grid values (M, r), K_UU = factors[0] (x) ... (x) factors[E-1]."""
+        r = grid.shape[-1]
+        grid = grid.reshape(*self.sizes, r)
+        for d, K in enumerate(factors):
+            grid = torch.movedim(torch.tensordot(K, grid, dims=([1], [d])), 0, d)
+        return grid.reshape(-1, r)
+
+    def _bilinear_derivative(self, left_vecs: torch.Tensor, right_vecs: torch.Tensor):
+        """d/d(val, idx, factors) of sum_r u_r^T W K_UU W^T v_r, from the structure: with a = W^T U and
+        b = W^T V (constant interpolation matrices), d/dK_d by autograd through the small per-axis products
+        of a^T K_UU b, and d/dW_{ic} = U_i (K_UU b)_{flat_ic} + V_i (K_UU a)_{flat_ic} carried to the
+        per-dimension weights by autograd through their product (linear_operator's default instead
+        differentiates the whole product, scatter and gather included)."""
+        U = left_vecs[:, None] if left_vecs.ndim == 1 else left_vecs
+        V = right_vecs[:, None] if right_vecs.ndim == 1 else right_vecs
+        W, Wt = self._sparse()
+        a, b = Wt @ U, Wt @ V
+        want_val = self.val.requires_grad
+        want = [f.requires_grad for f in self.factors]
+        grads_f: list[torch.Tensor | None] = [None] * len(self.factors)
+        with torch.enable_grad():
+            fk = [f.detach().requires_grad_(w) for f, w in zip(self.factors, want)]
+            kb = self._kron(fk, b)
+            if any(want):
+                got = iter(torch.autograd.grad((a * kb).sum(), [f for f in fk if f.requires_grad]))
+                grads_f = [next(got) if w else None for w in want]
+            grad_val = None
+            if want_val:
+                flat, _ = self._flat()
+                ka = self._kron([f.detach() for f in self.factors], a)
+                gw = (U[:, None, :] * kb.detach()[flat]).sum(-1) + (V[:, None, :] * ka[flat]).sum(-1)  # (n, 4^E)
+                val = self.val.detach().requires_grad_(True)
+                weight = val[0]
+                for d in range(1, len(self.factors)):
+                    weight = (weight[:, :, None] * val[d][:, None, :]).reshape(weight.shape[0], -1)
+                (grad_val,) = torch.autograd.grad(weight, val, gw)
+        return (grad_val, None, *grads_f)
+
     def _get_indices(self, row_index, col_index, *batch_indices) -> torch.Tensor:
         if row_index.ndim == 2 and col_index.ndim == 2 and row_index.shape[1] == 1 and col_index.shape[0] == 1:
-            # a block of whole rows (the preconditioner's rows, forward and backward): k rows are the
-            # columns A e_i, one product with k right-hand sides
-            rows, k = row_index[:, 0], row_index.shape[0]
-            onehot = self.val.new_zeros(self.idx.shape[1], k)
-            onehot[rows, torch.arange(k, device=rows.device)] = 1.0
-            return self._matmul(onehot)[col_index[0]].T
+            # a rows x columns block (the preconditioner's rows: k x n in its forward pass, n x k in its
+            # backward): A symmetric, the k columns A e_j are one product with k one-hot right-hand sides
+            rows, cols = row_index[:, 0], col_index[0]
+            few, many = (rows, cols) if rows.shape[0] <= cols.shape[0] else (cols, rows)
+            onehot = self.val.new_zeros(self.idx.shape[1], few.shape[0])
+            onehot[few, torch.arange(few.shape[0], device=few.device)] = 1.0
+            block = self._matmul(onehot)[many]  # (len(many), len(few))
+            return block.T if few is rows else block
         row_index, col_index = torch.broadcast_tensors(row_index, col_index)
         out = None
         for d, K in enumerate(self.factors):

@@ -44,6 +44,9 @@ def test_the_operator_is_gpytorchs_matrix(E):
     torch.testing.assert_close(op @ v, dense @ v, rtol=0, atol=1e-11)
     rows, cols = torch.tensor([0, 7, 149, 3]), torch.tensor([5, 7, 0, 100])
     torch.testing.assert_close(op[rows, cols], dense[rows, cols], rtol=0, atol=1e-12)
+    few, perm = torch.tensor([4, 0, 99]), torch.randperm(150, generator=torch.Generator().manual_seed(2))
+    for r, c in ((few[:, None], perm[None]), (perm[:, None], few[None])):  # k x n and n x k blocks
+        torch.testing.assert_close(op[r, c], dense[r, c], rtol=0, atol=1e-12)
     torch.testing.assert_close(op.to_dense(), k.dense(h), rtol=0, atol=1e-12)  # the dense KISS path's matrix
 
 
