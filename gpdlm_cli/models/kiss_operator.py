@@ -41,6 +41,7 @@ class FactoredKissOperator(LinearOperator):
         self.idx, self.val, self.factors = idx, val, factors
         self.sizes = tuple(int(f.shape[0]) for f in factors)
         self._csr = None
+        self._diag = None
 
     def _size(self) -> torch.Size:
         n = self.idx.shape[1]
@@ -171,8 +172,10 @@ class FactoredKissOperator(LinearOperator):
         return (weight * root.sqrt()[flat]).sum(-1).pow(2)
 
     def _diagonal(self) -> torch.Tensor:
-        rows = torch.arange(self.idx.shape[1], device=self.idx.device)
-        return self._get_indices(rows, rows)
+        if self._diag is None:  # asked several times per NLML (the preconditioner, its backward)
+            rows = torch.arange(self.idx.shape[1], device=self.idx.device)
+            self._diag = self._get_indices(rows, rows)
+        return self._diag
 
     def _expand_batch(self, batch_shape):
         if len(batch_shape) == 0:
