@@ -96,6 +96,8 @@ def validate(cfg) -> None:
             raise param_error(key, f"model={name} (network)", "a float in [0, 1)", v)
     if net.get("dtype", "float32") not in ("float32", "float64"):
         raise param_error("dtype", f"model={name} (network)", "'float32' or 'float64'", net.dtype)
+    if not isinstance(m.get("simulate_in_training", False), bool):
+        raise param_error("simulate_in_training", f"model={name}", "true or false", m.get("simulate_in_training"))
     hz = m.get("horizons") or []
     if any(not C.is_int(h) or h < 1 for h in hz):
         raise param_error("horizons", f"model={name}", "a list of integers >= 1", list(hz))
@@ -178,7 +180,7 @@ def check_sizes(cfg, n_train: int) -> None:
 def build(cfg, data, task: str) -> Method:
     """The Method of a recurrent model: the network (and GP) of ``cfg.model`` on the windows of ``data``,
     its training stages, evaluation (one-step and, in free simulation, rollouts) and diagnostics."""
-    from ..metrics.simulation import SequenceEvaluation
+    from ..metrics.simulation import EvaluationSchedule, SequenceEvaluation
     from ..objectives.recurrent import SquaredError
     from ..training.kernel_refresh import EpochTimer
 
@@ -197,8 +199,16 @@ def build(cfg, data, task: str) -> Method:
     gp = is_gp(m.name)
     model, likelihoods = (build_gp if gp else build_baseline)(cfg, network, d, x.device)
     evaluation = SequenceEvaluation(
-        model, x, y, likelihoods, mode=mode, feedback=feedback, horizons=[int(h) for h in (m.get("horizons") or [])]
+        model,
+        x,
+        y,
+        likelihoods,
+        mode=mode,
+        feedback=feedback,
+        horizons=[int(h) for h in (m.get("horizons") or [])],
+        simulate_in_training=_simulate_in_training(m, t),
     )
+    schedule = EvaluationSchedule(evaluation)  # training evaluations: one-step metrics (the selection's)
     tags = {"gpdlm.prediction_mode": mode}
     if mode == "free_simulation":
         tags["gpdlm.free_simulation"] = (
@@ -218,12 +228,15 @@ def build(cfg, data, task: str) -> Method:
     if not gp:
         stochastic = network.stochastic
         objective = SquaredError(model.predict, dropout=stochastic, generator=masks)
-        stage = Stage("mse", objective, model.groups(), stochastic=stochastic, hooks=[timer], overrides=lr)
+        hooks = [timer, schedule]
+        stage = Stage("mse", objective, model.groups(), stochastic=stochastic, hooks=hooks, overrides=lr)
         return Method(
             m.name, model, likelihoods[0], [stage], diagnostics=lambda: {**timing(), **_statistics(cfg)}, **common
         )
 
     parts = GPStages(cfg, model, pretrainer, x, y, lr=lr, masks=masks, timer=timer)
+    for stage in parts.stages:
+        stage.hooks = [*stage.hooks, schedule]
     tags.update(
         {"gpdlm.algorithm": t.get("algorithm", "full"), "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init}
     )
@@ -236,6 +249,15 @@ def build(cfg, data, task: str) -> Method:
     return Method(
         m.name, model, likelihoods[0], parts.stages, monitors=parts.monitors(), diagnostics=diagnostics, **common
     )
+
+
+def _simulate_in_training(m, t) -> str:
+    """Which splits training evaluations simulate: ``all`` with ``model.simulate_in_training=true`` (every
+    evaluation complete), ``val`` when the best iterate is selected by a simulated metric, else ``none``."""
+    if m.get("simulate_in_training", False):
+        return "all"
+    keep = t.get("keep_best")
+    return "val" if "sim_" in str(BEST_BY if keep == "auto" else keep) else "none"
 
 
 def _statistics(cfg) -> dict[str, float]:
