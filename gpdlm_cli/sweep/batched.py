@@ -245,6 +245,7 @@ def _train_group(sweep: str, cfg, key: str, configs: list, evaluator, stage_cach
                         stage.groups,
                         list(stage.hooks),
                         evaluate if (s.eval_every or s.eval_every_epochs) else None,
+                        objective=stage.objective,
                     )
                 )
                 prepared.append((p, s, pre, pre_steps))

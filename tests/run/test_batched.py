@@ -14,7 +14,7 @@ from scipy.stats import multivariate_normal
 
 from gpdlm_cli.prepare import prepare
 from gpdlm_cli.sweep.batched import clear_batched, out_of_scope, shape_key
-from gpdlm_cli.sweep.batched_model import BatchedSVGP, Member, NotBatchable
+from gpdlm_cli.sweep.batched_model import BatchedSVGP, Member, NotBatchable, _objective
 
 from ..conftest import compose, run_cli
 
@@ -317,3 +317,38 @@ def test_a_batch_that_fails_falls_back_to_separate_runs(tmp_path, capsys, mlflow
     for key, run in fallen.items():
         assert run.data.tags["gpdlm.batched"] == "separate"
         assert run.data.metrics["test_nll"] == separate[key].data.metrics["test_nll"]  # bit for bit: the same path
+
+
+@pytest.mark.parametrize("model", ["svgp", "dlm"])
+def test_the_ordinary_objective_evaluates_a_batch_of_members(model):
+    """Issue 46, item 4: the members' own objective (``CollapsedELBO``, ``DLM``) run once on their stacked
+    parameters (``torch.func.functional_call``, a leading batch dimension) gives each member's loss and
+    gradient as evaluated on its own model -- no second copy of the maths."""
+    members = _members(model, [(0, 0.5), (1, 2.0), (0, 3.0)])
+    batch = BatchedSVGP(members)
+    assert type(batch.objective).__name__ == ("CollapsedELBO" if model == "svgp" else "DLM")
+    got = batch.losses()
+    assert got.shape == (3,)
+    got.sum().backward()
+    for b, m in enumerate(members):
+        own = _objective(m)
+        params = [p for ps in m.groups.values() for p in ps if p.requires_grad]
+        loss = own(m.x, m.y)
+        assert got[b].item() == pytest.approx(loss.item(), rel=1e-12)
+        grads = torch.autograd.grad(loss, params)
+        stacked = [p.grad[b] for _, ps in batch.parameter_groups() for p in ps]
+        for g_own, g_batch in zip(grads, stacked):
+            torch.testing.assert_close(g_batch, g_own, rtol=1e-9, atol=1e-12)
+
+
+def test_a_batch_of_cholesky_factors_adds_jitter_only_where_a_member_needs_it():
+    """``safe_cholesky`` on a batch: a member whose matrix is not positive definite gets the factor its
+    separate run gets (its own jitter), the others the plain factor -- not the batch's jitter."""
+    from gpdlm_cli.models.linalg import safe_cholesky
+
+    good = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
+    bad = torch.tensor([[1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)  # singular: needs jitter
+    L = safe_cholesky(torch.stack([good, bad, good]))
+    torch.testing.assert_close(L[0], torch.linalg.cholesky(good), rtol=0, atol=0)
+    torch.testing.assert_close(L[2], torch.linalg.cholesky(good), rtol=0, atol=0)
+    torch.testing.assert_close(L[1], safe_cholesky(bad), rtol=0, atol=0)
