@@ -117,3 +117,64 @@ def test_one_scgd_step_against_numpy(fused):
     np.testing.assert_allclose(phi.grad.numpy(), ref[1], rtol=0, atol=1e-12)
     np.testing.assert_allclose(w.grad.numpy(), ref[2], rtol=0, atol=1e-12)
     np.testing.assert_allclose(float(s2.grad), ref[3], rtol=0, atol=1e-12)
+
+
+def _numpy_minimax(phi, w, s2, M, B, y, C, phi_bar, mu, n):
+    """MINIMAX's step in numpy: value and gradients (the closed forms of _MinimaxStep's docstring)."""
+    b, d = phi.shape
+    A = C @ (0.5 * (M + M.T)) @ C.T
+    nA = np.linalg.norm(A)
+    r = phi @ w - y
+    Q = np.sum(B * A) - (n / b) * np.einsum("ij,jk,ik->", phi, B, phi) - s2 * np.trace(B)
+    value = 0.5 * (
+        r @ r / (b * s2) + w @ w / n + (n - d) / n * np.log(s2) + (np.linalg.slogdet(A)[1] + mu * Q / nA) / n
+    ) + 0.5 * np.log(2 * np.pi)
+    kappa = mu / (n * nA)
+    d_w = phi.T @ r / (b * s2) + w / n
+    d_phi = np.outer(r, w) / (b * s2) - kappa * n / (2 * b) * phi @ (B + B.T)
+    d_s2 = 0.5 * (-(r @ r) / (b * s2**2) + (n - d) / (n * s2) - kappa * np.trace(B))
+    G = np.linalg.inv(A) / (2 * n) + 0.5 * kappa * (B - Q * A / nA**2)
+    dS = C.T @ G @ C
+    d_M = 0.5 * (dS + dS.T)
+    d_B = -0.5 * kappa * (A - (n / b) * phi_bar.T @ phi_bar - s2 * np.eye(d))
+    return value, d_phi, d_w, d_s2, d_M, d_B
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_one_minimax_step_against_numpy(fused):
+    """The fused step and the autograd reference both give numpy's value and d/dphi, d/dw, d/ds2, d/dM and the
+    max step's d/dB (to 1e-12), with a symmetric B inside the unit ball and mu = 3."""
+    from types import SimpleNamespace
+
+    from gpdlm_cli.models.bayesian_linear import CholeskyLog
+    from gpdlm_cli.objectives.rkhs import Minimax, _MinimaxStep
+
+    g = torch.Generator().manual_seed(1)
+    b, d, n, mu = 6, 4, 40, 3.0
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    phi, w, y, phi_bar = r(b, d).requires_grad_(), r(d).requires_grad_(), r(b), r(b, d)
+    s2 = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    Z = r(30, d)
+    C = torch.linalg.cholesky(Z.T @ Z + torch.eye(d, dtype=torch.float64))
+    M = (torch.eye(d, dtype=torch.float64) + 0.1 * r(d, d)).requires_grad_()
+    B0 = r(d, d)
+    B = (0.2 * (B0 + B0.T) / torch.linalg.norm(B0 + B0.T)).requires_grad_()
+    model = SimpleNamespace(noise=s2, chol_log=CholeskyLog())
+    if fused:
+        value = _MinimaxStep.apply(phi, w, s2, M, B, y, C, phi_bar, mu, n, SimpleNamespace(model=model))
+    else:
+        obj = SimpleNamespace(model=model, num_data=n, w=w, M=M, B=B, C=C, mu=mu)
+        obj.A = lambda: Minimax.A(obj)
+        obj.penalty = lambda *a: Minimax.penalty(obj, *a)
+        value = Minimax.reference_step(obj, phi, y, phi_bar)
+    value.backward()
+    ref = _numpy_minimax(
+        *(t.detach().numpy() for t in (phi, w)), 0.2, M.detach().numpy(), B.detach().numpy(), y.numpy(),
+        C.numpy(), phi_bar.numpy(), mu, n,
+    )  # fmt: skip
+    np.testing.assert_allclose(float(value.detach()), ref[0], rtol=0, atol=1e-12)
+    for got, want in zip((phi.grad, w.grad, s2.grad, M.grad, B.grad), ref[1:]):
+        np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
