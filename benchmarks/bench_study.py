@@ -35,10 +35,10 @@
   evaluations per run (one timed at n = 4096, scaled linearly in n: O(n d^2)) and a start-up per run;
   core-hours, and hours on 2 cores (jobs spread over 2 workers), and with ``--batching-factor`` (the per-member
   cost of batched configurations, helper E's ``bench_batched``) applied to the step hours. `gplstm` (Table 2)
-  and `svbssgp` (Table 1): every configuration of ``--sample`` (default: each model once, seed 0) is run
-  twice through gpdlm's own ``run_train`` (1 and 2 epochs, evaluated every epoch), which separates per-epoch
-  training, one evaluation, and the fixed cost of a run; the preset's epochs and evaluation schedule give each
-  run's projection, seeds multiply it.
+  and `svbssgp` (Table 1): every configuration of ``--sample`` (default: every configuration, seed 0) is run
+  three times through gpdlm's own ``run_train`` (1 epoch; 2 epochs; 2 epochs evaluated after the first too; CPU
+  seconds), which separates one epoch, one evaluation and the fixed cost of a run; the preset's epochs and
+  evaluation schedule give each run's projection, the mean over the sample x configurations x seeds the study.
 
 Both print a table; `--csv FILE` also writes the rows, so a long measurement can run in chunks
 (`--sizes`, `--seeds`, `--betas`, `--models` select one) and be gathered afterwards.
@@ -661,9 +661,10 @@ PAPER_PRESETS = {
 }
 
 
-def _timed_run(overrides) -> tuple[float, float]:
-    """(CPU seconds of the whole run_train call, its training seconds), tracking off."""
+def _timed_run(overrides) -> float:
+    """CPU seconds of this process for one whole ``run_train`` call (tracking off)."""
     import tempfile
+    from pathlib import Path
 
     from gpdlm_cli.run.train import run_train
     from gpdlm_cli.tracking import NullTracker
@@ -671,14 +672,16 @@ def _timed_run(overrides) -> tuple[float, float]:
     cfg = compose(list(overrides))
     with tempfile.TemporaryDirectory() as tmp:
         t = time.process_time()
-        metrics = run_train(cfg, __import__("pathlib").Path(tmp), tracker=NullTracker())
-        return time.process_time() - t, float(metrics.get("train_seconds", 0.0))
+        run_train(cfg, Path(tmp), tracker=NullTracker())
+        return time.process_time() - t
 
 
 def project_preset(paper: str, sample: list[str] | None = None, extra=()) -> list[dict]:
-    """A paper's study projected from two short real runs of each sampled configuration (module docstring).
-    ``sample``: 'key=value,key=value' points of the preset's sweep (default: each model of it once, the other
-    axes at their first value)."""
+    """A paper's study projected from three short real runs of each sampled configuration (module docstring):
+    after a warm-up run (imports, the data cache), (a) 1 epoch, (b) 2 epochs, (c) 2 epochs evaluated after the
+    first as well, all in CPU seconds, so that one
+    epoch = b - a, one evaluation = c - b and the fixed cost of a run (start, data, final evaluation) = a - epoch.
+    ``sample``: 'key=value,key=value' points of the preset's sweep (default: every configuration once)."""
     import itertools
 
     preset, repeat_axis = PAPER_PRESETS[paper]
@@ -690,27 +693,28 @@ def project_preset(paper: str, sample: list[str] | None = None, extra=()) -> lis
     grid = [dict(zip(axes, v)) for v in itertools.product(*axes.values())]
     configs = {tuple((k, v) for k, v in point.items() if k != repeat_axis) for point in grid}
     if sample:
-        points = [tuple(kv.split("=", 1) for kv in s.split(",")) for s in sample]
+        points = [tuple(tuple(kv.split("=", 1)) for kv in s.split(",")) for s in sample]
     else:
         points = sorted(configs)
     base = [f"+experiment={preset}", "progress=false", "tracking.enabled=false", "threads=1", *extra]
     rows, measured = [], []
     print(f"{paper}: preset {preset}, {len(configs)} configurations x {repeats} ({repeat_axis}), {epochs} epochs")
     for point in points:
-        ov = base + [f"{k}={v}" for k, v in point]
-        t1, tr1 = _timed_run(ov + ["trainer.max_epochs=1", "trainer.eval_every_epochs=1"])
-        t2, tr2 = _timed_run(ov + ["trainer.max_epochs=2", "trainer.eval_every_epochs=1"])
-        epoch_s = max(tr2 - tr1, tr1)
-        eval_s = max(0.0, (t2 - t1) - (tr2 - tr1))
+        ov = base + [f"{k}={v}" for k, v in point] + ["trainer.eval_every=0", "trainer.keep_best=null"]
+        _timed_run(ov + ["trainer.max_epochs=1", "trainer.eval_every_epochs=null"])  # warm-up: imports, data cache
+        a = _timed_run(ov + ["trainer.max_epochs=1", "trainer.eval_every_epochs=null"])
+        b = _timed_run(ov + ["trainer.max_epochs=2", "trainer.eval_every_epochs=null"])
+        c = _timed_run(ov + ["trainer.max_epochs=2", "trainer.eval_every_epochs=1"])
+        epoch_s, eval_s = max(0.0, b - a), max(0.0, c - b)
         in_loop = (epochs - 1) // every if every else 0
-        run_s = t1 + (epochs - 1) * epoch_s + in_loop * eval_s
+        run_s = a + (epochs - 1) * epoch_s + in_loop * eval_s
         measured.append(run_s)
         row = dict(
             study=paper,
             config=",".join(f"{k}={v}" for k, v in point),
             epoch_s=epoch_s,
             eval_s=eval_s,
-            fixed_s=t1 - tr1 - eval_s,
+            fixed_s=a - epoch_s,
             run_s=run_s,
             eval_share=in_loop * eval_s / run_s,
         )
