@@ -289,6 +289,7 @@ DIAGNOSED = {
         "D12-count-estimators-doctor-visits": "stand-in only",
         "D13-bmc100-exact-pol": "underpowered",
     },
+    "rkhs": {"T2-minimax-beats-bsgd-b32": "protocol-bound"},
 }
 
 
