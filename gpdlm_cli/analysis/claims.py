@@ -62,6 +62,7 @@ CAUSES = (
     "data-specific",
     "gpdlm defect (fixed)",
     "gpdlm defect (open)",
+    "underpowered",  # the measured effect has the claim's sign, but the units run cannot resolve it (a power computation)
 )
 TESTS = ("ttest", "wilcoxon")
 CONDITIONS = ("gt", "ge", "lt", "le", "in")

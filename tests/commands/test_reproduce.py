@@ -467,3 +467,28 @@ def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
     assert seen == [["+experiment=rkhs_batch_study_pol", "kernel=linear", "dataset=pol"]]
     assert m.note == "estimate for pol only: the jobs on 7 other data sets not offline"
     assert "estimated 12 s; estimate for pol only" in rp.describe(p)
+
+
+@pytest.mark.slow
+def test_every_svgp_job_of_the_rkhs_smoke_plan_builds(monkeypatch):
+    """SVGP's M is the batch size (rkhs_batch_study) and with the linear kernel M <= d, the network's last width:
+    the smoke scale's b = 32 needs the smoke preset's network at least 32 wide (it was 16: both SVGP jobs of
+    `gpdlm reproduce rkhs --scale smoke` failed with 'kernel=linear has rank d=16')."""
+    from gpdlm_cli.data.paths import mirror_dir  # noqa: F401
+    from gpdlm_cli.run.compose import compose_jobs
+    from gpdlm_cli.run.plan import job_overrides
+    from gpdlm_cli.run.prepare import prepare
+
+    if not rp.offline(rp.data_status("pol")):
+        pytest.skip("pol is neither cached nor in $GPDLM_DATA_MIRROR")
+    plan = rp.derive(claims.load("rkhs"), [], "smoke", "paper", ["threads=1"])
+    built = 0
+    for m in plan.multiruns:
+        jobs, _ = job_overrides([f"+experiment={m.preset}", *m.overrides])
+        for job in jobs:
+            if "model=svgp" in job and "dataset.split.mask=0" in job:
+                (cfg,) = compose_jobs([job])
+                p = prepare(cfg)  # builds the method: raised UnsupportedCombination for kernel=linear
+                assert p.cfg.model.num_inducing == 32 and p.n_train == 200
+                built += 1
+    assert built == 3  # the linear, rff and rbf kernels
