@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     install_signal_handlers()  # SIGTERM/SIGHUP end the command like Ctrl-C: runs end KILLED
     if name in ("train", "sweep") and "--dry-run" in rest:
         return _dry_run(name, [a for a in rest if a != "--dry-run"])
+    if name in ("train", "sweep") and _cfg_flags(rest) is not None and (name == "sweep" or _multirun(rest)):
+        return _show_sweep_configs(name, rest)
     if name in HYDRA_SUBCOMMANDS:  # unknown config options: one line, not Hydra's page
         from .config_check import check_overrides
 
@@ -236,6 +238,73 @@ def _dry_run(name: str, rest: list[str]) -> int:
             f"gpdlm: {len(plans)} multiruns (one beta grid per dataset configuration), "
             f"{sum(len(p.jobs) for p in plans)} jobs, estimated wall time {_duration(total)} in all (an upper bound)"
         )
+    return 0
+
+
+def _multirun(rest: list[str]) -> bool:
+    return any(a in ("-m", "--multirun") for a in rest)
+
+
+def _cfg_flags(rest: list[str]) -> tuple[str, str | None, bool, list[str]] | None:
+    """Hydra's ``--cfg/-c TYPE [--package/-p PKG] [--resolve]`` in ``rest``: (TYPE, PKG, resolve, the
+    other arguments), or None without ``--cfg``. An unknown TYPE is left to the caller's check."""
+    kind, package, resolve, others = None, None, False, []
+    it = iter(rest)
+    for a in it:
+        flag, eq, value = a.partition("=")
+        if flag in ("--cfg", "-c", "--package", "-p") and flag.startswith("-"):
+            value = value if eq else next(it, "")
+            if flag in ("--cfg", "-c"):
+                kind = value
+            else:
+                package = value
+        elif a == "--resolve":
+            resolve = True
+        else:
+            others.append(a)
+    return None if kind is None else (kind, package, resolve, others)
+
+
+def _show_sweep_configs(name: str, rest: list[str]) -> int:
+    """``gpdlm train -m ... --cfg job|hydra|all`` (and ``gpdlm sweep beta ... --cfg ...``): Hydra prints
+    one run's config and refuses ``--cfg`` with ``--multirun``; gpdlm prints every job's config, each
+    after a ``# job i of N: <overrides>`` line, as ``gpdlm train <overrides> --cfg TYPE`` would."""
+    from .exceptions import GpdlmError
+    from .hydra_apps import report_error
+
+    kind, package, resolve, others = _cfg_flags(rest)
+    try:
+        if kind not in ("job", "hydra", "all"):
+            raise GpdlmError(f"--cfg takes job, hydra or all; got {kind!r}")
+        from .config_check import check_overrides
+
+        args = [a for a in others if a not in ("-m", "--multirun")]
+        message = check_overrides(args[1:] if name == "sweep" else args, command=name)
+        if message:
+            raise GpdlmError(message)
+        from .run.plan import job_overrides
+
+        if name == "sweep":
+            if not args:
+                raise GpdlmError("gpdlm sweep --cfg needs a sweep kind: gpdlm sweep beta ... --cfg job")
+            from .commands.sweep import sweep_overrides
+
+            multiruns = [[a for a in r if a != "-m"] for r in sweep_overrides(args[0], args[1:])]
+        else:
+            multiruns = [args]
+        jobs = [job for m in multiruns for job in job_overrides(m)[0]]
+    except GpdlmError as e:
+        report_error(e)
+        return 2
+    from hydra.core.global_hydra import GlobalHydra
+
+    from .run.compose import config_module
+
+    with config_module():
+        hydra = GlobalHydra.instance().hydra
+        for i, job in enumerate(jobs):
+            print(f"# job {i + 1} of {len(jobs)}: {' '.join(job)}", flush=True)
+            hydra.show_cfg("config", list(job), kind, package, resolve)
     return 0
 
 
