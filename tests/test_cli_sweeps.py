@@ -44,3 +44,23 @@ def test_cfg_all_and_a_bad_cfg_type_with_multirun(capsys):
     assert all("hydra" in yaml.safe_load(body) for _, body in jobs)
     assert cli.main(["train", "-m", "model=dlm,svgp", "--cfg", "jobs"]) == 2
     assert capsys.readouterr().err.strip() == "gpdlm: error: --cfg takes job, hydra or all; got 'jobs'"
+
+
+@pytest.mark.slow  # ~8 s: the data loaded for n, four jobs composed
+def test_sweep_beta_of_a_preset_uses_the_presets_training_size(capsys):
+    """classification_smoke sets dataset.split.train_size=100 in its sweeper params (one value: not a
+    pin); the grid's n was composed without it ("ringnorm (1000 rows) leaves -100 training rows")."""
+    from gpdlm_cli.commands.sweep import _format, beta_grid, sweep_overrides
+
+    runs = sweep_overrides("beta", ["+experiment=classification_smoke"])
+    grid = beta_grid(100)
+    assert grid[0] == 100.0 and grid[-1] == 0.01
+    assert runs == [["-m", "objective.beta=" + ",".join(_format(b) for b in grid), "+experiment=classification_smoke"]]
+    argv = ["sweep", "beta", "+experiment=classification_smoke", "sweep.grid_min=50", "--cfg", "job", "-p", "dataset"]
+    rc = cli.main(argv)
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    jobs = _jobs_printed(captured.out)
+    assert [head.split(":")[0] for head, _ in jobs] == [f"{i} of 4" for i in (1, 2, 3, 4)]  # dlm, svgp x 100, 50
+    assert [yaml.safe_load(body)["split"]["train_size"] for _, body in jobs] == [100] * 4
+    assert [head.split("objective.beta=")[1].split()[0] for head, _ in jobs] == ["100.0", "50.0"] * 2
