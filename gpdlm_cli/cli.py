@@ -64,7 +64,40 @@ def usage() -> str:
     return USAGE.format(rows=rows)
 
 
+#: the exit code when the reader of stdout went away (``gpdlm datasets list | head -1``): a shell's code for a
+#: command ended by SIGPIPE (128 + 13), without a message -- as ``yes | head -1`` ends
+EXIT_STDOUT_CLOSED = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _broken_pipe(e: BaseException | None) -> bool:
+    """Is ``e`` (or what it was raised from) a write to a closed stdout pipe?"""
+    seen = 0
+    while e is not None and seen < 10:
+        if isinstance(e, BrokenPipeError):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _stdout_closed() -> int:
+    """stdout's reader went away: end quietly. What is still buffered goes to /dev/null, so that the
+    interpreter's final flush does not raise again ("Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test's capture)
+        pass
+    return EXIT_STDOUT_CLOSED
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -112,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
         return exit_code(e)
     except Exception as e:
+        if _broken_pipe(e):  # `gpdlm ... | head`: not an error of the command
+            _abort_sweeps("FAILED", "stdout was closed")
+            return _stdout_closed()
         code = _one_line_error(e, hydra_full_error, run_folder=name in HYDRA_SUBCOMMANDS)
         _abort_sweeps("FAILED", str(e))
         if code is None:
