@@ -274,7 +274,7 @@ def test_batched_is_refused_with_another_launcher_and_with_warm_starts(tmp_path)
         trained = []
         job_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         try:
-            assert run_job(job_cfg, lambda *a, **k: trained.append(1)) == float("inf")
+            assert run_job(job_cfg, lambda *a, _t=trained, **k: _t.append(1)) == float("inf")
         finally:
             HydraConfig.instance().cfg = saved
         assert not trained
@@ -282,6 +282,7 @@ def test_batched_is_refused_with_another_launcher_and_with_warm_starts(tmp_path)
         assert outcome["status"] == "failed" and phrase in outcome["reason"] and "\n" not in outcome["reason"]
 
 
+@pytest.mark.slow  # every job composed: ~3.3 s
 def test_the_plan_says_what_is_batched():
     from gpdlm_cli.run.plan import plan
 
