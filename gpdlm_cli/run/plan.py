@@ -135,6 +135,18 @@ def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
 
 
 def _estimate(p: SweepPlan, k: int) -> float:
+    """The sweep's estimated seconds; the probes run at each job's torch threads, and the calling process's
+    thread count is put back after (a test process or a reproduce that goes on to run the jobs)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _estimate_at_job_threads(p, k)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _estimate_at_job_threads(p: SweepPlan, k: int) -> float:
     from hydra import compose
 
     from ..build import configure_threads
