@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # ----- settings -------------------------------------------------------------------------------------
 def validate_config(cfg):
     """Range checks on config values that need no data: every number finite, the shared keys, then
-    the model's family. Returns the family module (``run.prepare`` looks it up once, here)."""
+    the model's family. Returns the family module (``prepare`` looks it up once, here)."""
     check_finite(cfg)
     seed = cfg.seed
     if not is_int(seed) or not 0 <= seed < 2**63:

@@ -72,6 +72,9 @@ def validate(cfg) -> None:
         FM.check_finite_kernel(cfg.kernel)
     if not C.is_int(m.block_rows) or m.block_rows < 1:
         raise param_error("block_rows", owner, "an integer >= 1", m.block_rows)
+    budget = m.get("posterior_memory_gb")
+    if budget is not None and not number_in(budget, 0, math.inf, lo_open=True, hi_open=True):
+        raise param_error("posterior_memory_gb", owner, "a finite float > 0 (GB) or null", budget)
     if not C.is_int(m.exact_nlml_max_n) or m.exact_nlml_max_n < 0:
         raise param_error("exact_nlml_max_n", owner, "an integer >= 0", m.exact_nlml_max_n)
     if m.name == "scgd":
@@ -104,7 +107,47 @@ def validate(cfg) -> None:
 BSGD_MAX_FULL_BATCH = 20000
 
 
+def memory_budget_bytes(setting, device_type: str) -> int:
+    """``model.posterior_memory_gb`` in bytes; null: 80% of this machine's memory (the GPU's on CUDA)."""
+    if setting is not None:
+        return int(float(setting) * 2**30)
+    if device_type == "cuda":
+        return int(0.8 * torch.cuda.get_device_properties(0).total_memory)
+    import os
+
+    return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def check_posterior_memory(cfg, n_train: int) -> None:
+    """Refuse, before training, a run whose dense n x n evaluation cannot fit ``model.posterior_memory_gb``:
+    BSGD on an exact kernel (its posterior on min(n_train, posterior_max_rows) rows at every evaluation) and
+    the RFF arms' ``train_nlml_exact_kernel`` (n_train <= exact_nlml_max_n, once at the end)."""
+    from ..models.bayesian_linear import posterior_bytes
+
+    m = cfg.model
+    if exact_kernel(cfg):
+        rows, key = min(n_train, int(m.posterior_max_rows)), "posterior_max_rows"
+    elif cfg.kernel.name == "rff" and 0 < n_train <= int(m.exact_nlml_max_n):
+        rows, key = n_train, "exact_nlml_max_n"
+    else:
+        return
+    name = str(cfg.get("device", "cpu"))
+    device_type = "cuda" if name.startswith("cuda") or (name == "auto" and torch.cuda.is_available()) else "cpu"
+    budget = memory_budget_bytes(m.get("posterior_memory_gb"), device_type)
+    need = posterior_bytes(rows, device_type)
+    if need > budget:
+        per_row = posterior_bytes(1, device_type) - posterior_bytes(0, device_type)
+        fit = max(0, int(math.sqrt(max(0, budget - posterior_bytes(0, device_type)) / per_row)))
+        what = "posterior" if key == "posterior_max_rows" else "exact-kernel NLML (train_nlml_exact_kernel)"
+        raise UnsupportedCombination(
+            f"model={m.name} kernel={cfg.kernel.name}: the dense {what} on {rows} training rows needs "
+            f"{need / 2**30:.1f} GB, over the memory budget of {budget / 2**30:.1f} GB (model.posterior_memory_gb); "
+            f"set model.{key}={fit} or less, or raise model.posterior_memory_gb"
+        )
+
+
 def check_sizes(cfg, n_train: int) -> None:
+    check_posterior_memory(cfg, n_train)
     b = cfg.trainer.batch_size
     if cfg.model.name == "bsgd" and (b is None or b >= n_train) and n_train > BSGD_MAX_FULL_BATCH:
         raise UnsupportedCombination(

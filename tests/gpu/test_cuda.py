@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
@@ -290,7 +290,7 @@ def test_no_host_device_sync_per_iteration(name):
 # ----- batched configurations (issue 21, sweep.batched): one batched model on CUDA against separate CPU runs ---
 # the CPU batched test's problem and grid (tests/run/test_batched.py)
 from ..run.test_batched import GRID as BATCH_GRID  # noqa: E402
-from ..run.test_batched import SMALL as BATCH_SMALL
+from ..run.test_batched import SMALL as BATCH_SMALL  # noqa: E402
 
 BATCH_COMPARED = ("test_nll", "test_rmse", "val_nll", "val_rmse", "iterations", "final_loss")
 
@@ -300,7 +300,7 @@ def batched_against_separate(tmp_path, capsys, uri: str, model: str, batched_dev
     runs on ``separate_device`` and as one batched model on ``batched_device``."""
     from mlflow.tracking import MlflowClient
 
-    from gpdlm_cli.run.batched import clear_batched
+    from gpdlm_cli.sweep.batched import clear_batched
 
     out = {}
     for name, device, extra in (("sep", separate_device, []), ("bat", batched_device, ["sweep.batched=true"])):
