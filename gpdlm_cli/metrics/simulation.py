@@ -112,7 +112,7 @@ def free_simulation(
     steps = min(steps, n)
     sim = x.clone()  # the simulation's windows, past targets fed back
     mus = x.new_zeros(n, d)
-    ahead = torch.full((n, steps, d), float("nan"), dtype=x.dtype, device=x.device) if steps else None
+    ahead = torch.full((n, steps, d), float("nan"), dtype=x.dtype, device=x.device)
     for i in range(n):
         if i < steps:  # every trajectory still inside the split takes its step i
             s = torch.arange(n - i, device=x.device)
@@ -131,7 +131,7 @@ def free_simulation(
                 sim[i, cols] = mus[[i - r for c, r in taps if i - r >= 0], o].to(x.dtype)
         mus[i] = means(sim[i : i + 1])[0]
     _, var = marginals(sim)
-    return mus, var.to(mus.dtype), ahead
+    return mus, var.to(mus.dtype), (ahead if steps else None)
 
 
 def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ahead=None) -> dict[str, float]:

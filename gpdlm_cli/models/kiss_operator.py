@@ -40,8 +40,8 @@ class FactoredKissOperator(LinearOperator):
         super().__init__(val, idx, *factors)  # a float tensor first: linear_operator takes its dtype from it
         self.idx, self.val, self.factors = idx, val, factors
         self.sizes = tuple(int(f.shape[0]) for f in factors)
-        self._csr = None
-        self._diag = None
+        self._csr: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._diag: torch.Tensor | None = None
 
     def _size(self) -> torch.Size:
         n = self.idx.shape[1]
@@ -153,21 +153,19 @@ class FactoredKissOperator(LinearOperator):
             block = self._matmul(onehot)[many]  # (len(many), len(few))
             return block.T if few is rows else block
         row_index, col_index = torch.broadcast_tensors(row_index, col_index)
-        out = None
+        out = torch.ones((), dtype=self.val.dtype, device=self.val.device)
         for d, K in enumerate(self.factors):
             ii, vi = self.idx[d][row_index], self.val[d][row_index]  # (..., 4)
             jj, vj = self.idx[d][col_index], self.val[d][col_index]
             block = K[ii[..., :, None], jj[..., None, :]]  # (..., 4, 4)
-            fd = (vi[..., :, None] * block * vj[..., None, :]).sum((-1, -2))
-            out = fd if out is None else out * fd
+            out = out * (vi[..., :, None] * block * vj[..., None, :]).sum((-1, -2))
         return out
 
     def _approx_diagonal(self) -> torch.Tensor:
         """The preconditioner's pivoting diagonal, as gpytorch's operator computes it: (W sqrt(diag K_UU))^2."""
-        root = None
-        for K in self.factors:  # diag K_UU = diag K_0 (x) ... (x) diag K_{E-1}
-            dk = K.diagonal()
-            root = dk if root is None else (root[:, None] * dk[None, :]).reshape(-1)
+        root = self.factors[0].diagonal()
+        for K in self.factors[1:]:  # diag K_UU = diag K_0 (x) ... (x) diag K_{E-1}
+            root = (root[:, None] * K.diagonal()[None, :]).reshape(-1)
         flat, weight = self._flat()
         return (weight * root.sqrt()[flat]).sum(-1).pow(2)
 

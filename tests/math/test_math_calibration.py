@@ -77,7 +77,7 @@ def test_count_coverage_of_the_poisson_mixture_intervals():
         inside = []
         for m, v, yi in zip(mu, var, y):
             rates = np.exp(m + np.sqrt(2 * v) * x)
-            F = lambda k: float(np.sum(w * scipy.stats.poisson.cdf(k, rates)) / math.sqrt(math.pi))  # noqa: E731
+            F = lambda k, rates=rates: float(np.sum(w * scipy.stats.poisson.cdf(k, rates)) / math.sqrt(math.pi))  # noqa: E731
             k, lo = 0, None
             while True:  # the quantiles q(a/2), q(1 - a/2) of the mixture
                 Fk = F(k)
