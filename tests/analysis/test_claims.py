@@ -282,6 +282,7 @@ def test_svbssgp_table_equals_the_paper_text():
 DIAGNOSED = {
     "dlm": {
         "D1-pol": "underpowered",
+        "D2-pol": "robust",
         "D4-ringnorm": "robust",
         "D8-airline-nyc": "stand-in only",
         "D9-ups1-beats-bmc10-nyc": "stand-in only",
