@@ -133,3 +133,45 @@ def test_a_callback_can_stop_the_run_at_a_step(at):
     )
     assert res.iterations == at == counter.calls["on_step"]
     assert len(res.losses) == at
+
+
+class Remember(Callback):
+    """Counts steps across a checkpoint: its count goes into the loop's state and comes back on resume."""
+
+    def __init__(self, stop_at=None):
+        self.n, self.loaded, self.stop_at, self.saved = 0, None, stop_at, None
+
+    def on_step(self, loop):
+        self.n += 1
+        if loop.it == self.stop_at:
+            self.saved = loop.state()
+            loop.converged = True
+
+    def state(self):
+        return {"remember_n": self.n}
+
+    def load_state(self, state):
+        self.loaded = self.n = state["remember_n"]
+
+
+def test_a_callbacks_state_goes_through_the_loop_state_and_a_resumed_call_ends_as_the_uninterrupted_one():
+    settings = TrainerSettings(max_iters=40, lr=0.05, eval_every=0, stop_rule="none", progress=False)
+    x, y, w, objective = _problem()
+    full = train(objective, [w], x, y, settings, generator=torch.Generator().manual_seed(0))
+    x, y, w, objective = _problem()
+    first = Remember(stop_at=15)
+    train(objective, [w], x, y, settings, generator=torch.Generator().manual_seed(0), callbacks=[first])
+    assert first.saved["remember_n"] == 15 and first.saved["it"] == 15
+    again = Remember()
+    resumed = train(
+        objective,
+        [w],
+        x,
+        y,
+        settings,
+        generator=torch.Generator().manual_seed(0),
+        callbacks=[again],
+        resume=first.saved,
+    )
+    assert again.loaded == 15 and again.n == 40
+    assert resumed.iterations == 40 and resumed.losses == full.losses  # bit for bit, Adam's state included
