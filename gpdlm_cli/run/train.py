@@ -4,7 +4,9 @@
 follows the tracked-run lifecycle (``run.lifecycle``): tags, ``config.yaml``, the stages trained
 with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve,
 the learned hyperparameters (``hyperparameters.json``, ``hp.*`` metrics: ``run.hyperparameters``)
-and the saved model as artifacts, and the one-line report.
+and the saved model as artifacts, and the one-line report. ``_train_locked`` is that recipe, one line
+per step; what happens *during* training is the training loop's callbacks (``training.callbacks``, and
+``RecordFit`` here: the stage lines, the training tags, the L-BFGS budget note).
 
 The ending is ordered so that a kill at any point leaves a run that ``gpdlm resume`` continues or
 ``gpdlm runs --stale --finish`` closes (docs/reliability.md):
