@@ -1,8 +1,8 @@
 """Checkpoints that resume a run exactly (issue 22).
 
 A checkpoint (``checkpoint.pt`` in the run's output folder, written atomically) holds the whole
-training state at an iteration boundary: the loop's state (``training.loop.train``: iteration,
-losses, batch permutation, optimiser state, best-iterate snapshot, time spent, hooks' states), the
+training state at an iteration boundary: the loop's state (``training.loop.Loop.state``: iteration,
+losses, batch permutation, optimiser state, best-iterate snapshot, time spent, hooks' and callbacks' states), the
 stage in progress and what the finished stages produced (``FitResult``), every module's parameters
 and buffers, every random generator (batch order, the estimator's, torch's global one), the learning
 curves logged so far, and the config hash and MLflow run it belongs to. Written after every
@@ -38,7 +38,8 @@ class CheckpointError(GpdlmError):
 
 
 class Checkpointer:
-    """Writes the run's checkpoints; ``state`` (a loaded checkpoint) makes ``run_stages`` resume.
+    """Writes the run's checkpoints (driven by ``callbacks.Checkpointing``); ``state`` (a loaded checkpoint)
+    makes the stage loop resume.
 
     ``on_failure(error, iteration)`` is called once, at the first checkpoint that cannot be written
     (a full disk): the run goes on, and says so (``run.train``: a log line, a tag, the report)."""
@@ -52,9 +53,9 @@ class Checkpointer:
         on_failure: Callable[[OSError, int], None] | None = None,
     ):
         self.path, self.every, self.run_state = Path(path), int(every), run_state
-        self.state = state  # the checkpoint to resume from (consumed by run_stages)
-        self.stage = 0  # the stage in progress (set by run_stages)
-        self.fit = None  # run_stages' FitResult so far
+        self.state = state  # the checkpoint to resume from (consumed by callbacks.Checkpointing)
+        self.stage = 0  # the stage in progress (set by callbacks.Checkpointing)
+        self.fit = None  # the stage loop's FitResult so far
         self.evaluations = 0
         self.writes = 0
         self.on_failure = on_failure

@@ -1,11 +1,13 @@
 """The training loop: one optimiser over named parameter groups, full batch or minibatch, with
 budgets in iterations and epochs, learning-rate schedules, stopping rules, periodic evaluation,
-best-iterate restoration, hooks, a progress bar, and no per-iteration host-device synchronisation.
+best-iterate restoration, the family's stage hooks, and no per-iteration host-device synchronisation.
+Everything else -- step metrics, checkpoints, the stage cache, warm starts, the progress bar, deferred
+signals -- is a callback (``training.callbacks``; docs/training.md, "The loop and its callbacks").
 
 Losses stay on the device in a buffer; every ``check_every`` iterations the buffer is read once to
 test convergence, NaNs and progress (the only sync points besides evaluations, which read metrics,
 and L-BFGS, whose line search compares values on the host). Step metrics are handed to the sink in
-batches at every evaluation.
+batches at every evaluation (``callbacks.StepLog``).
 
 An *epoch* is one pass of shuffled minibatches, floor(N / batch) iterations (the remainder of a
 permutation is dropped and a new one drawn); on the full batch one iteration is one epoch. With a
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..exceptions import NumericalError
+from .callbacks import standard
 from .optim import Schedule, make_optimizer
 from .stopping import ConvergenceRule, make_rule
 
@@ -72,14 +74,6 @@ class TrainResult:
     grad_max_abs: float | None = None  # max_i |d loss / d theta_i| at the last iterate (when grad_tol is set)
 
 
-def _progress_bar(total: int, desc: str, enabled: bool):
-    if not enabled or not sys.stderr.isatty():
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
-
-
 def gradient_max_abs(loss: torch.Tensor, params: list[torch.Tensor]) -> float:
     """max_i |d loss / d theta_i| over every element of ``params`` (one host read)."""
     grads = torch.autograd.grad(loss, params, allow_unused=True)
@@ -107,6 +101,356 @@ class _Snapshot:
                 t.copy_(c)
 
 
+class Loop:
+    """The training loop: steps, stopping and evaluation, and a list of callbacks for everything else.
+
+    One ``Loop`` trains on the rows ``x, y`` under the run's ``settings``; ``train`` runs one call of the
+    step loop (a stage's training: its objective, parameters and settings) and returns its ``TrainResult``;
+    ``training.stages.StageLoop`` adds a family's stages. ``evaluate`` (the run's evaluation) is called every
+    ``eval_every`` iterations / ``eval_every_epochs`` epochs; ``modules``' parameters and buffers are the
+    state a checkpoint, the stage cache and ``keep_best`` save; ``generators`` the random generators they
+    save besides ``generator`` (the batch order). ``callbacks`` (``training.callbacks``) are called at the
+    hooks docs/training.md lists ("The loop and its callbacks").
+
+    What callbacks read: ``settings`` (of the call in progress), ``desc``, ``it`` (iterations done in this
+    call), ``cap``, ``step`` (the global step: ``step_offset + it``), ``losses`` (on the device: read them
+    only where the loop syncs, i.e. at evaluations or when ``checked``), ``checked`` (the losses were read
+    this iteration), ``converged``, ``done`` (this iteration is the call's last), ``checkpointable`` and
+    ``state()`` (everything needed to continue exactly from iteration ``it``)."""
+
+    def __init__(
+        self,
+        x,
+        y,
+        settings: TrainerSettings,
+        *,
+        generator: torch.Generator,
+        evaluate=None,
+        callbacks: Iterable = (),
+        modules: Iterable[torch.nn.Module] = (),
+        generators: Iterable = (),
+    ):
+        self.x, self.y, self.run_settings, self.generator = x, y, settings, generator
+        self.evaluate_fn = evaluate
+        self.callbacks = list(callbacks)
+        self.modules = list(modules)
+        self.generators = [generator, *generators]
+        self.settings = settings
+        self.desc, self.it, self.cap, self.step_offset, self.losses = "train", 0, 0, 0, None
+        self.checked = self.converged = self.done = self.checkpointable = False
+
+    def notify(self, hook: str, *args) -> None:
+        """Call ``hook`` of every callback, in list order."""
+        for cb in self.callbacks:
+            getattr(cb, hook)(self, *args)
+
+    @property
+    def step(self) -> int:
+        return self.step_offset + self.it
+
+    def train(
+        self,
+        objective: Callable[..., torch.Tensor],
+        params,
+        settings: TrainerSettings,
+        *,
+        evaluate=None,
+        step_offset: int = 0,
+        desc: str = "train",
+        stochastic: bool = False,
+        hooks: Iterable = (),
+        wants_index: bool = False,
+        blocks: list | None = None,
+        checkpoint: bool = True,
+        resume: dict | None = None,
+    ) -> TrainResult:
+        """Minimise ``objective(x_batch, y_batch)`` (``(x_batch, y_batch, index)`` with ``wants_index``)
+        over ``params`` (see ``train``); ``hooks``: the stage's own (``methods.base.Stage``); ``checkpoint``:
+        whether this call may be checkpointed; ``resume``: a ``state()`` to continue from."""
+        self._begin(objective, params, settings, evaluate, step_offset, desc, stochastic, hooks, wants_index, blocks)
+        self.checkpointable = checkpoint and all(hasattr(h, "checkpoint_state") for h in self.hooks)
+        try:
+            if resume is not None:
+                self._load(resume)
+            self.notify("on_train_start")
+            if resume is not None:
+                for cb in self.callbacks:
+                    cb.load_state(resume)
+            while self.it < self.cap:
+                self._iteration()
+                if self.converged:
+                    break
+        except BaseException as e:
+            err = self._numerical_error(e)
+            self.notify("on_exception", err)
+            if err is e:
+                raise
+            raise err from e
+        result = self._finish()
+        self.notify("on_train_end", result)
+        return result
+
+    def _begin(self, objective, params, settings, evaluate, step_offset, desc, stochastic, hooks, wants_index, blocks):
+        """The call's optimiser, batches, budget, stopping rule and buffers (see ``train``)."""
+        self.objective, self.settings, self.evaluate, self.step_offset = objective, settings, evaluate, step_offset
+        self.desc, self.wants_index, self.hooks = desc, wants_index, list(hooks)
+        self.opt, self.trained, self.lbfgs = _optimizer(params, settings, desc)
+        n = self.x.shape[0]
+        self.bs = settings.batch_size if settings.batch_size and settings.batch_size < n and blocks is None else None
+        self.blocks = blocks
+        self.steps_per_epoch = len(blocks) if blocks is not None else (n // self.bs if self.bs else 1)
+        cap = settings.max_iters if settings.max_iters is not None else math.inf
+        if settings.max_epochs:
+            cap = min(cap, settings.max_epochs * self.steps_per_epoch)
+        self.cap = int(cap)
+        self.rule = make_rule(
+            settings.stop_rule,
+            stochastic=stochastic or self.bs is not None or blocks is not None,
+            window=settings.stop.window,
+            tol=settings.stop.tol,
+            steps_per_epoch=self.steps_per_epoch,
+        )
+        for h in self.hooks:  # hooks that adapt the step size (e.g. Algorithm 2 halving lr_W) see the optimiser
+            if hasattr(h, "bind_optimizer"):
+                h.bind_optimizer(self.opt)
+        self.snapshot = _Snapshot(self.modules, self.trained) if settings.keep_best else None
+        self.best_value = self.best_iteration = None
+        self.losses = torch.empty(self.cap, dtype=self.x.dtype, device=self.x.device)
+        self.chunk_ms, self.perm, self.pos, self.order = [], None, n, None
+        self.it = self.it_chunk = 0
+        self.checked = self.converged = self.done = False
+        self.grad_max_abs, self.last_eval = None, []
+        self.xb, self.yb, self.idx = self.x, self.y, None
+        self.eval_seconds, self.prior_seconds = 0.0, 0.0  # prior: earlier segments of this stage (a resumed run)
+        self.t_start = self.t_chunk = time.perf_counter()
+
+    def _iteration(self) -> None:
+        """One step of the optimiser, the stopping test every ``check_every`` steps, the evaluation when due."""
+        s, spe = self.settings, self.steps_per_epoch
+        epoch = self.it // spe
+        if self.it % spe == 0:
+            for h in self.hooks:
+                if hasattr(h, "epoch_start"):
+                    h.epoch_start(epoch)
+        self._next_batch()
+        if not s.schedule.constant:
+            f = s.schedule.factor(self.it, epoch)
+            for g in self.opt.param_groups:
+                g["lr"] = g["base_lr"] * f
+        self.losses[self.it] = self._step().detach()
+        self.it += 1
+        for h in self.hooks:
+            if hasattr(h, "after_step"):
+                h.after_step(self.it, epoch)
+        self.checked = self.it % s.check_every == 0 or self.it == self.cap
+        if self.checked:
+            self._check()
+        self.done = self.converged or self.it == self.cap  # the caller evaluates the final model itself
+        if self.evaluate and self._evaluation_due() and not self.done:
+            self._evaluate()
+        self.notify("on_step")
+
+    def _next_batch(self) -> None:
+        """The iteration's rows: the full batch, the next minibatch of a permutation, or the next block."""
+        x, y, g = self.x, self.y, self.generator
+        if self.blocks is not None:
+            if self.it % self.steps_per_epoch == 0:  # one host read per epoch
+                self.order = torch.randperm(len(self.blocks), generator=g, device=g.device).tolist()
+            self.idx = self.blocks[self.order[self.it % self.steps_per_epoch]]
+            self.xb, self.yb = x[self.idx], y[self.idx]
+        elif self.bs is None:
+            self.xb, self.yb, self.idx = x, y, None
+        else:
+            if self.pos + self.bs > x.shape[0]:
+                perm = torch.randperm(x.shape[0], generator=g, device=g.device)
+                self.perm, self.pos = perm.to(x.device, non_blocking=True), 0
+            self.idx = self.perm[self.pos : self.pos + self.bs]
+            self.pos += self.bs
+            self.xb, self.yb = x[self.idx], y[self.idx]
+
+    def _call(self) -> torch.Tensor:
+        return self.objective(self.xb, self.yb, self.idx) if self.wants_index else self.objective(self.xb, self.yb)
+
+    def _step(self) -> torch.Tensor:
+        if self.lbfgs:
+            return self.opt.step(self._lbfgs_closure)
+        self.opt.zero_grad(set_to_none=True)
+        loss = self._call()
+        loss.backward()
+        self.opt.step()
+        return loss
+
+    def _lbfgs_closure(self) -> torch.Tensor:
+        """L-BFGS's closure. torch's LBFGS.step (one iteration per call) begins by evaluating the
+        objective where the previous call's line search ended -- almost always the point it evaluated
+        last --; that repeat is answered from the latest evaluation (same loss, same gradients: the
+        iterates are bit-identical), saving one of the ~3 evaluations of an iteration."""
+        trained, last = self.trained, self.last_eval
+        flat = torch.cat([p.detach().reshape(-1) for p in trained])
+        if last and torch.equal(flat, last[0]):
+            for p, g in zip(trained, last[2]):
+                p.grad = None if g is None else g.clone()
+            return last[1]
+        self.opt.zero_grad(set_to_none=True)
+        value = self._call()
+        value.backward()
+        last[:] = [flat, value.detach(), [None if p.grad is None else p.grad.detach().clone() for p in trained]]
+        return value
+
+    def _check(self) -> None:
+        """The one host read of the losses every ``check_every`` iterations: NaNs, time, the stopping rule.
+
+        ``settings.grad_tol`` adds a gradient test to the rule (the fast protocol's L-BFGS stages): when the
+        rule fires, the gradient of the objective on the current batch is evaluated once more and the loop
+        stops only if ``max_i |d loss / d theta_i| <= grad_tol`` (the infinity norm scipy's L-BFGS-B uses for
+        its ``pgtol`` test, here on the per-datum loss and the unconstrained parameters); otherwise it goes on
+        until the rule fires again or the budget ends. The last value is ``grad_max_abs``."""
+        s, window = self.settings, self.losses[: self.it]
+        if not bool(torch.isfinite(window[-s.check_every :]).all()):
+            _raise_first_nonfinite(window, self.step_offset)
+        now = time.perf_counter()
+        self.chunk_ms.append(1000 * (now - self.t_chunk) / (self.it - self.it_chunk))
+        self.t_chunk, self.it_chunk = now, self.it
+        self.converged = self.rule.converged(window)
+        if self.converged and s.grad_tol is not None:
+            self.grad_max_abs = gradient_max_abs(self._call(), self.trained)
+            self.converged = self.grad_max_abs <= s.grad_tol
+
+    def _evaluation_due(self) -> bool:
+        s, spe = self.settings, self.steps_per_epoch
+        return bool(
+            (s.eval_every and self.it % s.eval_every == 0)
+            or (s.eval_every_epochs and self.it % spe == 0 and (self.it // spe) % s.eval_every_epochs == 0)
+        )
+
+    def _evaluate(self) -> None:
+        """A periodic evaluation: the family's ``before_evaluate`` hooks, the metrics, ``keep_best``, then
+        ``on_evaluate``; its time is not training time."""
+        t_eval = time.perf_counter()
+        for h in self.hooks:
+            if hasattr(h, "before_evaluate"):
+                h.before_evaluate()
+        metrics = self.evaluate()
+        if self.snapshot is not None:
+            self._consider(metrics)
+        self.notify("on_evaluate", metrics)
+        self.t_chunk = time.perf_counter()
+        self.eval_seconds += self.t_chunk - t_eval
+
+    def _consider(self, metrics: dict) -> None:
+        """keep_best: remember this iterate if its metric is the best so far."""
+        v = metrics.get(self.settings.keep_best)
+        if v is None or not math.isfinite(v):
+            return
+        best = self.best_value
+        if best is None or (v > best if self.settings.keep_best_mode == "max" else v < best):
+            self.best_value, self.best_iteration = v, self.step
+            self.snapshot.save()
+
+    def _numerical_error(self, e: BaseException) -> BaseException:
+        """A linear-algebra failure as gpdlm's ``NumericalError`` (the first non-finite loss if there is one)."""
+        from linear_operator.utils.errors import NanError, NotPSDError
+
+        if not isinstance(e, (NotPSDError, NanError)):
+            return e
+        try:
+            _raise_first_nonfinite(self.losses[: self.it], self.step_offset)  # parameters went NaN after a NaN loss
+        except NumericalError as first:
+            return first
+        return NumericalError(f"non-positive-definite matrix at iteration {self.step + 1}: {str(e).splitlines()[0]}")
+
+    def _finish(self) -> TrainResult:
+        """The call's end: ``training_end`` hooks, the gradient test's last value, ``keep_best``'s restore."""
+        s, it = self.settings, self.it
+        for h in self.hooks:
+            if hasattr(h, "training_end"):
+                h.training_end()
+        if s.grad_tol is not None and not self.converged and it > 0:  # stopped by the budget: measure it too
+            self.grad_max_abs = gradient_max_abs(self._call(), self.trained)
+        seconds = self.prior_seconds + time.perf_counter() - self.t_start - self.eval_seconds  # every segment
+        if self.snapshot is not None and self.evaluate is not None:
+            self._consider(self.evaluate())  # the final iterate competes too
+            if self.best_iteration is not None and self.best_iteration != self.step:
+                self.snapshot.restore()
+        result = TrainResult(
+            losses=self.losses[:it].tolist(),
+            iterations=it,
+            converged=self.converged,
+            train_seconds=seconds,
+            iter_ms=statistics.median(self.chunk_ms) if self.chunk_ms else (1000 * seconds / max(it, 1)),
+            epochs=it / self.steps_per_epoch,
+            stop_rule=self.rule.name,
+            optimizer=s.optimizer,
+            best_iteration=self.best_iteration,
+            best_value=self.best_value,
+            grad_max_abs=self.grad_max_abs,
+        )
+        for h in self.hooks:  # e.g. a family's time per epoch (evaluation excluded)
+            if hasattr(h, "stage_end"):
+                h.stage_end(result)
+        return result
+
+    def state(self) -> dict:
+        """Everything the loop needs to continue exactly from iteration ``it``: the iteration, the losses so
+        far, the batch permutation and position, the optimiser's state, the best iterate's snapshot, the
+        time spent, the stage hooks' states and the callbacks' (``Callback.state``)."""
+        snap = self.snapshot
+        out = {
+            "it": self.it,
+            "losses": self.losses[: self.it].detach().cpu().clone(),
+            "perm": None if self.perm is None else self.perm.detach().cpu().clone(),
+            "pos": self.pos,
+            "order": self.order,
+            "optimizer": self.opt.state_dict(),
+            "best_value": self.best_value,
+            "best_iteration": self.best_iteration,
+            "snapshot": [c.detach().cpu().clone() for c in snap.copies] if snap is not None and snap.copies else None,
+            "chunk_ms": list(self.chunk_ms),
+            "eval_seconds": self.eval_seconds,
+            "seconds": self.prior_seconds + time.perf_counter() - self.t_start - self.eval_seconds,
+            "hooks": [h.checkpoint_state() for h in self.hooks],
+        }
+        for cb in self.callbacks:
+            out.update(cb.state())
+        return out
+
+    def _load(self, r: dict) -> None:
+        """Continue from a ``state()`` (the callbacks' parts go to their ``load_state``)."""
+        self.it, self.pos, self.order = int(r["it"]), int(r["pos"]), r["order"]
+        self.losses[: self.it] = r["losses"].to(self.losses.device, self.losses.dtype)
+        self.perm = None if r["perm"] is None else r["perm"].to(self.x.device)
+        self.opt.load_state_dict(r["optimizer"])
+        self.best_value, self.best_iteration = r["best_value"], r["best_iteration"]
+        if self.snapshot is not None and r["snapshot"] is not None:
+            self.snapshot.copies = [c.to(t.device, t.dtype) for c, t in zip(r["snapshot"], self.snapshot.tensors)]
+        self.chunk_ms = list(r["chunk_ms"])
+        self.prior_seconds = float(r["seconds"])
+        for h, s in zip(self.hooks, r["hooks"]):
+            h.load_checkpoint_state(s)
+        self.it_chunk = self.it
+
+
+def _optimizer(params, settings: TrainerSettings, desc: str):
+    """(optimiser, trained parameters, whether it is L-BFGS): one parameter group per named group of
+    ``params`` at ``settings.lr * settings.lr_scale.get(name, 1)`` (L-BFGS: one group at ``lr``)."""
+    groups = params if isinstance(params, dict) else {"all": list(params)}
+    opt_groups = []
+    for name, ps in groups.items():
+        ps = [p for p in ps if p.requires_grad]
+        if ps:
+            opt_groups.append({"params": ps, "lr": settings.lr * settings.lr_scale.get(name, 1.0), "name": name})
+    if not opt_groups:
+        raise NumericalError(f"stage '{desc}' has no trainable parameter")
+    trained = [p for g in opt_groups for p in g["params"]]
+    lbfgs = settings.optimizer == "lbfgs"
+    if lbfgs:
+        opt_groups = [{"params": trained, "lr": settings.lr, "name": "all"}]
+    opt = make_optimizer(settings.optimizer, opt_groups, **settings.optimizer_options)
+    for g in opt.param_groups:
+        g["base_lr"] = g["lr"]
+    return opt, trained, lbfgs
+
+
 def train(
     objective: Callable[..., torch.Tensor],
     params,
@@ -126,282 +470,40 @@ def train(
     blocks: list | None = None,
     checkpoint=None,
     resume: dict | None = None,
+    callbacks: Iterable = (),
 ) -> TrainResult:
     """Minimise ``objective(x_batch, y_batch)`` over ``params``: a list of parameters or a dict of
-    named groups (each trained at ``settings.lr * settings.lr_scale.get(name, 1)``). ``blocks``: a
-    fixed partition of the rows (index tensors) whose blocks are the batches, each once per epoch.
+    named groups (each trained at ``settings.lr * settings.lr_scale.get(name, 1)``) -- one ``Loop.train``
+    with the standard callbacks (``callbacks.standard``: ``log_steps`` gets the step metrics in batches,
+    ``checkpoint`` a ``checkpoint.Checkpointer``, a progress bar, deferred signals) and ``callbacks``.
+    ``blocks``: a fixed partition of the rows (index tensors) whose blocks are the batches, each once
+    per epoch; ``resume``: a loop state (``Loop.state``) to continue from.
 
-    ``checkpoint`` (``training.checkpoint.Checkpointer``): after evaluations (every
-    ``checkpoint.every`` of them) and when the run is stopped from outside, the loop's state -- the
-    iteration, the losses so far, the batch permutation and position, the optimiser's state, the best
-    iterate's snapshot, the time spent, the hooks' states -- goes to ``checkpoint.save``; ``resume``
-    (such a state) continues from it. An iteration is never split: termination signals wait for the
-    iteration in progress (``deferred_signals``), so a checkpoint always holds a whole number of steps.
-
-    ``settings.grad_tol`` adds a gradient test to the stopping rule (the fast protocol's L-BFGS stages):
-    when the rule fires, the gradient of the objective on the current batch is evaluated once more and
-    the loop stops only if ``max_i |d loss / d theta_i| <= grad_tol`` (the infinity norm scipy's L-BFGS-B
-    uses for its ``pgtol`` test, here on the per-datum loss and the unconstrained parameters); otherwise
-    it goes on until the rule fires again or the budget ends. The last value is ``grad_max_abs``."""
-    from linear_operator.utils.errors import NanError, NotPSDError
-
-    from ..signals import deferred_signals, killed_reason
-
-    groups = params if isinstance(params, dict) else {"all": list(params)}
-    opt_groups = []
-    for name, ps in groups.items():
-        ps = [p for p in ps if p.requires_grad]
-        if ps:
-            opt_groups.append({"params": ps, "lr": settings.lr * settings.lr_scale.get(name, 1.0), "name": name})
-    if not opt_groups:
-        raise NumericalError(f"stage '{desc}' has no trainable parameter")
-    lbfgs = settings.optimizer == "lbfgs"
-    if lbfgs:
-        opt_groups = [{"params": [p for g in opt_groups for p in g["params"]], "lr": settings.lr, "name": "all"}]
-    opt = make_optimizer(settings.optimizer, opt_groups, **settings.optimizer_options)
-    for g in opt.param_groups:
-        g["base_lr"] = g["lr"]
-    schedule = settings.schedule
-
-    n = x.shape[0]
-    bs = settings.batch_size if settings.batch_size and settings.batch_size < n else None
-    if blocks is not None:
-        bs = None
-    steps_per_epoch = len(blocks) if blocks is not None else (n // bs if bs else 1)
-    cap = settings.max_iters if settings.max_iters is not None else math.inf
-    if settings.max_epochs:
-        cap = min(cap, settings.max_epochs * steps_per_epoch)
-    cap = int(cap)
-    rule = make_rule(
-        settings.stop_rule,
-        stochastic=stochastic or bs is not None or blocks is not None,
-        window=settings.stop.window,
-        tol=settings.stop.tol,
-        steps_per_epoch=steps_per_epoch,
+    An iteration is never split: termination signals wait for the iteration in progress
+    (``callbacks.Signals``), so a checkpoint always holds a whole number of steps. ``settings.grad_tol``
+    adds a gradient test to the stopping rule (``Loop._check``)."""
+    loop = Loop(
+        x,
+        y,
+        settings,
+        generator=generator,
+        modules=modules,
+        callbacks=standard(log_steps, checkpoint=checkpoint, extra=callbacks),
     )
-    hooks = list(hooks)
-    for h in hooks:  # hooks that adapt the step size (e.g. Algorithm 2 halving lr_W) see the optimiser
-        if hasattr(h, "bind_optimizer"):
-            h.bind_optimizer(opt)
-    epoch_hooks = [h for h in hooks if hasattr(h, "epoch_start")]
-    step_hooks = [h for h in hooks if hasattr(h, "after_step")]
-    eval_hooks = [h for h in hooks if hasattr(h, "before_evaluate")]
-    end_hooks = [h for h in hooks if hasattr(h, "training_end")]
-    snapshot = _Snapshot(modules, [p for g in opt_groups for p in g["params"]]) if settings.keep_best else None
-    best = {"value": None, "iteration": None}
-    maximise = settings.keep_best_mode == "max"
-
-    losses = torch.empty(cap, dtype=x.dtype, device=x.device)
-    pending: dict[str, list[tuple[int, float]]] = {}
-    chunk_ms: list[float] = []
-    bar = _progress_bar(cap, desc, settings.progress)
-    perm, pos = None, n
-    it, it_chunk, converged, flushed = 0, 0, False, 0
-    trained = [p for g in opt_groups for p in g["params"]]
-    grad_max_abs = None
-    xb, yb, idx = x, y, None
-    eval_seconds = 0.0
-    t_start = t_chunk = time.perf_counter()
-    prior_seconds = 0.0  # training time of earlier segments of this stage (a resumed run)
-    order = None
-    savable = checkpoint is not None and all(hasattr(h, "checkpoint_state") for h in hooks)
-
-    def loop_state() -> dict:
-        """Everything the loop needs to continue exactly from iteration ``it`` (see the docstring)."""
-        return {
-            "it": it,
-            "losses": losses[:it].detach().cpu().clone(),
-            "flushed": flushed,
-            "perm": None if perm is None else perm.detach().cpu().clone(),
-            "pos": pos,
-            "order": order,
-            "optimizer": opt.state_dict(),
-            "best_value": best["value"],
-            "best_iteration": best["iteration"],
-            "snapshot": [c.detach().cpu().clone() for c in snapshot.copies]
-            if snapshot is not None and snapshot.copies
-            else None,
-            "chunk_ms": list(chunk_ms),
-            "eval_seconds": eval_seconds,
-            "seconds": prior_seconds + time.perf_counter() - t_start - eval_seconds,
-            "hooks": [h.checkpoint_state() for h in hooks],
-        }
-
-    if resume is not None:
-        it, flushed, pos, order = int(resume["it"]), int(resume["flushed"]), int(resume["pos"]), resume["order"]
-        losses[:it] = resume["losses"].to(losses.device, losses.dtype)
-        perm = None if resume["perm"] is None else resume["perm"].to(x.device)
-        opt.load_state_dict(resume["optimizer"])
-        best.update(value=resume["best_value"], iteration=resume["best_iteration"])
-        if snapshot is not None and resume["snapshot"] is not None:
-            snapshot.copies = [c.to(t.device, t.dtype) for c, t in zip(resume["snapshot"], snapshot.tensors)]
-        chunk_ms = list(resume["chunk_ms"])
-        prior_seconds = float(resume["seconds"])
-        for h, s in zip(hooks, resume["hooks"]):
-            h.load_checkpoint_state(s)
-        it_chunk = it
-
-    def flush(upto: int):
-        nonlocal flushed
-        if upto > flushed:
-            vals = losses[flushed:upto].tolist()
-            pending.setdefault("train_loss", []).extend((step_offset + flushed + i + 1, v) for i, v in enumerate(vals))
-            flushed = upto
-        if log_steps and pending:
-            log_steps(dict(pending))
-        pending.clear()
-
-    def consider(metrics: dict, at: int) -> None:
-        """keep_best: remember this iterate if its metric is the best so far."""
-        v = metrics.get(settings.keep_best)
-        if v is None or not math.isfinite(v):
-            return
-        if best["value"] is None or (v > best["value"] if maximise else v < best["value"]):
-            best["value"], best["iteration"] = v, step_offset + at
-            snapshot.save()
-
-    def call(xb, yb, idx):
-        return objective(xb, yb, idx) if wants_index else objective(xb, yb)
-
-    last_eval: list = []  # L-BFGS: (flat parameters, loss, gradients) of the latest evaluation
-
-    def evaluate_once(xb, yb, idx):
-        """L-BFGS's closure. torch's LBFGS.step (one iteration per call) begins by evaluating the
-        objective where the previous call's line search ended -- almost always the point it evaluated
-        last --; that repeat is answered from the latest evaluation (same loss, same gradients: the
-        iterates are bit-identical), saving one of the ~3 evaluations of an iteration."""
-        flat = torch.cat([p.detach().reshape(-1) for p in trained])
-        if last_eval and torch.equal(flat, last_eval[0]):
-            for p, g in zip(trained, last_eval[2]):
-                p.grad = None if g is None else g.clone()
-            return last_eval[1]
-        opt.zero_grad(set_to_none=True)
-        value = call(xb, yb, idx)
-        value.backward()
-        last_eval[:] = [flat, value.detach(), [None if p.grad is None else p.grad.detach().clone() for p in trained]]
-        return value
-
-    try:
-        try:
-            while it < cap:
-                with deferred_signals(user_signals=True):  # a signal lands between iterations
-                    epoch = it // steps_per_epoch
-                    if it % steps_per_epoch == 0:
-                        for h in epoch_hooks:
-                            h.epoch_start(epoch)
-                    if blocks is not None:
-                        if it % steps_per_epoch == 0:  # one host read per epoch
-                            order = torch.randperm(len(blocks), generator=generator, device=generator.device).tolist()
-                        idx = blocks[order[it % steps_per_epoch]]
-                        xb, yb = x[idx], y[idx]
-                    elif bs is None:
-                        xb, yb, idx = x, y, None
-                    else:
-                        if pos + bs > n:
-                            perm, pos = (
-                                torch.randperm(n, generator=generator, device=generator.device).to(
-                                    x.device, non_blocking=True
-                                ),
-                                0,
-                            )
-                        idx = perm[pos : pos + bs]
-                        pos += bs
-                        xb, yb = x[idx], y[idx]
-                    if not schedule.constant:
-                        f = schedule.factor(it, epoch)
-                        for g in opt.param_groups:
-                            g["lr"] = g["base_lr"] * f
-                    if lbfgs:
-                        loss = opt.step(lambda xb=xb, yb=yb, idx=idx: evaluate_once(xb, yb, idx))
-                    else:
-                        opt.zero_grad(set_to_none=True)
-                        loss = call(xb, yb, idx)
-                        loss.backward()
-                        opt.step()
-                    losses[it] = loss.detach()
-                    it += 1
-                    for h in step_hooks:
-                        h.after_step(it, epoch)
-                    if it % settings.check_every == 0 or it == cap:
-                        window = losses[:it]
-                        if not bool(torch.isfinite(window[-settings.check_every :]).all()):
-                            _raise_first_nonfinite(window, step_offset)
-                        now = time.perf_counter()
-                        chunk_ms.append(1000 * (now - t_chunk) / (it - it_chunk))
-                        t_chunk, it_chunk = now, it
-                        if bar is not None:
-                            bar.n = it
-                            bar.set_postfix(loss=f"{window[-1].item():.4f}", refresh=False)
-                            bar.refresh()
-                        converged = rule.converged(window)
-                        if converged and settings.grad_tol is not None:
-                            grad_max_abs = gradient_max_abs(call(xb, yb, idx), trained)
-                            converged = grad_max_abs <= settings.grad_tol
-                    last = converged or it == cap  # the caller evaluates the final model itself
-                    due = (settings.eval_every and it % settings.eval_every == 0) or (
-                        settings.eval_every_epochs
-                        and it % steps_per_epoch == 0
-                        and (it // steps_per_epoch) % settings.eval_every_epochs == 0
-                    )
-                    if evaluate and due and not last:
-                        t_eval = time.perf_counter()
-                        for h in eval_hooks:
-                            h.before_evaluate()
-                        metrics = evaluate()
-                        for k, v in metrics.items():
-                            pending.setdefault(k, []).append((step_offset + it, v))
-                        if snapshot is not None:
-                            consider(metrics, it)
-                        flush(it)
-                        t_chunk = time.perf_counter()
-                        eval_seconds += t_chunk - t_eval
-                        if savable:
-                            checkpoint.after_evaluation(loop_state)
-                    if converged:
-                        break
-        except (NotPSDError, NanError) as e:
-            _raise_first_nonfinite(losses[:it], step_offset)  # parameters went NaN after a NaN loss
-            raise NumericalError(
-                f"non-positive-definite matrix at iteration {step_offset + it + 1}: {str(e).splitlines()[0]}"
-            ) from e
-    except BaseException as e:
-        if savable and killed_reason(e):  # stopped from outside between two iterations: resumable
-            checkpoint.save(loop_state())
-        try:  # keep the learning curve so far (interrupted or failed runs)
-            flush(it)
-        except Exception:
-            pass
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    for h in end_hooks:
-        h.training_end()
-    if settings.grad_tol is not None and not converged and it > 0:  # stopped by the budget: measure it too
-        grad_max_abs = gradient_max_abs(call(xb, yb, idx), trained)
-    flush(it)
-    seconds = prior_seconds + time.perf_counter() - t_start - eval_seconds  # training only, every segment
-    if snapshot is not None and evaluate is not None:
-        consider(evaluate(), it)  # the final iterate competes too
-        if best["iteration"] is not None and best["iteration"] != step_offset + it:
-            snapshot.restore()
-    result = TrainResult(
-        losses=losses[:it].tolist(),
-        iterations=it,
-        converged=converged,
-        train_seconds=seconds,
-        iter_ms=statistics.median(chunk_ms) if chunk_ms else (1000 * seconds / max(it, 1)),
-        epochs=it / steps_per_epoch,
-        stop_rule=rule.name,
-        optimizer=settings.optimizer,
-        best_iteration=best["iteration"],
-        best_value=best["value"],
-        grad_max_abs=grad_max_abs,
+    return loop.train(
+        objective,
+        params,
+        settings,
+        evaluate=evaluate,
+        step_offset=step_offset,
+        desc=desc,
+        stochastic=stochastic,
+        hooks=hooks,
+        wants_index=wants_index,
+        blocks=blocks,
+        checkpoint=checkpoint is not None,
+        resume=resume,
     )
-    for h in hooks:  # e.g. a family's time per epoch (evaluation excluded)
-        if hasattr(h, "stage_end"):
-            h.stage_end(result)
-    return result
 
 
 def _raise_first_nonfinite(losses: torch.Tensor, step_offset: int) -> None:
@@ -411,4 +513,4 @@ def _raise_first_nonfinite(losses: torch.Tensor, step_offset: int) -> None:
         raise NumericalError(f"the training loss became {losses[i].item()} at iteration {step_offset + i + 1}")
 
 
-__all__ = ["TrainResult", "TrainerSettings", "train"]
+__all__ = ["Loop", "TrainResult", "TrainerSettings", "train"]

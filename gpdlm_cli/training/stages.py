@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .loop import TrainerSettings, train
+from .callbacks import StageRun, standard
+from .loop import Loop, TrainerSettings
 from .optim import Schedule
 from .stopping import ConvergenceRule
 
@@ -44,6 +45,56 @@ class FitResult:
         self.train_seconds += result.train_seconds
         self.epochs += result.epochs
         self.losses.extend(result.losses)
+
+    def add_stage(self, name: str, s: TrainerSettings, run) -> None:
+        """Record a trained stage (``run``: its ``callbacks.StageRun``, trained under settings ``s``)."""
+        result, first = run.result, run.first
+        self.add(result)
+        if self.losses:
+            self.stage_final_loss[name] = float(self.losses[-1])
+        self.stage_iter_ms.append(result.iter_ms)
+        self.converged = self.converged and result.converged
+        self.stop_rules.append(result.stop_rule)
+        self.optimizers.append(
+            f"{name}:{first.optimizer}{first.iterations}+{result.optimizer}"
+            if first is not None
+            else f"{name}:{result.optimizer}"
+        )
+        if result.best_iteration is not None:
+            self.best_iteration = result.best_iteration
+        if result.grad_max_abs is not None:
+            self.grad_max_abs = result.grad_max_abs
+        if result.optimizer == "lbfgs" and not result.converged:
+            self.lbfgs_budget_hit.append(name)
+        self.stage_log.append(stage_line(name, s, result, first, run.warmed, run.resume is not None))
+
+    def add_restored(self, name: str, cached, key: str) -> None:
+        """Record a stage restored from the stage cache (``reuse.CachedStage``): its curve, no time spent."""
+        self.iterations += len(cached.losses)
+        self.losses.extend(cached.losses)
+        if cached.losses:
+            self.stage_final_loss[name] = float(cached.losses[-1])
+        self.converged = self.converged and cached.converged
+        self.stage_log.append(
+            f"stage {name}: restored from the stage cache ({key}; "
+            f"{len(cached.losses)} iterations, {'converged' if cached.converged else 'not converged'})"
+        )
+
+    def load(self, f: dict) -> None:
+        """Continue from the ``fit`` part of a checkpoint (``checkpoint.Checkpointer.save``)."""
+        self.iterations, self.train_seconds, self.epochs = (
+            int(f["iterations"]),
+            float(f["train_seconds"]),
+            float(f["epochs"]),
+        )
+        self.converged, self.best_iteration = bool(f["converged"]), f["best_iteration"]
+        self.stop_rules, self.optimizers = list(f["stop_rules"]), list(f["optimizers"])
+        self.lbfgs_budget_hit = list(f.get("lbfgs_budget_hit", []))
+        self.stage_final_loss = dict(f.get("stage_final_loss", {}))
+        self.stage_log = list(f.get("stage_log", []))
+        self.losses, self.stage_iter_ms = [float(v) for v in f["losses"].tolist()], list(f["iter_ms"])
+        if f.get("grad_max_abs") is not None:
+            self.grad_max_abs = float(f["grad_max_abs"])
 
 
 def stage_settings(settings: TrainerSettings, stage, n: int | None = None) -> TrainerSettings:
@@ -109,6 +160,67 @@ def uses_lbfgs(stage, settings: TrainerSettings, n: int | None) -> bool:
     )
 
 
+class StageLoop(Loop):
+    """The loop over a family's stages (``methods.base.Stage``), each trained by ``Loop.train``: step
+    numbers continue across stages, so learning curves of multi-stage protocols (SVGP then DLM) read left
+    to right. Callbacks decide in ``on_stage_start`` what happens to a stage (``callbacks.StageRun``):
+    skipped (finished before a checkpoint), resumed, restored from the stage cache, warm-started."""
+
+    def fit(self, stages) -> FitResult:
+        """Run the stages in order; the ``FitResult`` of all of them."""
+        self.fit_result = fit = FitResult()
+        self.n_stages = len(stages)
+        self.notify("on_start")
+        for i, stage in enumerate(stages):
+            run = StageRun(i, stage)
+            if stage.prepare:
+                stage.prepare()
+            self.notify("on_stage_start", run)
+            if run.skip:  # finished before the checkpoint: its results are in the restored tensors
+                continue
+            if stage.solve:
+                stage.solve(self.x, self.y)
+                fit.stage_log.append(f"stage {stage.name}: solved in closed form")
+            elif run.restored is not None:
+                fit.add_restored(stage.name, run.restored, self.fit_result.reused[-1])
+            else:
+                self._train_stage(run)
+            self.notify("on_stage_end", run)
+        self.notify("on_end", fit)
+        ms = fit.stage_iter_ms
+        fit.iter_ms = float(sorted(ms)[len(ms) // 2]) if ms else 0.0
+        return fit
+
+    def _train_stage(self, run: StageRun) -> None:
+        """A stage's training: under the fast protocol from a cold start, first the paper's optimiser
+        (``first_order_prefix``), then the stage's own settings (``stage_settings``)."""
+        stage, fit, n = run.stage, self.fit_result, self.x.shape[0]
+        s = stage_settings(self.run_settings, stage, n)
+        cold = not (run.warmed or run.resume is not None)
+        prefix = first_order_prefix(self.run_settings, stage, n) if cold else None
+        common = {"stochastic": stage.stochastic, "hooks": stage.hooks, "wants_index": stage.wants_index}
+        params = stage.groups or stage.params
+        if prefix is not None:  # fast protocol, cold start: the paper's optimiser picks the basin
+            desc = f"{stage.name} (first-order start)"
+            run.first = self.train(
+                stage.objective, params, prefix, step_offset=fit.iterations, desc=desc, checkpoint=False, **common
+            )
+            fit.add(run.first)
+        evaluate = self.evaluate_fn if (s.eval_every or s.eval_every_epochs) else None
+        run.result = self.train(
+            stage.objective,
+            params,
+            s,
+            evaluate=evaluate,
+            step_offset=fit.iterations,
+            desc=stage.name,
+            blocks=getattr(stage, "blocks", None),
+            resume=run.resume,
+            **common,
+        )
+        fit.add_stage(stage.name, s, run)
+
+
 def run_stages(
     stages,
     x: torch.Tensor,
@@ -123,141 +235,21 @@ def run_stages(
     warm=None,
     generators: Iterable[torch.Generator | None] = (),
     checkpoint=None,
+    callbacks: Iterable = (),
 ) -> FitResult:
-    """Run the stages in order. ``cache`` (``reuse.StageCache``): restore a ``shareable`` stage's end
-    state instead of training it when a job with the same key has trained it (and store it after
-    training otherwise), with the random ``generators`` (batch order, estimator) it leaves behind;
-    ``warm`` (``reuse.WarmStart``): start each iterative stage where it ended on the previous beta.
-    ``checkpoint`` (``checkpoint.Checkpointer``): write checkpoints during training; when it holds a
-    loaded checkpoint, skip the stages it finished (running only their ``prepare``, for its side
-    effects), restore the saved tensors and generators, and continue the stage in progress exactly."""
-    from .checkpoint import restore_run_state
-
-    out = FitResult()
-    iter_ms = []
-    modules = list(modules)
-    generators = [generator, *generators]
-    state = checkpoint.state if checkpoint is not None else None
-    start = int(state["stage"]) if state is not None else 0
-    if state is not None and state.get("fit"):
-        f = state["fit"]
-        out.iterations, out.train_seconds, out.epochs = (
-            int(f["iterations"]),
-            float(f["train_seconds"]),
-            float(f["epochs"]),
-        )
-        out.converged, out.best_iteration = bool(f["converged"]), f["best_iteration"]
-        out.stop_rules, out.optimizers = list(f["stop_rules"]), list(f["optimizers"])
-        out.lbfgs_budget_hit = list(f.get("lbfgs_budget_hit", []))
-        out.stage_final_loss = dict(f.get("stage_final_loss", {}))
-        out.stage_log = list(f.get("stage_log", []))
-        out.losses, iter_ms = [float(v) for v in f["losses"].tolist()], list(f["iter_ms"])
-        if f.get("grad_max_abs") is not None:
-            out.grad_max_abs = float(f["grad_max_abs"])
-    for i, stage in enumerate(stages):
-        if checkpoint is not None:
-            checkpoint.stage, checkpoint.fit = i, out
-            out.stage_iter_ms = iter_ms
-        if stage.prepare:
-            stage.prepare()
-        if i < start:  # finished before the checkpoint: its results are in the restored tensors
-            continue
-        resuming = state is not None and i == start
-        if resuming:
-            restore_run_state(state, modules, generators)
-        if stage.solve:
-            stage.solve(x, y)
-            out.stage_log.append(f"stage {stage.name}: solved in closed form")
-            continue
-        shared = cache is not None and getattr(stage, "shareable", False) and not resuming
-        cached = cache.load(stage.name, modules, generators) if shared else None
-        if cached is not None:  # the stage's end state, learning curve and convergence; no time spent
-            out.reused.append(cache.reused[-1])
-            if log_steps is not None and cached.losses:
-                log_steps({"train_loss": [(out.iterations + i + 1, v) for i, v in enumerate(cached.losses)]})
-            out.iterations += len(cached.losses)
-            out.losses.extend(cached.losses)
-            if cached.losses:
-                out.stage_final_loss[stage.name] = float(cached.losses[-1])
-            out.converged = out.converged and cached.converged
-            out.stage_log.append(
-                f"stage {stage.name}: restored from the stage cache ({cache.reused[-1]}; "
-                f"{len(cached.losses)} iterations, {'converged' if cached.converged else 'not converged'})"
-            )
-            continue
-        warmed = warm.restore(stage.name, modules) if warm is not None and not resuming else False
-        s = stage_settings(settings, stage, x.shape[0])
-        prefix = None if (warmed or resuming) else first_order_prefix(settings, stage, x.shape[0])
-        if prefix is not None:  # fast protocol, cold start: the paper's optimiser picks the basin
-            first = train(
-                stage.objective,
-                stage.groups or stage.params,
-                x,
-                y,
-                prefix,
-                generator=generator,
-                log_steps=log_steps,
-                step_offset=out.iterations,
-                desc=f"{stage.name} (first-order start)",
-                stochastic=stage.stochastic,
-                hooks=stage.hooks,
-                modules=modules,
-                wants_index=stage.wants_index,
-            )
-            out.add(first)
-        result = train(
-            stage.objective,
-            stage.groups or stage.params,
-            x,
-            y,
-            s,
-            generator=generator,
-            evaluate=evaluate if (s.eval_every or s.eval_every_epochs) else None,
-            log_steps=log_steps,
-            step_offset=out.iterations,
-            desc=stage.name,
-            stochastic=stage.stochastic,
-            hooks=stage.hooks,
-            modules=modules,
-            wants_index=stage.wants_index,
-            blocks=getattr(stage, "blocks", None),
-            checkpoint=checkpoint,
-            resume=state["loop"] if resuming else None,
-        )
-        out.add(result)
-        if out.losses:
-            out.stage_final_loss[stage.name] = float(out.losses[-1])
-        iter_ms.append(result.iter_ms)
-        out.converged = out.converged and result.converged
-        out.stop_rules.append(result.stop_rule)
-        out.optimizers.append(
-            f"{stage.name}:{first.optimizer}{first.iterations}+{result.optimizer}"
-            if prefix is not None
-            else f"{stage.name}:{result.optimizer}"
-        )
-        if result.best_iteration is not None:
-            out.best_iteration = result.best_iteration
-        if result.grad_max_abs is not None:
-            out.grad_max_abs = result.grad_max_abs
-        if result.optimizer == "lbfgs" and not result.converged:
-            out.lbfgs_budget_hit.append(stage.name)
-        out.stage_log.append(stage_line(stage.name, s, result, first if prefix is not None else None, warmed, resuming))
-        if shared:
-            cache.save(
-                stage.name,
-                modules,
-                generators,
-                (first.losses if prefix is not None else []) + result.losses,
-                converged=result.converged,
-            )
-        if warm is not None:
-            warm.save(stage.name, modules)
-    if state is not None and start >= len(stages):  # a complete checkpoint: nothing left to train
-        restore_run_state(state, modules, generators)
-    if warm is not None:
-        out.warm_started_from = warm.started_from
-    out.iter_ms = float(sorted(iter_ms)[len(iter_ms) // 2]) if iter_ms else 0.0
-    return out
+    """Run the stages in order (``StageLoop`` with ``callbacks.standard``). ``cache`` (``reuse.StageCache``):
+    restore a ``shareable`` stage's end state instead of training it when a job with the same key has
+    trained it (and store it after training otherwise), with the random ``generators`` (batch order,
+    estimator) it leaves behind; ``warm`` (``reuse.WarmStart``): start each iterative stage where it ended
+    on the previous beta. ``checkpoint`` (``checkpoint.Checkpointer``): write checkpoints during training
+    and a complete one at its end; when it holds a loaded checkpoint, skip the stages it finished (running
+    only their ``prepare``, for its side effects), restore the saved tensors and generators, and continue
+    the stage in progress exactly. ``callbacks``: more callbacks (``training.callbacks``)."""
+    cbs = standard(log_steps, checkpoint=checkpoint, cache=cache, warm=warm, extra=callbacks)
+    loop = StageLoop(
+        x, y, settings, generator=generator, evaluate=evaluate, callbacks=cbs, modules=modules, generators=generators
+    )
+    return loop.fit(stages)
 
 
 def stage_line(name: str, s: TrainerSettings, result, first=None, warmed: bool = False, resuming: bool = False) -> str:
@@ -291,4 +283,4 @@ def stage_line(name: str, s: TrainerSettings, result, first=None, warmed: bool =
     )
 
 
-__all__ = ["FitResult", "stage_line", "first_order_prefix", "run_stages", "stage_settings", "uses_lbfgs"]
+__all__ = ["FitResult", "StageLoop", "first_order_prefix", "run_stages", "stage_line", "stage_settings", "uses_lbfgs"]

@@ -174,15 +174,24 @@ def test_ctrl_c_ends_run_killed_and_leaves_partial_results(tmp_path, mlflow_uri,
 
 
 def test_progress_bar_only_on_a_terminal(monkeypatch):
-    from gpdlm_cli.training import loop
+    from types import SimpleNamespace
 
+    from gpdlm_cli.training.callbacks import Progress
+
+    def loop(enabled):
+        return SimpleNamespace(settings=SimpleNamespace(progress=enabled), cap=10, desc="x")
+
+    progress = Progress()
     monkeypatch.setattr("sys.stderr.isatty", lambda: False, raising=False)
-    assert loop._progress_bar(10, "x", enabled=True) is None
+    progress.on_train_start(loop(True))
+    assert progress.bar is None
     monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
-    assert loop._progress_bar(10, "x", enabled=False) is None
-    bar = loop._progress_bar(10, "x", enabled=True)
-    assert bar is not None and bar.total == 10
-    bar.close()
+    progress.on_train_start(loop(False))
+    assert progress.bar is None
+    progress.on_train_start(loop(True))
+    assert progress.bar is not None and progress.bar.total == 10
+    progress.on_train_end(loop(True), None)
+    assert progress.bar is None
 
 
 def test_threads_auto_shares_the_cores_among_parallel_jobs(monkeypatch):

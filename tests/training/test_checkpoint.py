@@ -266,7 +266,7 @@ def test_a_run_stopped_after_its_last_iteration_resumes_without_training(tmp_pat
     import signal as _signal
 
     from gpdlm_cli.run import train as train_module
-    from gpdlm_cli.training import stages
+    from gpdlm_cli.training.loop import Loop
 
     install_signal_handlers()
     ov = BASE + CASES["dlm_minibatch_keep_best"] + ["trainer.checkpoint_every=4"]
@@ -286,7 +286,7 @@ def test_a_run_stopped_after_its_last_iteration_resumes_without_training(tmp_pat
     def no_training(*args, **kwargs):
         raise AssertionError("a complete run trained again")
 
-    monkeypatch.setattr(stages, "train", no_training)
+    monkeypatch.setattr(Loop, "train", no_training)
     resumed = run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
     assert _strip(resumed) == _strip(full)
     assert not (tmp_path / "cut" / FILE).exists() and (tmp_path / "cut" / "model.pt").is_file()

@@ -183,18 +183,17 @@ def test_kmeans_centres_are_computed_once_per_inputs_m_and_seed(tmp_path, monkey
     assert not (tmp_path / "failed").exists()
 
 
-def test_a_sweep_job_reuses_the_kmeans_centres_of_an_earlier_job_and_tags_it(tmp_path):
+def test_a_sweep_job_computes_its_own_kmeans_centres(tmp_path):
+    """Issue 46: the k-means cache of sweep jobs is gone (it saved < 1% of a sweep's time,
+    docs/training.md); a sweep job writes no centres, carries no tag, and ends as it did with the cache."""
     svgp = ["model=svgp", "sweep.cache_dir=" + str(tmp_path / "cache")]
     cold = _run(tmp_path, svgp + ["objective.beta=0.5", "sweep.share_stages=false"], "cold", parent_run_id="p")
-    _run(tmp_path, svgp + ["objective.beta=2.0"], "single")  # a single run (no parent sweep) shares nothing
-    assert not (tmp_path / "cache" / "kmeans").exists()
     _Tags.last = {}
     _run(tmp_path, svgp + ["objective.beta=2.0"], "first", parent_run_id="p")
+    again = _run(tmp_path, svgp + ["objective.beta=0.5"], "second", parent_run_id="p")
+    assert not (tmp_path / "cache" / "kmeans").exists()
     assert "gpdlm.reused_inducing" not in _Tags.last
-    assert len(list((tmp_path / "cache" / "kmeans").glob("kmeans-*.pt"))) == 1
-    reused = _run(tmp_path, svgp + ["objective.beta=0.5"], "second", parent_run_id="p")
-    assert _Tags.last["gpdlm.reused_inducing"].startswith("kmeans:")
-    assert _same(cold, reused), (cold, reused)
+    assert _same(cold, again), (cold, again)
 
 
 def test_kmeans_on_a_seeded_subset_above_the_row_threshold(monkeypatch):
