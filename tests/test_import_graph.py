@@ -19,14 +19,15 @@ A module's layer is that of the longest entry of ``LAYERS`` its dotted name star
 2. ``models``
 3. ``objectives``
 4. ``training``
-5. ``methods``: the model families (``methods.components`` builds the shared parts from the config)
-6. ``build``: the composition root
-7. ``run``: what one run is (saved models, the multirun plan)
-8. ``tracking.sweep``: the sweep launcher (plans jobs with ``run.plan``)
-9. ``analysis``: reports from stored results (no torch)
-10. ``hydra_apps``: the Hydra entry points
-11. ``commands``: what the subcommands run
-12. ``cli`` and ``config_check``: the ``gpdlm`` dispatcher and its check of the overrides (which knows
+5. ``schema``: the config schema (types, ranges, choices of every key) and the typed specs families receive
+6. ``methods``: the model families (``methods.components`` builds the shared parts from the specs)
+7. ``build``: the composition root
+8. ``run``: what one run is (saved models, the multirun plan)
+9. ``tracking.sweep``: the sweep launcher (plans jobs with ``run.plan``)
+10. ``analysis``: reports from stored results (no torch)
+11. ``hydra_apps``: the Hydra entry points
+12. ``commands``: what the subcommands run
+13. ``cli`` and ``config_check``: the ``gpdlm`` dispatcher and its check of the overrides (which knows
     the commands' own validators)
 """
 
@@ -47,6 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("objectives",),
     ("training",),
+    ("schema",),
     ("methods",),
     ("build",),
     ("run",),
