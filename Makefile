@@ -17,7 +17,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpdlm-installed
 TEST_STAMP := $(VENV)/.gpdlm-test-installed
 
-.PHONY: install demo test test-fast bench docs check-python clean
+.PHONY: install demo test test-fast lint format bench docs check-python clean
 
 # one line, before anything is created, when no suitable Python is found (or PYTHON names an unsuitable one)
 check-python:
@@ -55,6 +55,17 @@ test: $(TEST_STAMP)
 # the fast lane: everything but the tests marked slow (subprocesses, smoke presets, runs over ~3 s)
 test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
+
+# ruff (lint + format check) and mypy on the library; .ci/run runs it before the tests
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+# apply the formatter and the safe lint fixes
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -10,7 +10,7 @@ one row per time t with lag L:
 * ``autoregression``: the same plus the true past targets y_{t-L}, ..., y_{t-1},
 * ``free_simulation``: the same layout as autoregression; training uses the true past targets
   (teacher forcing) and at test time the model's own past predictions are fed back, starting from L
-  known initial targets (``gpdlm_cli.methods.recurrent.simulate``, on the time-ordered windows).
+  known initial targets (``gpdlm_cli.metrics.simulation.simulate``, on the time-ordered windows).
 
 Optional ``past`` columns (other outputs observed at previous times, e.g. the other lane points)
 enter at t-L, ..., t-1 in every mode. ``lag_step`` keeps every k-th tap of the window and

@@ -17,7 +17,7 @@ import torch
 from ..exceptions import param_error
 from ..schema import EstimatorSpec, LikelihoodSpec, as_spec
 from ..validation import is_int, is_number
-from .kernels import STATIONARY_KERNELS, build_kernel
+from .kernels import STATIONARY_KERNELS, build_base_kernel, build_kernel
 
 
 def build_likelihood(spec, targets=None):
@@ -222,6 +222,7 @@ def no_feature_map(spec, kernels: tuple[str, ...] | None = STATIONARY_KERNELS) -
 
 
 __all__ = [
+    "build_base_kernel",
     "build_estimator",
     "build_kernel",
     "build_likelihood",

@@ -70,16 +70,30 @@ def _check_stationary(spec: KernelSpec) -> None:
             raise param_error(key, spec.owner, "a float in (0, inf)", v)
 
 
+def build_base_kernel(spec, num_dims: int, ard: bool | None = None):
+    """The stationary base kernel of ``spec`` (no outputscale) over ``num_dims`` inputs, ARD if ``ard``
+    (None: ``kernel.ard``), with ``kernel.lengthscale`` as its initial lengthscale: what the ScaleKernel
+    of ``build_kernel`` wraps, and what the recurrent family puts on each output's embedding."""
+    import gpytorch
+
+    spec = as_spec(spec, KernelSpec, "kernel")
+    if spec.name not in STATIONARY_KERNELS:
+        raise param_error("name", "kernel", f"one of {', '.join(STATIONARY_KERNELS)}", spec.name)
+    if not is_number(spec.lengthscale) or spec.lengthscale <= 0:
+        raise param_error("lengthscale", spec.owner, "a float in (0, inf)", spec.lengthscale)
+    dims = num_dims if (spec.ard if ard is None else ard) else None
+    if spec.name == "rbf":
+        base = gpytorch.kernels.RBFKernel(ard_num_dims=dims)
+    else:
+        base = gpytorch.kernels.MaternKernel(nu=_NU[spec.name], ard_num_dims=dims)
+    base.lengthscale = spec.lengthscale
+    return base
+
+
 def _stationary(spec: KernelSpec, num_dims: int, seed: int, inputs):
     import gpytorch
 
-    ard = num_dims if spec.ard else None
-    if spec.name == "rbf":
-        base = gpytorch.kernels.RBFKernel(ard_num_dims=ard)
-    else:
-        base = gpytorch.kernels.MaternKernel(nu=_NU[spec.name], ard_num_dims=ard)
-    base.lengthscale = spec.lengthscale
-    k = gpytorch.kernels.ScaleKernel(base)
+    k = gpytorch.kernels.ScaleKernel(build_base_kernel(spec, num_dims))
     k.outputscale = spec.outputscale
     return k
 
@@ -102,4 +116,4 @@ for _name in ("linear", "rff"):
     register(_name, _finite, _check_finite)
 
 
-__all__ = ["KERNELS", "STATIONARY_KERNELS", "KernelKind", "build_kernel", "check_kernel", "is_stationary", "register"]
+__all__ = ["KERNELS", "STATIONARY_KERNELS", "KernelKind", "build_base_kernel", "build_kernel", "check_kernel", "is_stationary", "register"]

@@ -400,8 +400,12 @@ class NetworkRegressor(nn.Module):
     ) -> torch.Tensor:
         return self.network(x, train=train, generator=generator)
 
+    @torch.no_grad()
     def condition(self, x_train: torch.Tensor, y_train: torch.Tensor) -> None:
-        pass
+        """The predictive noise s_k^2 of every output: its mean squared residual on the training windows."""
+        resid = self.predict(x_train).to(y_train.dtype) - (y_train[:, None] if y_train.ndim == 1 else y_train)
+        for k, lik in enumerate(self.likelihoods):
+            lik.gp.noise = resid[:, k].pow(2).mean().clamp_min(1e-8)
 
     @torch.no_grad()
     def marginals_all(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -413,12 +417,27 @@ class NetworkRegressor(nn.Module):
         return mu[:, 0], var[:, 0]
 
 
+class Pretrainer(nn.Module):
+    """The matching network baseline of a GP's network for ``model.init=pretrained`` (GP-LSTM paper,
+    Sec. 5.2.3): the ``network`` body (shared, so its trained recurrent layers are kept) plus its own
+    linear head to ``num_outputs`` outputs, trained with MSE."""
+
+    def __init__(self, network: FeatureMap, num_outputs: int):
+        super().__init__()
+        self.network = network
+        self.head = torch.nn.Linear(network.head.in_features, num_outputs).to(network.dtype)
+
+    def forward(self, x, *, train=False, generator=None):
+        return self.head(self.network.hidden(x, train=train, generator=generator))
+
+
 __all__ = [
     "KISS_DENSE_BELOW",
     "DeepKernelGP",
     "EmbeddingGP",
     "GridInterpolationKernelInOrder",
     "NetworkRegressor",
+    "Pretrainer",
     "check_kiss_kronecker_order",
     "grid_from_embedding",
 ]

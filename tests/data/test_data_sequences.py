@@ -27,12 +27,12 @@ def test_window_layout_regression_and_autoregression():
 
 
 def _rollout(predict, X, lag):
-    """The family's free simulation (``methods.recurrent.simulate``) of a one-output numpy model on
+    """The family's free simulation (``metrics.simulation.simulate``) of a one-output numpy model on
     free-simulation windows: the past-target columns are overwritten by the model's own predictions."""
     import torch
 
     from gpdlm_cli.features.recurrent import WindowLayout
-    from gpdlm_cli.methods.recurrent import simulate
+    from gpdlm_cli.metrics.simulation import simulate
 
     layout = WindowLayout.from_names(window_names(["u"], "y", lag, "free_simulation"), ["y"])
 

@@ -290,7 +290,7 @@ def test_no_host_device_sync_per_iteration(name):
 # ----- batched configurations (issue 21, sweep.batched): one batched model on CUDA against separate CPU runs ---
 # the CPU batched test's problem and grid (tests/run/test_batched.py)
 from ..run.test_batched import GRID as BATCH_GRID  # noqa: E402
-from ..run.test_batched import SMALL as BATCH_SMALL
+from ..run.test_batched import SMALL as BATCH_SMALL  # noqa: E402
 
 BATCH_COMPARED = ("test_nll", "test_rmse", "val_nll", "val_rmse", "iterations", "final_loss")
 

@@ -93,7 +93,7 @@ def test_count_coverage_of_the_poisson_mixture_intervals():
 
 def test_sequence_models_report_the_mean_calibration_over_outputs():
     """The recurrent family's pooled metrics: each calibration metric is the mean over outputs."""
-    from gpdlm_cli.methods.recurrent import CALIBRATION, scored
+    from gpdlm_cli.metrics.simulation import CALIBRATION, scored
 
     mu = torch.as_tensor(rng.normal(size=(N, 2)))
     var = torch.as_tensor(rng.uniform(0.05, 1.0, (N, 2)))

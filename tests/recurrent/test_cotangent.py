@@ -194,7 +194,7 @@ def test_with_dropout_one_mask_set_per_refresh_gives_the_gradient_of_the_masked_
     objective E_M[L(W; M)]. Before issue 19 the cotangents came from the network without dropout and
     the Jacobians from fresh masks: 9% off dL/dW over 2,000 masks (MC noise 0.8%). The check and the
     drift compare embeddings under the same masks: with W fixed, no halving and zero drift."""
-    from gpdlm_cli.methods.recurrent import KernelRefresh
+    from gpdlm_cli.training.kernel_refresh import KernelRefresh
 
     model, X, y = setup(torch.float64, dropout=0.25, rec_dropout=0.05)
     params = list(model.network.parameters())

@@ -9,7 +9,7 @@ import torch
 
 from gpdlm_cli.data.sequences import make_windows, window_names
 from gpdlm_cli.features.recurrent import WindowLayout
-from gpdlm_cli.methods.recurrent import rollouts, simulate
+from gpdlm_cli.metrics.simulation import rollouts, simulate
 
 from ..conftest import ar1_series
 
@@ -44,7 +44,7 @@ def test_rollouts_accumulate_a_one_step_bias_geometrically():
 
 def test_horizon_rmse_pools_the_first_k_steps_of_every_start():
     from gpdlm_cli.likelihoods import GaussianLikelihood
-    from gpdlm_cli.methods.recurrent import simulation_metrics
+    from gpdlm_cli.metrics.simulation import simulation_metrics
 
     u, y = ar1_series(80)
     X, Y, _ = make_windows(u, y, 2, "free_simulation")

@@ -1,4 +1,4 @@
-"""Algorithm 2's refresh check (GP-LSTM paper Sec. 4.1; ``methods.recurrent.KernelRefresh`` and
+"""Algorithm 2's refresh check (GP-LSTM paper Sec. 4.1; ``training.kernel_refresh.KernelRefresh`` and
 ``RefreshGuard``): lr_W is halved when the rise NLML(h_new, theta)/N - NLML(h_old, theta)/N stands out
 of the rises' own noise (or they are systematically positive), at most 4 times, and restored when the
 rises are calm again. Both sides are
@@ -14,9 +14,9 @@ import torch
 
 from gpdlm_cli.features.recurrent import FeatureMap
 from gpdlm_cli.likelihoods import GaussianLikelihood
-from gpdlm_cli.methods.recurrent import KernelRefresh
 from gpdlm_cli.models.deep_kernel import DeepKernelGP
 from gpdlm_cli.objectives.recurrent import CotangentSurrogate
+from gpdlm_cli.training.kernel_refresh import KernelRefresh
 
 N, LR = 200, 1e-2
 
@@ -112,7 +112,7 @@ def test_pure_minibatch_noise_does_not_freeze_lr_w():
 
 
 def test_guard_halves_on_systematic_rises_down_to_its_bound_and_restores_when_calm():
-    from gpdlm_cli.methods.recurrent import RefreshGuard
+    from gpdlm_cli.training.kernel_refresh import RefreshGuard
 
     rng = np.random.default_rng(1)
     g = RefreshGuard()

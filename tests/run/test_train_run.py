@@ -222,7 +222,7 @@ def test_gpdlm_log_holds_the_protocol_the_stages_their_stops_and_warnings(tmp_pa
         evaluate = real(*a, **k)
 
         def ev():
-            warnings.warn("a test warning from the evaluation", RuntimeWarning)
+            warnings.warn("a test warning from the evaluation", RuntimeWarning, stacklevel=1)
             return evaluate()
 
         return ev

@@ -108,7 +108,7 @@ def test_joint_square_loss_has_no_optimum_in_the_outputscale_but_has_one_with_it
     ls = np.geomspace(0.01, 100, 41)
     best = {}
     for beta in (0.1, 10.0):
-        prof = np.array([_profile(beta, 1.0, l, x, y, Z) for l in ls])
+        prof = np.array([_profile(beta, 1.0, ell, x, y, Z) for ell in ls])
         i = int(np.argmin(prof))
         assert 0 < i < len(ls) - 1, (beta, prof)
         best[beta] = (ls[i], prof[i])

@@ -1,0 +1,294 @@
+"""The parts the recurrent family (``methods.recurrent``) builds a run from: the window layout and the
+free-simulation feedback taps, the network, the deep-kernel GP with its KISS setup, the GP models'
+training stages (pre-training, Algorithm 1/2 or joint descent, final theta steps) and their
+diagnostics. Not a family (no ``MODELS``): the family module composes these."""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from ..exceptions import DataError, UnsupportedCombination, param_error
+from . import components as C
+from .base import Stage
+
+DEFAULT_LR = 0.01  # Adam(0.01): App. E, Table 4
+
+
+def is_gp(name: str) -> bool:
+    return name.startswith("gp_")
+
+
+def kind_of(name: str) -> str:
+    return name.removeprefix("gp_")
+
+
+def nan_or(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+# ----- windows -----------------------------------------------------------------------------------------
+def window_layout(data, dataset: str):
+    """The ``features.recurrent.WindowLayout`` of the windows in ``data`` (a one-line DataError when
+    its feature names are not windows)."""
+    from ..features.recurrent import WindowLayout
+
+    try:
+        return WindowLayout.from_names(list(data.feature_names or []), list(data.target_names or ["y"]))
+    except ValueError as e:
+        raise DataError(f"dataset={dataset} does not hold windows a recurrent model can read: {e}") from None
+
+
+def feedback_taps(layout, data, mode: str, stride: int, dataset: str) -> list[list[tuple[int, int]]]:
+    """Per output, its past-target columns and how many windows back each lies (``stride``: windows kept
+    every ``stride`` steps); in free simulation, refuse windows a rollout cannot feed back."""
+    targets = list(data.target_names or ["y"])
+    feedback = [[(c, k // stride) for c, k in taps] for taps in layout.feedback]
+    if mode != "free_simulation":
+        return feedback
+    if not all(layout.feedback):
+        raise UnsupportedCombination(
+            f"dataset.mode=free_simulation needs the past targets in every window; dataset={dataset} has none for "
+            f"some output"
+        )
+    past_only = [
+        c for c in layout.channels if c not in targets and f"{c}[t-0]" not in (data.feature_names or [])
+    ]  # past values of series not predicted
+    if past_only:
+        raise UnsupportedCombination(
+            f"dataset.mode=free_simulation feeds back only the predicted outputs ({', '.join(targets)}), but the "
+            f"windows of dataset={dataset} also hold past values of {len(past_only)} other series "
+            f"({', '.join(past_only[:3])}{', ...' if len(past_only) > 3 else ''}) that would stay ground truth "
+            f"during the rollout (teacher forcing); predict and feed back every output (dataset.output=all) "
+            f"or use dataset.mode=autoregression"
+        )
+    if any(k % stride for taps in layout.feedback for _, k in taps):
+        raise UnsupportedCombination(
+            f"free simulation feeds predictions back one window per step: every past-target tap t-k needs "
+            f"k to be a multiple of dataset.stride={stride}"
+        )
+    return feedback
+
+
+# ----- networks and models ------------------------------------------------------------------------------
+def build_network(m, layout, num_inputs: int, num_outputs: int, seed: int, device):
+    """The network phi_W of model config ``m`` (``m.network``; seeded by ``seed``, the global generator
+    untouched) and, for ``init=pretrained`` GPs, its ``Pretrainer``; both on ``device`` in the network's
+    dtype. A GP's network ends in ``embed_dim`` outputs, a baseline's in ``num_outputs``."""
+    from ..features.recurrent import FeatureMap
+    from ..models.deep_kernel import Pretrainer
+
+    net, gp = m.network, is_gp(m.name)
+    net_dtype = torch.float32 if net.get("dtype", "float32") == "float32" else torch.float64
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        network = FeatureMap(
+            kind_of(m.name),
+            layout,
+            num_inputs,
+            units=net.units,
+            layers=net.layers,
+            out_dim=net.embed_dim if gp else num_outputs,
+            dropout=float(net.get("dropout", 0.0)),
+            rec_dropout=float(net.get("rec_dropout", 0.0)),
+        )
+        pretrainer = Pretrainer(network, num_outputs) if gp and m.init == "pretrained" else None
+    network = network.to(device=device, dtype=net_dtype)
+    if pretrainer is not None:
+        pretrainer = pretrainer.to(device=device, dtype=net_dtype)
+    return network, pretrainer
+
+
+def build_gp(cfg, network, num_outputs: int, device):
+    """The KISS/exact setup: a ``DeepKernelGP`` on ``network`` with one base kernel (``kernel``, ARD if
+    ``model.gp.ard``, outputscale ``kernel.outputscale``) and one Gaussian likelihood (noise floored at
+    ``model.gp.noise_floor``) per output; KISS on a ``grid_size``^E grid refitted at every refresh."""
+    from ..likelihoods import GaussianLikelihood
+    from ..models.deep_kernel import KISS_DENSE_BELOW, DeepKernelGP
+
+    g, embed_dim = cfg.model.gp, cfg.model.network.embed_dim
+    if cfg.kernel.name not in C.STATIONARY_KERNELS:
+        raise param_error("name", "kernel", f"one of {', '.join(C.STATIONARY_KERNELS)}", cfg.kernel.name)
+    noise = max(float(cfg.likelihood.noise_init), 1.01 * g.noise_floor)
+    likelihoods = [GaussianLikelihood(noise_init=noise, noise_min=float(g.noise_floor)) for _ in range(num_outputs)]
+    kernels = [C.build_base_kernel(cfg.kernel, embed_dim, ard=g.ard) for _ in range(num_outputs)]
+    model = DeepKernelGP(
+        network,
+        kernels,
+        likelihoods,
+        inference=g.inference,
+        grid_size=g.grid_size,
+        grid_margin=float(g.grid_margin),
+        kiss_dense_below=int(g.get("kiss_dense_below", KISS_DENSE_BELOW)),
+    ).to(device)
+    for gp_ in model.gps:
+        gp_.covar_module.outputscale = float(cfg.kernel.outputscale)
+    return model, likelihoods
+
+
+def build_baseline(cfg, network, num_outputs: int, device):
+    """A network baseline (``NetworkRegressor``) with float64 predictive noises."""
+    from ..likelihoods import GaussianLikelihood
+    from ..models.deep_kernel import NetworkRegressor
+
+    likelihoods = [GaussianLikelihood(noise_init=float(cfg.likelihood.noise_init)) for _ in range(num_outputs)]
+    model = NetworkRegressor(network, likelihoods).to(device)
+    model.likelihoods.to(torch.float64)  # the predictive noise, like every GP quantity, in float64
+    return model, likelihoods
+
+
+def kiss_tag(model, n: int) -> str:
+    """How a KISS model with ``n`` training windows is evaluated (the run's ``gpdlm.kiss_evaluation``)."""
+    if not model.is_dense(n):
+        return (
+            f"structured: CG + stochastic Lanczos, pivoted-Cholesky preconditioner, probes seeded per refresh "
+            f"(n_train={n} >= model.gp.kiss_dense_below={model.kiss_dense_below})"
+        )
+    return (
+        f"dense: W K_UU W^T formed and factorised by Cholesky (n_train={n} < model.gp.kiss_dense_below="
+        f"{model.kiss_dense_below})"
+    )
+
+
+# ----- the GP models' stages ------------------------------------------------------------------------------
+class GPStages:
+    """The stages of a GP model (pre-training, then ``trainer.algorithm``, then final theta steps) and the
+    ``KernelRefresh`` of Algorithms 1-2 (``refresh``; None for ``full``). ``lr``: the trainer overrides
+    that set the family's default learning rate; ``masks``: the dropout-mask generator."""
+
+    def __init__(self, cfg, model, pretrainer, x, y, *, lr: dict, masks, timer):
+        self.cfg, self.model, self.x, self.y = cfg, model, x, y
+        self.n = x.shape[0]
+        self.lr, self.masks, self.timer = lr, masks, timer
+        self.stochastic_net = model.network.stochastic
+        self.noisy_gp = not model.is_dense(self.n)  # KISS on the structured operator: stochastic Lanczos
+        self.refresh = None
+        self.stages = [] if pretrainer is None else [self._pretrain(pretrainer)]
+        algorithm = cfg.trainer.get("algorithm", "full")
+        self.stages.append(self._full() if algorithm == "full" else self._semi_stochastic(algorithm))
+        final_steps = int(cfg.trainer.get("final_theta_steps", 100))
+        if final_steps > 0:
+            self.stages.append(self._theta(final_steps))
+
+    def _pretrain(self, pretrainer) -> Stage:
+        from ..objectives.recurrent import SquaredError
+
+        body = [p for layer in self.model.network.body for p in layer.parameters()] + list(pretrainer.head.parameters())
+        overrides = {**self.lr, "max_epochs": int(self.cfg.model.pretrain_epochs), "max_iters": None}
+        objective = SquaredError(pretrainer, dropout=self.stochastic_net, generator=self.masks)
+        return Stage("pretrain", objective, {"network": body}, stochastic=True, overrides=overrides)
+
+    def _full(self) -> Stage:
+        from ..objectives.recurrent import DeepKernelNLML
+
+        objective = DeepKernelNLML(self.model, self.n, dropout=self.stochastic_net, generator=self.masks)
+        return Stage(
+            "full",
+            objective,
+            self.model.groups(),
+            stochastic=self.stochastic_net or self.noisy_gp,
+            hooks=[self.timer],
+            overrides={**self.lr, "batch_size": None},
+        )
+
+    def _semi_stochastic(self, algorithm: str) -> Stage:
+        from ..objectives.recurrent import CotangentSurrogate
+        from ..training.kernel_refresh import KernelRefresh
+
+        t, n = self.cfg.trainer, self.n
+        bs = t.batch_size if t.batch_size and t.batch_size < n else None
+        steps_per_epoch = n // bs if bs else 1
+        tau = 1 if algorithm == "alternating" else int(t.get("kernel_refresh_every") or steps_per_epoch)
+        base_lr = float(t.lr) if t.lr is not None else DEFAULT_LR
+        scales = {"kernel": 1.0, "likelihood": 1.0, **{str(k): float(v) for k, v in (t.get("lr_scale") or {}).items()}}
+        surrogate = CotangentSurrogate(self.model, n)
+        self.refresh = KernelRefresh(
+            self.model,
+            surrogate,
+            self.x,
+            self.y,
+            tau=tau,
+            theta_steps=int(t.get("theta_steps", 10)),
+            theta_lr={k: base_lr * scales[k] for k in ("kernel", "likelihood")},
+            check=bool(t.get("refresh_check", True)),
+            probe_seed=self.cfg.seed if self.model.inference == "kiss" else None,
+            masks=self.masks if self.stochastic_net else None,
+        )
+        return Stage(
+            algorithm,
+            surrogate,
+            {"network": self.model.groups()["network"]},
+            prepare=self.refresh.refresh,
+            stochastic=True,
+            hooks=[self.timer, self.refresh],
+            lr_scale={"network": 1.0 / tau} if t.get("lr_over_tau", True) else {},
+            overrides=self.lr,
+            wants_index=True,
+        )
+
+    def _theta(self, final_steps: int) -> Stage:
+        from ..objectives.recurrent import FixedEmbeddingNLML
+
+        model, x = self.model, self.x
+        theta = FixedEmbeddingNLML(model, self.n)
+
+        def fix_embedding():
+            with torch.no_grad():
+                theta.set_embedding(model.embed(x))
+
+        groups = model.groups()
+        return Stage(
+            "theta",
+            theta,
+            {"kernel": groups["kernel"], "likelihood": groups["likelihood"]},
+            prepare=fix_embedding,
+            stochastic=self.noisy_gp,
+            overrides={
+                **self.lr,
+                "batch_size": None,
+                "max_iters": final_steps,
+                "max_epochs": None,
+                "eval_every_epochs": None,
+            },
+        )  # one step is one "epoch" here
+
+    @torch.no_grad()
+    def train_nlml(self) -> float:
+        """NLML/N of the training windows at the current W and theta (KISS: the run's probe vectors)."""
+        from ..training.kernel_refresh import fixed_probes
+
+        model = self.model
+        with fixed_probes(self.cfg.seed if model.inference == "kiss" else None):
+            h = model.embed(self.x)
+            model.fit_grid(h)
+            return float(model.nlml(h, self.y) / self.n)
+
+    def monitors(self) -> dict:
+        out = {"train_nlml": self.train_nlml}
+        if self.refresh is not None:
+            out["embedding_drift"] = lambda: self.refresh.drift
+        return out
+
+    def hyperparameters(self) -> dict[str, float]:
+        """Noise and outputscale, means over outputs."""
+        model = self.model
+        return {
+            "noise": float(torch.stack([lik.noise.detach().mean() for lik in model.likelihoods]).mean()),
+            "outputscale": float(
+                torch.stack([gp_.covar_module.outputscale.detach().mean() for gp_ in model.gps]).mean()
+            ),
+        }
+
+    def refresh_counts(self) -> dict[str, float]:
+        """The refresh's counts (Algorithms 1-2; none for ``full``)."""
+        refresh = self.refresh
+        if refresh is None:
+            return {}
+        return {
+            "refreshes": refresh.refreshes,
+            "lr_halvings": refresh.halvings,
+            "lr_restores": refresh.restores,
+            "lr_w_factor": 0.5**refresh.guard.level,
+            "embedding_drift_mean": statistics.fmean(refresh.drifts) if refresh.drifts else float("nan"),
+        }

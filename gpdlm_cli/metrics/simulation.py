@@ -1,0 +1,172 @@
+"""Scores of sequence models (the GP-LSTM family): the standard predictive metrics pooled over
+several outputs, and free simulation -- one rollout over a time-ordered split that feeds back the
+predictive mean (:func:`simulate`), k-step-ahead rollouts from every start (:func:`rollouts`) and
+their metrics (:func:`simulation_metrics`). A model enters only as ``predict(rows) -> (mu, var)``,
+the latent predictive means and variances (rows, d) at windows ``rows``."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from .predictive import predictive_metrics
+
+#: the calibration metrics ``scored`` pools over outputs (means over outputs)
+CALIBRATION = ("msll", "crps", "coverage_50", "coverage_90", "coverage_95", "coverage_error")
+
+
+class _Precomputed:
+    """``marginals`` from precomputed (mu, var), indexed by the row number stored in x[:, 0]: lets
+    the standard ``predictive_metrics`` score predictions made elsewhere (rollouts, several outputs)."""
+
+    def __init__(self, mu, var):
+        self.mu, self.var = mu, var
+
+    def marginals(self, idx):
+        i = idx[:, 0].long()
+        return self.mu[i], self.var[i]
+
+
+def scored(mu, var, y, likelihoods, y_std, prefix: str) -> dict[str, float]:
+    """The standard predictive metrics (target units, log s_y) of every output, pooled: ``nll``
+    and ``nll_norm`` are means over outputs, ``mse`` a mean and ``rmse`` its root; the calibration
+    metrics (coverage, its error, CRPS, MSLL) are means over outputs."""
+    y = y[:, None] if y.ndim == 1 else y
+    d = y.shape[1]
+    stds = [float(y_std)] * d if not hasattr(y_std, "__len__") else [float(s) for s in y_std]
+    idx = torch.arange(y.shape[0], dtype=mu.dtype, device=mu.device)[:, None]
+    per = [
+        predictive_metrics(
+            _Precomputed(mu[:, k], var[:, k]), likelihoods[k], idx, y[:, k].to(mu.dtype), y_std=stds[k], prefix=""
+        )
+        for k in range(d)
+    ]
+    mean = {key: sum(p[key] for p in per) / d for key in per[0]}
+    mse_norm = sum(p["rmse_norm"] ** 2 for p in per) / d
+    out = {
+        prefix + "nll": mean["nll"],
+        prefix + "nll_norm": mean["nll_norm"],
+        prefix + "mse": mean["mse"],
+        prefix + "rmse": math.sqrt(mean["mse"]),
+        prefix + "rmse_norm": math.sqrt(mse_norm),
+    }
+    out.update({prefix + k: mean[k] for k in CALIBRATION if k in mean})
+    return out
+
+
+@torch.no_grad()
+def simulate(predict, x: torch.Tensor, feedback: list[list[tuple[int, int]]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Free simulation over time-ordered windows ``x`` (one row per step): before predicting row
+    j, every past-target column (col, rows back r) with j - r >= 0 is overwritten by the predictive
+    mean of row j - r; the first row keeps its L true past targets. ``predict(rows) -> (mu, var)``
+    of shape (rows, d). Returns the rollout's (mu, var), (n, d)."""
+    x = x.clone()
+    n, d = x.shape[0], len(feedback)
+    mus = x.new_zeros(n, d)
+    vs = x.new_zeros(n, d)
+    for j in range(n):
+        for o, taps in enumerate(feedback):
+            cols = [c for c, r in taps if j - r >= 0]
+            if cols:
+                x[j, cols] = mus[[j - r for c, r in taps if j - r >= 0], o].to(x.dtype)
+        m, v = predict(x[j : j + 1])
+        mus[j], vs[j] = m[0], v[0]
+    return mus, vs
+
+
+@torch.no_grad()
+def rollouts(predict, x: torch.Tensor, feedback: list[list[tuple[int, int]]], steps: int) -> torch.Tensor:
+    """k-step-ahead predictions from every start: trajectory s starts at window s from the true past
+    targets and runs ``steps`` steps of free simulation (as :func:`simulate`), all trajectories in
+    one batch per step. Returns the predictive means (n, steps, d); entry [s, i] predicts window
+    s + i (NaN past the end)."""
+    n, d = x.shape[0], len(feedback)
+    out = torch.full((n, steps, d), float("nan"), dtype=x.dtype, device=x.device)
+    for i in range(steps):
+        s = torch.arange(n - i, device=x.device)  # trajectories that still have a window to predict
+        rows = x[s + i].clone()
+        for o, taps in enumerate(feedback):
+            for col, back in taps:
+                if back <= i:  # that past target was predicted by the same trajectory
+                    rows[:, col] = out[s, i - back, o].to(x.dtype)
+        mu, _ = predict(rows)
+        out[s, i] = mu.to(x.dtype)
+    return out
+
+
+def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ahead=None) -> dict[str, float]:
+    """Free-simulation metrics, in target units: ``sim_rmse`` and ``sim_nll`` over the whole trajectory
+    started at the first window (the paper's free simulation; the NLL from the GP's own one-step
+    variances, no propagated uncertainty); ``sim_rmse_h<k>``, the RMSE over the first k simulated
+    steps, pooled over every start whose k steps lie inside the split (``ahead``: :func:`rollouts`).
+    h1 is the one-step RMSE; pooling over starts makes the curve a property of the model rather
+    than of where one trajectory happens to start."""
+    out = {
+        k.replace(prefix, prefix + "sim_", 1): v
+        for k, v in scored(mu, var, y, likelihoods, y_std, prefix).items()
+        if k.endswith(("rmse", "nll"))
+    }
+    y2 = y[:, None] if y.ndim == 1 else y
+    n = y2.shape[0]
+    stds = torch.as_tensor(np.atleast_1d(np.asarray(y_std, dtype=float)), dtype=y2.dtype, device=y2.device)
+    for h in horizons:
+        if ahead is not None and h <= ahead.shape[1] and h <= n:
+            starts = torch.arange(n - h + 1, device=y2.device)
+            truth = y2[starts[:, None] + torch.arange(h, device=y2.device)[None, :]]  # (starts, h, d)
+            err = (ahead[: n - h + 1, :h] - truth) * stds
+            out[f"{prefix}sim_rmse_h{h}"] = float(err.pow(2).mean().sqrt())
+    return out
+
+
+class SequenceEvaluation:
+    """Evaluation of a sequence model on time-ordered windows: ``model`` has ``condition(x, y)`` (refit
+    its prediction caches on the training windows) and ``marginals_all(rows) -> (mu, var)``. In
+    ``free_simulation`` mode the split is also rolled forward (``feedback``: per output, its
+    past-target columns and how many rows back they lie; ``horizons``: the k of ``sim_rmse_h<k>``).
+    ``test_ms_per_point``: the last one-step prediction time on the test split per window."""
+
+    def __init__(self, model, x_train, y_train, likelihoods, *, mode: str, feedback, horizons):
+        self.model, self.x, self.y, self.likelihoods = model, x_train, y_train, likelihoods
+        self.mode, self.feedback, self.horizons = mode, feedback, list(horizons)
+        self.test_ms_per_point = float("nan")
+
+    @property
+    def simulates(self) -> bool:
+        return self.mode == "free_simulation"
+
+    def metric_names(self) -> tuple[str, ...]:
+        names = ["nll", "nll_norm", "mse", "rmse", "rmse_norm", *CALIBRATION]
+        if self.simulates:
+            names += ["sim_rmse", "sim_nll"] + [f"sim_rmse_h{h}" for h in self.horizons]
+        return tuple(names)
+
+    def evaluate(self, xe, ye, prefix: str, y_std) -> dict[str, float]:
+        """The metrics of split (``xe``, ``ye``) under ``prefix`` (``val_``, ``test_``)."""
+        if xe.shape[0] == 0:
+            return {}
+        self.model.condition(self.x, self.y)
+        t0 = time.perf_counter()
+        mu, var = self.model.marginals_all(xe)
+        if prefix == "test_":
+            self.test_ms_per_point = 1000 * (time.perf_counter() - t0) / xe.shape[0]
+        out = scored(mu, var, ye, self.likelihoods, y_std, prefix)
+        if self.simulates:
+            smu, svar = simulate(self.model.marginals_all, xe, self.feedback)
+            reach = min(max(self.horizons, default=0), xe.shape[0])
+            ahead = rollouts(self.model.marginals_all, xe, self.feedback, reach) if reach else None
+            out.update(simulation_metrics(smu, svar, ye, self.likelihoods, y_std, prefix, self.horizons, ahead))
+        return out
+
+    def predict(self, xe):
+        """(mu, var) of the latent outputs (n, d) at time-ordered windows ``xe``: one-step predictions,
+        or in free simulation the rollout from the L true past targets of ``xe``'s first window."""
+        self.model.condition(self.x, self.y)
+        if self.simulates:
+            return simulate(self.model.marginals_all, xe, self.feedback)
+        return self.model.marginals_all(xe)
+
+
+__all__ = ["CALIBRATION", "SequenceEvaluation", "rollouts", "scored", "simulate", "simulation_metrics"]
