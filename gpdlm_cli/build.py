@@ -32,16 +32,6 @@ if TYPE_CHECKING:
 
 
 # ----- settings -------------------------------------------------------------------------------------
-#: families that still read the composed config themselves (not yet converted to specs): the
-#: recurrent family, whose split into modules (issue 46, item 2) is under way
-RAW_CONFIG_FAMILIES = ("gpdlm_cli.methods.recurrent",)
-
-
-def takes_config(family) -> bool:
-    """Whether ``family`` still reads the raw config (``RAW_CONFIG_FAMILIES``) instead of a ``RunSpec``."""
-    return family.__name__ in RAW_CONFIG_FAMILIES
-
-
 def specs(cfg, family=None) -> RunSpec:
     """The run's typed, validated specs (``schema.RunSpec``): every group checked against its
     schema, the model group against its family's ``Spec``. The one place a config becomes specs."""
@@ -49,10 +39,8 @@ def specs(cfg, family=None) -> RunSpec:
     return run_spec(cfg, getattr(family, "Spec", ModelSpec))
 
 
-def family_input(cfg, family, spec: RunSpec | None = None):
-    """What ``family``'s entry points take: its ``RunSpec`` (the raw config for ``RAW_CONFIG_FAMILIES``)."""
-    if takes_config(family):
-        return cfg
+def family_input(cfg, family, spec: RunSpec | None = None) -> RunSpec:
+    """What ``family``'s entry points take: the run's ``RunSpec`` (``spec`` when already built)."""
     return spec if spec is not None else specs(cfg, family)
 
 

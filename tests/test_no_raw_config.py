@@ -20,8 +20,6 @@ OUTSIDE = ("run/", "schema/", "build.py", "hydra_apps.py", "commands/", "cli.py"
 #: modules still allowed to name the config, each with its reason (an entry here is a known debt:
 #: keep it short and remove it with the change that pays it)
 EXCEPTIONS = {
-    "methods/recurrent.py": "the recurrent family is being split into modules (issue 46, item 2); it is "
-    "converted to specs after the split (build.RAW_CONFIG_FAMILIES)",
     "tracking/sweep.py": "the Hydra sweep callback receives Hydra's config by Hydra's contract; it moves to "
     "the sweep package (issue 46, item 5)",
     "data/registry.py": "turns OmegaConf containers a caller passes as dataset options into plain Python "

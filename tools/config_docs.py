@@ -346,26 +346,32 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def _schema_table(title: str, schema, prefix: str, intro: str = "") -> list[str]:
+def _schema_rows(schema, prefix: str) -> list[str]:
     import dataclasses
 
-    from gpdlm_cli.schema import describe
+    from gpdlm_cli.schema.keys import rule_of
 
-    out = [f"### {title}", ""]
-    if intro:
-        out.extend([intro, ""])
-    out.extend(["| key | type | allowed | default | meaning |", "|---|---|---|---|---|"])
-    defaults = {f.name: f for f in dataclasses.fields(schema)}
-    for key, rule in describe(schema).items():
-        f = defaults[key]
+    out = []
+    for f in dataclasses.fields(schema):
+        sub = f.metadata.get("nested")
+        if sub is not None:  # a sub-group (model.network): its keys, one row each
+            out.extend(_schema_rows(sub, f"{prefix}{f.name}."))
+            continue
+        rule = rule_of(f)
+        if rule is None:
+            continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         allowed = rule.describe()
         if rule.when is not None:
             allowed += f" (checked when {rule.when[0]}={rule.when[1]})"
-        row = [f"`{prefix}{key}`", rule.kind_text(), allowed, _fmt(default), rule.help]
+        row = [f"`{prefix}{f.name}`", rule.kind_text(), allowed, _fmt(default), rule.help]
         out.append("| " + " | ".join(_cell(c) for c in row) + " |")
-    out.append("")
     return out
+
+
+def _schema_table(title: str, schema, prefix: str) -> list[str]:
+    out = [f"### {title}", "", "| key | type | allowed | default | meaning |", "|---|---|---|---|---|"]
+    return [*out, *_schema_rows(schema, prefix), ""]
 
 
 def schema_section() -> list[str]:

@@ -116,4 +116,13 @@ for _name in ("linear", "rff"):
     register(_name, _finite, _check_finite)
 
 
-__all__ = ["KERNELS", "STATIONARY_KERNELS", "KernelKind", "build_base_kernel", "build_kernel", "check_kernel", "is_stationary", "register"]
+__all__ = [
+    "KERNELS",
+    "STATIONARY_KERNELS",
+    "KernelKind",
+    "build_base_kernel",
+    "build_kernel",
+    "check_kernel",
+    "is_stationary",
+    "register",
+]

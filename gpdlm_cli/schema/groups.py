@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..exceptions import param_error
 from ..validation import is_int, is_number
@@ -237,7 +238,7 @@ class LikelihoodSpec:
 
         if self.name not in LIKELIHOODS:
             raise param_error("name", "likelihood", f"one of {sorted(LIKELIHOODS)}", self.name)
-        noise = self.extra.get("noise_init")
+        noise: Any = self.extra.get("noise_init")
         if "noise_init" in self.extra and (not is_number(noise) or noise <= 0):
             raise param_error("noise_init", f"likelihood={self.name}", "a float in (0, inf)", noise)
 

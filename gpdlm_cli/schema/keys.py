@@ -21,7 +21,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..exceptions import param_error
 from ..validation import is_int, is_number
@@ -176,6 +176,12 @@ def anything(default, *, help: str = "", **kw):
     return _field(default, Rule("any", help=help, **kw))
 
 
+def nested(schema: type, context: str, *, help: str = ""):
+    """A sub-group of keys (``model.network``): checked against ``schema``, its errors owned by
+    ``<owner> (<context>)`` (``model=gp_lstm (network)``)."""
+    return field(default_factory=schema, metadata={"nested": schema, "context": context, "help": help})
+
+
 def rule_of(f: dataclasses.Field) -> Rule | None:
     return f.metadata.get("rule")
 
@@ -197,13 +203,20 @@ def parse(node: Mapping | None, schema: type[T], owner: str) -> T:
     node = node if node is not None else {}
     values: dict[str, Any] = {}
     names = set()
-    for f in dataclasses.fields(schema):
+    for f in dataclasses.fields(cast(Any, schema)):
         names.add(f.name)
         if f.name == "extra" or not f.init:
             continue
         if f.name in node:
-            values[f.name] = plain(node[f.name])
-    for f in dataclasses.fields(schema):
+            sub = f.metadata.get("nested")
+            if sub is not None:
+                inner = node[f.name]
+                if not isinstance(inner, Mapping):
+                    raise param_error(f.name, owner, "a mapping of keys", plain(inner))
+                values[f.name] = parse(inner, sub, f"{owner} ({f.metadata['context']})")
+            else:
+                values[f.name] = plain(node[f.name])
+    for f in dataclasses.fields(cast(Any, schema)):
         rule = rule_of(f)
         if rule is None or f.name not in values:
             continue
@@ -230,7 +243,7 @@ def parse(node: Mapping | None, schema: type[T], owner: str) -> T:
 def _value(values: dict, schema: type, key: str):
     if key in values:
         return values[key]
-    for f in dataclasses.fields(schema):
+    for f in dataclasses.fields(cast(Any, schema)):
         if f.name == key:
             return f.default if f.default is not dataclasses.MISSING else None
     return None
@@ -251,6 +264,7 @@ __all__ = [
     "integer",
     "listing",
     "mapping",
+    "nested",
     "parse",
     "plain",
     "real",
