@@ -6,6 +6,7 @@ diagnostics. Not a family (no ``MODELS``): the family module composes these."""
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,6 +14,9 @@ from ..exceptions import DataError, UnsupportedCombination, param_error
 from ..schema import RunSpec
 from . import components as C
 from .base import Stage
+
+if TYPE_CHECKING:
+    from ..training.kernel_refresh import KernelRefresh
 
 DEFAULT_LR = 0.01  # Adam(0.01): App. E, Table 4
 
@@ -124,7 +128,7 @@ def build_gp(spec: RunSpec, network, num_outputs: int, device):
         kiss_dense_below=int(g.kiss_dense_below),
     ).to(device)
     for gp_ in model.gps:
-        gp_.covar_module.outputscale = float(spec.kernel.outputscale)
+        gp_.covar_module.outputscale = float(spec.kernel.outputscale)  # type: ignore[union-attr]
     return model, likelihoods
 
 
@@ -166,7 +170,7 @@ class GPStages:
         self.lr, self.masks, self.timer = lr, masks, timer
         self.stochastic_net = model.network.stochastic
         self.noisy_gp = not model.is_dense(self.n)  # KISS on the structured operator: stochastic Lanczos
-        self.refresh = None
+        self.refresh: KernelRefresh | None = None
         self.stages = [] if pretrainer is None else [self._pretrain(pretrainer)]
         algorithm = spec.trainer.algorithm
         self.stages.append(self._full() if algorithm == "full" else self._semi_stochastic(algorithm))
@@ -269,8 +273,9 @@ class GPStages:
 
     def monitors(self) -> dict:
         out = {"train_nlml": self.train_nlml}
-        if self.refresh is not None:
-            out["embedding_drift"] = lambda: self.refresh.drift
+        refresh = self.refresh
+        if refresh is not None:
+            out["embedding_drift"] = lambda: refresh.drift
         return out
 
     def hyperparameters(self) -> dict[str, float]:

@@ -142,7 +142,8 @@ class KernelRefresh:
             ],
         )
         self.opt = None
-        self.h_prev, self.last = None, None
+        self.h_prev: torch.Tensor | None = None
+        self.last: torch.Tensor | None = None
         self.guard = RefreshGuard()
         self.refreshes, self.drift = 0, float("nan")
         self.drifts: list[float] = []
