@@ -53,6 +53,7 @@ def validate_config(cfg):
     spec = specs(cfg, family)
     check_kernel(spec.kernel)
     family.validate(family_input(cfg, family, spec))
+    spec.trainer.check()  # the trainer's cross-key rules (L-BFGS needs the full batch, ...), after the family's
     if spec.keys.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda but no CUDA device is available; use device=auto or device=cpu")
     return family

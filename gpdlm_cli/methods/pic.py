@@ -25,7 +25,6 @@ here (when ``trainer.lr`` is null). Monitor: ``bound_per_datum`` (L(q) / n on al
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..exceptions import UnsupportedCombination, param_error
@@ -74,7 +73,7 @@ class Spec(InducingModelSpec):
 
     partitions: int = integer(200, lo=1, help="p: PIC's blocks (training and prediction)")
     blocks: str = choice("kmeans", BLOCKS, help="kmeans: sVBSSGP's k-means cells | kmeans_independent | random")
-    jitter: float = real(1e-6, lo=0, hi=math.inf, hi_open=True, help="added to K_uu")
+    jitter: float = real(1e-6, lo=0, help="added to K_uu")
 
 
 def validate(spec: RunSpec) -> None:

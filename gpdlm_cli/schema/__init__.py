@@ -82,13 +82,15 @@ class RunSpec:
 def run_spec(cfg, model_schema: type = ModelSpec) -> RunSpec:
     """The ``RunSpec`` of a composed config: each group checked against its schema (the first bad
     value raises a one-line ``ConfigError``); the model group against ``model_schema`` (the
-    family's ``Spec``), its owner named ``model=<name>``."""
+    family's ``Spec``), its owner named ``model=<name>``. The trainer's cross-key rules
+    (``TrainerSpec.check``) are left to the caller, which runs them after the family's own checks
+    (``build.validate_config``): a family's message names the combination more precisely."""
     get = cfg.get
     model_node = get("model") or {}
     return RunSpec(
         keys=parse(cfg, RunKeys, "gpdlm"),
         objective=parse(get("objective"), ObjectiveSpec, "objective"),
-        trainer=parse(get("trainer"), TrainerSpec, "trainer"),
+        trainer=parse(get("trainer"), TrainerSpec, "trainer", check=False),  # cross-key rules: after the family's
         dataset=parse(get("dataset"), DatasetSpec, "dataset"),
         model=parse(model_node, model_schema, f"model={model_node.get('name')}"),
         kernel=parse(get("kernel"), KernelSpec, f"kernel={(get('kernel') or {}).get('name')}"),

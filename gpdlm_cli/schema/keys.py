@@ -195,8 +195,9 @@ def plain(v):
     return v
 
 
-def parse(node: Mapping | None, schema: type[T], owner: str) -> T:
-    """The spec ``schema`` of config ``node`` (checked key by key, then ``schema.check()``).
+def parse(node: Mapping | None, schema: type[T], owner: str, *, check: bool = True) -> T:
+    """The spec ``schema`` of config ``node`` (checked key by key, then ``schema.check()`` unless
+    ``check=False``: the caller runs the cross-key rules later, in its own order).
 
     A key the node does not set takes the schema's default; keys the schema does not declare are
     kept in ``extra`` when the schema has such a field (options a loader checks itself), else ignored."""
@@ -234,9 +235,9 @@ def parse(node: Mapping | None, schema: type[T], owner: str) -> T:
     if "extra" in names:
         values["extra"] = {str(k): plain(v) for k, v in node.items() if str(k) not in names}
     spec = schema(**values)
-    check = getattr(spec, "check", None)
-    if callable(check):
-        check()
+    rules = getattr(spec, "check", None)
+    if check and callable(rules):
+        rules()
     return spec
 
 
