@@ -127,3 +127,11 @@ def test_the_message_and_the_reference_come_from_one_rule():
     assert rule.accepts(None) and rule.accepts(1) and not rule.accepts(0) and not rule.accepts(True)
     page = (Path(gpdlm_cli.__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
     assert "| `trainer.batch_size` | int \\| null | an integer >= 1 or null (full batch) | null |" in page
+
+
+@pytest.mark.parametrize("group", ["objective", "sweep", "bias"])
+def test_objective_sweep_and_bias_are_config_groups_with_their_schema(group):
+    cfg = compose([], hydra=True)
+    assert cfg.hydra.runtime.choices[group] == "default"
+    assert (CONF / group / "default.yaml").is_file()
+    assert set(cfg[group]) == declared(schema.GROUPS[group])

@@ -303,6 +303,8 @@ def render() -> str:
 
     lines.extend(["### top-level keys", "", "| key | value | comment |", "|---|---|---|"])
     top_comments = _comments(CONF / "config.yaml")
+    for group in ("objective", "sweep", "bias"):  # top-level keys that are their own config groups
+        top_comments.update({f"{group}.{k}": c for k, c in _comments(CONF / group / "default.yaml").items()})
     for key, value in top.items():
         lines.append(f"| `{key}` | {_cell(_fmt(value))} | {_cell(top_comments.get(key, ''))} |")
     lines.append("")
