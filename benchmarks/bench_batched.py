@@ -1,5 +1,5 @@
 """Batched configurations (issue 21, item 4; ``sweep.batched=true``): per-member time per Adam iteration
-of a batch of B sparse variational GPs (``training.batched``) against one separate model trained by
+of a batch of B sparse variational GPs (``sweep.batched_model``) against one separate model trained by
 gpdlm's own loop (``training.train``), as a sweep would train each job.
 
 Members are what a sweep batches: one model and training size, each member with its own data
@@ -31,7 +31,7 @@ def make_member(model: str, n: int, m: int, seed: int, beta: float, device, dtyp
 
     from gpdlm_cli import build
     from gpdlm_cli.build import Tensors
-    from gpdlm_cli.training.batched import Member
+    from gpdlm_cli.sweep.batched_model import Member
 
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 8, generator=g, dtype=dtype)
@@ -93,8 +93,8 @@ def separate_ms(model, n, m, iters, device) -> float:
 
 
 def batched_ms(model, n, m, b, iters, device) -> float:
-    """ms per iteration of a batch of ``b`` members (``training.batched.train_batched``)."""
-    from gpdlm_cli.training.batched import train_batched
+    """ms per iteration of a batch of ``b`` members (``sweep.batched_model.train_batched``)."""
+    from gpdlm_cli.sweep.batched_model import train_batched
 
     members = [make_member(model, n, m, seed, (0.5, 1.0, 2.0, 4.0)[seed % 4], device)[0] for seed in range(b)]
     train_batched(members, max_iters=WARMUP, lr=0.1, stop_rule="none", check_every=iters)

@@ -105,7 +105,7 @@ def family_step_ms(overrides: list[str], device: str, iters: int) -> float:
     """ms per step of one family's first iterative stage, through `gpdlm train`'s builder."""
     from hydra import compose, initialize_config_module
 
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
     from gpdlm_cli.training import run_stages
 
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):

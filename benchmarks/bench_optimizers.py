@@ -19,7 +19,7 @@ import torch
 def fit(overrides):
     from hydra import compose, initialize_config_module
 
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
     from gpdlm_cli.training import run_stages
 
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):

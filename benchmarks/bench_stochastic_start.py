@@ -25,7 +25,7 @@ import torch
 def _job(seed, beta, estimator, protocol, extra=()):
     from bench_study import compose
 
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
 
     return prepare(
         compose(

@@ -27,6 +27,19 @@
   target; for the fixed variants also each stage's, since the second stage's objective depends on where
   the first ended), and per (model, size) the beta that validation selects and its test NLL, mean over seeds.
 
+* **Other papers' studies (issue 41)**, `--paper rkhs|gplstm|svbssgp`: each paper's full protocol projected
+  on this machine from timed samples. `rkhs` (Tables 2/4: 8 sets x 5 masks x {SCGD, MINIMAX, BSGD, SVGP} x
+  b 32/64/128 x 3 learning rates x 100 epochs = 1,440 runs): CPU ms per step of every (method, b) on the
+  paper's network and linear kernel, the reference path (before issue 41) and the fast path timed in the same
+  rounds (``bench_rkhs_step``), times the study's steps (100 floor(0.9 N / b) per run), plus 100 full-data
+  evaluations per run (one timed at n = 4096, scaled linearly in n: O(n d^2)) and a start-up per run;
+  core-hours, and hours on 2 cores (jobs spread over 2 workers), and with ``--batching-factor`` (the per-member
+  cost of batched configurations, helper E's ``bench_batched``) applied to the step hours. `gplstm` (Table 2)
+  and `svbssgp` (Table 1): every configuration of ``--sample`` (default: every configuration, seed 0) is run
+  three times through gpdlm's own ``run_train`` (1 epoch; 2 epochs; 2 epochs evaluated after the first too; CPU
+  seconds), which separates one epoch, one evaluation and the fixed cost of a run; the preset's epochs and
+  evaluation schedule give each run's projection, the mean over the sample x configurations x seeds the study.
+
 Both print a table; `--csv FILE` also writes the rows, so a long measurement can run in chunks
 (`--sizes`, `--seeds`, `--betas`, `--models` select one) and be gathered afterwards.
 """
@@ -161,7 +174,7 @@ def two_worker_timings(code_dir: str, overrides, iterations: int = 300, protocol
 
 def lbfgs_stages(overrides) -> list[bool]:
     """Per iterative stage of the job, whether ``trainer=fast`` trains it with L-BFGS."""
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
     from gpdlm_cli.training import stage_settings
 
     p = prepare(compose(list(overrides) + ["trainer=fast", "threads=1"]))
@@ -175,7 +188,7 @@ def lbfgs_stages(overrides) -> list[bool]:
 def shareable_stages(overrides) -> bool:
     """Whether the job has a stage that ``sweep.share_stages`` trains once for every beta (the fixed
     variants' SVGP stage)."""
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
 
     p = prepare(compose(list(overrides) + ["trainer=fast", "threads=1"]))
     return any(getattr(st, "shareable", False) for st in p.method.stages)
@@ -518,6 +531,209 @@ def from_store(uri: str, fast_experiment: str, paper_experiment: str) -> list[di
     return rows
 
 
+#: Shoham & Avron Tables 2/4: the 8 mirrored sets and their sizes (rows; the uci_datasets masks train on 90%)
+RKHS_SETS = {
+    "bike": 17379,
+    "elevators": 16599,
+    "keggdirected": 48827,
+    "keggundirected": 63608,
+    "kin40k": 40000,
+    "pol": 15000,
+    "protein": 45730,
+    "tamielectric": 45781,
+}
+RKHS_METHODS = ("scgd", "minimax", "bsgd", "svgp")
+
+
+def rkhs_study_steps(b: int, epochs: int = 100, masks: int = 5, lrs: int = 3) -> int:
+    """Steps of one method at batch size b over the study: sum over sets of epochs floor(0.9 N / b), x masks x lrs."""
+    return masks * lrs * sum(epochs * (int(0.9 * n) // b) for n in RKHS_SETS.values())
+
+
+def rkhs_evaluation_seconds(n: int = 4096, rounds: int = 5) -> float:
+    """CPU seconds of one evaluation of an RKHS run (full-data train_nlml: the streamed O(n d^2) pass, and the
+    test predictive on n/9 rows) at n rows, the paper's network and linear kernel; median of ``rounds``."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    import bench_rkhs_step
+
+    data = bench_rkhs_step.synthetic(n)
+    r = bench_rkhs_step.Runner("scgd", 32, True, data)
+    model = r.m.model
+    x_test = data.x_train[: n // 9]
+    out = []
+    for _ in range(rounds):
+        with torch.no_grad():
+            next(model.parameters()).add_(0.0)  # a new parameter version: the posterior is recomputed
+        t = time.process_time()
+        model.nlml()
+        model.marginals(x_test)
+        out.append(time.process_time() - t)
+    return statistics.median(out)
+
+
+def project_rkhs(
+    bs=(32, 64, 128), steps: int = 100, rounds: int = 5, startup_s: float = 6.0, batching_factor: float | None = None
+) -> list[dict]:
+    """The RKHS Tables 2/4 projection (module docstring), printed and returned as rows."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    import bench_rkhs_step
+
+    data = bench_rkhs_step.synthetic(4096)
+    runners = {}
+    for method in RKHS_METHODS:
+        for b in bs:
+            for fast in (False, True):
+                r = bench_rkhs_step.Runner(method, b, fast, data)
+                r.run(5)
+                runners[(method, b, fast)] = r
+    times = {k: [] for k in runners}
+    for _ in range(rounds):
+        for k, r in runners.items():
+            times[k].append(1000 * r.run(steps) / steps)
+    eval_s = rkhs_evaluation_seconds()
+    n_train = sum(int(0.9 * n) for n in RKHS_SETS.values())
+    runs = len(RKHS_SETS) * 5 * len(RKHS_METHODS) * len(bs) * 3
+    eval_hours = 5 * len(RKHS_METHODS) * len(bs) * 3 * 100 * eval_s * n_train / 4096 / 3600
+    start_hours = runs * startup_s / 3600
+    rows, total = [], {False: 0.0, True: 0.0}
+    print(
+        f"RKHS Tables 2/4: {runs} runs, 100 epochs; CPU ms/step median of {rounds} rounds x {steps} steps "
+        f"(1 thread, reference and fast in the same rounds)"
+    )
+    print(f"{'method':<8} {'b':>4} {'steps (M)':>9} {'ref ms':>7} {'fast ms':>7} {'ref h':>7} {'fast h':>7}")
+    for method in RKHS_METHODS:
+        for b in bs:
+            n_steps = rkhs_study_steps(b)
+            ms = {fast: statistics.median(times[(method, b, fast)]) for fast in (False, True)}
+            hours = {fast: n_steps * ms[fast] / 1000 / 3600 for fast in (False, True)}
+            for fast in (False, True):
+                total[fast] += hours[fast]
+            rows.append(
+                dict(
+                    study="rkhs_tables_2_4",
+                    method=method,
+                    b=b,
+                    steps=n_steps,
+                    ref_ms=ms[False],
+                    fast_ms=ms[True],
+                    ref_hours=hours[False],
+                    fast_hours=hours[True],
+                )
+            )
+            print(
+                f"{method:<8} {b:>4} {n_steps / 1e6:9.2f} {ms[False]:7.2f} {ms[True]:7.2f} "
+                f"{hours[False]:7.1f} {hours[True]:7.1f}",
+                flush=True,
+            )
+    print(
+        f"evaluations: 100 per run, {eval_s * 1000:.0f} ms at n = 4096 (linear in n): {eval_hours:.1f} core-h; "
+        f"start-up {startup_s:g} s per run: {start_hours:.1f} core-h"
+    )
+    for fast in (False, True):
+        core = total[fast] + eval_hours + start_hours
+        line = (
+            f"{'fast' if fast else 'reference'}: steps {total[fast]:.1f} core-h + evaluations + start-up = "
+            f"{core:.1f} core-h, {core / 2:.1f} h on 2 cores"
+        )
+        if batching_factor:
+            batched = total[fast] * batching_factor + eval_hours + start_hours
+            line += f"; with batched configurations (x{batching_factor:g} per member on the steps): {batched / 2:.1f} h"
+        print(line)
+        rows.append(
+            dict(
+                study="rkhs_tables_2_4",
+                method="total",
+                path="fast" if fast else "reference",
+                step_hours=total[fast],
+                eval_hours=eval_hours,
+                startup_hours=start_hours,
+                core_hours=core,
+                hours_2_cores=core / 2,
+            )
+        )
+    return rows
+
+
+PAPER_PRESETS = {
+    # preset, the sweep's axes sampled (others fixed), the axis that multiplies runs without changing their cost
+    "gplstm": ("gplstm_sysid", "seed"),
+    "svbssgp": ("svbssgp_aimpeak", "seed"),
+}
+
+
+def _timed_run(overrides) -> float:
+    """CPU seconds of this process for one whole ``run_train`` call (tracking off)."""
+    import tempfile
+    from pathlib import Path
+
+    from gpdlm_cli.run.train import run_train
+    from gpdlm_cli.tracking import NullTracker
+
+    cfg = compose(list(overrides))
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.process_time()
+        run_train(cfg, Path(tmp), tracker=NullTracker())
+        return time.process_time() - t
+
+
+def project_preset(paper: str, sample: list[str] | None = None, extra=()) -> list[dict]:
+    """A paper's study projected from three short real runs of each sampled configuration (module docstring):
+    after a warm-up run (imports, the data cache), (a) 1 epoch, (b) 2 epochs, (c) 2 epochs evaluated after the
+    first as well, all in CPU seconds, so that one
+    epoch = b - a, one evaluation = c - b and the fixed cost of a run (start, data, final evaluation) = a - epoch.
+    ``sample``: 'key=value,key=value' points of the preset's sweep (default: every configuration once)."""
+    import itertools
+
+    preset, repeat_axis = PAPER_PRESETS[paper]
+    axes = preset_axes(preset)
+    cfg0 = compose([f"+experiment={preset}"])
+    epochs = int(cfg0.trainer.max_epochs)
+    every = int(cfg0.trainer.eval_every_epochs or 0)
+    repeats = len(axes.get(repeat_axis, ["0"]))
+    grid = [dict(zip(axes, v)) for v in itertools.product(*axes.values())]
+    configs = {tuple((k, v) for k, v in point.items() if k != repeat_axis) for point in grid}
+    if sample:
+        points = [tuple(tuple(kv.split("=", 1)) for kv in s.split(",")) for s in sample]
+    else:
+        points = sorted(configs)
+    base = [f"+experiment={preset}", "progress=false", "tracking.enabled=false", "threads=1", *extra]
+    rows, measured = [], []
+    print(f"{paper}: preset {preset}, {len(configs)} configurations x {repeats} ({repeat_axis}), {epochs} epochs")
+    for point in points:
+        ov = base + [f"{k}={v}" for k, v in point] + ["trainer.eval_every=0", "trainer.keep_best=null"]
+        _timed_run(ov + ["trainer.max_epochs=1", "trainer.eval_every_epochs=null"])  # warm-up: imports, data cache
+        a = _timed_run(ov + ["trainer.max_epochs=1", "trainer.eval_every_epochs=null"])
+        b = _timed_run(ov + ["trainer.max_epochs=2", "trainer.eval_every_epochs=null"])
+        c = _timed_run(ov + ["trainer.max_epochs=2", "trainer.eval_every_epochs=1"])
+        epoch_s, eval_s = max(0.0, b - a), max(0.0, c - b)
+        in_loop = (epochs - 1) // every if every else 0
+        run_s = a + (epochs - 1) * epoch_s + in_loop * eval_s
+        measured.append(run_s)
+        row = dict(
+            study=paper,
+            config=",".join(f"{k}={v}" for k, v in point),
+            epoch_s=epoch_s,
+            eval_s=eval_s,
+            fixed_s=a - epoch_s,
+            run_s=run_s,
+            eval_share=in_loop * eval_s / run_s,
+        )
+        rows.append(row)
+        print(
+            f"  {row['config']:<60} epoch {epoch_s:7.2f} s  evaluation {eval_s:6.2f} s  fixed {row['fixed_s']:6.1f} s"
+            f"  run {run_s / 60:6.1f} min (evaluation {100 * row['eval_share']:.0f}%)",
+            flush=True,
+        )
+    mean = statistics.mean(measured)
+    core = mean * len(configs) * repeats / 3600
+    print(
+        f"{paper}: {len(configs) * repeats} runs x {mean / 60:.1f} min (mean of {len(measured)} sampled configurations) "
+        f"= {core:.1f} core-h, {core / 2:.1f} h on 2 cores"
+    )
+    rows.append(dict(study=paper, config="total", runs=len(configs) * repeats, core_hours=core, hours_2_cores=core / 2))
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="bench_study", description=__doc__.splitlines()[0])
     p.add_argument("--project", nargs="*", default=None, help="presets to project (default: regression_logloss_pol)")
@@ -578,10 +794,21 @@ def main(argv=None):
     p.add_argument("--warm", action="store_true", help="fast jobs warm-started along the path")
     p.add_argument("--fast-experiment", default="regression_logloss_pol")
     p.add_argument("--paper-experiment", default="protocol_equivalence_pol")
+    p.add_argument("--paper", choices=["rkhs", "gplstm", "svbssgp"], default=None, help="another paper's study")
+    p.add_argument("--sample", nargs="*", default=None, help="--paper gplstm|svbssgp: 'key=v,key=v' points")
+    p.add_argument("--b", type=int, nargs="*", default=[32, 64, 128], help="--paper rkhs: batch sizes")
+    p.add_argument("--steps", type=int, default=100, help="--paper rkhs: steps per timed round")
+    p.add_argument("--rounds", type=int, default=5, help="--paper rkhs: timed rounds")
+    p.add_argument("--startup-s", type=float, default=6.0, help="--paper rkhs: fixed seconds per run")
+    p.add_argument("--batching-factor", type=float, default=None, help="--paper rkhs: per-member cost when batched")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
     torch.set_num_threads(1)
     t0 = time.time()
-    if a.from_store:
+    if a.paper == "rkhs":
+        rows = project_rkhs(a.b, a.steps, a.rounds, a.startup_s, a.batching_factor)
+    elif a.paper:
+        rows = project_preset(a.paper, a.sample, a.set)
+    elif a.from_store:
         rows = from_store(a.from_store, a.fast_experiment, a.paper_experiment)
     elif a.equivalence:
         rows = equivalence(

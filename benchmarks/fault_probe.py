@@ -153,7 +153,7 @@ def run_child(fault: str, folder: str, uri: str, rest: list[str]) -> int:
     from gpdlm_cli.hydra_apps import compose_config
     from gpdlm_cli.run import lifecycle, train
     from gpdlm_cli.run.lifecycle import make_tracker
-    from gpdlm_cli.tracking.signals import install_signal_handlers
+    from gpdlm_cli.signals import install_signal_handlers
     from gpdlm_cli.training import checkpoint
 
     install_signal_handlers()

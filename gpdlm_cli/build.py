@@ -47,7 +47,7 @@ def family_input(cfg, family, spec: RunSpec | None = None) -> RunSpec:
 def validate_config(cfg):
     """Range checks on config values that need no data: every number finite, every group against
     its schema (``gpdlm_cli.schema``), then the model's family. Returns the family module
-    (``run.prepare`` looks it up once, here)."""
+    (``prepare`` looks it up once, here)."""
     check_finite(cfg)
     family = family_of(cfg.model.name)
     spec = specs(cfg, family)

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     from .runtime import configure_process_env
-    from .tracking.signals import exit_code, install_signal_handlers, killed_reason
+    from .signals import exit_code, install_signal_handlers, killed_reason
 
     configure_process_env()  # before torch is imported (runtime.py: speed on a shared machine)
     install_signal_handlers()  # SIGTERM/SIGHUP end the command like Ctrl-C: runs end KILLED
@@ -188,14 +188,14 @@ def _shell_completion(rest: list[str]) -> int:
 
 def _dry_run(name: str, rest: list[str]) -> int:
     """``gpdlm train -m ... --dry-run`` / ``gpdlm sweep beta ... --dry-run``: the sweep's plan and its
-    estimated wall time (``run.plan``), without running it; one plan per multirun that ``gpdlm sweep
+    estimated wall time (``sweep.plan``), without running it; one plan per multirun that ``gpdlm sweep
     beta`` would launch (one per dataset configuration), and their total."""
     from .exceptions import GpdlmError
     from .hydra_apps import report_error
 
     try:
         from .config_check import check_overrides
-        from .run.plan import plan
+        from .sweep.plan import plan
 
         if name == "sweep" and not rest:
             raise GpdlmError("gpdlm sweep --dry-run needs a sweep kind: gpdlm sweep beta ... --dry-run")
@@ -229,7 +229,7 @@ def _dry_run(name: str, rest: list[str]) -> int:
             )
             print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}): {parts}")
     if len(plans) > 1:
-        from .run.plan import _duration
+        from .sweep.plan import _duration
 
         total = sum(p.estimate_s or 0.0 for p in plans)
         print(
@@ -241,7 +241,7 @@ def _dry_run(name: str, rest: list[str]) -> int:
 
 def _sweep_failed() -> bool:
     """After a multirun: did any job fail or get killed? (the sweep callback has printed which and why)"""
-    sweep = sys.modules.get("gpdlm_cli.tracking.sweep")
+    sweep = sys.modules.get("gpdlm_cli.sweep.callback")
     return bool(sweep and any(o["status"] in ("failed", "killed") for o in sweep.OUTCOMES))
 
 
@@ -267,7 +267,7 @@ def _one_line_error(e: Exception, hydra_full_error: str | None, run_folder: bool
 
 
 def _abort_sweeps(status: str = "KILLED", reason: str | None = None) -> None:
-    sweep = sys.modules.get("gpdlm_cli.tracking.sweep")
+    sweep = sys.modules.get("gpdlm_cli.sweep.callback")
     if sweep:
         sweep.abort_active_sweeps(status, reason)
 

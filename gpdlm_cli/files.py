@@ -91,7 +91,7 @@ def verify_sha256(path) -> str | None:
 def remove_stale_temporaries(folder) -> list[Path]:
     """Remove the ``.<name>.tmp-<pid>`` files of ``write_bytes_atomic`` left in ``folder`` by a
     process that no longer exists (SIGKILL mid-write); returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(Path(folder).glob(".*.tmp-*"))
     except OSError:

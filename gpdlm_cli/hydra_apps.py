@@ -2,9 +2,9 @@
 
 A single run turns a GpdlmError into one line (``gpdlm: error: ...``) and exit code 2, and removes
 the output folder Hydra made for it. In a multirun a job never raises into Hydra on failure: it
-records its outcome for the sweep summary (see ``tracking.sweep``) so one failing job does not stop
+records its outcome for the sweep summary (see ``sweep.callback``) so one failing job does not stop
 the others, and returns its objective (``sweep.objective``, a float) to the sweeper -- what
-hydra-optuna-sweeper minimises. SIGTERM and SIGHUP end a job like Ctrl-C (``tracking.signals``).
+hydra-optuna-sweeper minimises. SIGTERM and SIGHUP end a job like Ctrl-C (``signals``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def run_job(cfg: DictConfig, runner, run_name=None):
 
     from . import build  # torch and gpytorch: imported by the job, never by a launcher that only dispatches
     from .run.artifacts import append_log, discard_rejected_output
-    from .tracking.signals import exit_code, install_signal_handlers, killed_reason
+    from .signals import exit_code, install_signal_handlers, killed_reason
 
     install_signal_handlers()
     hc = HydraConfig.get()
@@ -75,8 +75,9 @@ def run_job(cfg: DictConfig, runner, run_name=None):
             discard_rejected_output(hc.runtime.output_dir, report_error(e))
             sys.exit(getattr(e, "exit_code", EXIT_USER_ERROR))
         except KeyboardInterrupt as e:
-            _log_killed(hc.runtime.output_dir, killed_reason(e))
-            print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
+            stopped = killed_reason(e) or "interrupted"  # never None for a KeyboardInterrupt
+            _log_killed(hc.runtime.output_dir, stopped)
+            print(f"gpdlm: {stopped}", file=sys.stderr)
             sys.exit(exit_code(e))
         except Exception as e:  # a full disk, an unwritable folder, a failing store: one line, exit 1
             from .exceptions import fault_message
@@ -86,10 +87,10 @@ def run_job(cfg: DictConfig, runner, run_name=None):
             discard_rejected_output(hc.runtime.output_dir, report_error(e))
             sys.exit(1)
 
-    from .tracking.sweep import job_objective, read_context, record_outcome
+    from .sweep.callback import job_objective, read_context, record_outcome
 
     if "joblib" in str(hc.launcher.get("_target_", "")).lower():  # a worker must not outlive its sweep
-        from .tracking.signals import exit_with_parent
+        from .signals import exit_with_parent
 
         exit_with_parent()
     sweep_dir, job = hc.sweep.dir, hc.job.num

@@ -162,7 +162,7 @@ def flush_denormals() -> bool:
     that is then added to numbers of order one. ``benchmarks/bench_kernels.py`` measures it.
 
     The setting is per thread, and torch's intra-op (OpenMP) threads copy it from the thread that starts
-    them: called before the first parallel operation of the process -- as ``run.prepare`` does for every
+    them: called before the first parallel operation of the process -- as ``prepare`` does for every
     run, predict and eval -- it holds in every thread; called later in a process whose thread pool
     already exists (a notebook), it holds in the calling thread only."""
     import torch

@@ -160,7 +160,7 @@ def test_hydra_sweep_grammar_is_checked_and_expanded(override, jobs):
     """Hydra's sweep functions pass the check and expand to their jobs (glob needs the config loader:
     it once ended in 'ConfigLoader is not set')."""
     from gpdlm_cli.config_check import check_overrides
-    from gpdlm_cli.run.plan import job_overrides
+    from gpdlm_cli.sweep.plan import job_overrides
 
     assert check_overrides(["-m", override]) is None
     assert [j[0] for j in job_overrides([override])[0]] == jobs

@@ -97,7 +97,7 @@ def test_a_worker_exits_when_the_process_that_started_it_is_killed(tmp_path):
     import psutil
 
     child = (
-        "import time; from gpdlm_cli.tracking.signals import exit_with_parent\n"
+        "import time; from gpdlm_cli.signals import exit_with_parent\n"
         "exit_with_parent(poll_s=0.1, grace_s=5); time.sleep(120)\n"
     )
     parent = (

@@ -9,21 +9,24 @@ on purpose, or every package's ``__init__`` that re-exports its modules would cl
 
 **Layers**, bottom to top (CONTRIBUTING.md, "Layout"): a module may import its own layer and the layers
 below, never one above; modules of one layer may import each other (the cycle check covers them).
-A module's layer is that of the longest entry of ``LAYERS`` its dotted name starts with.
+A layer is a set of whole top-level modules and packages of ``gpdlm_cli`` (no sub-package sits on a
+layer of its own): a module's layer is that of its first dotted part below ``gpdlm_cli``. The graph
+of packages (every module folded into its top-level package) has no cycle either.
 
-0. ``exceptions``, ``validation``, ``files``, ``runtime`` (and the package's ``__init__``): the
+0. ``exceptions``, ``validation``, ``files``, ``runtime``, ``signals`` (process signals: the trainer
+   defers them, the CLI and the run lifecycle install them) and the package's ``__init__``: the
    standard library only
 1. ``data``, ``likelihoods``, ``features``, ``estimators``, ``metrics``, ``tracking`` (the MLflow
-   store client, run liveness and process signals -- the trainer defers signals, build flattens the
-   config with it): the building blocks
+   store client, run identity and liveness): the building blocks
 2. ``models``
 3. ``objectives``
 4. ``training``
 5. ``schema``: the config schema (types, ranges, choices of every key) and the typed specs families receive
 6. ``methods``: the model families (``methods.components`` builds the shared parts from the specs)
-7. ``build``: the composition root
-8. ``run``: what one run is (saved models, the multirun plan)
-9. ``tracking.sweep``: the sweep launcher (plans jobs with ``run.plan``)
+7. ``build`` and ``prepare``: the composition root (``prepare``: every check, the data, the method)
+8. ``sweep``: planning, composing, beta-free collapsing and batching a multirun's jobs, and the Hydra
+   callback of a multirun (it prepares jobs as their runs would)
+9. ``run``: what one run is (saved models, the tracked run; asks ``sweep`` for a batched member)
 10. ``analysis``: reports from stored results (no torch)
 11. ``hydra_apps``: the Hydra entry points
 12. ``commands``: what the subcommands run
@@ -41,18 +44,18 @@ import gpdlm_cli
 PACKAGE = Path(gpdlm_cli.__file__).resolve().parent
 ROOT = "gpdlm_cli"
 
-#: bottom to top; a module's layer is that of its first dotted part below gpdlm_cli
+#: bottom to top; a module's layer is that of its first dotted part below gpdlm_cli (whole packages only)
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("", "exceptions", "validation", "files", "runtime"),  # "": gpdlm_cli/__init__
+    ("", "exceptions", "validation", "files", "runtime", "signals"),  # "": gpdlm_cli/__init__
     ("data", "likelihoods", "features", "estimators", "metrics", "tracking"),
     ("models",),
     ("objectives",),
     ("training",),
     ("schema",),
     ("methods",),
-    ("build",),
+    ("build", "prepare"),
+    ("sweep",),
     ("run",),
-    ("tracking.sweep",),
     ("analysis",),
     ("hydra_apps",),
     ("commands",),
@@ -160,16 +163,25 @@ def a_cycle(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
         seen.add(fresh[0])
 
 
+def package_of(module: str) -> str:
+    """The top-level module or package of ``gpdlm_cli`` that ``module`` belongs to (``""``: the package's ``__init__``)."""
+    return module[len(ROOT) + 1 :].split(".")[0] if module != ROOT else ""
+
+
 def layer_of(module: str) -> int:
-    """The layer of the longest ``LAYERS`` entry that ``module`` (below gpdlm_cli) starts with."""
-    rel = module[len(ROOT) + 1 :] if module != ROOT else ""
-    best, best_len = None, -1
-    for i, names in enumerate(LAYERS):
-        for name in names:
-            if (name == rel or (name and rel.startswith(name + "."))) and len(name) > best_len:
-                best, best_len = i, len(name)
-    assert best is not None, f"module {module} is in no layer of LAYERS: add its package to the list"
-    return best
+    """The layer of ``module``'s top-level package (``package_of``)."""
+    top = package_of(module)
+    found = [i for i, names in enumerate(LAYERS) if top in names]
+    assert found, f"module {module} is in no layer of LAYERS: add its package {top!r} to the list"
+    return found[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """top-level package -> the other top-level packages its modules import."""
+    out: dict[str, set[str]] = {package_of(m): set() for m in graph}
+    for m, ts in graph.items():
+        out[package_of(m)] |= {package_of(t) for t in ts} - {package_of(m)}
+    return out
 
 
 def test_the_ast_walk_sees_relative_absolute_and_function_local_imports():
@@ -182,7 +194,12 @@ def test_the_ast_walk_sees_relative_absolute_and_function_local_imports():
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _resolve("gpdlm_cli.data.splits", False, 2, "exceptions") == "gpdlm_cli.exceptions"
     assert _resolve("gpdlm_cli.data", True, 1, "table") == "gpdlm_cli.data.table"
-    assert layer_of("gpdlm_cli.tracking.sweep") > layer_of("gpdlm_cli.run.plan") > layer_of("gpdlm_cli.tracking")
+    assert layer_of("gpdlm_cli.run.train") > layer_of("gpdlm_cli.sweep.plan") > layer_of("gpdlm_cli.tracking")
+    assert layer_of("gpdlm_cli.tracking.tracker") > layer_of("gpdlm_cli.signals") == 0
+    assert package_graph({"gpdlm_cli.a.x": {"gpdlm_cli.b.y", "gpdlm_cli.a.z"}, "gpdlm_cli.b.y": set()}) == {
+        "a": {"b"},
+        "b": set(),
+    }
     assert layer_of("gpdlm_cli") == 0 and layer_of("gpdlm_cli.commands") == layer_of("gpdlm_cli.commands.train")
 
 
@@ -192,6 +209,22 @@ def test_import_graph_has_no_cycle():
     new = [c for c in comps if tuple(c) not in PENDING_COMMANDS_CYCLES]
     report = "\n".join(f"  {' -> '.join(a_cycle(graph, c))}   (component: {', '.join(c)})" for c in new)
     assert not new, f"import cycles in gpdlm_cli:\n{report}"
+
+
+def test_layers_are_whole_packages_each_on_one_layer():
+    names = [n for layer in LAYERS for n in layer]
+    assert all("." not in n for n in names), "a layer names whole top-level packages only"
+    assert len(names) == len(set(names)), "a package sits on one layer"
+    assert set(package_graph(import_graph())) <= set(names)
+
+
+def test_the_package_graph_has_no_cycle():
+    """Folding every module into its top-level package leaves no cycle (e.g. tracking -> sweep ->
+    run -> tracking would be one even if each module edge went down a finer layer)."""
+    packages = package_graph(import_graph())
+    comps = strongly_connected(packages)
+    report = "\n".join(f"  {' -> '.join(a_cycle(packages, c))}" for c in comps)
+    assert not comps, f"import cycles between the packages of gpdlm_cli:\n{report}"
 
 
 def test_no_module_imports_from_a_layer_above_it():

@@ -83,7 +83,7 @@ def test_single_run_examples_compose(args, tmp_path, capsys):
 @pytest.mark.parametrize("args", [c for c in COMMANDS if _kind(c) in ("multirun", "sweep")], ids=" ".join)
 def test_sweep_examples_plan(args, monkeypatch, tmp_path):
     from gpdlm_cli.config_check import check_overrides
-    from gpdlm_cli.run.plan import plan
+    from gpdlm_cli.sweep.plan import plan
 
     monkeypatch.chdir(tmp_path)
     if args[0] == "sweep":

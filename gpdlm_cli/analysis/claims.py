@@ -62,6 +62,7 @@ CAUSES = (
     "data-specific",
     "gpdlm defect (fixed)",
     "gpdlm defect (open)",
+    "underpowered",  # the measured effect has the claim's sign, but the units run cannot resolve it (a power computation)
 )
 TESTS = ("ttest", "wilcoxon")
 CONDITIONS = ("gt", "ge", "lt", "le", "in")
@@ -108,6 +109,8 @@ class Dimension:
 
     def label(self, name: str) -> Label:
         if self.labels is None:
+            if self.key is None:  # _dimension refuses 'auto' without a key
+                raise AnalysisError(f"dimension '{self.name}': values 'auto' needs a key")
             return Label(name, {self.key: _literal(name)})
         for lab in self.labels:
             if lab.name == name:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,7 +132,8 @@ class RunRecord:
         if key == "refit":
             return "yes" if self.tags.get("gpdlm.refit_of") else "no"
         source, name = resolve_key(key)
-        return {"param": self.params, "metric": self.metrics, "tag": self.tags}[source].get(name)
+        stores: dict[str, Mapping[str, Any]] = {"param": self.params, "metric": self.metrics, "tag": self.tags}
+        return stores[source].get(name)
 
     def value(self, key: str) -> float | str | None:
         return canon(self.raw(key))

@@ -420,6 +420,14 @@ def figures(tr: TableReport, client=None) -> list[tuple[str, bytes]]:
     return out
 
 
+def _number(label: str) -> float:
+    """A label of a dimension whose labels are all numbers (``is_number``), as the number."""
+    v = R.canon(label)
+    if not isinstance(v, float):
+        raise ValueError(f"label {label!r} is not a number")
+    return v
+
+
 def _figure_vs(tr: TableReport, dim: str) -> bytes | None:
     t = tr.table
     others = [d for d in t.rows if d != dim]
@@ -434,7 +442,7 @@ def _figure_vs(tr: TableReport, dim: str) -> bytes | None:
                     continue
                 c = tr.cells[(row, col)]
                 if c.measured:
-                    pts.append((float(R.canon(row[t.rows.index(dim)])), c.mean, 0.0 if math.isnan(c.se) else c.se))
+                    pts.append((_number(row[t.rows.index(dim)]), c.mean, 0.0 if math.isnan(c.se) else c.se))
             if pts:
                 lines.append((key_label(col), sorted(pts)))
         series.append((panel, lines))

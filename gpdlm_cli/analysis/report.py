@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import records as R
@@ -134,7 +135,10 @@ def provenance(experiment: str, records: list) -> Provenance:
     seconds = sum(
         float(r.metrics.get("train_seconds", 0.0)) for r in records if _finite(r.metrics.get("train_seconds", 0.0))
     )
-    count = lambda values: dict(Counter(values).most_common())  # noqa: E731
+
+    def count(values: Iterable[str]) -> dict[str, int]:
+        return dict(Counter(values).most_common())
+
     return Provenance(
         experiment,
         len(records),
@@ -178,13 +182,15 @@ def _labels(table: Table, records: list) -> dict:
     """Each dimension's labels: the declared ones, or for ``values: auto`` the values of the runs
     that belong to the table -- those matching a label of every declared dimension (so the pol
     runs' training sizes do not become rows of a classification table read from the same store)."""
-    declared = [dim for dim in table.dimensions.values() if not dim.auto and any(lab.match for lab in dim.labels)]
-    inside = [
-        r for r in records if all(any(lab.match and matches(r, lab.match) for lab in dim.labels) for dim in declared)
+    declared = [
+        dim.labels
+        for dim in table.dimensions.values()
+        if dim.labels is not None and any(lab.match for lab in dim.labels)
     ]
+    inside = [r for r in records if all(any(lab.match and matches(r, lab.match) for lab in dim) for dim in declared)]
     out = {}
     for name, dim in table.dimensions.items():
-        if not dim.auto:
+        if dim.labels is not None:  # not dim.auto
             out[name] = [lab.name for lab in dim.labels]
         else:
             vals = {r.value(dim.key) for r in inside} - {None}
@@ -203,7 +209,9 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
     labels = _labels(table, mine)
     row_keys = list(itertools.product(*(labels[d] for d in table.rows)))
     col_keys = list(itertools.product(*(labels[d] for d in table.columns)))
-    cells, used, notes = {}, set(), []
+    cells: dict[tuple, Cell] = {}
+    used: set[str] = set()
+    notes: list[str] = []
     pooled = varying = unselected = 0
     differing: dict[str, int] = {}
     ignore = set(units) | set(table.select_over) | {"seed"}
@@ -333,6 +341,9 @@ def evaluate(claim: Claim, tr: TableReport | None) -> Verdict:
 
 def _argmin(claim: Claim, tr: TableReport, base: dict) -> Comparison:
     t = tr.table
+    condition = claim.condition
+    if condition is None:  # the claims loader requires one for kind argmin
+        raise R.AnalysisError(f"claim '{claim.id}': kind argmin needs a condition")
     sign = 1.0 if t.goal == "min" else -1.0
     along = []
     for label in tr.labels[claim.over]:
@@ -340,8 +351,8 @@ def _argmin(claim: Claim, tr: TableReport, base: dict) -> Comparison:
         c = tr.cell(assign)
         if c is not None and c.measured:
             along.append((label, assign, c))
-    sat = [x for x in along if condition_holds(claim.condition, x[0])]
-    non = [x for x in along if not condition_holds(claim.condition, x[0])]
+    sat = [x for x in along if condition_holds(condition, x[0])]
+    non = [x for x in along if not condition_holds(condition, x[0])]
     if not sat or not non:
         return Comparison(
             base | claim.better[0],
@@ -356,7 +367,7 @@ def _argmin(claim: Claim, tr: TableReport, base: dict) -> Comparison:
     best_sat = min(sat, key=lambda x: sign * x[2].mean)
     best_non = min(non, key=lambda x: sign * x[2].mean)
     result = stats.compare("better", best_sat[2].values, best_non[2].values, t.goal, claim.test)
-    op, ref = claim.condition
+    op, ref = condition
     note = f"best {claim.over} = {best[0]} ({'satisfies' if best in sat else 'violates'} {op} {ref})"
     if result.p is None:
         status = NOT_MEASURED
@@ -378,6 +389,14 @@ def _max_p(comps: list[Comparison]) -> float | None:
     return max(ps) if ps and len(ps) == len(comps) else None
 
 
+def _held_p(comps: list[Comparison]) -> float:
+    """The largest p-value of comparisons whose statuses say they were tested (each has a p)."""
+    p = _max_p(comps)
+    if p is None:
+        raise ValueError("a comparison that holds or fails has no p-value")
+    return p
+
+
 def _aggregate(claim: Claim, comps: list[Comparison]) -> Verdict:
     measured = sum(c.status != NOT_MEASURED for c in comps)
     if not comps:
@@ -386,7 +405,7 @@ def _aggregate(claim: Claim, comps: list[Comparison]) -> Verdict:
         verdict = _fold([c.status for c in comps])
         p = _max_p(comps)
         if verdict == FAILS:
-            p = max(c.result.p for c in comps if c.status == FAILS)
+            p = _held_p([c for c in comps if c.status == FAILS])
         detail = f"{sum(c.status == HOLDS for c in comps)} of {len(comps)} comparisons hold"
         if measured < len(comps):
             detail += f", {len(comps) - measured} not measured"
@@ -404,7 +423,7 @@ def _aggregate(claim: Claim, comps: list[Comparison]) -> Verdict:
         verdict = FAILS
     else:
         verdict = NOT_MEASURED
-    group_p = sorted(_max_p(groups[g]) for g in held)
+    group_p = sorted(_held_p(groups[g]) for g in held)
     p = group_p[k - 1] if verdict == HOLDS else None
     detail = (
         f"holds for {len(held)} of {total} {claim.group_over} values (needs {k}): "

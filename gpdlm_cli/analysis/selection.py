@@ -64,11 +64,11 @@ class Studies:
         return self.parents.get(r.tags.get("mlflow.parentRunId"))
 
     def tuned(self, runs: list[RunRecord]) -> set[str]:
-        return {k for r in runs if self.of(r) for k in self.of(r)[0]}
+        return {k for r in runs if (study := self.of(r)) for k in study[0]}
 
     def objective(self, runs: list[RunRecord]) -> str | None:
         """The study objective shared by all ``runs`` (None if mixed, absent or ``auto``)."""
-        objs = {self.of(r)[1] if self.of(r) else None for r in runs}
+        objs = {study[1] if (study := self.of(r)) else None for r in runs}
         obj = objs.pop() if len(objs) == 1 else None
         return None if obj in (None, "", "auto") else obj
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 TEST_NAMES = {"ttest": "paired t-test", "wilcoxon": "Wilcoxon signed-rank test"}
 
@@ -66,10 +67,16 @@ def compare(kind: str, a: dict, b: dict, goal: str, test: str, margin: float | N
     mean = sum(d) / n
     if kind in ("better", "argmin"):
         p = _one_sided(d, test, "less")
-    elif kind == "not_worse":
-        p = _one_sided([x - margin for x in d], test, "less")
-    elif kind == "equivalent":
-        p = max(_one_sided([x + margin for x in d], test, "greater"), _one_sided([x - margin for x in d], test, "less"))
+    elif kind in ("not_worse", "equivalent"):
+        if margin is None:  # the claims loader requires one for these kinds
+            raise ValueError(f"kind {kind!r} needs a margin")
+        delta = margin
+        if kind == "not_worse":
+            p = _one_sided([x - delta for x in d], test, "less")
+        else:
+            p = max(
+                _one_sided([x + delta for x in d], test, "greater"), _one_sided([x - delta for x in d], test, "less")
+            )
     else:
         raise ValueError(f"unknown kind {kind!r}")
     return TestResult(n, mean, p)
@@ -89,7 +96,7 @@ def average_ranks(rows: list[list[float | None]], goal: str) -> tuple[list[float
     if not present or not complete:
         return [None] * k, 0
     s = 1.0 if goal == "min" else -1.0
-    ranks = np.array([stats.rankdata([s * r[j] for j in present]) for r in complete])
+    ranks = np.array([stats.rankdata([s * cast(float, r[j]) for j in present]) for r in complete])  # finite
     mean = ranks.mean(axis=0)
     out: list[float | None] = [None] * k
     for i, j in enumerate(present):

@@ -12,7 +12,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print the anchors of the configured split (target units): the first four AIMPEAK inputs are the
     segment, the fifth the slot; other datasets get ``constant`` and ``knn2`` only."""
     from ..build import load_data
-    from ..run.compose import compose_jobs
+    from ..sweep.compose import compose_jobs
 
     argv = list(sys.argv[1:] if argv is None else argv)
     (cfg,) = compose_jobs([argv + ["tracking.enabled=false"]])

@@ -19,11 +19,20 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..analysis.records import AnalysisError, split_list
 from ..analysis.store import get_experiment, is_training_run, open_store, search_all
 from ..files import write_atomic
 from ._cli import make_parser, run_cli
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from ..data.splits import DataSplits
+    from ..data.table import Table
+    from ..methods.base import Method
+    from ..run.saved_model import LoadedRun
 
 EPILOG_EVAL = """examples:
   gpdlm eval --experiment regression_logloss_pol              # every FINISHED run of the experiment
@@ -85,7 +94,10 @@ def evaluate_folder(
 
     check_model_belongs(folder, read_model_file(folder / "model.pt")[0], tags)
     run = load_run(folder)
-    values = evaluator(run.method, run.data, run.splits.y_std)()
+    _, _, splits, _ = loaded_parts(run)
+    # float, or one per output (an array) for a multi-output run: wider than evaluator's annotation says
+    y_std: Any = splits.y_std
+    values = evaluator(run.method, run.data, y_std)()
     prefixes = {"val": ("val_",), "test": ("test_",), "all": ("val_", "test_")}[split]
     values = {k: v for k, v in values.items() if k.startswith(prefixes)}
     if metrics:
@@ -96,6 +108,26 @@ def evaluate_folder(
             )
         values = {k: values[k] for k in metrics}
     return values
+
+
+def loaded_parts(run: LoadedRun) -> tuple[DictConfig, Table, DataSplits, Method]:
+    """(config, table, splits, method) of a run rebuilt by ``run.saved_model.load_run``, as their types."""
+    from omegaconf import DictConfig
+
+    from ..data.splits import DataSplits
+    from ..data.table import Table
+    from ..methods.base import Method
+
+    cfg, table, splits, method = run.cfg, run.table, run.splits, run.method
+    if not isinstance(cfg, DictConfig):
+        raise TypeError(f"a rebuilt run's config is a DictConfig, not {type(cfg).__name__}")
+    if not isinstance(table, Table):
+        raise TypeError(f"a rebuilt run's table is a Table, not {type(table).__name__}")
+    if not isinstance(splits, DataSplits):
+        raise TypeError(f"a rebuilt run's splits are DataSplits, not {type(splits).__name__}")
+    if not isinstance(method, Method):
+        raise TypeError(f"a rebuilt run's method is a Method, not {type(method).__name__}")
+    return cfg, table, splits, method
 
 
 def eval_main(argv: list[str]) -> int:
@@ -116,7 +148,7 @@ def eval_main(argv: list[str]) -> int:
     if bool(a.runs) == bool(a.experiment):
         raise AnalysisError("gpdlm eval: give run ids/names/folders or --experiment NAME (one of the two)")
     targets: list[tuple[Path, str | None]] = []
-    run_tags: dict[str, dict] = {}
+    run_tags: dict[str | None, dict] = {}
     if a.experiment:
         client, uri = open_store(a.tracking_uri)
         exp = get_experiment(client, a.experiment, uri)
@@ -129,9 +161,10 @@ def eval_main(argv: list[str]) -> int:
     else:
         targets = [run_folder(ref, a.tracking_uri) for ref in a.runs]
     client = open_store(a.tracking_uri)[0] if any(rid for _, rid in targets) else None
-    for _, rid in targets:
-        if rid and rid not in run_tags:
-            run_tags[rid] = dict(client.get_run(rid).data.tags)
+    if client is not None:
+        for _, rid in targets:
+            if rid and rid not in run_tags:
+                run_tags[rid] = dict(client.get_run(rid).data.tags)
     saved = {folder: read_saved_metrics(folder) for folder, _ in targets}  # a broken file: one line, before any work
     results = [
         (folder, rid, evaluate_folder(folder, a.split, metrics, run_tags.get(rid))) for folder, rid in targets
@@ -319,12 +352,13 @@ def predict_main(argv: list[str]) -> int:
         raise AnalysisError(f"--level must be in (0, 1); got {a.level}")
     folder, _ = run_folder(a.run, a.tracking_uri)
     run = load_run(folder)
-    meta, method = run.meta, run.method
-    if str(run.table.task) == "sequence" and method.predict is not None:
+    cfg, table, _, method = loaded_parts(run)
+    meta = run.meta
+    if str(table.task) == "sequence" and method.predict is not None:
         return predict_series(run, Path(a.input), Path(a.output), a.level)
-    if str(run.table.task) == "sequence" or method.evaluate is not None:
+    if str(table.task) == "sequence" or method.evaluate is not None:
         raise AnalysisError(
-            f"model={run.cfg.model.name} predicts in its own way (the gamma family, "
+            f"model={cfg.model.name} predicts in its own way (the gamma family, "
             f"sq_dlm's completion); gpdlm predict takes the other models for now "
             f"(gpdlm eval recomputes its metrics)"
         )
@@ -335,7 +369,7 @@ def predict_main(argv: list[str]) -> int:
 
     frame = pd.DataFrame(predict_rows(run, X, a.level))  # the MLflow Model's predict too (run.pyfunc)
     frame.to_csv(a.output, index=False)
-    print(f"gpdlm predict: {len(frame)} rows -> {a.output} ({', '.join(frame.columns)}; model={run.cfg.model.name})")
+    print(f"gpdlm predict: {len(frame)} rows -> {a.output} ({', '.join(frame.columns)}; model={cfg.model.name})")
     return 0
 
 
@@ -562,7 +596,7 @@ def resume_main(argv: list[str]) -> int:
     try:
         metrics = run_train(cfg, folder, overrides=["(resumed)"], tracker=tracker)
     finally:
-        if stopped is not None and getattr(tracker, "run_id", None):
+        if client is not None and stopped is not None and getattr(tracker, "run_id", None):
             from mlflow.entities import RunTag
 
             client.log_batch(stopped.info.run_id, tags=[RunTag("gpdlm.resumed_as", str(tracker.run_id))])

@@ -14,7 +14,7 @@ whose select rule picks ``objective.beta`` and whose jobs do not sweep it gets t
 (``gpdlm sweep beta``). Duplicate multiruns (claims sharing a table) are planned once. ``--dry-run`` prints
 the plan: multiruns and jobs per table, the data each needs and whether it loads offline (a generator, the
 cache or ``$GPDLM_DATA_MIRROR``), and the estimated wall time of the existing ``--dry-run`` estimator
-(``run.plan``: timed sample steps of every job shape, times each job's iteration budget; only for data
+(``sweep.plan``: timed sample steps of every job shape, times each job's iteration budget; only for data
 that loads offline).
 
 **The run**: every multirun is ``gpdlm train -m +experiment=PRESET ... sweep.skip_finished=true
@@ -196,9 +196,9 @@ def offline(status: str) -> bool:
 
 def expand(plan: Plan, estimate: bool = False) -> None:
     """Fill in every multirun's jobs (the beta grids expanded), experiment, data and -- with ``estimate``,
-    for data that loads offline -- the ``run.plan`` estimate of its wall time."""
-    from ..run.plan import job_overrides
-    from ..run.plan import plan as sweep_plan
+    for data that loads offline -- the ``sweep.plan`` estimate of its wall time."""
+    from ..sweep.plan import job_overrides
+    from ..sweep.plan import plan as sweep_plan
     from .sweep import beta_grid, sweep_overrides
 
     for m in plan.multiruns:
@@ -399,7 +399,7 @@ CALLBACK = f"+hydra.callbacks.reproduce._target_={__name__}.ReproduceCallback"
 
 def _count_outcomes(p: Progress, sweep_dir: Path, what: str) -> None:
     """Progress after a multirun whose jobs ran in other processes (a parallel launcher): its outcomes."""
-    from ..tracking.sweep import read_outcomes
+    from ..sweep.callback import read_outcomes
 
     outcomes = read_outcomes(sweep_dir)
     if not outcomes:
@@ -528,8 +528,8 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
     from mlflow.tracking import MlflowClient
 
     from ..analysis import store
+    from ..sweep import callback as sweep_mod
     from ..tracking import ensure_experiment, resolve_tracking_uri
-    from ..tracking import sweep as sweep_mod
     from .bias import bias_main
     from .train import train_main
 

@@ -49,7 +49,7 @@ def data_combinations(overrides: list[str]) -> list[list[str]]:
     """The distinct settings of the swept dataset keys (``dataset``, ``dataset.*``; from the command
     line and the preset's ``hydra.sweeper.params``) over the sweep's jobs, in job order, as pinning
     overrides: [[]] when no dataset key varies."""
-    from ..run.plan import job_overrides
+    from ..sweep.plan import job_overrides
 
     jobs, _ = job_overrides([o for o in overrides if not o.startswith("-")])
 

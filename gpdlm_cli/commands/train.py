@@ -2,7 +2,7 @@
 
 The shell only: Hydra composes the config from the arguments, ``hydra_apps.run_job`` runs the job
 (one-line errors, exit codes, sweep bookkeeping) and ``run.train.run_train`` does the work
-(``run.prepare``, then the tracked-run lifecycle of ``run.lifecycle``).
+(``prepare``, then the tracked-run lifecycle of ``run.lifecycle``).
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ def road_network(n_segments: int, rng) -> pd.DataFrame:
     mid = G // 2
     seen = {(mid, mid)}
     queue = deque([(mid, mid)])
-    edges, keep = set(), []
+    edges: set[tuple[int, int]] = set()
+    keep: list[tuple[int, int, str]] = []
     while queue and len(keep) < n_segments:
         i, j = queue.popleft()
         for di, dj in ((1, 0), (-1, 0), (0, 1), (0, -1)):

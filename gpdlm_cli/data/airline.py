@@ -12,6 +12,7 @@ delay, or delayed = delay > 0), built from two sources:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -177,7 +178,7 @@ def load_airline(
     target: str = "delayed",
     path: str | None = None,
     planes_path: str | None = None,
-    months: list | None = (1, 2, 3, 4),
+    months: Sequence[int] | None = (1, 2, 3, 4),
     clock: str = "hhmm",
     missing: str = "drop",
 ) -> Table:

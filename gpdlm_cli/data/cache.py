@@ -54,7 +54,7 @@ def save_table(table: Table, path: Path) -> None:
     os.close(fd)
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # mypy matches **arrays to savez's allow_pickle: bool
         paths.share_mode(tmp)
         os.replace(tmp, path)
     finally:

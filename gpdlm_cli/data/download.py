@@ -33,6 +33,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from ..exceptions import DataError
 from ..files import sha256_file
@@ -88,10 +89,12 @@ def _stat_record(st) -> dict:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "ctime_ns": st.st_ctime_ns}
 
 
-def _same_version(rec: dict | None, st) -> bool:
+def _same_version(rec: dict | None, st) -> TypeGuard[dict]:
     """The memoised hash ``rec`` still describes the file with stat ``st`` (a record written before
     the inode and ctime were kept never matches: hashed once more)."""
-    return bool(rec) and all(rec.get(k) == v for k, v in _stat_record(st).items())
+    if not rec:
+        return False
+    return all(rec.get(k) == v for k, v in _stat_record(st).items())
 
 
 def _db_key(path: Path) -> str:
@@ -190,7 +193,9 @@ def check_cached(dataset: str, spec: FileSpec, path: Path | None = None) -> str:
     first = rec.get("first_fetch_sha256")
     if expected is None and first is None:
         warn_unchecked(dataset, spec, digest, str(path))
-    elif expected is None and digest != first:  # no registry hash: a replaced file is used, loudly
+    elif (
+        expected is None and first is not None and digest != first
+    ):  # no registry hash: a replaced file is used, loudly
         log.warning(
             "dataset '%s': %s changed since it was first fetched (recorded sha256 %s, now %s) and the "
             "registry has no checksum to tell which is right; using the new file",

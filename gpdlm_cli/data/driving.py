@@ -105,11 +105,11 @@ def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
     t = 0
     while t < T:
         if rng.random() < 0.15:
-            d, v = int(rng.uniform(10, 25) / DT), 0.0
+            span, speed = int(rng.uniform(10, 25) / DT), 0.0
         else:
-            d, v = int(rng.uniform(40, 90) / DT), float(rng.choice([9.0, 13.0, 20.0, 27.0, 31.0]))
-        legs[t : t + d] = v
-        t += d
+            span, speed = int(rng.uniform(40, 90) / DT), float(rng.choice([9.0, 13.0, 20.0, 27.0, 31.0]))
+        legs[t : t + span] = speed
+        t += span
     steer_noise = _ou(rng, T, DT, 1.5, 0.004)
     lead_dev = _ou(rng, T, DT, 8.0, 2.0)
     gyro_bias = _ou(rng, T, DT, 60.0, 0.002)
@@ -163,26 +163,26 @@ def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
         k: arr[:, j]
         for j, k in enumerate(("v", "a", "r", "delta", "psi", "e_y", "e_psi", "kappa", "d", "v_lead", "x", "y"))
     }
-    v, a, r, psi = out["v"], out["a"], out["r"], out["psi"]
+    v_s, a_s, r_s, psi_s = out["v"], out["a"], out["r"], out["psi"]
     n = lambda std, size=T: rng.standard_normal(size) * std  # noqa: E731
     hold = (np.arange(T) // 10) * 10  # 10 Hz GPS
     df = pd.DataFrame(
         {
             "time_s": np.arange(T) * DT,
-            "gps_ve": (v * np.cos(psi))[hold] + n(0.15)[hold],
-            "gps_vn": (v * np.sin(psi))[hold] + n(0.15)[hold],
+            "gps_ve": (v_s * np.cos(psi_s))[hold] + n(0.15)[hold],
+            "gps_vn": (v_s * np.sin(psi_s))[hold] + n(0.15)[hold],
             "gps_vu": n(0.1)[hold],
             "gyro_x": n(0.003),
             "gyro_y": n(0.003),
-            "gyro_z": r + gyro_bias + n(0.003),
-            "compass_x": np.cos(psi) + n(0.02),
-            "compass_y": np.sin(psi) + n(0.02),
+            "gyro_z": r_s + gyro_bias + n(0.003),
+            "compass_x": np.cos(psi_s) + n(0.02),
+            "compass_y": np.sin(psi_s) + n(0.02),
             "compass_z": -0.5 + n(0.02),
-            "acc_x": a + n(0.05),
-            "acc_y": v * r + n(0.05),
+            "acc_x": a_s + n(0.05),
+            "acc_y": v_s * r_s + n(0.05),
             "acc_z": 9.81 + n(0.05),
             "steering": 15.0 * out["delta"] + n(0.002),
-            "speed": 1.015 * v + n(0.03),
+            "speed": 1.015 * v_s + n(0.03),
         }
     )
     tan_e = np.tan(out["e_psi"])
@@ -192,9 +192,9 @@ def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
     dd = out["d"]
     df["lead_x"] = dd + n(0.2)
     df["lead_y"] = -out["e_y"] - tan_e * dd + out["kappa"] * dd**2 / 2 + n(0.1)
-    df["true_speed"] = v
-    df["true_heading"] = psi  # ENU, radians from east (unwrapped)
-    df["true_yaw_rate"] = r
+    df["true_speed"] = v_s
+    df["true_heading"] = psi_s  # ENU, radians from east (unwrapped)
+    df["true_yaw_rate"] = r_s
     df["east_m"], df["north_m"] = out["x"], out["y"]
     return df
 
@@ -227,6 +227,7 @@ def load_driving(
     for nm, v in (("train_minutes", train_minutes), ("test_minutes", test_minutes)):
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
             raise DataError(f"dataset '{info.name}': option {nm} must be > 0; got {v!r}")
+    target: str | list[str]
     inputs, target, outputs = TASKS[task]
     if output == "all":
         target = list(outputs or [target])

@@ -130,8 +130,8 @@ def load_registry_file(path: Path | None = None) -> dict[str, DatasetInfo]:
     except OSError as e:
         raise DataError(f"cannot read the dataset registry {path}: {e}") from None
     entries = {}
-    for name, e in (doc.get("datasets") or {}).items():
-        entries[name] = _from_yaml(name, e)
+    for name, entry in (doc.get("datasets") or {}).items():
+        entries[name] = _from_yaml(name, entry)
     return entries
 
 

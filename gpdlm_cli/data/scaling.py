@@ -112,7 +112,7 @@ def _channel_stats(table: Table, train_idx: np.ndarray, y_mean: np.ndarray, y_st
             o = names.index(ch)
             m, s = y_mean[o], y_std[o]
         else:
-            vals = X[np.ix_(train_idx, cols)]
+            vals = X[np.ix_(train_idx, np.asarray(cols))]
             m, s = vals.mean(), vals.std()
             s = s if s > 0 else 1.0
         x_mean[cols], x_std[cols] = m, s

@@ -25,6 +25,7 @@ window straddles them.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -101,10 +102,10 @@ def windows_table(
     parts: list[tuple[pd.DataFrame, bool]],
     *,
     inputs: list[str],
-    target: str,
+    target: str | list[str],
     lag: int,
     mode: str,
-    past: list[str] = (),
+    past: Sequence[str] = (),
     lag_step: int = 1,
     stride: int = 1,
     source: str = "",

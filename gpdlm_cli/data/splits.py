@@ -83,9 +83,9 @@ def make_splits(
     for nm, v in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
         if not (0 <= v < 1):
             raise param_error(nm, "dataset.split", "a float in [0, 1)", v)
-    for nm, v in (("train_size", train_size), ("test_size", test_size)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
-            raise param_error(nm, "dataset.split", "a non-negative integer or null", v)
+    for nm, size in (("train_size", train_size), ("test_size", test_size)):
+        if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0):
+            raise param_error(nm, "dataset.split", "a non-negative integer or null", size)
     if table.n == 0:
         raise DataError(f"dataset '{table.name}' is empty")
     if table.test_mask is not None and table.task == "sequence":  # time order, per-channel scaling

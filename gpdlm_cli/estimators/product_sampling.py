@@ -343,7 +343,7 @@ class UPSEstimator(Estimator):
         self.num_tangents = 5 if num_samples >= _FIVE_TANGENTS_FROM else 3
         self.auto = AutoEstimator(num_nodes=num_nodes)
         self.random = RandomStream()
-        self._nodes = {}
+        self._nodes: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         self.reset_statistics()
 
     # ----- interface ----------------------------------------------------------------------------
@@ -406,14 +406,15 @@ class UPSEstimator(Estimator):
         return out.reshape(shape)
 
     # ----- sampling -----------------------------------------------------------------------------
-    def laplace(self, lik, y, mu, var):
+    def laplace(self, lik, y, mu, var) -> tuple[torch.Tensor, torch.Tensor]:
         """(c, s2): mode and Laplace variance of q~ (``tilted_mode``), counted in the statistics."""
         c, s2, unconverged = tilted_laplace(lik, y, mu, var, self.newton_iters)
         self._stats["unconverged"] = self._stats["unconverged"] + unconverged
         return c, s2
 
-    def envelope(self, lik, y, mu, var, laplace=None) -> _Envelope:
-        """The rejection envelope of q~ for each point (``envelope`` kwarg); no gradients."""
+    def envelope(self, lik, y, mu, var, laplace: tuple[torch.Tensor, torch.Tensor] | None = None) -> _Envelope:
+        """The rejection envelope of q~ for each point (``envelope`` kwarg); no gradients. ``laplace``:
+        the points' (c, s2) (``laplace``) when the caller has them."""
         with torch.no_grad():
             if self.envelope_kind == "paper":
                 return paper_envelope(lik, y, mu, var, self.max_width)

@@ -70,8 +70,8 @@ TAIL_DEPTHS = (-4.0, 20.0)
 
 @functools.lru_cache(maxsize=64)
 def _gauss_hermite(num_nodes: int, dtype: torch.dtype, device: torch.device):
-    x, w = np.polynomial.hermite.hermgauss(num_nodes)
-    x = torch.as_tensor(x, dtype=dtype, device=device)
+    nodes, w = np.polynomial.hermite.hermgauss(num_nodes)
+    x = torch.as_tensor(nodes, dtype=dtype, device=device)
     logw = torch.as_tensor(np.log(w), dtype=dtype, device=device) - _LOG_SQRT_PI
     return x, logw
 

@@ -25,6 +25,9 @@ class LinearKernelMap(torch.nn.Module):
     ``learn_outputscale`` (softplus-parameterised), else a fixed buffer.
     """
 
+    raw_outputscale: torch.Tensor  # a Parameter, or a buffer when the outputscale is fixed
+    normaliser: torch.Tensor  # buffer
+
     def __init__(
         self, in_dim: int, outputscale: float = 1.0, learn_outputscale: bool = False, normaliser: float | None = None
     ):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
-_ACT = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
+_ACT: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 
 
 class MLP(torch.nn.Module):

@@ -24,6 +24,9 @@ class RandomFourierMap(torch.nn.Module):
     kernel the features approximate (for the exact-kernel NLML the RKHS family logs).
     """
 
+    omega: torch.Tensor  # buffer
+    phase: torch.Tensor  # buffer
+
     def __init__(
         self,
         in_dim: int,

@@ -27,7 +27,10 @@ class GaussianLikelihood(Likelihood):
 
     @property
     def noise(self) -> torch.Tensor:
-        return self.gp.noise.squeeze(-1)
+        """s2: a scalar (0-dim) -- or, when the noise carries a leading batch dimension B (the members of
+        ``sweep.batched_model``), B x 1, which broadcasts against the members' B x N values."""
+        s2 = self.gp.noise
+        return s2.squeeze(-1) if s2.dim() == 1 else s2
 
     def log_prob(self, y, f):
         s2 = self.noise

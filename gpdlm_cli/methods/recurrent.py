@@ -142,6 +142,9 @@ class Spec(ModelSpec):
         help="pretrained: train the baseline with MSE first, keep its layers",
     )
     pretrain_epochs: int = integer(50, lo=1, help="init=pretrained: epochs of the baseline's MSE training")
+    simulate_in_training: bool = flag(
+        False, help="true: every training evaluation also simulates (else only where a sim_ metric selects)"
+    )
     horizons: list = listing(
         [],
         test=_horizons_ok,
@@ -205,7 +208,7 @@ def check_sizes(spec: RunSpec, n_train: int) -> None:
 def build(spec: RunSpec, data, task: str) -> Method:
     """The Method of a recurrent model: the network (and GP) of ``spec.model`` on the windows of ``data``,
     its training stages, evaluation (one-step and, in free simulation, rollouts) and diagnostics."""
-    from ..metrics.simulation import SequenceEvaluation
+    from ..metrics.simulation import EvaluationSchedule, SequenceEvaluation
     from ..objectives.recurrent import SquaredError
     from ..training.kernel_refresh import EpochTimer
 
@@ -225,8 +228,16 @@ def build(spec: RunSpec, data, task: str) -> Method:
     gp = is_gp(m.name)
     model, likelihoods = (build_gp if gp else build_baseline)(spec, network, d, x.device)
     evaluation = SequenceEvaluation(
-        model, x, y, likelihoods, mode=mode, feedback=feedback, horizons=[int(h) for h in m.horizons]
+        model,
+        x,
+        y,
+        likelihoods,
+        mode=mode,
+        feedback=feedback,
+        horizons=[int(h) for h in m.horizons],
+        simulate_in_training=_simulate_in_training(m, t),
     )
+    schedule = EvaluationSchedule(evaluation)  # training evaluations: one-step metrics (the selection's)
     tags = {"gpdlm.prediction_mode": mode}
     if mode == "free_simulation":
         tags["gpdlm.free_simulation"] = (
@@ -246,12 +257,15 @@ def build(spec: RunSpec, data, task: str) -> Method:
     if not gp:
         stochastic = network.stochastic
         objective = SquaredError(model.predict, dropout=stochastic, generator=masks)
-        stage = Stage("mse", objective, model.groups(), stochastic=stochastic, hooks=[timer], overrides=lr)
+        hooks = [timer, schedule]
+        stage = Stage("mse", objective, model.groups(), stochastic=stochastic, hooks=hooks, overrides=lr)
         return Method(
             m.name, model, likelihoods[0], [stage], diagnostics=lambda: {**timing(), **_statistics(spec)}, **common
         )
 
     parts = GPStages(spec, model, pretrainer, x, y, lr=lr, masks=masks, timer=timer)
+    for stage in parts.stages:
+        stage.hooks = [*stage.hooks, schedule]
     tags.update({"gpdlm.algorithm": t.algorithm, "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init})
     if m.gp.inference == "kiss":
         tags["gpdlm.kiss_evaluation"] = kiss_tag(model, n)
@@ -262,6 +276,15 @@ def build(spec: RunSpec, data, task: str) -> Method:
     return Method(
         m.name, model, likelihoods[0], parts.stages, monitors=parts.monitors(), diagnostics=diagnostics, **common
     )
+
+
+def _simulate_in_training(m, t) -> str:
+    """Which splits training evaluations simulate: ``all`` with ``model.simulate_in_training=true`` (every
+    evaluation complete), ``val`` when the best iterate is selected by a simulated metric, else ``none``."""
+    if m.simulate_in_training:
+        return "all"
+    keep = t.keep_best
+    return "val" if "sim_" in str(BEST_BY if keep == "auto" else keep) else "none"
 
 
 def _statistics(spec: RunSpec) -> dict[str, float]:

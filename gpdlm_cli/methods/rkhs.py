@@ -100,6 +100,16 @@ class Spec(ModelSpec):
         "uniform", ("uniform", "nearest"), allowed="'uniform' or 'nearest'", help="bsgd: uniform | nearest"
     )
     posterior_max_rows: int = integer(20000, lo=1, help="bsgd, exact kernels: the dense posterior's row cap")
+    posterior_memory_gb: float | None = real(
+        None,
+        lo=0,
+        lo_open=True,
+        hi=_INF,
+        hi_open=True,
+        null=True,
+        allowed="a finite float > 0 (GB) or null",
+        help="memory budget of the dense n x n evaluations; null = 80% of the machine's (the GPU's on CUDA)",
+    )
 
 
 def validate(spec: RunSpec) -> None:
@@ -129,8 +139,49 @@ def validate(spec: RunSpec) -> None:
 BSGD_MAX_FULL_BATCH = 20000
 
 
+def memory_budget_bytes(setting, device_type: str) -> int:
+    """``model.posterior_memory_gb`` in bytes; null: 80% of this machine's memory (the GPU's on CUDA)."""
+    if setting is not None:
+        return int(float(setting) * 2**30)
+    if device_type == "cuda":
+        return int(0.8 * torch.cuda.get_device_properties(0).total_memory)
+    import os
+
+    return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def check_posterior_memory(spec: RunSpec, n_train: int) -> None:
+    """Refuse, before training, a run whose dense n x n evaluation cannot fit ``model.posterior_memory_gb``:
+    BSGD on an exact kernel (its posterior on min(n_train, posterior_max_rows) rows at every evaluation) and
+    the RFF arms' ``train_nlml_exact_kernel`` (n_train <= exact_nlml_max_n, once at the end)."""
+    from ..models.bayesian_linear import posterior_bytes
+
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
+    if exact_kernel(spec):
+        rows, key = min(n_train, int(m.posterior_max_rows)), "posterior_max_rows"
+    elif spec.kernel.name == "rff" and 0 < n_train <= int(m.exact_nlml_max_n):
+        rows, key = n_train, "exact_nlml_max_n"
+    else:
+        return
+    name = str(spec.keys.device)
+    device_type = "cuda" if name.startswith("cuda") or (name == "auto" and torch.cuda.is_available()) else "cpu"
+    budget = memory_budget_bytes(m.posterior_memory_gb, device_type)
+    need = posterior_bytes(rows, device_type)
+    if need > budget:
+        per_row = posterior_bytes(1, device_type) - posterior_bytes(0, device_type)
+        fit = max(0, int(math.sqrt(max(0, budget - posterior_bytes(0, device_type)) / per_row)))
+        what = "posterior" if key == "posterior_max_rows" else "exact-kernel NLML (train_nlml_exact_kernel)"
+        raise UnsupportedCombination(
+            f"model={m.name} kernel={spec.kernel.name}: the dense {what} on {rows} training rows needs "
+            f"{need / 2**30:.1f} GB, over the memory budget of {budget / 2**30:.1f} GB (model.posterior_memory_gb); "
+            f"set model.{key}={fit} or less, or raise model.posterior_memory_gb"
+        )
+
+
 def check_sizes(spec: RunSpec, n_train: int) -> None:
     spec = as_run_spec(spec, Spec)
+    check_posterior_memory(spec, n_train)
     b = spec.trainer.batch_size
     if spec.model.name == "bsgd" and (b is None or b >= n_train) and n_train > BSGD_MAX_FULL_BATCH:
         raise UnsupportedCombination(

@@ -97,6 +97,43 @@ def rollouts(predict, x: torch.Tensor, feedback: list[list[tuple[int, int]]], st
     return out
 
 
+@torch.no_grad()
+def free_simulation(
+    means, marginals, x: torch.Tensor, feedback: list[list[tuple[int, int]]], steps: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """:func:`simulate` and :func:`rollouts` in one pass: the rollouts from every start for ``steps``
+    steps, one batch per step, whose trajectory 0 is the free simulation's first ``steps`` steps; the
+    simulation then continues alone. Only means are fed back, so the loop asks ``means(rows) -> (rows,
+    d)`` and the simulation's variances come from one ``marginals(windows) -> (mu, var)`` call on its
+    fed-back windows at the end. Returns (mu, var) of the simulation, (n, d), and the rollouts' means
+    (n, steps, d) (None for ``steps`` = 0). Equal to :func:`simulate` and :func:`rollouts` up to
+    rounding (batched rows; tests/recurrent/test_free_simulation.py)."""
+    n, d = x.shape[0], len(feedback)
+    steps = min(steps, n)
+    sim = x.clone()  # the simulation's windows, past targets fed back
+    mus = x.new_zeros(n, d)
+    ahead = torch.full((n, steps, d), float("nan"), dtype=x.dtype, device=x.device) if steps else None
+    for i in range(n):
+        if i < steps:  # every trajectory still inside the split takes its step i
+            s = torch.arange(n - i, device=x.device)
+            rows = x[s + i].clone()
+            for o, taps in enumerate(feedback):
+                for col, back in taps:
+                    if back <= i:
+                        rows[:, col] = ahead[s, i - back, o].to(x.dtype)
+            mu = means(rows).to(x.dtype)
+            ahead[s, i] = mu
+            sim[i], mus[i] = rows[0], mu[0]
+            continue
+        for o, taps in enumerate(feedback):  # the simulation alone, as simulate()
+            cols = [c for c, r in taps if i - r >= 0]
+            if cols:
+                sim[i, cols] = mus[[i - r for c, r in taps if i - r >= 0], o].to(x.dtype)
+        mus[i] = means(sim[i : i + 1])[0]
+    _, var = marginals(sim)
+    return mus, var.to(mus.dtype), ahead
+
+
 def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ahead=None) -> dict[str, float]:
     """Free-simulation metrics, in target units: ``sim_rmse`` and ``sim_nll`` over the whole trajectory
     started at the first window (the paper's free simulation; the NLL from the GP's own one-step
@@ -123,14 +160,27 @@ def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ah
 
 class SequenceEvaluation:
     """Evaluation of a sequence model on time-ordered windows: ``model`` has ``condition(x, y)`` (refit
-    its prediction caches on the training windows) and ``marginals_all(rows) -> (mu, var)``. In
-    ``free_simulation`` mode the split is also rolled forward (``feedback``: per output, its
-    past-target columns and how many rows back they lie; ``horizons``: the k of ``sim_rmse_h<k>``).
-    ``test_ms_per_point``: the last one-step prediction time on the test split per window."""
+    its prediction caches on the training windows), ``marginals_all(rows) -> (mu, var)`` and
+    ``means(rows)``. In ``free_simulation`` mode the split is also rolled forward (``feedback``: per
+    output, its past-target columns and how many rows back they lie; ``horizons``: the k of
+    ``sim_rmse_h<k>``). ``test_ms_per_point``: the last one-step prediction time on the test split per
+    window.
 
-    def __init__(self, model, x_train, y_train, likelihoods, *, mode: str, feedback, horizons):
+    **Schedule.** Free simulation costs ~n x max(horizons) network evaluations per split (the rollouts
+    from every start), ~90% of an evaluation at the GP-LSTM Table 2 protocol; the selection of the best
+    iterate needs only the one-step ``val_rmse`` (App. E). Between ``training_started()`` and
+    ``training_ended()`` (the :class:`EvaluationSchedule` hook of every training stage) evaluations are
+    one-step only (``simulate_in_training="none"``), or also simulate the validation split (``"val"``: a
+    simulated selection metric needs it) or both splits (``"all"``: every evaluation complete, the
+    learning curves of the simulated metrics); the run's final evaluation is complete."""
+
+    def __init__(
+        self, model, x_train, y_train, likelihoods, *, mode: str, feedback, horizons, simulate_in_training="none"
+    ):
         self.model, self.x, self.y, self.likelihoods = model, x_train, y_train, likelihoods
         self.mode, self.feedback, self.horizons = mode, feedback, list(horizons)
+        self.simulate_in_training = simulate_in_training
+        self.training = False
         self.test_ms_per_point = float("nan")
 
     @property
@@ -143,6 +193,19 @@ class SequenceEvaluation:
             names += ["sim_rmse", "sim_nll"] + [f"sim_rmse_h{h}" for h in self.horizons]
         return tuple(names)
 
+    def training_started(self) -> None:
+        self.training = True
+
+    def training_ended(self) -> None:
+        self.training = False
+
+    def _simulate_now(self, prefix: str) -> bool:
+        if not self.simulates:
+            return False
+        if not self.training or self.simulate_in_training == "all":
+            return True
+        return self.simulate_in_training == "val" and prefix == "val_"
+
     def evaluate(self, xe, ye, prefix: str, y_std) -> dict[str, float]:
         """The metrics of split (``xe``, ``ye``) under ``prefix`` (``val_``, ``test_``)."""
         if xe.shape[0] == 0:
@@ -153,10 +216,9 @@ class SequenceEvaluation:
         if prefix == "test_":
             self.test_ms_per_point = 1000 * (time.perf_counter() - t0) / xe.shape[0]
         out = scored(mu, var, ye, self.likelihoods, y_std, prefix)
-        if self.simulates:
-            smu, svar = simulate(self.model.marginals_all, xe, self.feedback)
+        if self._simulate_now(prefix):
             reach = min(max(self.horizons, default=0), xe.shape[0])
-            ahead = rollouts(self.model.marginals_all, xe, self.feedback, reach) if reach else None
+            smu, svar, ahead = free_simulation(self.model.means, self.model.marginals_all, xe, self.feedback, reach)
             out.update(simulation_metrics(smu, svar, ye, self.likelihoods, y_std, prefix, self.horizons, ahead))
         return out
 
@@ -165,8 +227,32 @@ class SequenceEvaluation:
         or in free simulation the rollout from the L true past targets of ``xe``'s first window."""
         self.model.condition(self.x, self.y)
         if self.simulates:
-            return simulate(self.model.marginals_all, xe, self.feedback)
+            mu, var, _ = free_simulation(self.model.means, self.model.marginals_all, xe, self.feedback, 0)
+            return mu, var
         return self.model.marginals_all(xe)
 
 
-__all__ = ["CALIBRATION", "SequenceEvaluation", "rollouts", "scored", "simulate", "simulation_metrics"]
+class EvaluationSchedule:
+    """A training-stage hook: the stage's evaluations (between its start, ``bind_optimizer``, and its
+    end, ``stage_end``) are :class:`SequenceEvaluation`'s training evaluations."""
+
+    def __init__(self, evaluation: SequenceEvaluation):
+        self.evaluation = evaluation
+
+    def bind_optimizer(self, opt) -> None:
+        self.evaluation.training_started()
+
+    def stage_end(self, result) -> None:
+        self.evaluation.training_ended()
+
+
+__all__ = [
+    "CALIBRATION",
+    "EvaluationSchedule",
+    "SequenceEvaluation",
+    "free_simulation",
+    "rollouts",
+    "scored",
+    "simulate",
+    "simulation_metrics",
+]

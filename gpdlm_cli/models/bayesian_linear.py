@@ -78,6 +78,75 @@ def cholesky_dxd(
     )
 
 
+#: bytes of one block of kernel rows being computed (the kernel's temporaries included: ~4 block x n arrays)
+KERNEL_BLOCK_BYTES = 2**28
+
+
+def posterior_bytes(rows: int, device_type: str = "cpu") -> int:
+    """Memory of one dense posterior on ``rows`` conditioning rows, in bytes: the n x n factor (CPU: K is
+    factorised in place; accelerators: torch's Cholesky holds K and L, 2 n^2) plus a block of kernel rows."""
+    matrices = 1 if device_type == "cpu" else 2
+    return matrices * 8 * rows * rows + KERNEL_BLOCK_BYTES
+
+
+def _block_rows(n: int, block_rows: int) -> int:
+    return max(1, min(int(block_rows), KERNEL_BLOCK_BYTES // (4 * 8 * max(n, 1))))
+
+
+def kernel_cholesky(
+    covariance,
+    z: torch.Tensor,
+    s2,
+    *,
+    block_rows: int = 4096,
+    log: CholeskyLog | None = None,
+    what: str = "K + s2 I",
+    jitter: float = 1e-10,
+    max_tries: int = 6,
+) -> torch.Tensor:
+    """The lower Cholesky factor of covariance(z, z) + s2 I (float64), never holding more than one n x n
+    matrix on the CPU: K's rows are computed ``covariance(z[i:j], z)`` a block at a time (at most
+    ``KERNEL_BLOCK_BYTES`` of temporaries) into one buffer, which LAPACK's dpotrf overwrites with the factor
+    (its upper triangle then zeroed). A failed factorisation is retried with jitter * mean(diag) * 10^i
+    added to the diagonal (K is rebuilt: the failed attempt overwrote it), counted in ``log`` as
+    ``cholesky_dxd`` counts its retries. On accelerators: torch's Cholesky of the same K (``cholesky_dxd``)."""
+    n = z.shape[0]
+    step = _block_rows(n, block_rows)
+    K = torch.empty(n, n, dtype=torch.float64, device=z.device)
+
+    def fill(extra: float = 0.0) -> None:
+        for i in range(0, n, step):
+            K[i : i + step] = covariance(z[i : i + step], z)
+        K.diagonal().add_(s2 + extra)
+
+    fill()
+    if z.device.type != "cpu":
+        L = cholesky_dxd(K, log, what=what)
+        del K
+        return L
+    from scipy.linalg import lapack
+
+    scale = float(K.diagonal().mean().abs().clamp_min(1e-300))
+    for attempt in range(max_tries + 1):
+        if attempt:
+            fill(jitter * 10 ** (attempt - 1) * scale)
+        a = K.numpy().T  # the same memory, Fortran order: dpotrf's upper factor U of K^T = K is L^T, i.e. L in K
+        factor, info = lapack.dpotrf(a, lower=0, clean=0, overwrite_a=1)
+        if info == 0:
+            if factor.ctypes.data != a.ctypes.data:  # never taken for a contiguous K; kept for safety
+                K.copy_(torch.from_numpy(factor.T))
+            if attempt and log is not None:
+                log.jitter_events += 1
+            return K.tril_()
+        if info < 0:
+            raise ValueError(f"dpotrf: argument {-info} is invalid")
+    raise NumericalError(
+        f"the {n} x {n} matrix {what} is not positive definite even with jitter "
+        f"{jitter * 10 ** (max_tries - 1):g} x mean diagonal; raise likelihood.noise_init or the noise floor, "
+        f"or lower the learning rate"
+    )
+
+
 @torch.no_grad()
 def feature_statistics(features, x: torch.Tensor, y: torch.Tensor, block_rows: int = 4096):
     """(Z^T Z, Z^T y, y^T y) in float64 for Z = features(x), streamed over blocks of rows."""
@@ -201,15 +270,18 @@ class BayesianLinearGP(torch.nn.Module):
     @torch.no_grad()
     def exact_kernel_nlml(self) -> float | None:
         """Per-point NLML of the kernel the feature map approximates (RFF: the Gaussian kernel on
-        g(x)), by a dense n x n Cholesky; None if the map has no such kernel. O(n^3): callers cap n."""
+        g(x)), by a dense n x n Cholesky (``kernel_cholesky``: one n x n matrix on the CPU); None if the map has
+        no such kernel. O(n^3): callers cap n."""
         exact = getattr(self.kernel_map, "exact_kernel", None)
         if exact is None:
             return None
-        z = self.input_map(self.x_train).to(torch.float64)
+        z = torch.cat(
+            [self.input_map(self.x_train[i : i + self.block_rows]) for i in range(0, self.num_data, self.block_rows)]
+        ).to(torch.float64)
         n = z.shape[0]
-        K = exact(z, z) + self.noise * torch.eye(n, dtype=z.dtype, device=z.device)
-        L, info = torch.linalg.cholesky_ex(K)
-        if int(info) != 0:
+        try:
+            L = kernel_cholesky(exact, z, self.noise, block_rows=self.block_rows, max_tries=0)
+        except NumericalError:
             return float("nan")
         a = torch.linalg.solve_triangular(L, self.y_train.to(torch.float64).unsqueeze(-1), upper=False)
         return float(0.5 * (a.square().sum() + 2 * torch.log(L.diagonal()).sum()) / n + 0.5 * LOG_2PI)

@@ -10,7 +10,10 @@ Alg. 2.1), with K = k(Z, Z) + s2 I_n = L L^T over the conditioning rows:
     NLML / n = [ ||L^-1 y||^2 / 2 + sum_i log L_ii ] / n + (1/2) log 2 pi,
     mean(x_*) = k_*^T alpha,  alpha = K^-1 y,     var(x_*) = k(x_*, x_*) - ||L^-1 k_*||^2,
 
-O(n^3) time and 2 n^2 doubles of memory (K and its factor) per evaluation. The conditioning rows
+O(n^3) time per evaluation and, on the CPU, n^2 doubles of memory: K is built block of rows by block of rows
+straight into one n x n buffer and factorised in place by LAPACK (``kernel_cholesky``; torch's own Cholesky
+keeps K and L, 2 n^2, as it still does on accelerators). ``posterior_bytes`` says what an evaluation needs,
+so a run can be refused before training (methods/rkhs.py, ``model.posterior_memory_gb``). The conditioning rows
 are every training row when n <= ``max_rows``; above it a fixed random subset of ``max_rows`` rows
 drawn once from ``seed`` (subset of data: Rasmussen & Williams, Sec. 8.3.1): the exact GP of that
 subset, an approximation of the full posterior that keeps the model (only fewer data), so its NLML is
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .bayesian_linear import LOG_2PI, CholeskyLog, cholesky_dxd
+from .bayesian_linear import LOG_2PI, CholeskyLog, kernel_cholesky, posterior_bytes
 
 
 @dataclass
@@ -125,13 +128,8 @@ class ExactKernelGP(torch.nn.Module):
         B = self.block_rows
         z = torch.cat([self.inputs(x[i : i + B]) for i in range(0, x.shape[0], B)])
         n = z.shape[0]
-        K = torch.empty(n, n, dtype=torch.float64, device=z.device)
-        for i in range(0, n, B):
-            K[i : i + B] = self.covariance(z[i : i + B], z)
         s2 = self.noise
-        K.diagonal().add_(s2)
-        L = cholesky_dxd(K, self.chol_log, what="K + s2 I (the exact kernel)")
-        del K
+        L = kernel_cholesky(self.covariance, z, s2, block_rows=B, log=self.chol_log, what="K + s2 I (the exact kernel)")
         a = torch.linalg.solve_triangular(L, y.to(torch.float64).unsqueeze(-1), upper=False)
         alpha = torch.linalg.solve_triangular(L.T, a, upper=True).squeeze(-1)
         nlml = 0.5 * (a.square().sum() + 2 * torch.log(L.diagonal()).sum()) / n + 0.5 * LOG_2PI
@@ -157,4 +155,4 @@ class ExactKernelGP(torch.nn.Module):
         return mean.to(x.dtype), var.clamp_min(1e-300).to(x.dtype)
 
 
-__all__ = ["ExactKernelGP", "ExactPosterior"]
+__all__ = ["ExactKernelGP", "ExactPosterior", "kernel_cholesky", "posterior_bytes"]  # the last two: re-exported

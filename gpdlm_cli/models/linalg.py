@@ -24,6 +24,8 @@ def safe_cholesky(
         return torch.where(info.unsqueeze(-1).unsqueeze(-1) == 0, L, torch.full_like(L, float("nan")))
     if not bool(info.any()):
         return L
+    if A.dim() > 2:  # a batch (the members of sweep.batched_model): jitter for the failing matrices only
+        return _batched_retry(A, L, info, jitter, max_tries, what)
     scale = A.diagonal(dim1=-2, dim2=-1).mean().detach().abs().clamp_min(1e-12)
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     for i in range(max_tries):
@@ -35,6 +37,19 @@ def safe_cholesky(
         f"diagonal; try fewer or better-spread inducing points (model.inducing_init=kmeans), a larger "
         f"model.jitter, or dtype=float64"
     )
+
+
+def _batched_retry(A: torch.Tensor, L: torch.Tensor, info: torch.Tensor, jitter: float, max_tries: int, what: str):
+    """The factors of a batch of matrices A (... x M x M) of which some failed: each failed one factored
+    again alone, as ``safe_cholesky`` factors one matrix (jitter scaled by its own mean diagonal), the
+    others kept -- a member of a batch gets the factor its separate run gets."""
+    flat_A, flat_L = A.reshape(-1, *A.shape[-2:]), L.reshape(-1, *L.shape[-2:])
+    bad = set(torch.nonzero(info.reshape(-1)).flatten().tolist())
+    rows = [
+        safe_cholesky(flat_A[i], jitter, max_tries, what, check=True) if i in bad else flat_L[i]
+        for i in range(flat_A.shape[0])
+    ]
+    return torch.stack(rows).reshape(L.shape)
 
 
 def tri_solve(L: torch.Tensor, B: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,10 @@ class Objective(torch.nn.Module):
 
 
 class SparseVariationalObjective(Objective):
-    """mean_i data_term(y_i, mu_i, var_i) + beta * regulariser() / N."""
+    """mean_i data_term(y_i, mu_i, var_i) + beta * regulariser() / N.
+
+    Batched over leading dimensions as well (a model whose parameters carry a leading batch dimension,
+    ``sweep.batched_model``: x B x N x D, y B x N, ``beta`` a float or a B-vector): the B members' losses."""
 
     def __init__(self, model, likelihood, estimator, num_data: int, beta: float = 1.0):
         super().__init__()
@@ -39,4 +42,4 @@ class SparseVariationalObjective(Objective):
 
     def forward(self, x, y):
         mu, var = self.model.marginals(x)
-        return self.data_term(y, mu, var).mean() + self.beta * self.regulariser() / self.num_data
+        return self.data_term(y, mu, var).mean(-1) + self.beta * self.regulariser() / self.num_data

@@ -42,7 +42,7 @@ def collapsed_bound(
     A: L^{-1} K_uf (... x M x N); r: y - mean (... x N); k: K_ii - Q_ii (... x N); noise, beta: s2 and beta
     (scalars or ...); L_B: the Cholesky factor of B = I + A A^T / (beta s2); ``AAt``: A A^T if the caller
     has it. Returns (sum_i E_q[log N(y_i | f_i, s2)] - beta KL, m~* = B^{-1} A r / (beta s2), S~* = B^{-1}),
-    through ``collapsed_bound_from_gram``. The batched trainer (``training.batched``) evaluates it."""
+    through ``collapsed_bound_from_gram``. The batched trainer (``sweep.batched_model``) evaluates it."""
     AAt = A @ A.mT if AAt is None else AAt
     Ar = (A @ r.unsqueeze(-1)).squeeze(-1)
     return collapsed_bound_from_gram(AAt, Ar, (r * r).sum(-1), k.sum(-1), r.shape[-1], noise, beta, L_B)
@@ -78,7 +78,11 @@ def collapsed_bound_from_gram(
 
 class CollapsedELBO(Objective):
     """-(1/N) max_q [ sum_i E_q[log N(y_i | f_i, s2)] - beta KL(q(u) || p(u)) ] for a
-    ``SparseVariationalGP`` with a Gaussian likelihood (see the module docstring)."""
+    ``SparseVariationalGP`` with a Gaussian likelihood (see the module docstring).
+
+    Batched over leading dimensions as well: for a model whose parameters carry a leading batch
+    dimension B (one member per row: ``sweep.batched_model``), x B x N x D, y B x N and ``beta`` a
+    float or a B-vector, it returns the B members' losses."""
 
     name = "collapsed_elbo"
 
@@ -91,17 +95,18 @@ class CollapsedELBO(Objective):
 
     def forward(self, x, y):
         model, beta = self.model, self.beta
-        noise = self.likelihood.noise
+        noise = self.likelihood.noise.reshape(y.shape[:-1])  # s2: a scalar, or one per member of a batch
         r = y - model.prior_mean(x)
         AAt, Ar = model.whitened_gram(x, r)  # A = L^{-1} K_uf (M x N) is never formed in autograd's graph
         # sum_i (K_ii - Q_ii) = tr K_ff - tr(A A^T): Q_ii = |A_i|^2
-        k_sum = model.prior_variance(x).sum() - torch.diagonal(AAt).sum()
-        eye = torch.eye(AAt.shape[0], dtype=AAt.dtype, device=AAt.device)
-        L_B = safe_cholesky(eye + AAt / (beta * noise), what="I + A A^T / (beta s2)")
-        value, m, S = collapsed_bound_from_gram(AAt, Ar, (r * r).sum(), k_sum, y.shape[0], noise, beta, L_B)
+        k_sum = model.prior_variance(x).sum(-1) - torch.diagonal(AAt, dim1=-2, dim2=-1).sum(-1)
+        eye = torch.eye(AAt.shape[-1], dtype=AAt.dtype, device=AAt.device)
+        bs2 = beta * noise
+        L_B = safe_cholesky(eye + AAt / bs2[..., None, None], what="I + A A^T / (beta s2)")
+        value, m, S = collapsed_bound_from_gram(AAt, Ar, (r * r).sum(-1), k_sum, y.shape[-1], noise, beta, L_B)
         # S~* = B^{-1}: its Cholesky factor; predict with the optimal q(u) of the current hyperparameters,
         # marked set, so the model's first prediction does not re-initialise it to the prior
-        L_S = safe_cholesky(0.5 * (S + S.T), what="S~*")
+        L_S = safe_cholesky(0.5 * (S + S.mT), what="S~*")
         model.set_whitened_q(m.detach(), L_S.detach())
         return -value / self.num_data
 

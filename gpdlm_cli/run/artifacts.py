@@ -176,7 +176,7 @@ def write_partial_results(
 
     Termination signals are held back while the files are written, so a second Ctrl-C or SIGTERM
     cannot leave half a file."""
-    from ..tracking.signals import deferred_signals
+    from ..signals import deferred_signals
 
     output_dir = Path(output_dir)
     written = []

@@ -41,11 +41,11 @@ from .. import build
 from ..exceptions import ConfigError, UnsupportedCombination
 from ..files import write_atomic
 from ..metrics.bias import condition_statistics, coordinate_bias, gradient_statistics
+from ..prepare import prepare
 from ..schema import BiasSpec, parse
 from ..tracking.identity import config_hashes
 from ..training import train
 from .lifecycle import TrackedRun, make_tracker, run_tags
-from .prepare import prepare
 
 STOCHASTIC = ("bmc", "smooth_bmc", "ups")
 _CHUNK_ELEMENTS = 2**21  # rows x samples (or nodes) per chunk of a reference gradient

@@ -2,7 +2,7 @@
 
 Order matters for the promises made to users:
 
-1. every check (config values, data, combinations) runs before an MLflow run exists (``run.prepare``),
+1. every check (config values, data, combinations) runs before an MLflow run exists (``prepare``),
    so bad input never leaves a run behind;
 2. ``config.yaml`` is written to the output folder, then the MLflow run starts with the flattened
    config as params, the tags every gpdlm run carries (``run_tags``) and the dataset as an input;
@@ -119,7 +119,7 @@ class TrackedRun:
         """A kill inside leaves a self-explaining folder (``write_partial_results``: metrics.json
         with the status, the learning curve ``curve()`` so far, the reason in gpdlm.log) and logs
         the first two files to MLflow; then the kill goes on."""
-        from ..tracking.signals import killed_reason
+        from ..signals import killed_reason
 
         try:
             yield

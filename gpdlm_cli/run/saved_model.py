@@ -130,7 +130,7 @@ def load_run(run_dir: str | os.PathLike, *, device: str | None = None) -> Loaded
     """Rebuild the run saved in ``run_dir`` (see the module docstring)."""
     from omegaconf import OmegaConf
 
-    from .prepare import prepare
+    from ..prepare import prepare
 
     meta, state = read_model_file(Path(run_dir) / MODEL_FILE)
     cfg = OmegaConf.create(meta["config"])

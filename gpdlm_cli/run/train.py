@@ -1,6 +1,6 @@
 """``gpdlm train``'s run: one experiment from a composed config to metrics in MLflow and metrics.json.
 
-``run_train`` prepares the run (``run.prepare``: every check before an MLflow run exists), then
+``run_train`` prepares the run (``prepare``: every check before an MLflow run exists), then
 follows the tracked-run lifecycle (``run.lifecycle``): tags, ``config.yaml``, the stages trained
 with checkpoints and partial results on a kill, ``metrics.json`` before MLflow, the learning curve,
 the learned hyperparameters (``hyperparameters.json``, ``hp.*`` metrics: ``run.hyperparameters``)
@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from ..metrics import predictive_metrics
+from ..prepare import prepare
 from ..runtime import peak_rss_mb as runtime_peak_rss_mb
 from ..runtime import reset_peak_rss
 from ..tracking.identity import config_hash, config_hashes
@@ -36,7 +37,6 @@ from ..training import run_stages
 from .artifacts import plot_learning_curve
 from .lifecycle import TrackedRun, make_tracker, run_tags
 from .naming import curve_info, run_name_for
-from .prepare import prepare
 
 
 def run_train(
@@ -176,7 +176,7 @@ def _train_locked(
         ):  # a kill leaves a self-explaining folder
             batched = None
             if cfg.sweep.get("batched", False):  # a member of a batch trained by the first job of its shape
-                from .batched import batched_member
+                from ..sweep.batched import batched_member
 
                 batched = batched_member(cfg, evaluator, tracker, stage_cache=lambda c: reuse_for(c)[0])
             if batched is not None and batched.fit is not None:

@@ -1,6 +1,6 @@
 """What makes two runs the same run: the config hash that `sweep.skip_finished`, checkpoints,
 reruns and the analysis commands compare (tag ``gpdlm.config_hash``). Low in the layers: the run
-lifecycle (``run/``), the sweep callbacks (``tracking.sweep``) and ``analysis.store`` use it.
+lifecycle (``run/``), the sweep callbacks (``sweep.callback``) and ``analysis.store`` use it.
 
 Two versions exist. Version 2 (``config_hash``, tag ``gpdlm.config_hash_version=2``) hashes only
 what determines a run's result: the config without where it is tracked (``tracking``), how it shows
@@ -63,14 +63,22 @@ def params_hash(params: dict, command: str | None = None) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _resolved(cfg) -> dict:
+    """The resolved config as plain dicts and lists (a run's config is a mapping)."""
+    from omegaconf import OmegaConf
+
+    d = OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(d, dict):
+        raise TypeError(f"a run's config is a mapping, not {type(d).__name__}")
+    return d
+
+
 def config_hash(cfg, without: tuple[str, ...] = ()) -> str:
     """SHA-256 (16 hex) of what determines the result of a run of ``cfg`` (version 2, module
     docstring): two runs with the same hash trained the same thing, whatever the tracking target,
     output folder, thread count or device. ``without``: dotted keys also left out (``sweep.batched``
     groups jobs by the hash without seed and objective.beta)."""
-    from omegaconf import OmegaConf
-
-    flat = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    flat = _flatten(_resolved(cfg))
     for dotted in without:
         flat = {k: v for k, v in flat.items() if k != dotted and not k.startswith(dotted + ".")}
     return params_hash({k: _param_str(v) for k, v in flat.items()})
@@ -79,9 +87,7 @@ def config_hash(cfg, without: tuple[str, ...] = ()) -> str:
 def legacy_config_hash(cfg) -> str:
     """Version 1 of the hash (gpdlm before ``gpdlm.config_hash_version``): the resolved config
     without ``IGNORED_KEYS`` only. Kept to find the runs of existing stores."""
-    from omegaconf import OmegaConf
-
-    d = OmegaConf.to_container(cfg, resolve=True)
+    d = _resolved(cfg)
     for k in IGNORED_KEYS:
         d.pop(k, None)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -4,7 +4,7 @@ Runs are driven through ``MlflowClient`` with explicit run ids -- no global "act
 run left over by one job can never leak into the next job of a reused worker. ``Tracker.run`` is a
 context manager that always ends the run: FINISHED, FAILED (with the reason as the tag
 ``failure_reason``) or KILLED (Ctrl-C, SIGTERM/SIGHUP, a submitit preemption: the reason in the same
-tag; see ``tracking.signals``).
+tag; see ``signals``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from .signals import deferred_signals, killed_reason
+from ..signals import deferred_signals, killed_reason
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 LOCK_WAIT_S = 60.0  # how long a call waits for a SQLite store another process holds locked
@@ -61,15 +62,15 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 class NullTracker:
     """Records everything in memory (tests, ``tracking.enabled=false``)."""
 
-    run_id = None
+    run_id: str | None = None
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.params: dict = {}
         self.tags: dict = {}
         self.metrics: dict = {}
         self.steps: dict = {}
         self.artifacts: list = []
-        self.status = None
+        self.status: str | None = None
 
     @contextlib.contextmanager
     def run(self, run_name=None, params=None, tags=None, parent_run_id=None) -> Iterator[NullTracker]:
@@ -309,6 +310,15 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///") :].split("?", 1)[0])
 
 
+def _fcntl() -> ModuleType | None:
+    """The ``fcntl`` module, None where it is missing (not POSIX)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    return fcntl
+
+
 @contextlib.contextmanager
 def store_lock(uri: str):
     """An exclusive lock (``flock`` on ``.<db>.lock`` beside a SQLite store) held while the store
@@ -316,10 +326,7 @@ def store_lock(uri: str):
     a Slurm array, joblib) would otherwise race in MLflow's schema migration. A no-op for servers
     and where ``fcntl`` is missing."""
     path = sqlite_path(uri)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        fcntl = None
+    fcntl = _fcntl()
     if path is None or fcntl is None or not path.parent.is_dir():
         yield
         return
@@ -342,7 +349,7 @@ def lock_holders(path: Path) -> list[str]:
     """``pid N (command)`` of every other process that has ``path`` open (Linux ``/proc``; empty
     where that cannot be read)."""
     target = str(Path(path).resolve())
-    out = []
+    out: list[str] = []
     try:
         pids = [d for d in os.listdir("/proc") if d.isdigit() and int(d) != os.getpid()]
     except OSError:

@@ -145,7 +145,7 @@ def train(
     it goes on until the rule fires again or the budget ends. The last value is ``grad_max_abs``."""
     from linear_operator.utils.errors import NanError, NotPSDError
 
-    from ..tracking.signals import deferred_signals, killed_reason
+    from ..signals import deferred_signals, killed_reason
 
     groups = params if isinstance(params, dict) else {"all": list(params)}
     opt_groups = []

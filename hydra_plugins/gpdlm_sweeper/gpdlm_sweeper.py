@@ -8,7 +8,7 @@ about two minutes before the first job started. Jobs whose overrides differ only
 the same keys (``objective.beta=0.5`` against ``objective.beta=2``; not a config group, not a
 ``hydra.`` key, not an added or deleted key, the same type of value) walk the same defaults tree and
 set the same keys, so they compose or fail together: ``GpdlmSweeper`` composes the first job of
-each such structure (``gpdlm_cli.tracking.sweep.jobs_to_compose``) and otherwise is the basic
+each such structure (``gpdlm_cli.sweep.callback.jobs_to_compose``) and otherwise is the basic
 sweeper -- same ``params``, ``max_batch_size``, job order and batches. Every job still composes and
 validates its own config when it runs (a bad value fails that job with its one-line reason).
 
@@ -25,13 +25,13 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 class GpdlmSweeper(BasicSweeper):
     """``BasicSweeper`` whose pre-launch check composes one job per config structure (module docstring),
     and which launches a model that ignores ``objective.beta`` once per configuration, not once per
-    beta (``gpdlm_cli.run.beta_free``)."""
+    beta (``gpdlm_cli.sweep.beta_free``)."""
 
     @staticmethod
     def split_arguments(overrides, max_batch_size):
         import sys
 
-        from gpdlm_cli.run.beta_free import collapse_beta_free, collapse_note
+        from gpdlm_cli.sweep.beta_free import collapse_beta_free, collapse_note
 
         jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
         jobs, dropped = collapse_beta_free(jobs)
@@ -42,7 +42,7 @@ class GpdlmSweeper(BasicSweeper):
         return list(BasicSweeper.split_overrides_to_chunks(jobs, max_batch_size))
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        from gpdlm_cli.tracking.sweep import jobs_to_compose
+        from gpdlm_cli.sweep.callback import jobs_to_compose
 
         loader = self.hydra_context.config_loader
         options: dict[str, bool] = {}

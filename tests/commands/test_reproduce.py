@@ -429,7 +429,7 @@ def test_regenerate_sh_rebuilds_the_records_reports_on_a_fresh_tree(tmp_path):
 
 
 def test_progress_of_a_multirun_run_by_a_parallel_launcher_is_counted_from_its_outcomes(tmp_path, capsys):
-    from gpdlm_cli.tracking.sweep import record_outcome
+    from gpdlm_cli.sweep.callback import record_outcome
 
     for job, status in enumerate(["finished", "skipped", "finished", "failed"]):
         record_outcome(tmp_path, job, status, [f"seed={job}"])
@@ -450,7 +450,7 @@ def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
     """rkhs Table 2 sweeps 8 data sets; only those that load offline are timed (here: pol, made offline)."""
     import types
 
-    from gpdlm_cli.run import plan as run_plan
+    from gpdlm_cli.sweep import plan as run_plan
 
     seen = []
 
@@ -467,3 +467,28 @@ def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
     assert seen == [["+experiment=rkhs_batch_study_pol", "kernel=linear", "dataset=pol"]]
     assert m.note == "estimate for pol only: the jobs on 7 other data sets not offline"
     assert "estimated 12 s; estimate for pol only" in rp.describe(p)
+
+
+@pytest.mark.slow
+def test_every_svgp_job_of_the_rkhs_smoke_plan_builds(monkeypatch):
+    """SVGP's M is the batch size (rkhs_batch_study) and with the linear kernel M <= d, the network's last width:
+    the smoke scale's b = 32 needs the smoke preset's network at least 32 wide (it was 16: both SVGP jobs of
+    `gpdlm reproduce rkhs --scale smoke` failed with 'kernel=linear has rank d=16')."""
+    from gpdlm_cli.data.paths import mirror_dir  # noqa: F401
+    from gpdlm_cli.run.compose import compose_jobs
+    from gpdlm_cli.run.plan import job_overrides
+    from gpdlm_cli.run.prepare import prepare
+
+    if not rp.offline(rp.data_status("pol")):
+        pytest.skip("pol is neither cached nor in $GPDLM_DATA_MIRROR")
+    plan = rp.derive(claims.load("rkhs"), [], "smoke", "paper", ["threads=1"])
+    built = 0
+    for m in plan.multiruns:
+        jobs, _ = job_overrides([f"+experiment={m.preset}", *m.overrides])
+        for job in jobs:
+            if "model=svgp" in job and "dataset.split.mask=0" in job:
+                (cfg,) = compose_jobs([job])
+                p = prepare(cfg)  # builds the method: raised UnsupportedCombination for kernel=linear
+                assert p.cfg.model.num_inducing == 32 and p.n_train == 200
+                built += 1
+    assert built == 3  # the linear, rff and rbf kernels

@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from gpdlm_cli.run.train import run_train
-from gpdlm_cli.tracking.signals import Terminated, install_signal_handlers
+from gpdlm_cli.signals import Terminated, install_signal_handlers
 from gpdlm_cli.training.checkpoint import FILE
 
 from ..conftest import compose, kill_last_stage_at, run_cli

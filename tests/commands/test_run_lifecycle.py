@@ -14,10 +14,10 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from gpdlm_cli import signals as S
 from gpdlm_cli.run import artifacts as RA
 from gpdlm_cli.run import naming as RN
 from gpdlm_cli.tracking import MlflowTracker, NullTracker
-from gpdlm_cli.tracking import signals as S
 
 from ..conftest import compose, fast
 from .conftest import copy_store

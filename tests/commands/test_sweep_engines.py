@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from gpdlm_cli.exceptions import ConfigError
-from gpdlm_cli.tracking.sweep import job_objective, objective_metric
+from gpdlm_cli.sweep.callback import job_objective, objective_metric
 
 from ..conftest import compose, gpdlm_subprocess
 from .conftest import copy_store

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages
@@ -300,7 +300,7 @@ def batched_against_separate(tmp_path, capsys, uri: str, model: str, batched_dev
     runs on ``separate_device`` and as one batched model on ``batched_device``."""
     from mlflow.tracking import MlflowClient
 
-    from gpdlm_cli.run.batched import clear_batched
+    from gpdlm_cli.sweep.batched import clear_batched
 
     out = {}
     for name, device, extra in (("sep", separate_device, []), ("bat", batched_device, ["sweep.batched=true"])):

@@ -59,7 +59,7 @@ def test_float64_stays_the_default_dtype():
 @pytest.mark.slow
 @pytest.mark.skipif(not SUPPORTED, reason="this CPU cannot flush subnormals")
 def test_flush_set_before_the_first_parallel_operation_holds_in_every_thread():
-    """The docstring's claim behind calling it in ``run.prepare``: torch's worker threads copy the setting when
+    """The docstring's claim behind calling it in ``prepare``: torch's worker threads copy the setting when
     they start, so a process that flushes before its first parallel operation flushes in all of its threads
     (a 2-thread product over 4M subnormals comes out all zero); set after the pool exists, only the calling
     thread's share does."""

@@ -12,7 +12,7 @@ import pytest
 from gpdlm_cli.config_check import check_overrides
 from gpdlm_cli.methods.components import STATIONARY_KERNELS
 from gpdlm_cli.methods.feature_maps import FINITE_KERNELS
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import run_train
 
 from ..conftest import compose, fast

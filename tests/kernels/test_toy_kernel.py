@@ -14,7 +14,7 @@ import torch
 from gpdlm_cli import build
 from gpdlm_cli.exceptions import ConfigError, param_error
 from gpdlm_cli.methods import kernels
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 
 from ..conftest import compose, fast
 

@@ -10,7 +10,7 @@ import torch
 from gpdlm_cli import build
 from gpdlm_cli.features.recurrent import FeatureMap, WindowLayout, _RecurrentLayer
 from gpdlm_cli.methods import recurrent
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import evaluator
 from gpdlm_cli.training import run_stages
 

@@ -32,7 +32,7 @@ def test_full_preset_composes_the_papers_grid():
         "trainer.lr": ["0.1", "0.3", "1.0"],
     }
     assert sweep_grid(["+experiment=rkhs_batch_study_pol"]) == {**grid, "dataset": ["pol"]}
-    from gpdlm_cli.run.plan import job_overrides  # what `gpdlm train -m` runs: the command line wins over the sweep
+    from gpdlm_cli.sweep.plan import job_overrides  # what `gpdlm train -m` runs: the command line wins over the sweep
 
     assert len(job_overrides(["+experiment=rkhs_batch_study"])[0]) == 8 * 5 * 6 * 3 * 3
     assert len(job_overrides(["+experiment=rkhs_batch_study", "dataset=kin40k"])[0]) == 5 * 6 * 3 * 3
@@ -118,7 +118,15 @@ def test_gaussian_preset_composes_the_papers_arms():
     linear = compose(["+experiment=rkhs_batch_study"])
     for arm, (model, kernel, option) in GAUSSIAN_ARMS.items():
         cfg = compose(["+experiment=rkhs_gaussian_study", f"{ARM_KEY}={arm}", "trainer.batch_size=16"])
-        ref = compose(["+experiment=rkhs_batch_study", f"model={option}", "trainer.batch_size=16"])
+        every = 5 if (model, kernel) == ("bsgd", "rbf") else 1  # the exact posterior: every 5 epochs (issue 41)
+        ref = compose(
+            [
+                "+experiment=rkhs_batch_study",
+                f"model={option}",
+                "trainer.batch_size=16",
+                f"trainer.eval_every_epochs={every}",
+            ]
+        )
         assert (cfg.model.name, cfg.kernel.name, cfg.features.name, cfg.features.widths) == (
             model,
             kernel,
@@ -137,6 +145,7 @@ def test_gaussian_preset_composes_the_papers_arms():
             }
         elif model == "bsgd":
             assert cfg.model.posterior_max_rows == 60000 and cfg.trainer.keep_best == "train_nlml"
+            assert cfg.trainer.eval_every_epochs == 5
         else:
             assert cfg.model.num_inducing == 16 and cfg.trainer.keep_best is None
     default = compose(["+experiment=rkhs_gaussian_study"])

@@ -12,9 +12,9 @@ import torch
 from mlflow.tracking import MlflowClient
 from scipy.stats import multivariate_normal
 
-from gpdlm_cli.run.batched import clear_batched, out_of_scope, shape_key
-from gpdlm_cli.run.prepare import prepare
-from gpdlm_cli.training.batched import BatchedSVGP, Member, NotBatchable
+from gpdlm_cli.prepare import prepare
+from gpdlm_cli.sweep.batched import clear_batched, out_of_scope, shape_key
+from gpdlm_cli.sweep.batched_model import BatchedSVGP, Member, NotBatchable, _objective
 
 from ..conftest import compose, run_cli
 
@@ -210,8 +210,8 @@ def test_the_batched_losses_are_the_dense_formulas(model):
 
 
 def test_out_of_scope_configs_say_why_and_the_shape_ignores_only_seed_and_beta():
-    from gpdlm_cli.run.batched import SWEEP_CONTEXT
-    from gpdlm_cli.tracking.sweep import SWEEP_FILE
+    from gpdlm_cli.sweep.batched import SWEEP_CONTEXT
+    from gpdlm_cli.sweep.callback import SWEEP_FILE
 
     assert SWEEP_CONTEXT == SWEEP_FILE  # the jobs read the file the sweep callback writes
     base = compose(["model=svgp", *SMALL])
@@ -255,7 +255,7 @@ def test_batched_is_refused_with_another_launcher_and_with_warm_starts(tmp_path)
     from omegaconf import OmegaConf, open_dict
 
     from gpdlm_cli.hydra_apps import run_job
-    from gpdlm_cli.tracking.sweep import read_outcomes
+    from gpdlm_cli.sweep.callback import read_outcomes
 
     for extra, launcher, phrase in [
         ([], "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "use the default launcher"),
@@ -274,7 +274,7 @@ def test_batched_is_refused_with_another_launcher_and_with_warm_starts(tmp_path)
         trained = []
         job_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         try:
-            assert run_job(job_cfg, lambda *a, **k: trained.append(1)) == float("inf")
+            assert run_job(job_cfg, lambda *a, trained=trained, **k: trained.append(1)) == float("inf")
         finally:
             HydraConfig.instance().cfg = saved
         assert not trained
@@ -283,12 +283,12 @@ def test_batched_is_refused_with_another_launcher_and_with_warm_starts(tmp_path)
 
 
 def test_the_plan_says_what_is_batched():
-    from gpdlm_cli.run.plan import plan
+    from gpdlm_cli.sweep.plan import plan
 
     grid = ["model=svgp,dlm,sgpr", *GRID, *SMALL]
     assert plan(grid).summary().endswith(", not batched")
     p = plan(grid + ["sweep.batched=true"])
-    # svgp and dlm: one batch each; sgpr has no batched form, and ignores beta: one job per seed (run/beta_free.py)
+    # svgp and dlm: one batch each; sgpr has no batched form, and ignores beta: one job per seed (sweep/beta_free.py)
     assert (p.batch_sizes, p.separate) == ([4, 4], 2)
     assert p.summary().endswith(", batched: 2 groups of 4 members, 2 jobs separately")
     p = plan(["model=svgp", "seed=0,1,2", "dataset.split.train_size=150,200", "sweep.batched=true"])
@@ -301,7 +301,7 @@ def test_the_plan_says_what_is_batched():
 def test_a_batch_that_fails_falls_back_to_separate_runs(tmp_path, capsys, mlflow_uri, monkeypatch):
     """A batch that cannot train (here: made to raise NotBatchable, as a non-PD matrix or a NaN loss
     does) trains every job of its shape separately, each saying so once, with the separate metrics."""
-    import gpdlm_cli.training.batched as TB
+    import gpdlm_cli.sweep.batched_model as TB
 
     def fail(*args, **kwargs):
         raise NotBatchable("member 1's loss became non-finite (its separate run reports where)")
@@ -317,3 +317,38 @@ def test_a_batch_that_fails_falls_back_to_separate_runs(tmp_path, capsys, mlflow
     for key, run in fallen.items():
         assert run.data.tags["gpdlm.batched"] == "separate"
         assert run.data.metrics["test_nll"] == separate[key].data.metrics["test_nll"]  # bit for bit: the same path
+
+
+@pytest.mark.parametrize("model", ["svgp", "dlm"])
+def test_the_ordinary_objective_evaluates_a_batch_of_members(model):
+    """Issue 46, item 4: the members' own objective (``CollapsedELBO``, ``DLM``) run once on their stacked
+    parameters (``torch.func.functional_call``, a leading batch dimension) gives each member's loss and
+    gradient as evaluated on its own model -- no second copy of the maths."""
+    members = _members(model, [(0, 0.5), (1, 2.0), (0, 3.0)])
+    batch = BatchedSVGP(members)
+    assert type(batch.objective).__name__ == ("CollapsedELBO" if model == "svgp" else "DLM")
+    got = batch.losses()
+    assert got.shape == (3,)
+    got.sum().backward()
+    for b, m in enumerate(members):
+        own = _objective(m)
+        params = [p for ps in m.groups.values() for p in ps if p.requires_grad]
+        loss = own(m.x, m.y)
+        assert got[b].item() == pytest.approx(loss.item(), rel=1e-12)
+        grads = torch.autograd.grad(loss, params)
+        stacked = [p.grad[b] for _, ps in batch.parameter_groups() for p in ps]
+        for g_own, g_batch in zip(grads, stacked):
+            torch.testing.assert_close(g_batch, g_own, rtol=1e-9, atol=1e-12)
+
+
+def test_a_batch_of_cholesky_factors_adds_jitter_only_where_a_member_needs_it():
+    """``safe_cholesky`` on a batch: a member whose matrix is not positive definite gets the factor its
+    separate run gets (its own jitter), the others the plain factor -- not the batch's jitter."""
+    from gpdlm_cli.models.linalg import safe_cholesky
+
+    good = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
+    bad = torch.tensor([[1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)  # singular: needs jitter
+    L = safe_cholesky(torch.stack([good, bad, good]))
+    torch.testing.assert_close(L[0], torch.linalg.cholesky(good), rtol=0, atol=0)
+    torch.testing.assert_close(L[2], torch.linalg.cholesky(good), rtol=0, atol=0)
+    torch.testing.assert_close(L[1], safe_cholesky(bad), rtol=0, atol=0)

@@ -1,5 +1,5 @@
 """A model that ignores objective.beta (FITC, SGPR, the exact GP, ...) swept over beta: gpdlm's sweeper
-launches it once per configuration instead of once per beta (run/beta_free.py)."""
+launches it once per configuration instead of once per beta (sweep/beta_free.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpdlm_cli.run.beta_free import beta_free_options, collapse_beta_free, collapse_note
+from gpdlm_cli.sweep.beta_free import beta_free_options, collapse_beta_free, collapse_note
 
 from ..conftest import compose
 
@@ -42,7 +42,7 @@ def test_a_beta_sweep_runs_a_beta_free_model_once():
     # what gpdlm train -m launches and its plan counts
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from gpdlm_cli.run.plan import job_overrides
+    from gpdlm_cli.sweep.plan import job_overrides
     from hydra_plugins.gpdlm_sweeper.gpdlm_sweeper import GpdlmSweeper
 
     assert len(job_overrides(["model=dlm,fitc,exact", "objective.beta=0.1,1,10"])[0]) == 3 + 1 + 1

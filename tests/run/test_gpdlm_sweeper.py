@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from gpdlm_cli import cli
-from gpdlm_cli.tracking.sweep import jobs_to_compose, sweeper_name
+from gpdlm_cli.sweep.callback import jobs_to_compose, sweeper_name
 
 GROUPS = {"model", "dataset", "trainer", "kernel"}
 
@@ -84,7 +84,7 @@ def test_the_sweeper_composes_the_picked_jobs_and_fails_on_a_bad_one():
 
 
 def test_it_is_the_default_sweeper_and_runs_every_job(tmp_path, monkeypatch):
-    from gpdlm_cli.run.plan import job_overrides
+    from gpdlm_cli.sweep.plan import job_overrides
 
     _, cfg = job_overrides(["objective.beta=1,2"])
     assert cfg.hydra.sweeper._target_ == "hydra_plugins.gpdlm_sweeper.gpdlm_sweeper.GpdlmSweeper"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpdlm_cli import cli
-from gpdlm_cli.run.plan import job_overrides, plan
+from gpdlm_cli.sweep.plan import job_overrides, plan
 
 
 def test_the_job_list_is_the_product_of_preset_params_and_command_line_sweeps():
@@ -90,7 +90,7 @@ def test_the_start_of_multirun_line_names_the_launcher_of_the_hydra_overrides(ca
     the start of a multirun says `launcher joblib x2` (it said `launcher basic` until 2026-11-27)."""
     from omegaconf import OmegaConf
 
-    from gpdlm_cli.tracking import sweep
+    from gpdlm_cli.sweep import callback as sweep
 
     config = OmegaConf.create(
         {

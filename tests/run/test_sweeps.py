@@ -232,7 +232,9 @@ def test_sweep_beta_bad_input(tmp_path, capsys):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_composes(preset):
     cfg = compose([f"+experiment={preset}"])
-    study, experiment = preset.removesuffix("_smoke"), cfg.tracking.experiment.removesuffix("_smoke")
+    # <study>_smoke and <study>_reduced (reproduce's scales) write to <experiment>_smoke / _reduced
+    study = preset.removesuffix("_smoke").removesuffix("_reduced")
+    experiment = cfg.tracking.experiment.removesuffix("_smoke").removesuffix("_reduced")
     # an arm <experiment>_<arm> (sampling_methods_exact, regression_bmc_exact) adds runs to <experiment>
     assert experiment.startswith(study.replace("regression_baselines", "regression_logloss")) or study.startswith(
         experiment + "_"

@@ -259,7 +259,7 @@ def test_cli_multirun_over_estimators(tmp_path, mlflow_uri, monkeypatch, capsys)
     from hydra.core.global_hydra import GlobalHydra
 
     from gpdlm_cli import cli
-    from gpdlm_cli.tracking import sweep
+    from gpdlm_cli.sweep import callback as sweep
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", list(sys.argv))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 

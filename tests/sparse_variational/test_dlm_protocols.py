@@ -12,7 +12,7 @@ import torch
 
 from gpdlm_cli import build
 from gpdlm_cli.objectives import fit_square_loss_predictive
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import run_stages

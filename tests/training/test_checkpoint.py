@@ -9,8 +9,8 @@ import signal
 import pytest
 
 from gpdlm_cli.run.train import run_train
+from gpdlm_cli.signals import Terminated, install_signal_handlers
 from gpdlm_cli.tracking import NullTracker
-from gpdlm_cli.tracking.signals import Terminated, install_signal_handlers
 from gpdlm_cli.training.checkpoint import FILE, read_checkpoint
 
 from ..conftest import KillAt, compose, kill_last_stage_at
@@ -237,7 +237,7 @@ def test_a_signal_received_by_another_thread_waits_for_the_end_of_the_block():
     import threading
     import time
 
-    from gpdlm_cli.tracking.signals import deferred_signals
+    from gpdlm_cli.signals import deferred_signals
 
     install_signal_handlers()
     stop = threading.Event()

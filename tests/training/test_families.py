@@ -14,7 +14,7 @@ import torch
 
 from gpdlm_cli import build, methods
 from gpdlm_cli.exceptions import GpdlmError
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 

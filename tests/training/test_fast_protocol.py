@@ -8,7 +8,7 @@ import pytest
 
 from gpdlm_cli import build
 from gpdlm_cli.exceptions import GpdlmError
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import stage_settings

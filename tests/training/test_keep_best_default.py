@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 

@@ -102,7 +102,7 @@ def test_a_restored_stage_keeps_its_learning_curve_and_its_convergence(tmp_path)
     reports converged=False and logs the same train_loss steps as when it was trained."""
     import torch
 
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
     from gpdlm_cli.training import run_stages
     from gpdlm_cli.training.reuse import StageCache
 

@@ -1,6 +1,6 @@
 """Composing gpdlm's configs from Hydra overrides, also from inside a running Hydra app (a multirun's
 callback or one of its jobs), where ``initialize_config_module`` alone refuses: the sweep plan
-(``run.plan``) and batched configurations (``run.batched``) compose every job of a sweep."""
+(``sweep.plan``) and batched configurations (``sweep.batched``) compose every job of a sweep."""
 
 from __future__ import annotations
 

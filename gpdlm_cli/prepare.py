@@ -17,7 +17,7 @@ from types import ModuleType
 
 import torch
 
-from .. import build
+from . import build
 
 
 @dataclass
@@ -55,7 +55,7 @@ def prepare(cfg, *, adjust: Callable | None = None, check_data: Callable | None 
     dataset fingerprint). torch's global seed is set to ``cfg.seed`` before the data is loaded: a
     backstop for library-internal randomness (gpdlm's own is explicit). Subnormal floats are flushed
     to zero from here on (``runtime.flush_denormals``; ``GPDLM_FLUSH_DENORMAL=0`` keeps them)."""
-    from ..runtime import flush_denormals
+    from .runtime import flush_denormals
 
     flush_denormals()  # float32 kernels: subnormals would cost ~100x (runtime.flush_denormals)
     family = build.validate_config(cfg)

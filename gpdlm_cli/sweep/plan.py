@@ -29,7 +29,7 @@ class SweepPlan:
     )  # shape -> [(stage, shareable, iterations, ms/iteration, L-BFGS, seconds)]
     estimate_s: float | None = None
     batched: bool = False  # sweep.batched
-    batch_sizes: list[int] = field(default_factory=list)  # sweep.batched: the members of each batch (run.batched)
+    batch_sizes: list[int] = field(default_factory=list)  # sweep.batched: the members of each batch (sweep.batched)
     separate: int = 0  # sweep.batched: jobs trained one by one (out of scope, or alone in their shape)
 
     def batching(self) -> str:
@@ -118,7 +118,7 @@ def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int
 
 def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
     """``sweep.batched``: (the member count of every batch, the number of jobs trained separately) --
-    jobs grouped by ``run.batched.shape_key``; a job out of scope or alone in its shape is separate."""
+    jobs grouped by ``sweep.batched.shape_key``; a job out of scope or alone in its shape is separate."""
     from .batched import out_of_scope, shape_key
     from .compose import compose_jobs
 
@@ -137,10 +137,10 @@ def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
 def _estimate(p: SweepPlan, k: int) -> float:
     from hydra import compose
 
+    from ..prepare import prepare
     from ..training import run_stages, stage_settings
     from ..training.stages import first_order_prefix, uses_lbfgs
     from .compose import config_module
-    from .prepare import prepare
 
     total, shared_seen = 0.0, set()
     with config_module():

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from .identity import IGNORED_KEYS, config_hash, config_hashes  # noqa: F401 (re-exported)
-from .liveness import process_tags
+from ..tracking.identity import config_hashes
+from ..tracking.liveness import process_tags
 
 SWEEP_FILE = "gpdlm_sweep.json"
 
@@ -86,11 +86,11 @@ def _finished_run_metrics(uri: str, experiment: str | None, hashes: tuple[str, .
 
 
 def _announce(config) -> None:
-    """One line at the start of a multirun: jobs, protocol, what is shared (``run.plan``)."""
+    """One line at the start of a multirun: jobs, protocol, what is shared (``sweep.plan``)."""
     if sweeper_name(config) != "basic":
         return
     try:
-        from ..run.plan import plan
+        from .plan import plan
 
         # the launcher is a Hydra override (hydra/launcher=joblib, hydra.launcher.n_jobs=2), not a task one
         launcher = [o for o in config.hydra.overrides.hydra if str(o).startswith(("hydra/launcher", "hydra.launcher"))]
@@ -208,7 +208,7 @@ class SweepCallback(Callback):
         if config.tracking.enabled:
             from mlflow.tracking import MlflowClient
 
-            from .tracker import (
+            from ..tracking.tracker import (
                 RetryingClient,
                 check_store,
                 ensure_experiment,
@@ -241,8 +241,8 @@ class SweepCallback(Callback):
             context.update(parent_run_id=self.parent_run_id, uri=uri, experiment=str(config.tracking.experiment))
             _ACTIVE.append(self)
         if config.get("sweep", {}).get("batched", False) and sweeper == "basic":
-            try:  # sweep.batched: the first job of a shape trains every job of its shape (run.batched)
-                from ..run.plan import sweep_jobs
+            try:  # sweep.batched: the first job of a shape trains every job of its shape (sweep.batched)
+                from .plan import sweep_jobs
 
                 context["jobs"] = sweep_jobs(list(config.hydra.overrides.task), config.hydra.sweeper.get("params"))
             except Exception:  # the jobs then train separately, saying why

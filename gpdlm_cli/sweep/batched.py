@@ -1,11 +1,11 @@
 """``sweep.batched=true``: the jobs of a multirun that share one *shape* train as one batched model
-(issue 21, item 4; the batched model is ``training.batched``).
+(issue 21, item 4; the batched model is ``sweep.batched_model``).
 
 A shape is everything in the config but ``seed`` and ``objective.beta`` (and the bookkeeping keys
 ``config_hash`` ignores): the seeds and betas of one model, dataset and training size. With the
 basic launcher every job runs in this process, in order. The first job of a shape composes the
 configs of all the sweep's jobs of its shape (the job list is in the sweep's context file,
-``gpdlm_sweep.json``, written by ``tracking.sweep.SweepCallback``), prepares each one as its own run
+``gpdlm_sweep.json``, written by ``sweep.callback.SweepCallback``), prepares each one as its own run
 would (split, standardisation, k-means inducing inputs, initial hyperparameters), trains them
 together, and leaves each member's end state, learning curves and fit summary in an in-process store
 under its config hash. Every job -- the first included -- then takes its own member from the store
@@ -91,7 +91,7 @@ def out_of_scope(cfg) -> str | None:
     return None
 
 
-#: the sweep's context file, written by ``tracking.sweep.SweepCallback`` (``SWEEP_FILE``, a layer above)
+#: the sweep's context file, written by ``sweep.callback.SweepCallback`` (``SWEEP_FILE``)
 SWEEP_CONTEXT = "gpdlm_sweep.json"
 
 
@@ -175,10 +175,10 @@ def _train_group(sweep: str, cfg, key: str, configs: list, evaluator, stage_cach
     from ..exceptions import GpdlmError
     from ..objectives import DLM
     from ..objectives.collapsed_elbo import CollapsedELBO
+    from ..prepare import prepare
     from ..training import FitResult, run_stages, stage_settings
-    from ..training.batched import Member, NotBatchable, train_batched
     from ..training.reuse import module_state
-    from .prepare import prepare
+    from .batched_model import Member, NotBatchable, train_batched
 
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):  # torch's global RNG: as this job left it (a separate run follows)
@@ -245,6 +245,7 @@ def _train_group(sweep: str, cfg, key: str, configs: list, evaluator, stage_cach
                         stage.groups,
                         list(stage.hooks),
                         evaluate if (s.eval_every or s.eval_every_epochs) else None,
+                        objective=stage.objective,
                     )
                 )
                 prepared.append((p, s, pre, pre_steps))

@@ -1,45 +1,41 @@
 """Batched configurations (issue 21, item 4): B independent sparse variational GPs -- the seeds and
 betas of one model and training size -- trained as one batched model by one Adam optimiser.
 
-Every parameter of the B members is stacked along a leading batch dimension (inducing inputs
+One model, not a copy of its maths (issue 46, item 4): the members' ordinary model
+(``models.SparseVariationalGP``), likelihood and objective (``objectives.CollapsedELBO`` for SVGP's
+collapsed ELBO, ``objectives.DLM`` with the closed-form Gaussian log marginal) are evaluated once with
+a leading batch dimension. Every parameter of the B members is stacked along it (inducing inputs
 Z: B x M x D, q(u): B x M and B x M x M, raw outputscale: B, raw lengthscale: B x 1 x D, raw noise:
 B x 1), and so are the data (X: B x N x D, y: B x N: each seed has its own split and
-standardisation). The loss is the sum of the members' per-datum losses, so each member's gradient
-is the gradient of its own loss, and Adam -- elementwise -- moves every member exactly as its own
-run would, up to float rounding of the batched kernels. Each member has its own stopping: the
-paper's window rule (App. D) is applied to its own losses every ``check_every`` iterations; a
-stopped member's parameters are restored after every later step (frozen), while the others go on.
-On the CPU the loss and its backward pass are computed chunk by chunk of members
-(``CPU_CHUNK_ELEMENTS``); the optimiser step is one for the whole batch.
+standardisation) and beta (B). ``torch.func.functional_call`` runs a template copy of the first
+member's objective with the stacked tensors in place of its parameters; the objectives broadcast
+over leading dimensions and return the B members' per-datum losses.
 
-Objectives (the same functions as the separate path computes, written batched):
+The loss is the sum of the members' per-datum losses, so each member's gradient is the gradient of
+its own loss, and Adam -- elementwise -- moves every member exactly as its own run would, up to
+float rounding of the batched kernels (gpytorch's batched kernel path). Each member has its own
+stopping: the paper's window rule (App. D) is applied to its own losses every ``check_every``
+iterations; a stopped member's parameters are restored after every later step (frozen), while the
+others go on. On the CPU the loss and its backward pass are computed chunk by chunk of members
+(``CPU_CHUNK_ELEMENTS``: the functional call takes slices of the stacked tensors); the optimiser
+step is one for the whole batch.
 
-* ``collapsed_elbo`` -- the collapsed (beta-)ELBO of SVGP with a Gaussian likelihood (Titsias, 2009; DLM
-  paper, App. D), ``objectives.CollapsedELBO``: with A = L^{-1} K_uf, r = y,
-  k_i = K_ii - |A_i|^2, m~* = (A A^T + beta s2 I)^{-1} A r and S~* = (I + A A^T / (beta s2))^{-1},
-  loss = -(1/N) [ -N/2 log(2 pi s2) - (|r - A^T m~*|^2 + tr(A^T S~* A) + sum_i k_i) / (2 s2)
-  - beta KL(N(m~*, S~*) || N(0, I)) ].
-* ``log_loss`` -- the closed-form log-loss DLM with a Gaussian likelihood (DLM paper, Sec. 2),
-  ``objectives.DLM``: loss = (1/N) [ sum_i -log N(y_i | mu_i, var_i + s2) + beta KL(q(u) || p(u)) ]
-  with the whitened marginals mu_i = A_i^T m~, var_i = K_ii + jitter - |A_i|^2 + |L_S^T A_i|^2.
-
-The kernel is gpytorch's ScaleKernel(RBF) written batched with gpytorch's own ``sq_dist`` and its
-fused ``ComputePredictiveUpdates``; constraints are the members' own transforms. Anything else (other
-kernels, means, likelihoods, minibatches, sampling estimators, optimisers) is refused with
-``NotBatchable`` and the caller trains the members separately.
+Anything the family's ``batched_scope`` does not admit (other kernels, means, likelihoods,
+minibatches, sampling estimators, optimisers) never reaches this module; members whose objectives,
+parameters or data differ in kind or shape are refused with ``NotBatchable`` and the caller trains
+them separately.
 """
 
 from __future__ import annotations
 
-import math
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from ..objectives.collapsed_elbo import collapsed_bound
-from .stopping import ConvergenceRule, NeverStop, make_rule
+from ..training.stopping import ConvergenceRule, NeverStop, make_rule
 
 KINDS = ("collapsed_elbo", "log_loss")
 #: on the CPU, members are processed in chunks whose M x N blocks hold at most this many elements in all
@@ -50,8 +46,8 @@ KINDS = ("collapsed_elbo", "log_loss")
 #: model 48. On a GPU the whole batch is one chunk.
 CPU_CHUNK_ELEMENTS = 2**18
 
-# the (qualified) parameter names of a SparseVariationalGP with ScaleKernel(RBF), zero mean, and
-# gpdlm's GaussianLikelihood
+# the (qualified) names, in the objective, of the parameters of a SparseVariationalGP with
+# ScaleKernel(RBF) and gpdlm's GaussianLikelihood (the inducing inputs size the chunks)
 Z = "model.variational_strategy.inducing_points"
 M_TILDE = "model.variational_strategy._variational_distribution.variational_mean"
 CHOL = "model.variational_strategy._variational_distribution.chol_variational_covar"
@@ -68,7 +64,8 @@ class NotBatchable(Exception):
 @dataclass
 class Member:
     """One configuration of the batch: its model (``SparseVariationalGP``), likelihood, training
-    data, beta, the stage's named parameter groups and hooks, and its ``evaluate`` (or None)."""
+    data, beta, the stage's named parameter groups and hooks, its ``evaluate`` (or None) and its
+    stage's ``objective`` (None: the ordinary objective of ``kind`` is built on the model)."""
 
     kind: str  # collapsed_elbo | log_loss
     model: object
@@ -79,6 +76,7 @@ class Member:
     groups: dict
     hooks: list = field(default_factory=list)
     evaluate: Callable[[], dict] | None = None
+    objective: object = None
 
 
 @dataclass
@@ -94,38 +92,43 @@ class MemberFit:
     stop_rule: str = "window"
 
 
-def _named(member: Member) -> dict[str, torch.Tensor]:
-    out = {}
-    for prefix, module in (("model.", member.model), ("likelihood.", member.likelihood)):
-        for name, t in list(module.named_parameters()) + list(module.named_buffers()):
-            out[prefix + name] = t
-    return out
+def _objective(member: Member):
+    """The member's ordinary objective module: its stage's, or the one of its ``kind`` on its model."""
+    from ..objectives import DLM
+    from ..objectives.collapsed_elbo import CollapsedELBO
+
+    cls = CollapsedELBO if member.kind == "collapsed_elbo" else DLM
+    if member.objective is not None:
+        if not isinstance(member.objective, cls):
+            raise NotBatchable(f"the stage's objective is not the {member.kind} objective")
+        return member.objective
+    n = member.x.shape[0]
+    if cls is CollapsedELBO:
+        return CollapsedELBO(member.model, member.likelihood, n, member.beta)
+    from ..estimators import ExactEstimator
+
+    return DLM(member.model, member.likelihood, ExactEstimator(), n, member.beta)
 
 
-def _check(members: list[Member]) -> None:
-    import gpytorch
-
+def _check(members: list[Member], named: list[dict]) -> None:
+    """``named``: each member's objective parameters by qualified name (``model.…``, ``likelihood.…``)."""
     if not members:
         raise NotBatchable("no members")
     first = members[0]
     if first.kind not in KINDS:
         raise NotBatchable(f"objective {first.kind!r} has no batched form")
-    for m in members:
+    shapes0 = None
+    for m, params in zip(members, named):
         if m.kind != first.kind:
             raise NotBatchable("the members train different objectives")
-        k = m.model.covar_module
-        if not (isinstance(k, gpytorch.kernels.ScaleKernel) and type(k.base_kernel) is gpytorch.kernels.RBFKernel):
-            raise NotBatchable("only the rbf kernel has a batched form")
-        if not isinstance(m.model.mean_module, gpytorch.means.ZeroMean):
-            raise NotBatchable("only the zero mean has a batched form")
         if m.x.shape != first.x.shape or m.x.dtype != first.x.dtype or m.x.device != first.x.device:
             raise NotBatchable("the members' training sets differ in shape, dtype or device")
-        trainable = {id(p) for ps in m.groups.values() for p in ps if p.requires_grad}
-        named = _named(m)
-        unknown = [n for n, t in named.items() if id(t) in trainable and n not in KNOWN]
-        if unknown:
-            raise NotBatchable(f"parameter {unknown[0]} has no batched form")
-        if any(n not in named for n in KNOWN):
+        shapes = {n: tuple(t.shape) for n, t in params.items()}
+        if shapes0 is None:
+            shapes0 = shapes
+        elif shapes != shapes0:
+            raise NotBatchable("the members' models differ in their parameters")
+        if any(n not in shapes for n in KNOWN):
             raise NotBatchable("the model is not a SparseVariationalGP with ScaleKernel(RBF) and a Gaussian likelihood")
         if [(g, [tuple(p.shape) for p in ps]) for g, ps in m.groups.items()] != [
             (g, [tuple(p.shape) for p in ps]) for g, ps in first.groups.items()
@@ -134,10 +137,13 @@ def _check(members: list[Member]) -> None:
 
 
 class BatchedSVGP:
-    """The stacked parameters of B members and their batched losses (see the module docstring)."""
+    """B members as one model with a leading batch dimension: their stacked parameters (``values``,
+    by qualified name in the objective) and the ordinary objective evaluated on them (module docstring)."""
 
     def __init__(self, members: list[Member]):
-        _check(members)
+        objectives = [_objective(m) for m in members]
+        named = [dict(o.named_parameters()) for o in objectives]
+        _check(members, named)
         self.members = members
         self.kind = members[0].kind
         first = members[0]
@@ -145,22 +151,22 @@ class BatchedSVGP:
         self.y = torch.stack([m.y for m in members])  # B x N
         self.beta = torch.tensor([m.beta for m in members], dtype=first.x.dtype, device=first.x.device)
         self.jitter = float(first.model.jitter)
-        kern = first.model.covar_module
-        self.ls_transform = kern.base_kernel.raw_lengthscale_constraint.transform
-        self.os_transform = kern.raw_outputscale_constraint.transform
-        self.noise_transform = first.likelihood.gp.noise_covar.raw_noise_constraint.transform
-        named = [_named(m) for m in members]
+        # the template: the first member's objective (and model, likelihood) copied; its parameters are
+        # replaced by slices of the stacked ones at every call
+        self.objective = copy.deepcopy(objectives[0])
         names0 = {id(t): n for n, t in named[0].items()}
         # trainable slots, in the members' optimiser order: (group, [names])
         self.group_names: list[tuple[str, list[str]]] = []
         trainable = set()
         for g, ps in first.groups.items():
-            ns = [names0[id(p)] for p in ps if p.requires_grad]
+            ns = [names0[id(p)] for p in ps if p.requires_grad and id(p) in names0]
+            if len(ns) != sum(p.requires_grad for p in ps):
+                raise NotBatchable(f"a parameter of group {g} is not the model's or the likelihood's")
             if ns:
                 self.group_names.append((g, ns))
                 trainable.update(ns)
         self.values: dict[str, torch.Tensor] = {}
-        for n in KNOWN:
+        for n in named[0]:
             stacked = torch.stack([nm[n].detach() for nm in named]).clone()
             self.values[n] = torch.nn.Parameter(stacked) if n in trainable else stacked
         self.trainable = [n for _, ns in self.group_names for n in ns]
@@ -178,61 +184,19 @@ class BatchedSVGP:
         size = max(1, CPU_CHUNK_ELEMENTS // (self.values[Z].shape[-2] * N))
         return [slice(lo, min(lo + size, B)) for lo in range(0, B, size)]
 
-    def _kernel(self, sl: slice, x1: torch.Tensor, x2: torch.Tensor, eq: bool = False) -> torch.Tensor:
-        """outputscale * exp(-|x1 - x2|^2 / (2 l^2)), batched (b x n1 x n2), as gpytorch computes it."""
-        from gpytorch.kernels.kernel import sq_dist
-
-        ls = self.ls_transform(self.values[RAW_LS][sl])  # b x 1 x D (or b x 1 x 1)
-        os = self.os_transform(self.values[RAW_OS][sl])  # b
-        sq = sq_dist(x1.div(ls), x2.div(ls), x1_eq_x2=eq)
-        return sq.div(-2).exp() * os[:, None, None]
-
-    def _kuu_cholesky(self, sl: slice) -> torch.Tensor:
-        Zs = self.values[Z][sl]
-        Kuu = self._kernel(sl, Zs, Zs, eq=True)
-        eye = torch.eye(Zs.shape[-2], dtype=Kuu.dtype, device=Kuu.device)
-        L, info = torch.linalg.cholesky_ex(Kuu + self.jitter * eye)
-        if bool(info.any()):
-            raise NotBatchable("K_uu is not positive definite for a member (the separate run adds jitter)")
-        return L
-
     def losses(self, sl: slice = slice(None)) -> torch.Tensor:
-        """The per-datum losses of the members in ``sl`` (a vector; the optimiser minimises their sum)."""
-        return self._collapsed(sl) if self.kind == "collapsed_elbo" else self._log_loss(sl)
+        """The per-datum losses of the members in ``sl`` (a vector; the optimiser minimises their sum):
+        the members' objective on the slices of the stacked parameters."""
+        from linear_operator.utils.errors import NotPSDError
 
-    def _collapsed(self, sl: slice) -> torch.Tensor:
-        x, r, beta = self.x[sl], self.y[sl], self.beta[sl]
-        n = r.shape[-1]
-        noise = self.noise_transform(self.values[RAW_NOISE][sl]).squeeze(-1)  # b
-        L = self._kuu_cholesky(sl)
-        A = torch.linalg.solve_triangular(L, self._kernel(sl, self.values[Z][sl], x), upper=False)  # b x M x N
-        os = self.os_transform(self.values[RAW_OS][sl])
-        k = (os[:, None] - (A**2).sum(-2)).clamp_min(0)  # K_ii - Q_ii
-        eye = torch.eye(A.shape[-2], dtype=A.dtype, device=A.device)
-        AAt = A @ A.mT
-        L_B, info = torch.linalg.cholesky_ex(eye + AAt / (beta * noise)[:, None, None])
-        if bool(info.any()):
-            raise NotBatchable("I + A A^T / (beta s2) is not positive definite for a member")
-        value, _, _ = collapsed_bound(A, r, k, noise, beta, L_B, AAt)
-        return -value / n
+        from ..exceptions import NumericalError
 
-    def _log_loss(self, sl: slice) -> torch.Tensor:
-        from gpytorch.variational.variational_strategy import ComputePredictiveUpdates
-
-        x, y, beta = self.x[sl], self.y[sl], self.beta[sl]
-        n = y.shape[-1]
-        noise = self.noise_transform(self.values[RAW_NOISE][sl]).squeeze(-1)  # b
-        L = self._kuu_cholesky(sl)
-        m, L_S = self.values[M_TILDE][sl], self.values[CHOL][sl].tril()
-        eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device)
-        mu, dvar = ComputePredictiveUpdates.apply(L, self._kernel(sl, self.values[Z][sl], x), L_S @ L_S.mT - eye, m)
-        os = self.os_transform(self.values[RAW_OS][sl])
-        var = os[:, None] + self.jitter + dvar
-        s = var + noise[:, None]
-        log_marginal = -0.5 * math.log(2 * math.pi) - 0.5 * torch.log(s) - 0.5 * (y - mu) ** 2 / s
-        logdet = 2 * L_S.diagonal(dim1=-2, dim2=-1).abs().log().sum(-1)
-        kl = 0.5 * ((L_S * L_S).sum((-2, -1)) + (m * m).sum(-1) - m.shape[-1] - logdet)
-        return (-log_marginal).mean(-1) + beta * kl / n
+        self.objective.beta = self.beta[sl]
+        params = {n: t[sl] for n, t in self.values.items()}
+        try:
+            return torch.func.functional_call(self.objective, params, (self.x[sl], self.y[sl]))
+        except (NumericalError, NotPSDError) as e:
+            raise NotBatchable(f"a member's matrix is not positive definite ({str(e).splitlines()[0]})") from None
 
     # ----- members' own modules -----------------------------------------------------------------
     @torch.no_grad()
