@@ -57,7 +57,7 @@ def _old_evaluate(ev, xe, ye, prefix, y_std):
 
 
 def one_evaluation() -> dict[str, float]:
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
 
     p = prepare(_compose())
     d, y_std = p.data, p.splits.y_std

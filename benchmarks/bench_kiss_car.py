@@ -25,7 +25,7 @@ import torch
 def _prepare(task: str, extra=()):
     from hydra import compose, initialize_config_module
 
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
 
     overrides = ["+experiment=gplstm_driving", f"dataset.task={task}", "model=gp_lstm", "seed=0", "threads=1"]
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):

@@ -64,7 +64,40 @@ def usage() -> str:
     return USAGE.format(rows=rows)
 
 
+#: the exit code when the reader of stdout went away (``gpdlm datasets list | head -1``): a shell's code for a
+#: command ended by SIGPIPE (128 + 13), without a message -- as ``yes | head -1`` ends
+EXIT_STDOUT_CLOSED = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _broken_pipe(e: BaseException | None) -> bool:
+    """Is ``e`` (or what it was raised from) a write to a closed stdout pipe?"""
+    seen = 0
+    while e is not None and seen < 10:
+        if isinstance(e, BrokenPipeError):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _stdout_closed() -> int:
+    """stdout's reader went away: end quietly. What is still buffered goes to /dev/null, so that the
+    interpreter's final flush does not raise again ("Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test's capture)
+        pass
+    return EXIT_STDOUT_CLOSED
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -92,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     install_signal_handlers()  # SIGTERM/SIGHUP end the command like Ctrl-C: runs end KILLED
     if name in ("train", "sweep") and "--dry-run" in rest:
         return _dry_run(name, [a for a in rest if a != "--dry-run"])
+    if name in ("train", "sweep") and _cfg_flags(rest) is not None and (name == "sweep" or _multirun(rest)):
+        return _show_sweep_configs(name, rest)
     if name in HYDRA_SUBCOMMANDS:  # unknown config options: one line, not Hydra's page
         from .config_check import check_overrides
 
@@ -110,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpdlm: {killed_reason(e)}", file=sys.stderr)
         return exit_code(e)
     except Exception as e:
+        if _broken_pipe(e):  # `gpdlm ... | head`: not an error of the command
+            _abort_sweeps("FAILED", "stdout was closed")
+            return _stdout_closed()
         code = _one_line_error(e, hydra_full_error, run_folder=name in HYDRA_SUBCOMMANDS)
         _abort_sweeps("FAILED", str(e))
         if code is None:
@@ -236,6 +274,78 @@ def _dry_run(name: str, rest: list[str]) -> int:
             f"gpdlm: {len(plans)} multiruns (one beta grid per dataset configuration), "
             f"{sum(len(p.jobs) for p in plans)} jobs, estimated wall time {_duration(total)} in all (an upper bound)"
         )
+    return 0
+
+
+def _multirun(rest: list[str]) -> bool:
+    return any(a in ("-m", "--multirun") for a in rest)
+
+
+def _cfg_flags(rest: list[str]) -> tuple[str, str | None, bool, list[str]] | None:
+    """Hydra's ``--cfg/-c TYPE [--package/-p PKG] [--resolve]`` in ``rest``: (TYPE, PKG, resolve, the
+    other arguments), or None without ``--cfg``. An unknown TYPE is left to the caller's check."""
+    kind, package, resolve, others = None, None, False, []
+    it = iter(rest)
+    for a in it:
+        flag, eq, value = a.partition("=")
+        if flag in ("--cfg", "-c", "--package", "-p") and flag.startswith("-"):
+            value = value if eq else next(it, "")
+            if flag in ("--cfg", "-c"):
+                kind = value
+            else:
+                package = value
+        elif a == "--resolve":
+            resolve = True
+        else:
+            others.append(a)
+    return None if kind is None else (kind, package, resolve, others)
+
+
+def _show_sweep_configs(name: str, rest: list[str]) -> int:
+    """``gpdlm train -m ... --cfg job|hydra|all`` (and ``gpdlm sweep beta ... --cfg ...``): Hydra prints
+    one run's config and refuses ``--cfg`` with ``--multirun``; gpdlm prints every job's config, each
+    after a ``# job i of N: <overrides>`` line, as ``gpdlm train <overrides> --cfg TYPE`` would."""
+    from .exceptions import GpdlmError
+    from .hydra_apps import report_error
+
+    flags = _cfg_flags(rest)
+    if flags is None:  # the caller checked that a --cfg flag is present
+        raise ValueError("_show_sweep_configs needs a --cfg flag")
+    kind, package, resolve, others = flags
+    try:
+        if kind not in ("job", "hydra", "all"):
+            raise GpdlmError(f"--cfg takes job, hydra or all; got {kind!r}")
+        from .config_check import check_overrides
+
+        args = [a for a in others if a not in ("-m", "--multirun")]
+        message = check_overrides(args[1:] if name == "sweep" else args, command=name)
+        if message:
+            raise GpdlmError(message)
+        from .sweep.plan import job_overrides
+
+        if name == "sweep":
+            if not args:
+                raise GpdlmError("gpdlm sweep --cfg needs a sweep kind: gpdlm sweep beta ... --cfg job")
+            from .commands.sweep import sweep_overrides
+
+            multiruns = [[a for a in r if a != "-m"] for r in sweep_overrides(args[0], args[1:])]
+        else:
+            multiruns = [args]
+        jobs = [job for m in multiruns for job in job_overrides(m)[0]]
+    except GpdlmError as e:
+        report_error(e)
+        return 2
+    from hydra.core.global_hydra import GlobalHydra
+
+    from .sweep.compose import config_module
+
+    with config_module():
+        hydra = GlobalHydra.instance().hydra
+        if hydra is None:  # config_module() initialises Hydra
+            raise RuntimeError("Hydra is not initialised")
+        for i, job in enumerate(jobs):
+            print(f"# job {i + 1} of {len(jobs)}: {' '.join(job)}", flush=True)
+            hydra.show_cfg("config", list(job), kind, package, resolve)
     return 0
 
 

@@ -184,6 +184,7 @@ def test_a_sweep_the_sweeper_cannot_run_is_one_line(tmp_path, capsys, override, 
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow  # ~8 s: a config composed, a dry-run's timed iterations, Hydra's help
 def test_a_training_command_says_it_started_before_the_slow_imports(tmp_path, capsys, monkeypatch):
     """The first line comes at once (a run used to print nothing for its first ~25 s on a loaded
     machine: imports); help, configs and plans print only themselves."""

@@ -37,6 +37,7 @@ of packages (every module folded into its top-level package) has no cycle either
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import gpdlm_cli
@@ -90,7 +91,13 @@ def _resolve(module: str, is_package: bool, level: int, name: str | None) -> str
 
 
 def import_graph() -> dict[str, set[str]]:
-    """module -> the gpdlm_cli modules it imports (module level and inside functions)."""
+    """module -> the gpdlm_cli modules it imports (module level and inside functions); a fresh copy of the
+    graph parsed once per session (the four tests that read it parsed the package four times)."""
+    return {m: set(targets) for m, targets in _parsed_graph().items()}
+
+
+@functools.cache
+def _parsed_graph() -> dict[str, set[str]]:
     mods = module_files()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():

@@ -139,6 +139,7 @@ print(mapped, kept, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 """
 
 
+@pytest.mark.slow  # two fresh interpreters
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt and mallinfo2")
 def test_tuned_allocator_keeps_large_temporaries_in_the_heap():
     """With glibc's defaults a fresh process mmaps each 3.2 MB temporary (unmapped again at free, and

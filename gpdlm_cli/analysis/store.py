@@ -112,7 +112,7 @@ def load_runs(
     out and why is printed as notes (or appended to ``notes``)."""
     found = search_all(client, experiment.experiment_id, filter_string)
     runs = [RunRecord.from_run(r) for r in found if is_training_run(r, include_refits, commands)]
-    said = [skipped_note(found)] if skipped_note(found) else []
+    said = [skipped_note(found, commands)] if skipped_note(found, commands) else []
     runs, reruns = drop_reruns(runs)
     if reruns:
         said.append(
@@ -131,22 +131,30 @@ def load_runs(
     return runs
 
 
-def skipped_note(found: list) -> str:
-    """'skipped N training runs: 2 RUNNING (...), 1 FAILED, ...' for the unfinished training runs
-    among ``found`` ('' when there are none)."""
+def skipped_note(found: list, commands: tuple[str, ...] = ("train",)) -> str:
+    """'skipped N unfinished training run(s): 2 RUNNING (...), 1 FAILED, ...' for the training runs among
+    ``found`` that did not finish ('' when there are none). Runs closed as orphaned (``gpdlm runs --stale
+    --mark-failed``, ``gpdlm resume``: failure_reason "orphaned: ...") are counted apart, with where their
+    result may still be: their process was gone, not their result."""
     counts: dict[str, int] = {}
     for r in found:
-        if r.data.tags.get("gpdlm.command") == "train" and r.info.status != "FINISHED":
-            counts[r.info.status] = counts.get(r.info.status, 0) + 1
+        if r.data.tags.get("gpdlm.command") in commands and r.info.status != "FINISHED":
+            status = r.info.status
+            if status in ("FAILED", "KILLED") and r.data.tags.get("failure_reason", "").startswith("orphaned: "):
+                status += " orphaned"
+            counts[status] = counts.get(status, 0) + 1
     if not counts:
         return ""
     why = {
         "RUNNING": "still running or orphaned: see `gpdlm runs --stale`",
         "FAILED": "see their failure_reason",
+        "FAILED orphaned": "orphaned, closed by `gpdlm runs --mark-failed`: their process was gone, "
+        "their output folders may hold a whole result",
         "KILLED": "interrupted",
+        "KILLED orphaned": "closed by `gpdlm resume`, which continued them in a new run",
         "SCHEDULED": "not started",
     }
-    parts = [f"{n} {status} ({why.get(status, 'unfinished')})" for status, n in sorted(counts.items())]
+    parts = [f"{n} {status.split()[0]} ({why.get(status, 'unfinished')})" for status, n in sorted(counts.items())]
     return f"skipped {sum(counts.values())} unfinished training run(s): " + ", ".join(parts)
 
 

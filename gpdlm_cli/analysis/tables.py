@@ -27,8 +27,13 @@ def print_table(title: str, header: list[str], rows: list[list[str]], numeric_fr
     from rich.console import Console
     from rich.table import Table
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich exits with 1; the CLI ends a closed pipe quietly (cli.py)
+            self.quiet = True
+            raise BrokenPipeError(32, "the reader of the output went away")
+
     out = file or sys.stdout
-    console = Console(file=out, width=None if out.isatty() else 200)
+    console = _Console(file=out, width=None if out.isatty() else 200)
     table = Table(title=title, show_lines=False)
     for i, h in enumerate(header):
         table.add_column(h, justify="right" if i >= numeric_from else "left", overflow="fold")

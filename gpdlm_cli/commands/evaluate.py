@@ -338,8 +338,6 @@ def read_inputs(path: Path, feature_names: list[str]):
 
 
 def predict_main(argv: list[str]) -> int:
-    from ..run.saved_model import load_run
-
     p = make_parser("gpdlm predict", "apply a run's saved model to new rows")
     p.epilog = EPILOG_PREDICT
     p.add_argument("run", help="run id, run name or output folder")
@@ -350,6 +348,8 @@ def predict_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if not 0 < a.level < 1:
         raise AnalysisError(f"--level must be in (0, 1); got {a.level}")
+    from ..run.saved_model import load_run  # torch: after the arguments (``--help`` answers at once)
+
     folder, _ = run_folder(a.run, a.tracking_uri)
     run = load_run(folder)
     cfg, table, _, method = loaded_parts(run)
@@ -552,16 +552,17 @@ def resume_main(argv: list[str]) -> int:
     free and, in MLflow, it is KILLED, FAILED, or RUNNING with its process gone: the liveness check
     of ``gpdlm runs --stale``); a FINISHED run is refused. The stopped run is closed (KILLED, with
     ``failure_reason`` and ``gpdlm.resumed_as``), so it never stays RUNNING."""
+    p = make_parser("gpdlm resume", "continue a stopped run from its checkpoint (same folder, a new linked MLflow run)")
+    p.add_argument("run", help="run id, run name or output folder of a KILLED (or FAILED) run")
+    p.add_argument("--tracking-uri", default=None, metavar="URI")
+    a = p.parse_args(argv)
+    # torch and gpytorch: after the arguments (``gpdlm resume --help`` answers at once)
     from ..files import folder_holder
     from ..run.lifecycle import make_tracker
     from ..run.train import run_train
     from ..tracking.identity import config_hash
     from ..training.checkpoint import FILE, read_checkpoint
 
-    p = make_parser("gpdlm resume", "continue a stopped run from its checkpoint (same folder, a new linked MLflow run)")
-    p.add_argument("run", help="run id, run name or output folder of a KILLED (or FAILED) run")
-    p.add_argument("--tracking-uri", default=None, metavar="URI")
-    a = p.parse_args(argv)
     folder, rid = run_folder(a.run, a.tracking_uri)
     holder = folder_holder(folder)
     if holder:

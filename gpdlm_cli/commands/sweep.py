@@ -49,6 +49,13 @@ def data_combinations(overrides: list[str]) -> list[list[str]]:
     """The distinct settings of the swept dataset keys (``dataset``, ``dataset.*``; from the command
     line and the preset's ``hydra.sweeper.params``) over the sweep's jobs, in job order, as pinning
     overrides: [[]] when no dataset key varies."""
+    return [pins for pins, _ in _data_jobs(overrides)]
+
+
+def _data_jobs(overrides: list[str]) -> list[tuple[list[str], list[str]]]:
+    """(pins, the override list of the first job with these pins) per ``data_combinations`` entry: the
+    job's list holds everything the job composes with, the preset's ``hydra.sweeper.params`` included
+    (a preset's single ``dataset.split.train_size`` is not a pin, but it sets the job's n)."""
     from ..sweep.plan import job_overrides
 
     jobs, _ = job_overrides([o for o in overrides if not o.startswith("-")])
@@ -60,9 +67,11 @@ def data_combinations(overrides: list[str]) -> list[list[str]]:
     varying = {o.split("=", 1)[0] for j in jobs for o in j if data_key(o)}
     varying = {k for k in varying if len({o for j in jobs for o in j if o.split("=", 1)[0] == k}) > 1}
     if not varying:
-        return [[]]
-    combos = [tuple(o for o in j if o.split("=", 1)[0] in varying) for j in jobs]
-    return [list(c) for c in dict.fromkeys(combos)]
+        return [([], list(jobs[0]))]
+    first: dict[tuple, list[str]] = {}
+    for j in jobs:
+        first.setdefault(tuple(o for o in j if o.split("=", 1)[0] in varying), list(j))
+    return [(list(c), job) for c, job in first.items()]
 
 
 def sweep_overrides(kind: str, overrides: list[str]) -> list[list[str]]:
@@ -75,12 +84,11 @@ def sweep_overrides(kind: str, overrides: list[str]) -> list[list[str]]:
         raise ConfigError(f"unknown sweep '{kind}'; available: beta")
     if any(o.startswith("objective.beta=") for o in overrides):
         raise ConfigError("gpdlm sweep beta builds objective.beta itself; drop the objective.beta override")
-    hydra_args = [o for o in overrides if not o.startswith("-")]
-    # sweep values like seed=0,1 compose as one job each; n only depends on dataset/split settings
-    single = [o.split(",")[0] if "=" in o and "," in o and not o.startswith("hydra") else o for o in hydra_args]
     runs = []
-    for pins in data_combinations(overrides):
-        cfg = compose_config(single + pins)
+    # n depends on the dataset settings only: each multirun's grid comes from the first of its jobs, composed
+    # with the job's whole override list (the preset's sweeper params included: its dataset.split values)
+    for pins, job in _data_jobs(overrides):
+        cfg = compose_config(job)
         build.validate_config(cfg)
         _, splits, _ = build.load_data(cfg)
         grid = beta_grid(splits.n_train, cfg.sweep.grid_min, cfg.sweep.factor)

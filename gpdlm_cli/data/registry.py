@@ -6,8 +6,10 @@ inducing points M, the split protocol) bound to a Python loader, plus one YAML f
 ``conf/dataset``. ``register()`` adds entries from code (tests use it for fixtures).
 
 The loaders (``catalog.loader``) live in the modules listed in ``LOADER_MODULES``, explicitly, as
-``methods.FAMILIES`` lists the families: a new loader module is one import and one entry there. An
-unknown dataset option is a one-line DataError. Loaders that read files declare them (``inputs``) so
+``methods.FAMILIES`` lists the families: a new loader module is one import in :func:`_loader_modules`
+and one entry there. The loader modules (and pandas, which they use) are imported on the first use of
+a loader, not when the registry is read: ``gpdlm datasets list`` and ``info`` answer without them
+(docs/performance.md, "Start-up imports"). An unknown dataset option is a one-line DataError. Loaders that read files declare them (``inputs``) so
 that ``load_table`` can cache the parsed table keyed by the files' SHA-256 and the loader version.
 """
 
@@ -20,8 +22,6 @@ from pathlib import Path
 from types import ModuleType
 
 from ..exceptions import DataError
-from . import aimpeak, airline, driving, gef, generators, sequences, sources, uci
-from . import cache as table_cache
 from .catalog import (
     MASK_FILE,
     SOURCE_KINDS,
@@ -37,12 +37,37 @@ from .table import Table
 
 log = logging.getLogger("gpdlm.data")
 
-#: every module that defines loaders (``@loader``); ``gpdlm datasets`` lists the entries, not these
-LOADER_MODULES: tuple[ModuleType, ...] = (sources, airline, uci, generators, sequences, gef, aimpeak, driving)
-
-LOADERS: dict[str, LoaderSpec] = collect_loaders(LOADER_MODULES)
 REGISTRY: dict[str, DatasetInfo] = {}
 _LOADED = False
+_LOADERS: dict[str, LoaderSpec] | None = None
+
+
+def _loader_modules() -> tuple[ModuleType, ...]:
+    """Every module that defines loaders (``@loader``), imported here on first use (they import pandas)."""
+    from . import aimpeak, airline, driving, gef, generators, sequences, sources, uci
+
+    return (sources, airline, uci, generators, sequences, gef, aimpeak, driving)
+
+
+def loaders() -> dict[str, LoaderSpec]:
+    """The loaders by key (importing the loader modules once), checked against the registry entries read
+    so far: an entry that names a loader that does not exist is a DataError."""
+    global _LOADERS
+    if _LOADERS is None:
+        _LOADERS = collect_loaders(_loader_modules())
+    for name, info in REGISTRY.items():
+        if isinstance(info.loader, _Bound) and info.loader_key not in _LOADERS:
+            raise DataError(f"registry entry '{name}' names loader '{info.loader_key}', which does not exist")
+    return _LOADERS
+
+
+def __getattr__(name: str):
+    """``registry.LOADERS`` and ``registry.LOADER_MODULES``, computed on first access (PEP 562)."""
+    if name == "LOADERS":
+        return loaders()
+    if name == "LOADER_MODULES":
+        return _loader_modules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(info: DatasetInfo) -> DatasetInfo:
@@ -57,7 +82,7 @@ class _Bound:
         self.name, self.key = name, key
 
     def __call__(self, **options) -> Table:
-        return LOADERS[self.key].fn(REGISTRY[self.name], **options)
+        return loaders()[self.key].fn(REGISTRY[self.name], **options)
 
     def __repr__(self) -> str:
         return f"<loader {self.key} for {self.name}>"
@@ -126,7 +151,8 @@ def load_registry_file(path: Path | None = None) -> dict[str, DatasetInfo]:
 
     path = path or paths.registry_file()
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        # libyaml's parser where PyYAML has it: ~10x faster than the pure-Python one on this file
+        doc = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except OSError as e:
         raise DataError(f"cannot read the dataset registry {path}: {e}") from None
     entries = {}
@@ -140,9 +166,7 @@ def _ensure_loaded() -> None:
     if _LOADED:
         return
     for name, info in load_registry_file().items():
-        if info.loader_key not in LOADERS:
-            raise DataError(f"registry entry '{name}' names loader '{info.loader_key}', which does not exist")
-        REGISTRY.setdefault(name, info)
+        REGISTRY.setdefault(name, info)  # its loader is checked when the loaders are first imported
     _LOADED = True
 
 
@@ -159,7 +183,7 @@ def get_dataset_info(name: str) -> DatasetInfo:
 
 
 def _loader_parameters(info: DatasetInfo):
-    spec = LOADERS.get(info.loader_key) if isinstance(info.loader, _Bound) else None
+    spec = loaders().get(info.loader_key) if isinstance(info.loader, _Bound) else None
     fn = spec.fn if spec else info.loader
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -203,12 +227,14 @@ def load_table(name: str, *, use_cache: bool = True, **options) -> Table:
     info = get_dataset_info(name)
     options = {k: _plain(v) for k, v in options.items()}
     check_options(info, options)
-    spec = LOADERS.get(info.loader_key) if isinstance(info.loader, _Bound) else None
+    spec = loaders().get(info.loader_key) if isinstance(info.loader, _Bound) else None
     if not (use_cache and spec and spec.inputs):
         return info.loader(**options)
     inputs = spec.inputs(info, **options)
     if not inputs or not all(Path(p).is_file() for p in inputs):
         return info.loader(**options)  # the loader reports what is missing
+    from . import cache as table_cache  # numpy: not needed to list or describe datasets
+
     sums = [cached_checksum(Path(p)) for p in inputs]
     key = table_cache.cache_key(name, f"{spec.version}.{info.version}", options, sums)
     path = table_cache.parsed_path(name, key)
@@ -238,13 +264,11 @@ def _warn_dropped_again(table: Table) -> None:
             warn_dropped(f"dataset '{table.name}'", int(m[1]), int(m[2]))
 
 
-__all__ = [
-    "LOADER_MODULES",
+__all__ = [  # LOADERS and LOADER_MODULES: module attributes made on first access (__getattr__)
     "MASK_FILE",
     "SOURCE_KINDS",
     "DatasetInfo",
     "FileSpec",
-    "LOADERS",
     "LoaderSpec",
     "REGISTRY",
     "all_datasets",
@@ -253,6 +277,7 @@ __all__ = [
     "get_dataset_info",
     "load_table",
     "loader",
+    "loaders",
     "register",
     "with_files",
 ]

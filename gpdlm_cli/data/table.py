@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..exceptions import DataError
+
+if TYPE_CHECKING:  # numpy and pandas are imported where a table is made (``gpdlm datasets list`` needs neither)
+    import numpy as np
+    import pandas as pd
 
 log = logging.getLogger("gpdlm.data")
 
@@ -40,6 +42,8 @@ class Table:
 
     def fingerprint(self) -> str:
         """SHA-256 (first 16 hex digits) of X and y: identifies the exact data a run saw."""
+        import numpy as np
+
         h = hashlib.sha256()
         h.update(np.ascontiguousarray(self.X, dtype=np.float64).tobytes())
         h.update(np.ascontiguousarray(self.y, dtype=np.float64).tobytes())
@@ -49,6 +53,8 @@ class Table:
 def _raise_stray_cells(where: str, column: pd.Series, name: str, remedy: str | None) -> None:
     """A mostly numeric column with a few text cells: name the first bad row and value (a typo in
     the data is likelier than a categorical column), then the remedy."""
+    import pandas as pd
+
     num = pd.to_numeric(column, errors="coerce")
     stray = column[num.isna()]
     if 0 < len(stray) < len(column):
@@ -62,6 +68,9 @@ def _raise_stray_cells(where: str, column: pd.Series, name: str, remedy: str | N
 def _raise_non_finite(where: str, df: pd.DataFrame, columns: list) -> None:
     """An inf or -inf cell in a numeric column: name its column and row (pandas reads "inf" as a
     number; NaN cells are missing values, handled by ``missing``)."""
+    import numpy as np
+    import pandas as pd
+
     for col in columns:
         values = df[col]
         if not pd.api.types.is_float_dtype(values):
@@ -108,6 +117,9 @@ def table_from_frame(
     before the checks; ``test_mask`` (aligned with ``df``) marks rows that must be test rows;
     ``test_masks`` (n x K, aligned with ``df``) are published fixed test sets, one per column.
     ``source`` (a file path or package reference) is named in every error."""
+    import numpy as np
+    import pandas as pd
+
     where = f"dataset '{name}'" + (f" ({source})" if source else "")
     if df.shape[0] == 0:
         raise DataError(f"{where} is empty")

@@ -105,7 +105,7 @@ def validate(spec: RunSpec) -> None:
 
 
 def batched_scope(spec: RunSpec) -> str | None:
-    """``sweep.batched`` (``run.batched``, ``training.batched``): why this config has no batched form,
+    """``sweep.batched`` (``sweep.batched``, ``sweep.batched_model``): why this config has no batched form,
     or None. Batched: svgp (the collapsed ELBO) and dlm (closed form; the fixed variant's DLM stage,
     after its SVGP stage trained per member), Gaussian likelihood, rbf kernel, zero mean, no input
     features, a closed-form estimator."""

@@ -12,8 +12,8 @@ import pytest
 
 from gpdlm_cli.analysis import claims
 from gpdlm_cli.commands import reproduce as rp
-from gpdlm_cli.run.compose import compose_jobs
-from gpdlm_cli.run.plan import job_overrides
+from gpdlm_cli.sweep.compose import compose_jobs
+from gpdlm_cli.sweep.plan import job_overrides
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reproduce.md"
 

@@ -303,6 +303,7 @@ def test_markdown_layout_marks_and_ranks(store, tmp_path):
     assert "| C | not measured | - | - |" in md
 
 
+@pytest.mark.slow  # ~3 s
 def test_a_failing_claims_cause_is_shown(store, tmp_path):
     """Issue 40: a claim's ``cause`` (label and evidence) stands next to its "fails" verdict in the
     Markdown, the HTML and verdicts.csv."""

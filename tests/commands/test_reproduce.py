@@ -475,9 +475,9 @@ def test_every_svgp_job_of_the_rkhs_smoke_plan_builds(monkeypatch):
     the smoke scale's b = 32 needs the smoke preset's network at least 32 wide (it was 16: both SVGP jobs of
     `gpdlm reproduce rkhs --scale smoke` failed with 'kernel=linear has rank d=16')."""
     from gpdlm_cli.data.paths import mirror_dir  # noqa: F401
-    from gpdlm_cli.run.compose import compose_jobs
-    from gpdlm_cli.run.plan import job_overrides
-    from gpdlm_cli.run.prepare import prepare
+    from gpdlm_cli.prepare import prepare
+    from gpdlm_cli.sweep.compose import compose_jobs
+    from gpdlm_cli.sweep.plan import job_overrides
 
     if not rp.offline(rp.data_status("pol")):
         pytest.skip("pol is neither cached nor in $GPDLM_DATA_MIRROR")

@@ -234,6 +234,7 @@ def test_run_names_carry_variant_beta_and_swept_values(overrides, swept, name):
     assert RN.run_name_for(compose(overrides), swept) == name
 
 
+@pytest.mark.slow  # a real run: ~3.5 s
 def test_a_real_run_reports_one_line_and_logs_its_dataset(tmp_path, capfd):
     """A new store too: MLflow's "Creating initial MLflow database tables..." must not appear."""
     from gpdlm_cli.run.train import run_train

@@ -171,12 +171,20 @@ def test_compare_never_pools_variants_counts_reruns_once_and_names_skipped_runs(
         == 0
     )
     err = capsys.readouterr().err
-    statuses = [
-        store["client"].get_run(store["ids"][k]).info.status for k in ("gone", "silent", "alive", "failed", "killed")
-    ]
+    runs = [store["client"].get_run(store["ids"][k]) for k in ("gone", "silent", "alive", "failed", "killed")]
+    orphaned = sum(r.data.tags.get("failure_reason", "").startswith("orphaned: ") for r in runs)  # marked or not
+    statuses = [r.info.status for r in runs]
     assert (
-        f"skipped 5 unfinished training run(s): {statuses.count('FAILED')} FAILED (see their failure_reason), "
-        f"1 KILLED (interrupted), {statuses.count('RUNNING')} RUNNING (still running or orphaned" in err
+        "skipped 5 unfinished training run(s): "
+        + f"{statuses.count('FAILED') - orphaned} FAILED (see their failure_reason), "
+        + (
+            f"{orphaned} FAILED (orphaned, closed by `gpdlm runs --mark-failed`: their process was gone, their "
+            "output folders may hold a whole result), "
+            if orphaned
+            else ""
+        )
+        + f"1 KILLED (interrupted), {statuses.count('RUNNING')} RUNNING (still running or orphaned"
+        in err
     )
     assert "1 rerun(s) of identical configurations (same gpdlm.config_hash) counted once" in err
     assert (
@@ -191,6 +199,32 @@ def test_compare_never_pools_variants_counts_reruns_once_and_names_skipped_runs(
         statistics.fmean([1.5, 2.0])
     )
     assert int(rows["fixed"]["n"]) == 2 and float(rows["fixed"]["test_nll_mean"]) == pytest.approx(3.5)
+
+
+def test_compare_says_how_many_runs_mark_failed_closed_and_why(module_uri, tmp_path, capsys):
+    """A run whose process died after its result was written (issue 45.7) stays RUNNING until `gpdlm runs
+    --stale --mark-failed` closes it; compare then leaves it out and says so, apart from ordinary failures."""
+    client = MlflowClient(module_uri)
+    exp = make_experiment(client, module_uri, "marked")
+    make_run(client, exp, _params(seed=0), {"test_nll": 1.0, "n_train": 100}, tags={"gpdlm.config_hash": "m0"})
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = {"gpdlm.host": socket.gethostname(), "gpdlm.pid": dead.stdout.strip(), "gpdlm.process_start": "1"}
+    for seed in (1, 2):
+        make_run(client, exp, _params(seed=seed), {"test_nll": 2.0, "n_train": 100}, status="RUNNING", tags=gone)
+    make_run(client, exp, _params(seed=3), {"test_nll": 9.0}, status="FAILED", tags={"failure_reason": "nan loss"})
+    base = ["--tracking-uri", module_uri, "--experiment", "marked"]
+    assert cli.main(["runs", *base, "--stale", "--mark-failed"]) == 0
+    capsys.readouterr()
+    out = ["--by", "model", "--metric", "test_nll", "--out", str(tmp_path), "--no-log", "--no-figures"]
+    assert cli.main(["compare", *base, *out]) == 0
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("gpdlm: note: ")]
+    assert notes == [
+        "gpdlm: note: skipped 3 unfinished training run(s): 1 FAILED (see their failure_reason), 2 FAILED "
+        "(orphaned, closed by `gpdlm runs --mark-failed`: their process was gone, their output folders may hold "
+        "a whole result)"
+    ]
+    with open(tmp_path / "compare.csv", newline="") as f:
+        assert [int(r["n"]) for r in csv.DictReader(f)] == [1]
 
 
 def test_select_understands_an_optuna_study(module_uri, tmp_path, capsys):

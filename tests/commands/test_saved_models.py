@@ -189,6 +189,7 @@ def test_the_mlflow_model_predicts_what_gpdlm_predict_writes(name, trained, tmp_
     assert (folder / MODEL_FILE).is_file()  # model.pt stays
 
 
+@pytest.mark.slow  # trains a model of every family: ~4 s
 def test_reloaded_models_of_every_family_evaluate_identically(tmp_path):
     """One model per family not covered above (their own evaluate: sq_dlm, the gamma family, recurrent)."""
     from gpdlm_cli.run.train import evaluator

@@ -1,6 +1,6 @@
 """Every gplstm preset composes to the paper's settings, and every smoke variant runs through
 `gpdlm train`'s real path into an MLflow store with the metrics the issue asks for (the runs are those of
-tests/run/test_sweeps.py::test_smoke_preset_runs, which calls ``check_smoke_runs``)."""
+tests/run/test_sweeps.py::test_smoke_presets_run, which calls ``check_smoke_runs``)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_table_2_and_3_presets_run_on_the_real_sets_and_the_stand_ins_stay_by_na
 
 
 def check_smoke_runs(preset: str, smoke) -> None:
-    """The runs of `gpdlm train -m +experiment=<preset>_smoke` (tests/run/test_sweeps.py::test_smoke_preset_runs,
+    """The runs of `gpdlm train -m +experiment=<preset>_smoke` (tests/run/test_sweeps.py::test_smoke_presets_run,
     which runs each smoke preset once, ``smoke`` a conftest.SmokeRuns) carry the metrics EXPECTED of
     their preset and model."""
     assert smoke.preset == f"{preset}_smoke"

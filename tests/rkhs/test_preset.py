@@ -1,6 +1,6 @@
 """The study presets: the runs of `gpdlm train -m +experiment=rkhs_batch_study_smoke` and of
 rkhs_gaussian_study_smoke in MLflow with the family's metrics (checked on the one run of each smoke preset,
-tests/run/test_sweeps.py::test_smoke_preset_runs, a subprocess as a user runs it); the full presets' grids and
+tests/run/test_sweeps.py::test_smoke_presets_run, a subprocess as a user runs it); the full presets' grids and
 the mirrored sets they sweep."""
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ GAUSSIAN_SMOKE_ARMS = [  # (model.name, kernel.name, tag gpdlm.rkhs_setting) of 
 
 def check_gaussian_smoke_runs(smoke) -> None:
     """Every job of `gpdlm train -m +experiment=rkhs_gaussian_study_smoke` (the runs of
-    tests/run/test_sweeps.py::test_smoke_preset_runs, which runs each smoke preset once; ``smoke`` a
+    tests/run/test_sweeps.py::test_smoke_presets_run, which runs each smoke preset once; ``smoke`` a
     conftest.SmokeRuns): the six arms on 200 pol rows of mask 0 train and are told apart by
     (model.name, kernel.name, tag gpdlm.rkhs_setting). The RKHS arms log train_nlml and
     train_nlml_exact_kernel -- for BSGD on the exact kernel the same number (its own kernel), for the RFF
@@ -211,7 +211,7 @@ SETTINGS = {
 
 def check_batch_smoke_runs(smoke) -> None:
     """The runs of `gpdlm train -m +experiment=rkhs_batch_study_smoke` (tests/run/test_sweeps.py::
-    test_smoke_preset_runs runs each smoke preset once, as a user does; ``smoke`` a conftest.SmokeRuns):
+    test_smoke_presets_run runs each smoke preset once, as a user does; ``smoke`` a conftest.SmokeRuns):
     six child runs (scgd, scgd_paper, minimax, minimax_paper, bsgd, svgp on NN + linear kernel, batch
     16, 200 rows of pol's mask 0 from the mirror), all FINISHED under one parent, the RKHS arms named by
     their tag gpdlm.rkhs_setting; they carry train_nlml (also as a per-epoch step metric), test RMSE/NLL,

@@ -282,6 +282,7 @@ def test_batched_is_refused_with_another_launcher_and_with_warm_starts(tmp_path)
         assert outcome["status"] == "failed" and phrase in outcome["reason"] and "\n" not in outcome["reason"]
 
 
+@pytest.mark.slow  # every job composed: ~3.3 s
 def test_the_plan_says_what_is_batched():
     from gpdlm_cli.sweep.plan import plan
 

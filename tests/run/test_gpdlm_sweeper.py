@@ -83,6 +83,7 @@ def test_the_sweeper_composes_the_picked_jobs_and_fails_on_a_bad_one():
         sweeper_with(FakeLoader(bad="model=b")).validate_batch_is_legal(batch)
 
 
+@pytest.mark.slow  # a real multirun: ~7 s
 def test_it_is_the_default_sweeper_and_runs_every_job(tmp_path, monkeypatch):
     from gpdlm_cli.sweep.plan import job_overrides
 

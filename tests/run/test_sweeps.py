@@ -261,32 +261,81 @@ def _check_bias_smoke_runs(smoke):
         assert r.data.metrics["repetitions"] == 10 and r.data.metrics["mean_block_bias_debiased_rel"] >= 0.0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("preset", [p for p in PRESETS if p.endswith("_smoke")])
-def test_smoke_preset_runs(tmp_path, preset):
-    """`gpdlm train -m +experiment=<preset>` as a user runs it (a subprocess; `gpdlm bias` for the bias_*
-    presets): one FINISHED child run per job of the preset's grid; then the family's own checks of those
-    runs (FAMILY_CHECKS)."""
+SMOKE_PRESETS = [p for p in PRESETS if p.endswith("_smoke")]
+#: the smoke presets run in batches, each batch in one fresh interpreter (tests/run/smoke_batch.py): torch,
+#: gpytorch, Hydra and MLflow are imported once per batch, and each preset's store is a copy of one empty
+#: MLflow store (its schema costs seconds to create); round-robin, so each batch mixes families
+SMOKE_BATCHES = [SMOKE_PRESETS[i::6] for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory):
+    """An empty MLflow SQLite store with its schema, copied for each preset."""
+    path = tmp_path_factory.mktemp("smoke_template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+def check_smoke_preset(preset: str, folder: Path) -> None:
+    """What one smoke preset's `gpdlm train -m +experiment=<preset>` (`gpdlm bias` for the bias_* presets)
+    left in ``folder``: exit code 0, one FINISHED child run per job of the preset's grid, and the family's own
+    checks of those runs (FAMILY_CHECKS)."""
+    stderr = (folder / "stderr.txt").read_text()
+    assert (folder / "exit_code.txt").read_text() == "0", stderr[-3000:]
     cfg = compose([f"+experiment={preset}"])
     expected = 1
     for values in sweep_grid([f"+experiment={preset}"]).values():
         expected *= len(values)
-    db = tmp_path / "mlflow.db"
-    command = "bias" if preset.startswith("bias_") else "train"
-    proc = gpdlm_subprocess(
-        [command, "-m", f"+experiment={preset}", f"tracking.uri=sqlite:///{db}", "progress=false"], tmp_path
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    db = folder / "mlflow.db"
     _, children = split_runs(runs(db, cfg.tracking.experiment))
     assert len(children) == expected and all(r.info.status == "FINISHED" for r in children)
     if preset in FAMILY_CHECKS:
-        FAMILY_CHECKS[preset](
-            SmokeRuns(preset, f"sqlite:///{db}", cfg.tracking.experiment, children, proc.stderr, tmp_path)
-        )
+        FAMILY_CHECKS[preset](SmokeRuns(preset, f"sqlite:///{db}", cfg.tracking.experiment, children, stderr, folder))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", SMOKE_BATCHES, ids=["+".join(b) for b in SMOKE_BATCHES])
+def test_smoke_presets_run(tmp_path, batch, empty_store):
+    """Every smoke preset as a user runs it, `gpdlm train -m +experiment=<preset>` (``cli.main``, in a
+    fresh interpreter that runs the batch's presets one after another), checked by ``check_smoke_preset``;
+    every preset of the batch is checked, and the failures are named together."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    specs = []
+    for preset in batch:
+        folder = tmp_path / preset
+        folder.mkdir()
+        shutil.copyfile(empty_store, folder / "mlflow.db")
+        command = "bias" if preset.startswith("bias_") else "train"
+        specs.append({"preset": preset, "command": command, "cwd": str(folder), "db": str(folder / "mlflow.db")})
+    (tmp_path / "spec.json").write_text(json.dumps(specs))
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("smoke_batch.py")), str(tmp_path / "spec.json")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failures = []
+    for preset in batch:
+        try:
+            check_smoke_preset(preset, tmp_path / preset)
+        except Exception as e:  # noqa: BLE001 -- every preset is checked; all failures are reported
+            failures.append(f"{preset}: {type(e).__name__}: {e}")
+    assert not failures, "\n".join(failures)
 
 
 def test_every_family_check_names_a_smoke_preset():
-    assert set(FAMILY_CHECKS) <= {p for p in PRESETS if p.endswith("_smoke")}
+    assert set(FAMILY_CHECKS) <= set(SMOKE_PRESETS)
+    assert sorted(p for batch in SMOKE_BATCHES for p in batch) == SMOKE_PRESETS  # each runs once
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,7 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(name, tmp_path, monkey
     assert resumed["train_seconds"] > 0
 
 
+@pytest.mark.slow  # three training runs: ~3-4 s of CPU
 def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path, monkeypatch):
     install_signal_handlers()
     ov = BASE + CASES["dlm_minibatch_keep_best"]

@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from gpdlm_cli.run.compose import compose_jobs
-from gpdlm_cli.run.prepare import prepare
+from gpdlm_cli.prepare import prepare
+from gpdlm_cli.sweep.compose import compose_jobs
 
 dataset = sys.argv[1] if len(sys.argv) > 1 else "airline"
 reps = int(sys.argv[2]) if len(sys.argv) > 2 else 40
