@@ -17,45 +17,44 @@ import torch
 
 from .exceptions import ConfigError, UnsupportedCombination, param_error
 from .methods import FAMILIES, MODELS, Method, Stage, family_of
+from .methods import components as C
 from .methods.components import (
-    build_estimator,
     build_kernel,
     build_likelihood,
     build_mean,
     initial_inducing_points,
-    is_int,
-    is_number,
 )
+from .methods.kernels import check_kernel
+from .schema import DatasetSpec, EstimatorSpec, ModelSpec, RunKeys, RunSpec, TrainerSpec, parse, run_spec
 
 if TYPE_CHECKING:
     import numpy as np
 
 
 # ----- settings -------------------------------------------------------------------------------------
+def specs(cfg, family=None) -> RunSpec:
+    """The run's typed, validated specs (``schema.RunSpec``): every group checked against its
+    schema, the model group against its family's ``Spec``. The one place a config becomes specs."""
+    family = family if family is not None else family_of(cfg.model.name)
+    return run_spec(cfg, getattr(family, "Spec", ModelSpec))
+
+
+def family_input(cfg, family, spec: RunSpec | None = None) -> RunSpec:
+    """What ``family``'s entry points take: the run's ``RunSpec`` (``spec`` when already built)."""
+    return spec if spec is not None else specs(cfg, family)
+
+
 def validate_config(cfg):
-    """Range checks on config values that need no data: every number finite, the shared keys, then
-    the model's family. Returns the family module (``prepare`` looks it up once, here)."""
+    """Range checks on config values that need no data: every number finite, every group against
+    its schema (``gpdlm_cli.schema``), then the model's family. Returns the family module
+    (``prepare`` looks it up once, here)."""
     check_finite(cfg)
-    seed = cfg.seed
-    if not is_int(seed) or not 0 <= seed < 2**63:
-        raise param_error("seed", "gpdlm", "an integer in [0, 2^63)", seed)
-    beta = cfg.objective.beta
-    if not is_number(beta) or beta <= 0 or math.isinf(beta):
-        raise param_error("beta", "objective", "a finite float in (0, inf)", beta)
     family = family_of(cfg.model.name)
-    family.validate(cfg)
-    validate_trainer(cfg.trainer)
-    s = cfg.get("sweep") or {}
-    for key in ("share_stages", "warm_start", "batched"):
-        if not isinstance(s.get(key, False), bool):
-            raise param_error(key, "sweep", "true or false", s.get(key))
-    validate_dataset_keys(cfg.dataset)
-    _check_threads(cfg.get("threads", "auto"))
-    if cfg.device not in ("auto", "cpu", "cuda"):
-        raise param_error("device", "gpdlm", "'auto', 'cpu' or 'cuda'", cfg.device)
-    if cfg.dtype not in ("float32", "float64"):
-        raise param_error("dtype", "gpdlm", "'float32' or 'float64'", cfg.dtype)
-    if cfg.device == "cuda" and not torch.cuda.is_available():
+    spec = specs(cfg, family)
+    check_kernel(spec.kernel)
+    family.validate(family_input(cfg, family, spec))
+    spec.trainer.check()  # the trainer's cross-key rules (L-BFGS needs the full batch, ...), after the family's
+    if spec.keys.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda but no CUDA device is available; use device=auto or device=cpu")
     return family
 
@@ -79,135 +78,24 @@ def check_finite(cfg) -> None:
         raise param_error(param, owner or "gpdlm", "a finite number (no nan or inf)", v)
 
 
-def validate_dataset_keys(d) -> None:
+def validate_dataset_keys(d) -> DatasetSpec:
     """The dataset keys every dataset has (``standardize_y``, ``missing``, ``split.*``), before any
     data is read; a dataset's own options are checked by its loader."""
-    from .data.splits import check_split_values
-
-    if d.get("standardize_y") is not None and not isinstance(d.standardize_y, bool):
-        raise param_error("standardize_y", "dataset", "true, false or null (the task decides)", d.standardize_y)
-    if "missing" in d and d.missing not in ("drop", "error"):
-        raise param_error("missing", "dataset", "'drop' or 'error'", d.missing)
-    check_split_values(d.get("split") or {})
+    return parse(d, DatasetSpec, "dataset")
 
 
-def validate_trainer(t) -> None:
-    """The ``trainer.*`` keys (see conf/trainer/paper.yaml and docs/configuration.md's trainer keys)."""
-    from .methods.recurrent import ALGORITHMS
-    from .training import OPTIMIZERS, SCHEDULES, STOP_RULES
-
-    if t.get("algorithm", "full") not in ALGORITHMS:  # read by the recurrent family; checked for every run
-        raise param_error("algorithm", "trainer", f"one of {', '.join(ALGORITHMS)}", t.algorithm)
-    tau = t.get("kernel_refresh_every")
-    if tau is not None and (not is_int(tau) or tau < 1):
-        raise param_error("kernel_refresh_every", "trainer", "an integer >= 1 or null (one epoch)", tau)
-
-    if t.lr is not None and (not is_number(t.lr) or t.lr <= 0 or math.isinf(t.lr)):
-        raise param_error("lr", "trainer", "a finite float > 0 or null", t.lr)
-    if t.batch_size is not None and (not is_int(t.batch_size) or t.batch_size < 1):
-        raise param_error("batch_size", "trainer", "an integer >= 1 or null (full batch)", t.batch_size)
-    max_epochs = t.get("max_epochs")
-    if max_epochs is not None and (not is_int(max_epochs) or max_epochs < 1):
-        raise param_error("max_epochs", "trainer", "an integer >= 1 or null", max_epochs)
-    if t.max_iters is None and max_epochs is None:
-        raise param_error(
-            "max_iters", "trainer", "an integer >= 1 (null only with trainer.max_epochs set)", t.max_iters
-        )
-    if t.max_iters is not None and (not is_int(t.max_iters) or t.max_iters < 1):
-        raise param_error("max_iters", "trainer", "an integer >= 1", t.max_iters)
-    for key in ("check_every", "eval_every"):
-        if not is_int(t[key]) or t[key] < (1 if key == "check_every" else 0):
-            raise param_error(key, "trainer", "a positive integer", t[key])
-    eve = t.get("eval_every_epochs")
-    if eve is not None and (not is_int(eve) or eve < 1):
-        raise param_error("eval_every_epochs", "trainer", "an integer >= 1 or null", eve)
-    if t.stop_window is not None and (not is_int(t.stop_window) or t.stop_window < 0):
-        raise param_error("stop_window", "trainer", "an integer >= 0 (0 disables) or null", t.stop_window)
-    if not is_number(t.stop_tol) or t.stop_tol < 0:
-        raise param_error("stop_tol", "trainer", "a float >= 0", t.stop_tol)
-    if t.get("stop_rule", "auto") not in STOP_RULES:
-        raise param_error("stop_rule", "trainer", f"one of {', '.join(STOP_RULES)}", t.stop_rule)
-    opt = t.get("optimizer", "adam")
-    if opt not in OPTIMIZERS:
-        raise param_error("optimizer", "trainer", f"one of {', '.join(OPTIMIZERS)}", opt)
-    if not is_number(t.get("momentum", 0.0)) or not 0 <= t.get("momentum", 0.0) < 1:
-        raise param_error("momentum", "trainer (sgd)", "a float in [0, 1)", t.momentum)
-    if not is_number(t.get("rho", 0.9)) or not 0 <= t.get("rho", 0.9) <= 1:
-        raise param_error("rho", "trainer (adadelta)", "a float in [0, 1]", t.rho)
-    eps = t.get("eps")
-    if eps is not None and (not is_number(eps) or eps <= 0):
-        raise param_error("eps", "trainer", "a float in (0, inf) or null (the optimiser's default)", eps)
-    hist = t.get("lbfgs_history", 100)
-    if not is_int(hist) or hist < 1:
-        raise param_error("lbfgs_history", "trainer (lbfgs)", "an integer >= 1", hist)
-    if opt == "lbfgs" and t.batch_size is not None:
-        raise UnsupportedCombination(
-            "trainer.optimizer=lbfgs needs a deterministic full-batch objective; set trainer.batch_size=null "
-            "or use adam, adadelta or sgd for minibatch training"
-        )
-    scales = t.get("lr_scale") or {}
-    if not hasattr(scales, "items"):
-        raise param_error(
-            "lr_scale", "trainer", "a mapping of parameter groups to factors, e.g. {kernel: 0.1}, or null", scales
-        )
-    for name, v in scales.items():
-        if not is_number(v) or v < 0 or math.isinf(v):
-            raise param_error(f"lr_scale.{name}", "trainer", "a finite float >= 0", v)
-    if opt == "lbfgs" and any(v != 1 for v in scales.values()):
-        raise UnsupportedCombination(
-            "trainer.optimizer=lbfgs has one step size for all parameters; remove trainer.lr_scale"
-        )
-    schedule = t.get("schedule", "constant")
-    if schedule not in SCHEDULES:
-        raise param_error("schedule", "trainer", f"one of {', '.join(SCHEDULES)}", schedule)
-    if schedule == "step":
-        if not is_int(t.step_epochs) or t.step_epochs < 1:
-            raise param_error("step_epochs", "trainer (schedule=step)", "an integer >= 1", t.step_epochs)
-        if not is_number(t.step_factor) or not 0 < t.step_factor <= 1:
-            raise param_error("step_factor", "trainer (schedule=step)", "a float in (0, 1]", t.step_factor)
-    if schedule == "robbins_monro":
-        if not is_number(t.rm_kappa) or not 0.5 < t.rm_kappa <= 1:
-            raise param_error("rm_kappa", "trainer (schedule=robbins_monro)", "a float in (0.5, 1]", t.rm_kappa)
-        if not is_number(t.rm_t0) or t.rm_t0 <= 0 or math.isinf(t.rm_t0):
-            raise param_error("rm_t0", "trainer (schedule=robbins_monro)", "a finite float > 0", t.rm_t0)
-    if t.get("protocol", "paper") not in ("paper", "fast"):
-        raise param_error("protocol", "trainer", "'paper' or 'fast' (or choose trainer=paper|fast)", t.protocol)
-    ce = t.get("checkpoint_every", 5)
-    if not is_int(ce) or ce < 0:
-        raise param_error("checkpoint_every", "trainer", "an integer >= 0 (0 = no checkpoints)", ce)
-    fw = t.get("fast_window", 10)
-    if not is_int(fw) or fw < 2:
-        raise param_error("fast_window", "trainer (protocol=fast)", "an integer >= 2", fw)
-    fm = t.get("fast_max_iters", 1000)
-    if not is_int(fm) or fm < 1:
-        raise param_error("fast_max_iters", "trainer (protocol=fast)", "an integer >= 1", fm)
-    ft = t.get("fast_tol", 1e-4)
-    if not is_number(ft) or not 0 <= ft < math.inf:
-        raise param_error("fast_tol", "trainer (protocol=fast)", "a finite float >= 0", ft)
-    fa = t.get("fast_adam_iters", 200)
-    if not is_int(fa) or fa < 0:
-        raise param_error(
-            "fast_adam_iters", "trainer (protocol=fast)", "an integer >= 0 (0 = L-BFGS from the start)", fa
-        )
-    fg = t.get("fast_grad_tol", 1e-4)
-    if fg is not None and (not is_number(fg) or not 0 <= fg < math.inf):
-        raise param_error(
-            "fast_grad_tol", "trainer (protocol=fast)", "a finite float >= 0 or null (no gradient test)", fg
-        )
-    keep = t.get("keep_best")
-    if keep is not None and (not isinstance(keep, str) or not keep):
-        raise param_error("keep_best", "trainer", "'auto', a metric name (e.g. val_nll) or null", keep)
-    if keep not in (None, "auto") and not (t.eval_every or eve):
-        raise UnsupportedCombination(
-            "trainer.keep_best needs evaluations: set trainer.eval_every or trainer.eval_every_epochs"
-        )
-    if t.get("keep_best_mode", "auto") not in ("auto", "min", "max"):
-        raise param_error("keep_best_mode", "trainer", "'auto', 'min' or 'max'", t.keep_best_mode)
+def validate_trainer(t) -> TrainerSpec:
+    """The ``trainer.*`` keys against their schema (``schema.TrainerSpec``)."""
+    return parse(t, TrainerSpec, "trainer")
 
 
 def _check_threads(setting) -> None:
-    if setting != "auto" and (not isinstance(setting, int) or isinstance(setting, bool) or setting < 1):
-        raise param_error("threads", "gpdlm", "'auto' or an integer >= 1", setting)
+    parse({"threads": setting}, RunKeys, "gpdlm")
+
+
+def build_estimator(node):
+    """The estimator of an ``estimator`` config node (its keys checked by the estimator itself)."""
+    return C.build_estimator(node if isinstance(node, EstimatorSpec) else parse(node, EstimatorSpec, "estimator"))
 
 
 def configure_threads(setting, parallel_jobs: int = 1) -> int:
@@ -311,16 +199,16 @@ def _likelihood_task(name: str) -> str:
 
 
 # ----- the method: dispatched to the model's family ------------------------------------------------
-def check_sizes(cfg, n_train: int, family=None) -> None:
+def check_sizes(cfg, n_train: int, family=None, spec: RunSpec | None = None) -> None:
     """The family's checks that need the training-set size (e.g. M <= N)."""
     family = family if family is not None else family_of(cfg.model.name)
     if hasattr(family, "check_sizes"):
-        family.check_sizes(cfg, n_train)
+        family.check_sizes(family_input(cfg, family, spec), n_train)
 
 
-def build_method(cfg, tensors: Tensors, task: str, family=None) -> Method:
-    """The model, likelihood and training stages of ``cfg.model.name``, built by its family
-    (``family``: the module ``validate_config`` returned; looked up when None)."""
+def build_method(cfg, tensors: Tensors, task: str, family=None, spec: RunSpec | None = None) -> Method:
+    """The model, likelihood and training stages of ``cfg.model.name``, built by its family from the
+    run's specs (``family``: the module ``validate_config`` returned; looked up when None)."""
     family = family if family is not None else family_of(cfg.model.name)
     if tensors.y_train.ndim > 1 and not getattr(family, "MULTI_OUTPUT", False):
         multi = [m for f in FAMILIES if getattr(f, "MULTI_OUTPUT", False) for m in f.MODELS]
@@ -328,7 +216,7 @@ def build_method(cfg, tensors: Tensors, task: str, family=None) -> Method:
             f"dataset={cfg.dataset.name} has {tensors.y_train.shape[1]} outputs but model={cfg.model.name} predicts one; "
             f"use one of {', '.join(multi) or '(none)'} or choose a single output of the dataset"
         )
-    return family.build(cfg, tensors, task)
+    return family.build(family_input(cfg, family, spec), tensors, task)
 
 
 def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None, n_val: int | None = None):
@@ -337,29 +225,28 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
     nothing computes."""
     from .training import ConvergenceRule, Schedule, TrainerSettings, default_lr
 
-    t = cfg.trainer
-    optimizer = t.get("optimizer", "adam")
+    t = validate_trainer(cfg.trainer)
+    optimizer = t.optimizer
     if t.stop_window is not None:
         window = t.stop_window
     else:  # the DLM paper's windows (App. D); L-BFGS iterations are line searches: a shorter window
         window = 10 if optimizer == "lbfgs" else (50 if task == "regression" else 20)
     uses = {"adam": ("eps",), "adadelta": ("rho", "eps"), "sgd": ("momentum",), "lbfgs": ("lbfgs_history",)}[optimizer]
-    if t.get("protocol", "paper") == "fast" and "lbfgs_history" not in uses:  # its L-BFGS stages use it too
+    if t.protocol == "fast" and "lbfgs_history" not in uses:  # its L-BFGS stages use it too
         uses = (*uses, "lbfgs_history")
-    defaults = {"momentum": 0.0, "rho": 0.9, "eps": None, "lbfgs_history": 100}
-    options = {k: t.get(k, defaults[k]) for k in uses}
+    options = {k: getattr(t, k) for k in uses}
     schedule = Schedule(
-        kind=t.get("schedule", "constant"),
-        every_epochs=int(t.get("step_epochs", 10)),
-        step_factor=float(t.get("step_factor", 0.5)),
-        t0=float(t.get("rm_t0", 100.0)),
-        kappa=float(t.get("rm_kappa", 0.6)),
+        kind=t.schedule,
+        every_epochs=int(t.step_epochs),
+        step_factor=float(t.step_factor),
+        t0=float(t.rm_t0),
+        kappa=float(t.rm_kappa),
     )
-    keep = t.get("keep_best")
+    keep = t.keep_best
     if keep == "auto":
-        keep = default_keep_best(cfg, method, n_val)
-    mode = t.get("keep_best_mode", "auto")
-    lr_scale = {str(k): float(v) for k, v in (t.get("lr_scale") or {}).items()}
+        keep = default_keep_best(t, method, n_val)
+    mode = t.keep_best_mode
+    lr_scale = {str(k): float(v) for k, v in t.scales.items()}
     if method is not None:
         _check_method_settings(cfg, method, task, lr_scale, keep, optimizer, n_val)
         if mode == "auto":
@@ -376,26 +263,26 @@ def trainer_settings(cfg, n_train: int, task: str, method: Method | None = None,
         optimizer_options=options,
         lr_scale=lr_scale,
         schedule=schedule,
-        max_epochs=t.get("max_epochs"),
-        eval_every_epochs=t.get("eval_every_epochs"),
+        max_epochs=t.max_epochs,
+        eval_every_epochs=t.eval_every_epochs,
         keep_best=keep,
         keep_best_mode="min" if mode == "auto" else mode,
-        stop_rule=t.get("stop_rule", "auto"),
-        protocol=t.get("protocol", "paper"),
-        fast_window=int(t.get("fast_window", 10)),
-        fast_tol=float(t.get("fast_tol", 1e-4)),
-        fast_max_iters=int(t.get("fast_max_iters", 1000)),
-        fast_adam_iters=int(t.get("fast_adam_iters", 200)),
-        fast_grad_tol=None if (g := t.get("fast_grad_tol", 1e-4)) is None else float(g),
+        stop_rule=t.stop_rule,
+        protocol=t.protocol,
+        fast_window=int(t.fast_window),
+        fast_tol=float(t.fast_tol),
+        fast_max_iters=int(t.fast_max_iters),
+        fast_adam_iters=int(t.fast_adam_iters),
+        fast_grad_tol=None if t.fast_grad_tol is None else float(t.fast_grad_tol),
     )
 
 
-def default_keep_best(cfg, method: Method | None, n_val: int | None) -> str | None:
+def default_keep_best(trainer: TrainerSpec, method: Method | None, n_val: int | None) -> str | None:
     """``trainer.keep_best=auto``: the family's ``default_keep_best`` where this run computes it at
     evaluation points (evaluations on; a val_ metric needs a validation set), else None (the last iterate)."""
     want = method.default_keep_best if method is not None else None
-    t = cfg.trainer
-    if want is None or not (t.eval_every or t.get("eval_every_epochs")):
+    t = trainer
+    if want is None or not (t.eval_every or t.eval_every_epochs):
         return None
     if want.startswith("val_") and not n_val:
         return None

@@ -31,6 +31,7 @@ class Prepared:
     data: build.Tensors  # the splits as tensors on the run's device and dtype
     method: object  # methods.Method: model, likelihood, stages, evaluation
     settings: object  # training.TrainerSettings
+    spec: object = None  # schema.RunSpec: the typed, validated specs of ``cfg`` (what the family received)
 
     @property
     def task(self) -> str:
@@ -64,10 +65,11 @@ def prepare(cfg, *, adjust: Callable | None = None, check_data: Callable | None 
     table, splits, data = build.load_data(cfg)
     if check_data is not None:
         check_data(table, splits)
-    build.check_sizes(cfg, splits.n_train, family)
-    method = build.build_method(cfg, data, splits.task, family)
+    spec = build.specs(cfg, family)  # built once: the family's checks and its build receive it
+    build.check_sizes(cfg, splits.n_train, family, spec=spec)
+    method = build.build_method(cfg, data, splits.task, family, spec=spec)
     settings = build.trainer_settings(cfg, splits.n_train, splits.task, method=method, n_val=data.x_val.shape[0])
-    return Prepared(cfg, family, table, splits, data, method, settings)
+    return Prepared(cfg, family, table, splits, data, method, settings, spec)
 
 
 __all__ = ["Prepared", "prepare"]

@@ -21,15 +21,16 @@ of packages (every module folded into its top-level package) has no cycle either
 2. ``models``
 3. ``objectives``
 4. ``training``
-5. ``methods``: the model families (``methods.components`` builds the shared parts from the config)
-6. ``build`` and ``prepare``: the composition root (``prepare``: every check, the data, the method)
-7. ``sweep``: planning, composing, beta-free collapsing and batching a multirun's jobs, and the Hydra
+5. ``schema``: the config schema (types, ranges, choices of every key) and the typed specs families receive
+6. ``methods``: the model families (``methods.components`` builds the shared parts from the specs)
+7. ``build`` and ``prepare``: the composition root (``prepare``: every check, the data, the method)
+8. ``sweep``: planning, composing, beta-free collapsing and batching a multirun's jobs, and the Hydra
    callback of a multirun (it prepares jobs as their runs would)
-8. ``run``: what one run is (saved models, the tracked run; asks ``sweep`` for a batched member)
-9. ``analysis``: reports from stored results (no torch)
-10. ``hydra_apps``: the Hydra entry points
-11. ``commands``: what the subcommands run
-12. ``cli`` and ``config_check``: the ``gpdlm`` dispatcher and its check of the overrides (which knows
+9. ``run``: what one run is (saved models, the tracked run; asks ``sweep`` for a batched member)
+10. ``analysis``: reports from stored results (no torch)
+11. ``hydra_apps``: the Hydra entry points
+12. ``commands``: what the subcommands run
+13. ``cli`` and ``config_check``: the ``gpdlm`` dispatcher and its check of the overrides (which knows
     the commands' own validators)
 """
 
@@ -51,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("objectives",),
     ("training",),
+    ("schema",),
     ("methods",),
     ("build", "prepare"),
     ("sweep",),

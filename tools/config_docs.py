@@ -12,6 +12,9 @@ What comes from where:
 * the **meanings** of the key reference are ``tools/config_keys.yaml`` (hand-written prose); a key
   listed there that no composed config has is an error, so a renamed or removed key fails the
   test (``tests/test_docs.py``) until its entry is fixed;
+* the **schema** tables (types, what each key allows, help) come from the config schema itself
+  (``gpdlm_cli.schema``: every group's dataclass, and each model family's ``Spec``), the same rules
+  that check a run's values and word its errors;
 * the **presets** and **datasets** lists are the option files of ``experiment/`` and ``dataset/`` with
   the first line of their header comment.
 
@@ -225,6 +228,7 @@ def render() -> str:
         "",
         "* [Key reference](#key-reference): what each key means, with its default",
         "* [Trainer keys](#trainer-keys)",
+        "* [Schema](#schema-types-ranges-and-choices): every key's type and allowed values, as the checks apply them",
         "* [Options of each config group](#options-of-each-config-group): every option's keys and values",
         "* [Experiment presets](#experiment-presets) and [datasets](#datasets)",
         "",
@@ -258,6 +262,7 @@ def render() -> str:
     if missing:
         raise SystemExit(f"tools/config_keys.yaml names keys no composed config has: {', '.join(missing)}")
 
+    lines.extend(schema_section())
     lines.extend(
         [
             "## Options of each config group",
@@ -298,6 +303,8 @@ def render() -> str:
 
     lines.extend(["### top-level keys", "", "| key | value | comment |", "|---|---|---|"])
     top_comments = _comments(CONF / "config.yaml")
+    for group in ("objective", "sweep", "bias"):  # top-level keys that are their own config groups
+        top_comments.update({f"{group}.{k}": c for k, c in _comments(CONF / group / "default.yaml").items()})
     for key, value in top.items():
         lines.append(f"| `{key}` | {_cell(_fmt(value))} | {_cell(top_comments.get(key, ''))} |")
     lines.append("")
@@ -339,6 +346,65 @@ def render() -> str:
             lines.append(f"| `{path.stem}` | {_cell(_header(path))} |")
     lines.append("")
     return "\n".join(lines)
+
+
+def _schema_rows(schema, prefix: str) -> list[str]:
+    import dataclasses
+
+    from gpdlm_cli.schema.keys import rule_of
+
+    out = []
+    for f in dataclasses.fields(schema):
+        sub = f.metadata.get("nested")
+        if sub is not None:  # a sub-group (model.network): its keys, one row each
+            out.extend(_schema_rows(sub, f"{prefix}{f.name}."))
+            continue
+        rule = rule_of(f)
+        if rule is None:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        allowed = rule.describe()
+        if rule.when is not None:
+            allowed += f" (checked when {rule.when[0]}={rule.when[1]})"
+        row = [f"`{prefix}{f.name}`", rule.kind_text(), allowed, _fmt(default), rule.help]
+        out.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    return out
+
+
+def _schema_table(title: str, schema, prefix: str) -> list[str]:
+    out = [f"### {title}", "", "| key | type | allowed | default | meaning |", "|---|---|---|---|---|"]
+    return [*out, *_schema_rows(schema, prefix), ""]
+
+
+def schema_section() -> list[str]:
+    """The key tables of the config schema (``gpdlm_cli.schema``): one per group, one per model family."""
+    from gpdlm_cli import schema
+    from gpdlm_cli.methods import FAMILIES
+
+    lines = [
+        "## Schema: types, ranges and choices",
+        "",
+        "What `gpdlm train` accepts for each key, from the config schema (`gpdlm_cli/schema/`, and each model",
+        "family's `Spec`): the checks that answer a bad value with `gpdlm: error: the '<key>' parameter of <group>",
+        "must be <allowed>; got <value> instead` use exactly these rules, before any data is read. Cross-key rules",
+        "(L-BFGS needs the full batch, ...) are the schemas' `check()` methods and the families' `validate`.",
+        "",
+    ]
+    lines.extend(_schema_table("top-level keys", schema.RunKeys, ""))
+    for group, cls in schema.GROUPS.items():
+        if group == "model":
+            continue
+        lines.extend(_schema_table(group, cls, f"{group}."))
+        if group == "dataset":
+            lines.extend(_schema_table("dataset.split", schema.SplitSpec, "dataset.split."))
+    for family in FAMILIES:
+        spec = getattr(family, "Spec", None)
+        if spec is None:
+            continue
+        models = ", ".join(f"`{m}`" for m in family.MODELS)
+        name = family.__name__.rsplit(".", 1)[1]
+        lines.extend(_schema_table(f"model ({name}: {models})", spec, "model."))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

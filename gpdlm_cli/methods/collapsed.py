@@ -8,6 +8,7 @@ Parameter groups: ``inducing`` (Z), ``kernel`` (kernel and mean-function hyperpa
 from __future__ import annotations
 
 from ..exceptions import UnsupportedCombination
+from ..schema import InducingModelSpec, RunSpec, as_run_spec
 from . import components as C
 from .base import Method, Stage
 
@@ -17,30 +18,35 @@ PREDICTS_FROM_TRAINING_DATA = True
 TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 
-def validate(cfg) -> None:
-    C.check_inducing(cfg.model)
-    C.gaussian_only(cfg)
-    C.no_feature_map(cfg, kernels=None)
-    if cfg.trainer.batch_size is not None:
-        raise UnsupportedCombination(f"model={cfg.model.name} trains full batch; set trainer.batch_size=null")
+class Spec(InducingModelSpec):
+    """``model=sgpr|fitc``'s keys: the inducing points' (``InducingModelSpec``)."""
 
 
-def check_sizes(cfg, n_train: int) -> None:
-    C.check_inducing(cfg.model, n_train)
+def validate(spec: RunSpec) -> None:
+    spec = as_run_spec(spec, Spec)
+    C.gaussian_only(spec)
+    C.no_feature_map(spec, kernels=None)
+    if spec.trainer.batch_size is not None:
+        raise UnsupportedCombination(f"model={spec.model.name} trains full batch; set trainer.batch_size=null")
 
 
-def build(cfg, data, task: str) -> Method:
+def check_sizes(spec: RunSpec, n_train: int) -> None:
+    C.check_inducing(as_run_spec(spec, Spec).model, n_train)
+
+
+def build(spec: RunSpec, data, task: str) -> Method:
     from .. import objectives as O
     from ..models import CollapsedSparseGP
 
-    m = cfg.model
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
     x, y = data.x_train, data.y_train
     n, D = x.shape
-    check_sizes(cfg, n)
-    likelihood = C.build_likelihood(cfg.likelihood, y)
-    kernel = C.build_kernel(cfg.kernel, D)
+    check_sizes(spec, n)
+    likelihood = C.build_likelihood(spec.likelihood, y)
+    kernel = C.build_kernel(spec.kernel, D)
     mean = C.build_mean(m.mean, task)
-    Z = C.initial_inducing_points(x, m.num_inducing, m.inducing_init, cfg.seed)
+    Z = C.initial_inducing_points(x, m.num_inducing, m.inducing_init, spec.seed)
     model = CollapsedSparseGP(
         Z, kernel, mean, likelihood, kind=m.name, learn_inducing=m.learn_inducing, jitter=m.jitter
     )

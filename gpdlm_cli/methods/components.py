@@ -1,7 +1,8 @@
-"""Config -> the components families share: likelihood, estimator, kernel, mean, inducing inputs.
+"""Specs -> the components families share: likelihood, estimator, kernel, mean, inducing inputs.
 
-These read one config node each (``cfg.likelihood``, ``cfg.estimator``, ``cfg.kernel``) and check
-its values; library modules below them take plain arguments.
+Each takes one typed spec (``schema.LikelihoodSpec``, ``EstimatorSpec``, ``KernelSpec``, the
+family's model spec, the ``RunSpec``); library modules below them take plain arguments. The kernel
+builder is ``methods.kernels`` (re-exported here as ``build_kernel``).
 """
 
 from __future__ import annotations
@@ -14,20 +15,18 @@ from pathlib import Path
 import torch
 
 from ..exceptions import param_error
+from ..schema import EstimatorSpec, LikelihoodSpec, as_spec
 from ..validation import is_int, is_number
+from .kernels import STATIONARY_KERNELS, build_base_kernel, build_kernel
 
 
-def build_likelihood(lcfg, targets=None):
-    """The likelihood ``lcfg`` names; with ``targets``, also checked to suit them (DataError if not)."""
+def build_likelihood(spec, targets=None):
+    """The likelihood ``spec`` (a ``LikelihoodSpec``) names; with ``targets``, also checked to suit
+    them (DataError if not)."""
     from ..likelihoods import LIKELIHOODS
 
-    cls = LIKELIHOODS.get(lcfg.name)
-    if cls is None:
-        raise param_error("name", "likelihood", f"one of {sorted(LIKELIHOODS)}", lcfg.name)
-    kwargs = {k: v for k, v in lcfg.items() if k != "name"}
-    if "noise_init" in kwargs and (not is_number(kwargs["noise_init"]) or kwargs["noise_init"] <= 0):
-        raise param_error("noise_init", "likelihood=gaussian", "a float in (0, inf)", kwargs["noise_init"])
-    likelihood = cls(**kwargs)
+    spec = as_spec(spec, LikelihoodSpec, "likelihood")
+    likelihood = LIKELIHOODS[spec.name](**spec.options)
     if targets is not None:
         likelihood.validate_targets(targets)
     return likelihood
@@ -47,12 +46,15 @@ def estimator_registry() -> dict:
     return {cls.name: cls for cls in classes}
 
 
-def build_estimator(ecfg):
+def build_estimator(spec):
+    """The log-expectation estimator ``spec`` (an ``EstimatorSpec``) names, its options checked by
+    its constructor."""
+    spec = as_spec(spec, EstimatorSpec, "estimator")
     reg = estimator_registry()
-    cls = reg.get(ecfg.name)
+    cls = reg.get(spec.name)
     if cls is None:
-        raise param_error("name", "estimator", f"one of {sorted(reg)}", ecfg.name)
-    return cls(**{k: v for k, v in ecfg.items() if k != "name"})
+        raise param_error("name", "estimator", f"one of {sorted(reg)}", spec.name)
+    return cls(**spec.options)
 
 
 def supports(estimator, likelihood, quantity: str) -> bool:
@@ -64,51 +66,6 @@ def supports(estimator, likelihood, quantity: str) -> bool:
         return not getattr(estimator, "log_marginal_only", False)
     except UnsupportedCombination:
         return False
-
-
-STATIONARY_KERNELS = ("rbf", "matern12", "matern32", "matern52")
-
-
-def build_kernel(kcfg, num_dims: int, seed: int = 0, inputs=None):
-    """ScaleKernel(base) for a stationary base kernel (``kernel.name``), ARD if ``kernel.ard``; a
-    finite kernel (``linear``, ``rff``) as its feature map in a gpytorch kernel (``feature_maps``;
-    ``inputs``: an input map's outputs on the training data, for ``kernel.normaliser=data``)."""
-    import gpytorch
-
-    from .feature_maps import FINITE_KERNELS, build_finite_kernel
-
-    name = kcfg.name
-    if name in FINITE_KERNELS:
-        return build_finite_kernel(kcfg, num_dims, seed, inputs)
-    if name not in STATIONARY_KERNELS:
-        raise param_error("name", "kernel", f"one of {', '.join(STATIONARY_KERNELS + FINITE_KERNELS)}", name)
-    base = build_base_kernel(kcfg, num_dims)
-    if not is_number(kcfg.outputscale) or kcfg.outputscale <= 0:
-        raise param_error("outputscale", f"kernel={name}", "a float in (0, inf)", kcfg.outputscale)
-    k = gpytorch.kernels.ScaleKernel(base)
-    k.outputscale = kcfg.outputscale
-    return k
-
-
-def build_base_kernel(kcfg, num_dims: int, ard: bool | None = None):
-    """The stationary base kernel of ``kernel.name`` (no outputscale) over ``num_dims`` inputs, ARD if
-    ``ard`` (None: ``kernel.ard``), with ``kernel.lengthscale`` as its initial lengthscale."""
-    import gpytorch
-
-    name = kcfg.name
-    dims = num_dims if (kcfg.ard if ard is None else ard) else None
-    if name == "rbf":
-        base = gpytorch.kernels.RBFKernel(ard_num_dims=dims)
-    elif name in ("matern12", "matern32", "matern52"):
-        base = gpytorch.kernels.MaternKernel(
-            nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name], ard_num_dims=dims
-        )
-    else:
-        raise param_error("name", "kernel", f"one of {', '.join(STATIONARY_KERNELS)}", name)
-    if not is_number(kcfg.lengthscale) or kcfg.lengthscale <= 0:
-        raise param_error("lengthscale", f"kernel={name}", "a float in (0, inf)", kcfg.lengthscale)
-    base.lengthscale = kcfg.lengthscale
-    return base
 
 
 def build_mean(kind: str, task: str):
@@ -235,32 +192,32 @@ def check_inducing(m, n_train: int | None = None) -> None:
         raise param_error("inducing_init", f"model={m.name}", "'kmeans' or 'random'", m.inducing_init)
 
 
-def gaussian_only(cfg, what: str = "") -> None:
-    """Refuse a likelihood other than Gaussian for a regression-only model."""
+def gaussian_only(spec, what: str = "") -> None:
+    """Refuse a likelihood other than Gaussian for a regression-only model (``spec``: the ``RunSpec``)."""
     from ..exceptions import UnsupportedCombination
 
-    if cfg.likelihood.name != "gaussian":
+    if spec.likelihood.name != "gaussian":
         raise UnsupportedCombination(
             what
-            or f"model={cfg.model.name} is defined for likelihood=gaussian only; for "
-            f"likelihood={cfg.likelihood.name} use model=svgp, dlm"
+            or f"model={spec.model.name} is defined for likelihood=gaussian only; for "
+            f"likelihood={spec.likelihood.name} use model=svgp, dlm"
         )
 
 
-def no_feature_map(cfg, kernels: tuple[str, ...] | None = STATIONARY_KERNELS) -> None:
+def no_feature_map(spec, kernels: tuple[str, ...] | None = STATIONARY_KERNELS) -> None:
     """Refuse ``features=`` other than none (and, with ``kernels``, a kernel outside them) for a
-    model that takes its inputs as they are."""
+    model that takes its inputs as they are (``spec``: the ``RunSpec``)."""
     from ..exceptions import UnsupportedCombination
 
-    features = cfg.get("features")
-    if features is not None and features.get("name", "none") != "none":
+    features = spec.features
+    if features is not None and features.name != "none":
         raise UnsupportedCombination(
-            f"model={cfg.model.name} takes no input feature map (features={features.name}); feature maps apply to "
+            f"model={spec.model.name} takes no input feature map (features={features.name}); feature maps apply to "
             f"model=svgp, dlm, sq_dlm, scgd, minimax, bsgd"
         )
-    if kernels is not None and cfg.kernel.name not in kernels:
+    if kernels is not None and spec.kernel.name not in kernels:
         raise UnsupportedCombination(
-            f"model={cfg.model.name} needs a stationary kernel (kernel={', '.join(kernels)}); got kernel={cfg.kernel.name}"
+            f"model={spec.model.name} needs a stationary kernel (kernel={', '.join(kernels)}); got kernel={spec.kernel.name}"
         )
 
 
@@ -270,6 +227,7 @@ __all__ = [
     "build_kernel",
     "build_likelihood",
     "build_mean",
+    "STATIONARY_KERNELS",
     "check_inducing",
     "estimator_registry",
     "gaussian_only",

@@ -6,7 +6,11 @@ Parameter groups: ``kernel`` (kernel and mean-function hyperparameters), ``likel
 
 from __future__ import annotations
 
-from ..exceptions import UnsupportedCombination, param_error
+from dataclasses import dataclass
+
+from ..exceptions import UnsupportedCombination
+from ..schema import ModelSpec, RunSpec, as_run_spec
+from ..schema.keys import choice, integer
 from . import components as C
 from .base import Method, Stage
 
@@ -17,18 +21,29 @@ INDUCING_POINTS = False
 TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 
-def validate(cfg) -> None:
-    m = cfg.model
-    if not C.is_int(m.max_train) or m.max_train < 1:
-        raise param_error("max_train", "model=exact", "an integer >= 1", m.max_train)
-    C.gaussian_only(cfg)
-    C.no_feature_map(cfg, kernels=None)
-    if cfg.trainer.batch_size is not None:
+@dataclass(frozen=True)
+class Spec(ModelSpec):
+    """``model=exact``'s keys."""
+
+    mean: str = choice(
+        "auto",
+        ("auto", "zero", "constant"),
+        allowed="'auto', 'zero' or 'constant'",
+        help="auto (zero; constant for classification) | zero | constant",
+    )
+    max_train: int = integer(5000, lo=1, help="refuse larger training sets (O(N^3); use a sparse model)")
+
+
+def validate(spec: RunSpec) -> None:
+    spec = as_run_spec(spec, Spec)
+    C.gaussian_only(spec)
+    C.no_feature_map(spec, kernels=None)
+    if spec.trainer.batch_size is not None:
         raise UnsupportedCombination("model=exact trains full batch; set trainer.batch_size=null")
 
 
-def check_sizes(cfg, n_train: int) -> None:
-    m = cfg.model
+def check_sizes(spec: RunSpec, n_train: int) -> None:
+    m = as_run_spec(spec, Spec).model
     if n_train > m.max_train:
         raise UnsupportedCombination(
             f"model=exact refuses n_train={n_train} > model.max_train={m.max_train} (O(N^3)); use a sparse model "
@@ -36,16 +51,17 @@ def check_sizes(cfg, n_train: int) -> None:
         )
 
 
-def build(cfg, data, task: str) -> Method:
+def build(spec: RunSpec, data, task: str) -> Method:
     from .. import objectives as O
     from ..models import ExactGP
 
+    spec = as_run_spec(spec, Spec)
     x, y = data.x_train, data.y_train
     n, D = x.shape
-    check_sizes(cfg, n)
-    likelihood = C.build_likelihood(cfg.likelihood, y)
-    kernel = C.build_kernel(cfg.kernel, D)
-    mean = C.build_mean(cfg.model.mean, task)
+    check_sizes(spec, n)
+    likelihood = C.build_likelihood(spec.likelihood, y)
+    kernel = C.build_kernel(spec.kernel, D)
+    mean = C.build_mean(spec.model.mean, task)
     model = ExactGP(x, y, kernel, mean, likelihood).to(device=x.device, dtype=x.dtype)
     lik_params = list(likelihood.parameters())
     taken = {id(p) for p in lik_params}

@@ -25,9 +25,11 @@ here (when ``trainer.lr`` is null). Monitor: ``bound_per_datum`` (L(q) / n on al
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 from ..exceptions import UnsupportedCombination, param_error
+from ..schema import InducingModelSpec, RunSpec, as_run_spec
+from ..schema.keys import choice, integer, real
 from . import components as C
 from .base import Method, Stage
 
@@ -65,48 +67,49 @@ class RandomBlocks:
         return torch.randint(0, self.num_blocks, (x.shape[0],), generator=gen).to(x.device)
 
 
-def validate(cfg) -> None:
-    m = cfg.model
-    C.check_inducing(m)
-    C.gaussian_only(cfg)
-    C.no_feature_map(cfg)
-    if not C.is_int(m.partitions) or m.partitions < 1:
-        raise param_error("partitions", "model=pic", "an integer >= 1", m.partitions)
-    if m.get("blocks", "kmeans") not in BLOCKS:
-        raise param_error("blocks", "model=pic", f"one of {', '.join(BLOCKS)}", m.blocks)
-    if not isinstance(m.learn_inducing, bool):
-        raise param_error("learn_inducing", "model=pic", "true or false", m.learn_inducing)
-    if not C.is_number(m.jitter) or m.jitter < 0 or math.isinf(m.jitter):
-        raise param_error("jitter", "model=pic", "a finite float >= 0", m.jitter)
-    if cfg.trainer.batch_size is not None:
+@dataclass(frozen=True)
+class Spec(InducingModelSpec):
+    """``model=pic``'s keys: the inducing points', the blocks, the jitter."""
+
+    partitions: int = integer(200, lo=1, help="p: PIC's blocks (training and prediction)")
+    blocks: str = choice("kmeans", BLOCKS, help="kmeans: sVBSSGP's k-means cells | kmeans_independent | random")
+    jitter: float = real(1e-6, lo=0, help="added to K_uu")
+
+
+def validate(spec: RunSpec) -> None:
+    spec = as_run_spec(spec, Spec)
+    C.gaussian_only(spec)
+    C.no_feature_map(spec)
+    if spec.trainer.batch_size is not None:
         raise UnsupportedCombination(
             "model=pic trains on its blocks (model.partitions, model.blocks); set trainer.batch_size=null"
         )
 
 
-def check_sizes(cfg, n_train: int) -> None:
-    m = cfg.model
+def check_sizes(spec: RunSpec, n_train: int) -> None:
+    m = as_run_spec(spec, Spec).model
     C.check_inducing(m, n_train)
     if m.partitions > n_train:
         raise param_error("partitions", "model=pic", f"an integer in [1, n_train={n_train}]", m.partitions)
 
 
-def build(cfg, data, task: str) -> Method:
+def build(spec: RunSpec, data, task: str) -> Method:
     import torch
 
     from ..models import LocalCells
     from ..models.pic import PartiallyIndependentGP
     from ..objectives.pic import PICBlockBound
 
-    m = cfg.model
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
     x, y = data.x_train, data.y_train
     n, D = x.shape
-    check_sizes(cfg, n)
-    seed = int(cfg.seed)
-    likelihood = C.build_likelihood(cfg.likelihood, y).to(device=x.device, dtype=x.dtype)
-    kernel = C.build_kernel(cfg.kernel, D)
+    check_sizes(spec, n)
+    seed = int(spec.seed)
+    likelihood = C.build_likelihood(spec.likelihood, y).to(device=x.device, dtype=x.dtype)
+    kernel = C.build_kernel(spec.kernel, D)
     Z = C.initial_inducing_points(x, m.num_inducing, m.inducing_init, seed)
-    blocks_kind = m.get("blocks", "kmeans")
+    blocks_kind = m.blocks
     if blocks_kind == "random":
         cells = RandomBlocks(n, m.partitions, seed, device=x.device)
     else:
@@ -125,7 +128,7 @@ def build(cfg, data, task: str) -> Method:
         "kernel": [p for p in model.parameters() if id(p) not in taken],
         "likelihood": lik_params,
     }
-    overrides = {"lr": PIC_LR} if cfg.trainer.lr is None else {}
+    overrides = {"lr": PIC_LR} if spec.trainer.lr is None else {}
     stage = Stage(
         "pic", PICBlockBound(model, n, len(blocks)), groups, stochastic=True, overrides=overrides, blocks=blocks
     )

@@ -40,10 +40,15 @@ Parameter groups: ``network`` (W), ``kernel`` (lengthscales, outputscale), ``lik
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..data.sequences import MODES
 from ..exceptions import UnsupportedCombination, param_error
+from ..schema import ALGORITHMS as TRAINER_ALGORITHMS
+from ..schema import ModelSpec, RunSpec, as_run_spec
+from ..schema.keys import choice, flag, integer, listing, nested, real
 from . import components as C
 from .base import Method, Stage
 from .recurrent_setup import (
@@ -73,101 +78,124 @@ PROTOCOL_KEYS = (
     "lr_over_tau",
     "refresh_check",
 )
-ALGORITHMS = ("full", "alternating", "delayed")
+ALGORITHMS = TRAINER_ALGORITHMS  # trainer.algorithm's choices (declared in schema.TrainerSpec)
 # trainer.keep_best=auto: the iterate with the lowest validation RMSE (App. E: "best models were selected
 # on 25% of the training data used for validation"; the authors' examples stop early on val_mse). Without
 # it, full-batch joint training overfits the 376 Actuator windows: val NLL 27.8 after 1000 steps, -0.08 at best.
 BEST_BY = "val_rmse"
 
 
+# ----- keys ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NetworkSpec:
+    """``model.network``: the recurrent network phi_W (App. E, Table 4)."""
+
+    layers: int = integer(1, lo=1, help="recurrent (or MLP) layers")
+    units: int = integer(16, lo=1, help="hidden units per layer")
+    dropout: float = real(0.0, lo=0, hi=1, hi_open=True, help="input dropout and dropout after the last hidden layer")
+    rec_dropout: float = real(0.0, lo=0, hi=1, hi_open=True, help="recurrent dropout, one mask per sequence")
+    embed_dim: int = integer(2, lo=1, help="GP models: E, the GP's input dimension")
+    dtype: str = choice(
+        "float32",
+        ("float32", "float64"),
+        allowed="'float32' or 'float64'",
+        help="the network's dtype (the GP algebra is float64)",
+    )
+
+
+@dataclass(frozen=True)
+class GPSpec:
+    """``model.gp``: the deep-kernel GP on the embedding (GP models only)."""
+
+    inference: str = choice(
+        "exact",
+        ("exact", "kiss"),
+        allowed="'exact' or 'kiss'",
+        help="exact (dense Cholesky) | kiss (KISS-GP grid; embed_dim <= 3)",
+    )
+    grid_size: int = integer(100, lo=8, help="kiss: grid points per embedding dimension")
+    grid_margin: float = real(
+        0.1, lo=0, allowed="a float >= 0", help="kiss: the grid covers the embedding's range +- this fraction"
+    )
+    ard: bool = flag(True, help="one lengthscale per embedding dimension")
+    noise_floor: float = real(
+        1e-3, lo=0, lo_open=True, allowed="a float in (0, inf)", help="lower bound of the noise variance"
+    )
+    max_exact: int = integer(5000, lo=1, help="exact inference refuses more training windows")
+    kiss_dense_below: int = integer(2000, lo=0, help="kiss: fewer training windows are evaluated densely")
+
+
+def _horizons_ok(hz) -> bool:
+    return all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hz)
+
+
+@dataclass(frozen=True)
+class Spec(ModelSpec):
+    """``model=gp_lstm|gp_gru|gp_rnn|gp_narx|lstm|gru|rnn|narx``'s keys."""
+
+    network: NetworkSpec = nested(NetworkSpec, "network", help="the network phi_W")
+    gp: GPSpec = nested(GPSpec, "gp", help="the GP on the embedding (GP models)")
+    init: str = choice(
+        "random",
+        ("random", "pretrained"),
+        allowed="'random' or 'pretrained'",
+        help="pretrained: train the baseline with MSE first, keep its layers",
+    )
+    pretrain_epochs: int = integer(50, lo=1, help="init=pretrained: epochs of the baseline's MSE training")
+    simulate_in_training: bool = flag(
+        False, help="true: every training evaluation also simulates (else only where a sim_ metric selects)"
+    )
+    horizons: list = listing(
+        [],
+        test=_horizons_ok,
+        allowed="a list of integers >= 1",
+        help="free simulation: RMSE over the first k simulated steps",
+    )
+
+
 # ----- checks ------------------------------------------------------------------------------------------
-def validate(cfg) -> None:
-    m, t = cfg.model, cfg.trainer
+def validate(spec: RunSpec) -> None:
+    """The combinations of the family's keys (their ranges: ``Spec``, ``schema.TrainerSpec``)."""
+    spec = as_run_spec(spec, Spec)
+    m, t = spec.model, spec.trainer
     name = m.name
-    C.gaussian_only(cfg, f"model={name} is a regression model on sequences: use likelihood=gaussian")
-    _check_dataset(cfg)
-    net = m.network
-    for key in ("layers", "units"):
-        if not C.is_int(net[key]) or net[key] < 1:
-            raise param_error(key, f"model={name} (network)", "an integer >= 1", net[key])
-    for key in ("dropout", "rec_dropout"):
-        v = net.get(key, 0.0)
-        if not C.is_number(v) or not 0 <= v < 1:
-            raise param_error(key, f"model={name} (network)", "a float in [0, 1)", v)
-    if net.get("dtype", "float32") not in ("float32", "float64"):
-        raise param_error("dtype", f"model={name} (network)", "'float32' or 'float64'", net.dtype)
-    if not isinstance(m.get("simulate_in_training", False), bool):
-        raise param_error("simulate_in_training", f"model={name}", "true or false", m.get("simulate_in_training"))
-    hz = m.get("horizons") or []
-    if any(not C.is_int(h) or h < 1 for h in hz):
-        raise param_error("horizons", f"model={name}", "a list of integers >= 1", list(hz))
+    C.gaussian_only(spec, f"model={name} is a regression model on sequences: use likelihood=gaussian")
+    _check_dataset(spec)
     if not is_gp(name):
         return
-    g = m.gp
-    if not C.is_int(net.embed_dim) or net.embed_dim < 1:
-        raise param_error("embed_dim", f"model={name} (network)", "an integer >= 1", net.embed_dim)
-    if g.inference not in ("exact", "kiss"):
-        raise param_error("inference", f"model={name} (gp)", "'exact' or 'kiss'", g.inference)
-    if g.inference == "kiss" and net.embed_dim > 3:
+    if m.gp.inference == "kiss" and m.network.embed_dim > 3:
         raise UnsupportedCombination(
             f"model.gp.inference=kiss interpolates on a grid of grid_size^embed_dim points: it needs "
-            f"model.network.embed_dim <= 3 (the paper uses 1-2); got embed_dim={net.embed_dim}"
+            f"model.network.embed_dim <= 3 (the paper uses 1-2); got embed_dim={m.network.embed_dim}"
         )
-    if not C.is_int(g.grid_size) or g.grid_size < 8:
-        raise param_error("grid_size", f"model={name} (gp)", "an integer >= 8", g.grid_size)
-    if not C.is_number(g.grid_margin) or g.grid_margin < 0:
-        raise param_error("grid_margin", f"model={name} (gp)", "a float >= 0", g.grid_margin)
-    if not C.is_number(g.noise_floor) or g.noise_floor <= 0:
-        raise param_error("noise_floor", f"model={name} (gp)", "a float in (0, inf)", g.noise_floor)
-    if not C.is_int(g.max_exact) or g.max_exact < 1:
-        raise param_error("max_exact", f"model={name} (gp)", "an integer >= 1", g.max_exact)
-    dense_below = g.get("kiss_dense_below", 2000)
-    if not C.is_int(dense_below) or dense_below < 0:
-        raise param_error("kiss_dense_below", f"model={name} (gp)", "an integer >= 0", dense_below)
-    if m.init not in ("random", "pretrained"):
-        raise param_error("init", f"model={name}", "'random' or 'pretrained'", m.init)
-    if not C.is_int(m.pretrain_epochs) or m.pretrain_epochs < 1:
-        raise param_error("pretrain_epochs", f"model={name}", "an integer >= 1", m.pretrain_epochs)
-    algorithm = t.get("algorithm", "full")
-    if algorithm not in ALGORITHMS:
-        raise param_error("algorithm", "trainer", f"one of {', '.join(ALGORITHMS)}", algorithm)
-    tau = t.get("kernel_refresh_every")
-    if tau is not None and (not C.is_int(tau) or tau < 1):
-        raise param_error("kernel_refresh_every", "trainer", "an integer >= 1 or null (one epoch)", tau)
+    algorithm, tau = t.algorithm, t.kernel_refresh_every
     if algorithm == "alternating" and tau not in (None, 1):
         raise UnsupportedCombination(
             f"trainer.algorithm=alternating (Algorithm 1) refreshes the kernel after every minibatch; "
             f"trainer.kernel_refresh_every={tau} is trainer.algorithm=delayed (Algorithm 2)"
         )
-    for key in ("lr_over_tau", "refresh_check"):
-        if not isinstance(t.get(key, True), bool):
-            raise param_error(key, "trainer", "true or false", t.get(key))
-    for key, default in (("theta_steps", 10), ("final_theta_steps", 100)):
-        v = t.get(key, default)
-        if not C.is_int(v) or v < 0:
-            raise param_error(key, "trainer", "an integer >= 0", v)
-    if t.get("optimizer", "adam") == "lbfgs" and algorithm != "full":
+    if t.optimizer == "lbfgs" and algorithm != "full":
         raise UnsupportedCombination(
             f"trainer.optimizer=lbfgs needs a deterministic objective; "
             f"trainer.algorithm={algorithm} takes stochastic minibatch steps"
         )
 
 
-def _check_dataset(cfg) -> None:
+def _check_dataset(spec: RunSpec) -> None:
     from ..data.sequence_datasets import check_sequence_dataset
 
-    d = cfg.dataset
-    check_sequence_dataset(d.name, f"model={cfg.model.name}")
-    mode = d.get("mode")
+    d = spec.dataset
+    check_sequence_dataset(d.name, f"model={spec.model.name}")
+    mode = d.extra.get("mode")
     if mode is not None and mode not in MODES:
         raise param_error("mode", f"dataset={d.name}", f"one of {', '.join(MODES)}", mode)
-    lag = d.get("lag")
+    lag = d.extra.get("lag")
     if lag is not None and (not C.is_int(lag) or lag < 1):
         raise param_error("lag", f"dataset={d.name}", "an integer >= 1", lag)
 
 
-def check_sizes(cfg, n_train: int) -> None:
-    m = cfg.model
+def check_sizes(spec: RunSpec, n_train: int) -> None:
+    m = as_run_spec(spec, Spec).model
     if is_gp(m.name) and m.gp.inference == "exact" and n_train > m.gp.max_exact:
         raise UnsupportedCombination(
             f"model={m.name} with model.gp.inference=exact refuses n_train={n_train} > model.gp.max_exact="
@@ -177,27 +205,28 @@ def check_sizes(cfg, n_train: int) -> None:
 
 
 # ----- build -----------------------------------------------------------------------------------------
-def build(cfg, data, task: str) -> Method:
-    """The Method of a recurrent model: the network (and GP) of ``cfg.model`` on the windows of ``data``,
+def build(spec: RunSpec, data, task: str) -> Method:
+    """The Method of a recurrent model: the network (and GP) of ``spec.model`` on the windows of ``data``,
     its training stages, evaluation (one-step and, in free simulation, rollouts) and diagnostics."""
     from ..metrics.simulation import EvaluationSchedule, SequenceEvaluation
     from ..objectives.recurrent import SquaredError
     from ..training.kernel_refresh import EpochTimer
 
-    m, t = cfg.model, cfg.trainer
+    spec = as_run_spec(spec, Spec)
+    m, t = spec.model, spec.trainer
     x, y = data.x_train, data.y_train
     n, num_inputs = x.shape
-    check_sizes(cfg, n)
+    check_sizes(spec, n)
     d = 1 if y.ndim == 1 else y.shape[1]
-    layout = window_layout(data, cfg.dataset.name)
-    mode = cfg.dataset.get("mode") or ("autoregression" if any(layout.feedback) else "regression")
-    feedback = feedback_taps(layout, data, mode, int(cfg.dataset.get("stride") or 1), cfg.dataset.name)
-    network, pretrainer = build_network(m, layout, num_inputs, d, cfg.seed, x.device)
-    masks = torch.Generator(device=x.device).manual_seed(cfg.seed + 1)  # dropout masks
+    layout = window_layout(data, spec.dataset.name)
+    mode = spec.dataset.extra.get("mode") or ("autoregression" if any(layout.feedback) else "regression")
+    feedback = feedback_taps(layout, data, mode, int(spec.dataset.extra.get("stride") or 1), spec.dataset.name)
+    network, pretrainer = build_network(m, layout, num_inputs, d, spec.seed, x.device)
+    masks = torch.Generator(device=x.device).manual_seed(spec.seed + 1)  # dropout masks
     lr = {} if t.lr is not None else {"lr": DEFAULT_LR}
     timer = EpochTimer()
     gp = is_gp(m.name)
-    model, likelihoods = (build_gp if gp else build_baseline)(cfg, network, d, x.device)
+    model, likelihoods = (build_gp if gp else build_baseline)(spec, network, d, x.device)
     evaluation = SequenceEvaluation(
         model,
         x,
@@ -205,7 +234,7 @@ def build(cfg, data, task: str) -> Method:
         likelihoods,
         mode=mode,
         feedback=feedback,
-        horizons=[int(h) for h in (m.get("horizons") or [])],
+        horizons=[int(h) for h in m.horizons],
         simulate_in_training=_simulate_in_training(m, t),
     )
     schedule = EvaluationSchedule(evaluation)  # training evaluations: one-step metrics (the selection's)
@@ -231,20 +260,18 @@ def build(cfg, data, task: str) -> Method:
         hooks = [timer, schedule]
         stage = Stage("mse", objective, model.groups(), stochastic=stochastic, hooks=hooks, overrides=lr)
         return Method(
-            m.name, model, likelihoods[0], [stage], diagnostics=lambda: {**timing(), **_statistics(cfg)}, **common
+            m.name, model, likelihoods[0], [stage], diagnostics=lambda: {**timing(), **_statistics(spec)}, **common
         )
 
-    parts = GPStages(cfg, model, pretrainer, x, y, lr=lr, masks=masks, timer=timer)
+    parts = GPStages(spec, model, pretrainer, x, y, lr=lr, masks=masks, timer=timer)
     for stage in parts.stages:
         stage.hooks = [*stage.hooks, schedule]
-    tags.update(
-        {"gpdlm.algorithm": t.get("algorithm", "full"), "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init}
-    )
+    tags.update({"gpdlm.algorithm": t.algorithm, "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init})
     if m.gp.inference == "kiss":
         tags["gpdlm.kiss_evaluation"] = kiss_tag(model, n)
 
     def diagnostics() -> dict[str, float]:
-        return {**timing(), **parts.hyperparameters(), **_statistics(cfg), **parts.refresh_counts()}
+        return {**timing(), **parts.hyperparameters(), **_statistics(spec), **parts.refresh_counts()}
 
     return Method(
         m.name, model, likelihoods[0], parts.stages, monitors=parts.monitors(), diagnostics=diagnostics, **common
@@ -254,15 +281,15 @@ def build(cfg, data, task: str) -> Method:
 def _simulate_in_training(m, t) -> str:
     """Which splits training evaluations simulate: ``all`` with ``model.simulate_in_training=true`` (every
     evaluation complete), ``val`` when the best iterate is selected by a simulated metric, else ``none``."""
-    if m.get("simulate_in_training", False):
+    if m.simulate_in_training:
         return "all"
-    keep = t.get("keep_best")
+    keep = t.keep_best
     return "val" if "sim_" in str(BEST_BY if keep == "auto" else keep) else "none"
 
 
-def _statistics(cfg) -> dict[str, float]:
+def _statistics(spec: RunSpec) -> dict[str, float]:
     """sysid datasets: Table 1's statistics of the run's own series (``data.sequence_datasets``)."""
     from ..data.sequence_datasets import series_statistics
 
-    d = cfg.dataset
-    return series_statistics(d.name, d.get("n"), int(d.get("seed", 0)))
+    d = spec.dataset
+    return series_statistics(d.name, d.extra.get("n"), int(d.extra.get("seed", 0)))

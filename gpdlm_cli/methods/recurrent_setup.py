@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..exceptions import DataError, UnsupportedCombination, param_error
+from ..schema import RunSpec
 from . import components as C
 from .base import Stage
 
@@ -84,7 +85,7 @@ def build_network(m, layout, num_inputs: int, num_outputs: int, seed: int, devic
     from ..models.deep_kernel import Pretrainer
 
     net, gp = m.network, is_gp(m.name)
-    net_dtype = torch.float32 if net.get("dtype", "float32") == "float32" else torch.float64
+    net_dtype = torch.float32 if net.dtype == "float32" else torch.float64
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         network = FeatureMap(
@@ -94,8 +95,8 @@ def build_network(m, layout, num_inputs: int, num_outputs: int, seed: int, devic
             units=net.units,
             layers=net.layers,
             out_dim=net.embed_dim if gp else num_outputs,
-            dropout=float(net.get("dropout", 0.0)),
-            rec_dropout=float(net.get("rec_dropout", 0.0)),
+            dropout=float(net.dropout),
+            rec_dropout=float(net.rec_dropout),
         )
         pretrainer = Pretrainer(network, num_outputs) if gp and m.init == "pretrained" else None
     network = network.to(device=device, dtype=net_dtype)
@@ -104,19 +105,19 @@ def build_network(m, layout, num_inputs: int, num_outputs: int, seed: int, devic
     return network, pretrainer
 
 
-def build_gp(cfg, network, num_outputs: int, device):
+def build_gp(spec: RunSpec, network, num_outputs: int, device):
     """The KISS/exact setup: a ``DeepKernelGP`` on ``network`` with one base kernel (``kernel``, ARD if
     ``model.gp.ard``, outputscale ``kernel.outputscale``) and one Gaussian likelihood (noise floored at
     ``model.gp.noise_floor``) per output; KISS on a ``grid_size``^E grid refitted at every refresh."""
     from ..likelihoods import GaussianLikelihood
-    from ..models.deep_kernel import KISS_DENSE_BELOW, DeepKernelGP
+    from ..models.deep_kernel import DeepKernelGP
 
-    g, embed_dim = cfg.model.gp, cfg.model.network.embed_dim
-    if cfg.kernel.name not in C.STATIONARY_KERNELS:
-        raise param_error("name", "kernel", f"one of {', '.join(C.STATIONARY_KERNELS)}", cfg.kernel.name)
-    noise = max(float(cfg.likelihood.noise_init), 1.01 * g.noise_floor)
+    g, embed_dim = spec.model.gp, spec.model.network.embed_dim
+    if spec.kernel.name not in C.STATIONARY_KERNELS:
+        raise param_error("name", "kernel", f"one of {', '.join(C.STATIONARY_KERNELS)}", spec.kernel.name)
+    noise = max(float(spec.likelihood.options.get("noise_init", 0.1)), 1.01 * g.noise_floor)
     likelihoods = [GaussianLikelihood(noise_init=noise, noise_min=float(g.noise_floor)) for _ in range(num_outputs)]
-    kernels = [C.build_base_kernel(cfg.kernel, embed_dim, ard=g.ard) for _ in range(num_outputs)]
+    kernels = [C.build_base_kernel(spec.kernel, embed_dim, ard=g.ard) for _ in range(num_outputs)]
     model = DeepKernelGP(
         network,
         kernels,
@@ -124,19 +125,21 @@ def build_gp(cfg, network, num_outputs: int, device):
         inference=g.inference,
         grid_size=g.grid_size,
         grid_margin=float(g.grid_margin),
-        kiss_dense_below=int(g.get("kiss_dense_below", KISS_DENSE_BELOW)),
+        kiss_dense_below=int(g.kiss_dense_below),
     ).to(device)
     for gp_ in model.gps:
-        gp_.covar_module.outputscale = float(cfg.kernel.outputscale)  # type: ignore[union-attr]
+        gp_.covar_module.outputscale = float(spec.kernel.outputscale)  # type: ignore[union-attr]
     return model, likelihoods
 
 
-def build_baseline(cfg, network, num_outputs: int, device):
+def build_baseline(spec: RunSpec, network, num_outputs: int, device):
     """A network baseline (``NetworkRegressor``) with float64 predictive noises."""
     from ..likelihoods import GaussianLikelihood
     from ..models.deep_kernel import NetworkRegressor
 
-    likelihoods = [GaussianLikelihood(noise_init=float(cfg.likelihood.noise_init)) for _ in range(num_outputs)]
+    likelihoods = [
+        GaussianLikelihood(noise_init=float(spec.likelihood.options.get("noise_init", 0.1))) for _ in range(num_outputs)
+    ]
     model = NetworkRegressor(network, likelihoods).to(device)
     model.likelihoods.to(torch.float64)  # the predictive noise, like every GP quantity, in float64
     return model, likelihoods
@@ -161,17 +164,17 @@ class GPStages:
     ``KernelRefresh`` of Algorithms 1-2 (``refresh``; None for ``full``). ``lr``: the trainer overrides
     that set the family's default learning rate; ``masks``: the dropout-mask generator."""
 
-    def __init__(self, cfg, model, pretrainer, x, y, *, lr: dict, masks, timer):
-        self.cfg, self.model, self.x, self.y = cfg, model, x, y
+    def __init__(self, spec: RunSpec, model, pretrainer, x, y, *, lr: dict, masks, timer):
+        self.spec, self.model, self.x, self.y = spec, model, x, y
         self.n = x.shape[0]
         self.lr, self.masks, self.timer = lr, masks, timer
         self.stochastic_net = model.network.stochastic
         self.noisy_gp = not model.is_dense(self.n)  # KISS on the structured operator: stochastic Lanczos
         self.refresh: KernelRefresh | None = None
         self.stages = [] if pretrainer is None else [self._pretrain(pretrainer)]
-        algorithm = cfg.trainer.get("algorithm", "full")
+        algorithm = spec.trainer.algorithm
         self.stages.append(self._full() if algorithm == "full" else self._semi_stochastic(algorithm))
-        final_steps = int(cfg.trainer.get("final_theta_steps", 100))
+        final_steps = int(spec.trainer.final_theta_steps)
         if final_steps > 0:
             self.stages.append(self._theta(final_steps))
 
@@ -179,7 +182,7 @@ class GPStages:
         from ..objectives.recurrent import SquaredError
 
         body = [p for layer in self.model.network.body for p in layer.parameters()] + list(pretrainer.head.parameters())
-        overrides = {**self.lr, "max_epochs": int(self.cfg.model.pretrain_epochs), "max_iters": None}
+        overrides = {**self.lr, "max_epochs": int(self.spec.model.pretrain_epochs), "max_iters": None}
         objective = SquaredError(pretrainer, dropout=self.stochastic_net, generator=self.masks)
         return Stage("pretrain", objective, {"network": body}, stochastic=True, overrides=overrides)
 
@@ -200,12 +203,12 @@ class GPStages:
         from ..objectives.recurrent import CotangentSurrogate
         from ..training.kernel_refresh import KernelRefresh
 
-        t, n = self.cfg.trainer, self.n
+        t, n = self.spec.trainer, self.n
         bs = t.batch_size if t.batch_size and t.batch_size < n else None
         steps_per_epoch = n // bs if bs else 1
-        tau = 1 if algorithm == "alternating" else int(t.get("kernel_refresh_every") or steps_per_epoch)
+        tau = 1 if algorithm == "alternating" else int(t.kernel_refresh_every or steps_per_epoch)
         base_lr = float(t.lr) if t.lr is not None else DEFAULT_LR
-        scales = {"kernel": 1.0, "likelihood": 1.0, **{str(k): float(v) for k, v in (t.get("lr_scale") or {}).items()}}
+        scales = {"kernel": 1.0, "likelihood": 1.0, **{str(k): float(v) for k, v in t.scales.items()}}
         surrogate = CotangentSurrogate(self.model, n)
         self.refresh = KernelRefresh(
             self.model,
@@ -213,10 +216,10 @@ class GPStages:
             self.x,
             self.y,
             tau=tau,
-            theta_steps=int(t.get("theta_steps", 10)),
+            theta_steps=int(t.theta_steps),
             theta_lr={k: base_lr * scales[k] for k in ("kernel", "likelihood")},
-            check=bool(t.get("refresh_check", True)),
-            probe_seed=self.cfg.seed if self.model.inference == "kiss" else None,
+            check=bool(t.refresh_check),
+            probe_seed=self.spec.seed if self.model.inference == "kiss" else None,
             masks=self.masks if self.stochastic_net else None,
         )
         return Stage(
@@ -226,7 +229,7 @@ class GPStages:
             prepare=self.refresh.refresh,
             stochastic=True,
             hooks=[self.timer, self.refresh],
-            lr_scale={"network": 1.0 / tau} if t.get("lr_over_tau", True) else {},
+            lr_scale={"network": 1.0 / tau} if t.lr_over_tau else {},
             overrides=self.lr,
             wants_index=True,
         )
@@ -263,7 +266,7 @@ class GPStages:
         from ..training.kernel_refresh import fixed_probes
 
         model = self.model
-        with fixed_probes(self.cfg.seed if model.inference == "kiss" else None):
+        with fixed_probes(self.spec.seed if model.inference == "kiss" else None):
             h = model.embed(self.x)
             model.fit_grid(h)
             return float(model.nlml(h, self.y) / self.n)

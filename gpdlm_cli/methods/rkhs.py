@@ -37,10 +37,13 @@ MINIMAX run that ends with mu below ||F|| ||F^-1|| prints a warning with ``penal
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from ..exceptions import UnsupportedCombination, param_error
+from ..schema import ModelSpec, RunSpec, as_run_spec
+from ..schema.keys import choice, flag, integer, real, text
 from ..validation import number_in
 from . import components as C
 from . import feature_maps as FM
@@ -52,16 +55,72 @@ PREDICTS_FROM_TRAINING_DATA = True
 TAKES_FEATURES = True  # declarations: base.DECLARATIONS (the others keep their defaults)
 
 
-def validate(cfg) -> None:
-    """The family's keys and combinations (no data needed)."""
-    m = cfg.model
-    C.gaussian_only(cfg, f"model={m.name} maximises the Gaussian marginal likelihood: use likelihood=gaussian")
-    FM.check_features(cfg.features)
-    kname = cfg.kernel.name
+_INF = math.inf
+
+
+@dataclass(frozen=True)
+class Spec(ModelSpec):
+    """``model=scgd|minimax|bsgd``'s keys (a key is checked where the model's YAML sets it)."""
+
+    best_by: str = text("train_nlml", help="the study presets' trainer.keep_best")
+    exact_nlml_max_n: int = integer(
+        3000, lo=0, help="kernel=rff: also log the exact Gaussian-kernel NLML when n_train <= this; 0 = never"
+    )
+    block_rows: int = integer(4096, lo=1, help="rows per block of the streamed full-data pass")
+    b0: float = real(1.0, lo=0, lo_open=True, hi=1, help="scgd: b_0 in (0, 1]")
+    b_decay: float = real(
+        0.5, lo=0, hi=_INF, hi_open=True, allowed="a finite float >= 0", help="scgd: b_t ~ t^-b_decay"
+    )
+    b_min: float = real(0.0, lo=0, help="scgd: floor of b_t, in [0, b0]")
+    mu: float = real(
+        1.0,
+        lo=0,
+        lo_open=True,
+        hi=_INF,
+        hi_open=True,
+        allowed="a finite float in (0, inf)",
+        help="minimax: initial penalty weight",
+    )
+    exact_penalty: bool = flag(True, help="minimax: raise mu to the sufficient bound")
+    mu_growth: float = real(
+        1.0, lo=1, hi=_INF, hi_open=True, allowed="a finite float >= 1", help="minimax: mu <- min(mu_max, mu_growth mu)"
+    )
+    mu_every_epochs: int = integer(1, lo=1, help="minimax: epochs between mu updates")
+    mu_max: float = real(1e12, lo=0, help="minimax: cap of mu, >= mu")
+    precondition: bool = flag(True, help="minimax: A = C sym(M) C^T with C = chol(F(theta_0))")
+    w_max: float | None = real(
+        None,
+        lo=0,
+        lo_open=True,
+        null=True,
+        allowed="a float in (0, inf] or null",
+        help="minimax: box |w_j| <= w_max; null = none",
+    )
+    batching: str = choice(
+        "uniform", ("uniform", "nearest"), allowed="'uniform' or 'nearest'", help="bsgd: uniform | nearest"
+    )
+    posterior_max_rows: int = integer(20000, lo=1, help="bsgd, exact kernels: the dense posterior's row cap")
+    posterior_memory_gb: float | None = real(
+        None,
+        lo=0,
+        lo_open=True,
+        hi=_INF,
+        hi_open=True,
+        null=True,
+        allowed="a finite float > 0 (GB) or null",
+        help="memory budget of the dense n x n evaluations; null = 80% of the machine's (the GPU's on CUDA)",
+    )
+
+
+def validate(spec: RunSpec) -> None:
+    """The family's combinations (no data needed; the keys' ranges: ``Spec``)."""
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
+    C.gaussian_only(spec, f"model={m.name} maximises the Gaussian marginal likelihood: use likelihood=gaussian")
+    kname = spec.kernel.name
     owner = f"model={m.name}"
     if m.name == "bsgd" and kname in C.STATIONARY_KERNELS:  # the exact kernel on g(x): the paper's Tables 3 and 5
-        if not C.is_int(m.posterior_max_rows) or m.posterior_max_rows < 1:
-            raise param_error("posterior_max_rows", owner, "an integer >= 1", m.posterior_max_rows)
+        pass
     elif kname not in FM.FINITE_KERNELS:
         exact = " (model=bsgd also takes an exact kernel: rbf or a Matern)" if m.name != "bsgd" else ""
         raise UnsupportedCombination(
@@ -69,38 +128,11 @@ def validate(cfg) -> None:
             f"e.g. features=nn kernel=rff kernel.num_features=1000"
         )
     else:
-        FM.check_finite_kernel(cfg.kernel)
-    if not C.is_int(m.block_rows) or m.block_rows < 1:
-        raise param_error("block_rows", owner, "an integer >= 1", m.block_rows)
-    budget = m.get("posterior_memory_gb")
-    if budget is not None and not number_in(budget, 0, math.inf, lo_open=True, hi_open=True):
-        raise param_error("posterior_memory_gb", owner, "a finite float > 0 (GB) or null", budget)
-    if not C.is_int(m.exact_nlml_max_n) or m.exact_nlml_max_n < 0:
-        raise param_error("exact_nlml_max_n", owner, "an integer >= 0", m.exact_nlml_max_n)
-    if m.name == "scgd":
-        if not number_in(m.b0, 0, 1, lo_open=True):
-            raise param_error("b0", owner, "a float in (0, 1]", m.b0)
-        if not number_in(m.b_decay, 0, math.inf, hi_open=True):
-            raise param_error("b_decay", owner, "a finite float >= 0", m.b_decay)
-        if not number_in(m.b_min, 0, m.b0):
-            raise param_error("b_min", owner, f"a float in [0, b0={m.b0}]", m.b_min)
-    elif m.name == "minimax":
-        if not number_in(m.mu, 0, math.inf, lo_open=True, hi_open=True):
-            raise param_error("mu", owner, "a finite float in (0, inf)", m.mu)
-        if not number_in(m.mu_growth, 1, math.inf, hi_open=True):
-            raise param_error("mu_growth", owner, "a finite float >= 1", m.mu_growth)
-        if not C.is_int(m.mu_every_epochs) or m.mu_every_epochs < 1:
-            raise param_error("mu_every_epochs", owner, "an integer >= 1", m.mu_every_epochs)
-        if not number_in(m.mu_max, m.mu, math.inf):
-            raise param_error("mu_max", owner, f"a float >= mu={m.mu}", m.mu_max)
-        if not isinstance(m.precondition, bool):
-            raise param_error("precondition", owner, "true or false", m.precondition)
-        if not isinstance(m.exact_penalty, bool):
-            raise param_error("exact_penalty", owner, "true or false", m.exact_penalty)
-        if m.w_max is not None and not number_in(m.w_max, 0, math.inf, lo_open=True):
-            raise param_error("w_max", owner, "a float in (0, inf] or null", m.w_max)
-    elif m.batching not in ("uniform", "nearest"):
-        raise param_error("batching", owner, "'uniform' or 'nearest'", m.batching)
+        FM.check_finite_kernel(spec.kernel)
+    if m.name == "scgd" and not number_in(m.b_min, 0, m.b0):
+        raise param_error("b_min", owner, f"a float in [0, b0={m.b0}]", m.b_min)
+    if m.name == "minimax" and not number_in(m.mu_max, m.mu, math.inf):
+        raise param_error("mu_max", owner, f"a float >= mu={m.mu}", m.mu_max)
 
 
 #: largest full batch model=bsgd factorises (its b x b Cholesky on b = n rows: 20k rows is 3.2 GB in float64)
@@ -118,48 +150,50 @@ def memory_budget_bytes(setting, device_type: str) -> int:
     return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def check_posterior_memory(cfg, n_train: int) -> None:
+def check_posterior_memory(spec: RunSpec, n_train: int) -> None:
     """Refuse, before training, a run whose dense n x n evaluation cannot fit ``model.posterior_memory_gb``:
     BSGD on an exact kernel (its posterior on min(n_train, posterior_max_rows) rows at every evaluation) and
     the RFF arms' ``train_nlml_exact_kernel`` (n_train <= exact_nlml_max_n, once at the end)."""
     from ..models.bayesian_linear import posterior_bytes
 
-    m = cfg.model
-    if exact_kernel(cfg):
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
+    if exact_kernel(spec):
         rows, key = min(n_train, int(m.posterior_max_rows)), "posterior_max_rows"
-    elif cfg.kernel.name == "rff" and 0 < n_train <= int(m.exact_nlml_max_n):
+    elif spec.kernel.name == "rff" and 0 < n_train <= int(m.exact_nlml_max_n):
         rows, key = n_train, "exact_nlml_max_n"
     else:
         return
-    name = str(cfg.get("device", "cpu"))
+    name = str(spec.keys.device)
     device_type = "cuda" if name.startswith("cuda") or (name == "auto" and torch.cuda.is_available()) else "cpu"
-    budget = memory_budget_bytes(m.get("posterior_memory_gb"), device_type)
+    budget = memory_budget_bytes(m.posterior_memory_gb, device_type)
     need = posterior_bytes(rows, device_type)
     if need > budget:
         per_row = posterior_bytes(1, device_type) - posterior_bytes(0, device_type)
         fit = max(0, int(math.sqrt(max(0, budget - posterior_bytes(0, device_type)) / per_row)))
         what = "posterior" if key == "posterior_max_rows" else "exact-kernel NLML (train_nlml_exact_kernel)"
         raise UnsupportedCombination(
-            f"model={m.name} kernel={cfg.kernel.name}: the dense {what} on {rows} training rows needs "
+            f"model={m.name} kernel={spec.kernel.name}: the dense {what} on {rows} training rows needs "
             f"{need / 2**30:.1f} GB, over the memory budget of {budget / 2**30:.1f} GB (model.posterior_memory_gb); "
             f"set model.{key}={fit} or less, or raise model.posterior_memory_gb"
         )
 
 
-def check_sizes(cfg, n_train: int) -> None:
-    check_posterior_memory(cfg, n_train)
-    b = cfg.trainer.batch_size
-    if cfg.model.name == "bsgd" and (b is None or b >= n_train) and n_train > BSGD_MAX_FULL_BATCH:
+def check_sizes(spec: RunSpec, n_train: int) -> None:
+    spec = as_run_spec(spec, Spec)
+    check_posterior_memory(spec, n_train)
+    b = spec.trainer.batch_size
+    if spec.model.name == "bsgd" and (b is None or b >= n_train) and n_train > BSGD_MAX_FULL_BATCH:
         raise UnsupportedCombination(
             f"model=bsgd on the full batch is the exact {n_train} x {n_train} GP; set trainer.batch_size "
             f"(or use model=scgd, whose full-data algebra is d x d)"
         )
 
 
-def exact_kernel(cfg) -> bool:
+def exact_kernel(spec: RunSpec) -> bool:
     """Whether the run is BSGD on an exact kernel (``kernel=rbf`` or a Matern, ``kernel=matern32``) instead of
     a finite feature map."""
-    return cfg.model.name == "bsgd" and cfg.kernel.name not in FM.FINITE_KERNELS
+    return spec.model.name == "bsgd" and spec.kernel.name not in FM.FINITE_KERNELS
 
 
 def setting_label(m, kernel_name: str | None = None) -> str:
@@ -223,23 +257,24 @@ def peak_memory_mb(device: torch.device) -> float:
 _SUBSET_STREAM = 32452843
 
 
-def build(cfg, data, task: str) -> Method:
-    if exact_kernel(cfg):
-        return build_exact_kernel(cfg, data, task)
+def build(spec: RunSpec, data, task: str) -> Method:
+    spec = as_run_spec(spec, Spec)
+    if exact_kernel(spec):
+        return build_exact_kernel(spec, data, task)
     from ..models.bayesian_linear import BayesianLinearGP
     from ..objectives import SCGD, BatchNLML, Minimax, NearestNeighbourBatches
 
-    m = cfg.model
+    m = spec.model
     x, y = data.x_train, data.y_train
     n, D = x.shape
     device, dtype = x.device, x.dtype
-    likelihood = C.build_likelihood(cfg.likelihood, y)
-    input_map = FM.build_input_map(cfg.features, D, cfg.seed).to(device=device, dtype=dtype)
+    likelihood = C.build_likelihood(spec.likelihood, y)
+    input_map = FM.build_input_map(spec.features, D, spec.seed).to(device=device, dtype=dtype)
     inputs = None
-    if FM.uses_features(cfg):  # kernel.normaliser=data: the network's outputs on the training inputs
+    if FM.uses_features(spec):  # kernel.normaliser=data: the network's outputs on the training inputs
         with torch.no_grad():
             inputs = torch.cat([input_map(x[i : i + m.block_rows]) for i in range(0, n, m.block_rows)])
-    kernel_map = FM.build_kernel_map(cfg.kernel, input_map.out_dim, cfg.seed, inputs).to(device=device, dtype=dtype)
+    kernel_map = FM.build_kernel_map(spec.kernel, input_map.out_dim, spec.seed, inputs).to(device=device, dtype=dtype)
     likelihood = likelihood.to(device=device, dtype=dtype)
     model = BayesianLinearGP(input_map, kernel_map, likelihood, x, y, block_rows=m.block_rows)
     d = model.num_features
@@ -262,7 +297,7 @@ def build(cfg, data, task: str) -> Method:
             mu_every_epochs=m.mu_every_epochs,
             mu_max=m.mu_max,
             precondition=m.precondition,
-            seed=int(cfg.seed) + 15485863,
+            seed=int(spec.seed) + 15485863,
             w_max=m.w_max,
             exact=m.exact_penalty,
         )
@@ -295,7 +330,7 @@ def build(cfg, data, task: str) -> Method:
         if hasattr(kernel_map, "lengthscale"):
             out["lengthscale"] = float(kernel_map.lengthscale.detach().mean())
         out["outputscale"] = float(kernel_map.outputscale.detach())
-        if cfg.kernel.name == "rff" and 0 < n <= m.exact_nlml_max_n:
+        if spec.kernel.name == "rff" and 0 < n <= m.exact_nlml_max_n:
             out["train_nlml_exact_kernel"] = model.exact_kernel_nlml() + log_y_std
         if m.name == "scgd":
             out["ftilde_gap"] = objective.tracking_gap()
@@ -312,9 +347,9 @@ def build(cfg, data, task: str) -> Method:
         return out
 
     tags = {
-        "gpdlm.train_nlml_kernel": f"{cfg.kernel.name} (d={d})",
-        "gpdlm.features": cfg.features.name,
-        "gpdlm.rkhs_setting": setting_label(m, cfg.kernel.name),
+        "gpdlm.train_nlml_kernel": f"{spec.kernel.name} (d={d})",
+        "gpdlm.features": spec.features.name,
+        "gpdlm.rkhs_setting": setting_label(m, spec.kernel.name),
     }
     return Method(
         m.name,
@@ -328,7 +363,7 @@ def build(cfg, data, task: str) -> Method:
     )
 
 
-def build_exact_kernel(cfg, data, task: str) -> Method:
+def build_exact_kernel(spec: RunSpec, data, task: str) -> Method:
     """``model=bsgd`` with an exact kernel (``kernel=rbf`` or a Matern, ``kernel=matern32``) on the input map:
     the paper's Gaussian-kernel BSGD (Sec. 5, Tables 3 and 5). Training is the exact b x b NLML of each batch with
     K_SS = k(g(x_S), g(x_S)); ``train_nlml`` and prediction use the dense full-data posterior
@@ -337,13 +372,13 @@ def build_exact_kernel(cfg, data, task: str) -> Method:
     from ..models.exact_kernel import ExactKernelGP
     from ..objectives import BatchNLML, NearestNeighbourBatches
 
-    m = cfg.model
+    m = spec.model
     x, y = data.x_train, data.y_train
     n, D = x.shape
     device, dtype = x.device, x.dtype
-    likelihood = C.build_likelihood(cfg.likelihood, y).to(device=device, dtype=dtype)
-    input_map = FM.build_input_map(cfg.features, D, cfg.seed).to(device=device, dtype=dtype)
-    kernel = C.build_kernel(cfg.kernel, input_map.out_dim).to(device=device, dtype=torch.float64)
+    likelihood = C.build_likelihood(spec.likelihood, y).to(device=device, dtype=dtype)
+    input_map = FM.build_input_map(spec.features, D, spec.seed).to(device=device, dtype=dtype)
+    kernel = C.build_kernel(spec.kernel, input_map.out_dim).to(device=device, dtype=torch.float64)
     model = ExactKernelGP(
         input_map,
         kernel,
@@ -352,7 +387,7 @@ def build_exact_kernel(cfg, data, task: str) -> Method:
         y,
         block_rows=m.block_rows,
         max_rows=m.posterior_max_rows,
-        seed=int(cfg.seed) + _SUBSET_STREAM,
+        seed=int(spec.seed) + _SUBSET_STREAM,
     )
     groups = {
         "features": list(input_map.parameters()),
@@ -384,9 +419,9 @@ def build_exact_kernel(cfg, data, task: str) -> Method:
 
     what = "all" if model.exact else f"a fixed random subset of {model.posterior_rows} of the"
     tags = {
-        "gpdlm.train_nlml_kernel": f"{cfg.kernel.name} exact ({what} {n} training rows)",
-        "gpdlm.features": cfg.features.name,
-        "gpdlm.rkhs_setting": setting_label(m, cfg.kernel.name),
+        "gpdlm.train_nlml_kernel": f"{spec.kernel.name} exact ({what} {n} training rows)",
+        "gpdlm.features": spec.features.name,
+        "gpdlm.rkhs_setting": setting_label(m, spec.kernel.name),
     }
     return Method(
         m.name,

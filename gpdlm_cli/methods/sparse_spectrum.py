@@ -24,12 +24,15 @@ regression with the trigonometric kernel estimate phi(x)^T Lambda phi(x') of m f
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import dataclass
 
 import torch
 
 from ..exceptions import UnsupportedCombination, param_error
-from ..validation import require_flag, require_float, require_int
+from ..schema import ModelSpec, RunSpec, as_run_spec
+from ..schema.keys import choice, flag, integer, listing, real
 from . import components as C
 from .base import Method, Stage
 
@@ -65,40 +68,74 @@ def gamma_label(g: float) -> str:
     return f"g{g:g}"
 
 
-def validate(cfg) -> None:
-    m = cfg.model
-    C.gaussian_only(
-        cfg,
-        f"model={m.name} is a regression model: it needs likelihood=gaussian and a regression "
-        f"dataset, got likelihood={cfg.likelihood.name}",
+_POSITIVE = {"lo": 0, "lo_open": True, "hi": math.inf, "hi_open": True}
+
+
+@dataclass(frozen=True)
+class Spec(ModelSpec):
+    """``model=ssgp|vssgp|svbssgp``'s keys (a key is checked where the model's YAML sets it)."""
+
+    num_frequencies: int = integer(20, lo=1, help="m (2m features)")
+    prior_lengthscale: float = real(1.0, **_POSITIVE, help="l0: frequencies drawn from N(0, (2 pi l0)^-2 I)")
+    signal_init: float = real(1.0, **_POSITIVE, help="s_s^2 at init (standardised targets)")
+    learn_signal: bool = flag(True, help="learn the signal variance")
+    learn_noise: bool = flag(True, help="learn the noise (starts at likelihood.noise_init)")
+    predict: str = choice(
+        "global",
+        ("global", "local"),
+        allowed="'global' or 'local'",
+        help="ssgp: global | local (gamma = 0 on the test point's k-means cell)",
     )
-    C.no_feature_map(cfg, kernels=None)
-    if cfg.kernel.name != "rbf":  # the frequencies sample the Gaussian (RBF) kernel's spectral density
+    partitions: int = integer(200, lo=1, help="p: k-means cells (ssgp predict=local; svbssgp prediction and blocks)")
+    q_weights: str = choice(
+        "optimal",
+        ("optimal", "diag"),
+        allowed="'optimal' or 'diag'",
+        help="vssgp: optimal (collapsed q(s)) | diag (mean-field)",
+    )
+    learn_lengthscale: bool = flag(False, help="vssgp: learn l")
+    init_scale: float = real(0.1, **_POSITIVE, help="q's sds at init, relative to the prior's")
+    block_rows: int | None = integer(
+        None, lo=1, null=True, allowed="an integer >= 1", help="svbssgp: rows per cell instead of partitions"
+    )
+    train_partitions: int | None = integer(
+        None, lo=1, null=True, allowed="an integer >= 1", help="svbssgp: training blocks per epoch; null = partitions"
+    )
+    train_blocks: str = choice(
+        "random", ("random", "kmeans"), allowed="'random' or 'kmeans'", help="svbssgp: random | kmeans"
+    )
+    blocks_per_step: int = integer(1, lo=1, help="svbssgp: a, blocks per step")
+    z_samples: int = integer(1, lo=1, help="svbssgp: b, samples of z per step")
+    rao_blackwell: bool = flag(True, help="svbssgp: integrate s given theta analytically")
+    cov: str = choice(
+        "full", ("full", "block", "diag"), allowed="'full', 'block' or 'diag'", help="svbssgp: the structure of M"
+    )
+    gammas: list = listing([0.0], help="svbssgp: test conditionals, |gamma| <= 1")
+    predict_samples: int = integer(20, lo=1, help="svbssgp: r, samples of q for the predictive")
+    elbo_samples: int = integer(4, lo=0, help="svbssgp: z samples of the ELBO monitor; 0 = none")
+
+
+def validate(spec: RunSpec) -> None:
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
+    C.gaussian_only(
+        spec,
+        f"model={m.name} is a regression model: it needs likelihood=gaussian and a regression "
+        f"dataset, got likelihood={spec.likelihood.name}",
+    )
+    C.no_feature_map(spec, kernels=None)
+    if spec.kernel.name != "rbf":  # the frequencies sample the Gaussian (RBF) kernel's spectral density
         raise UnsupportedCombination(
             f"model={m.name} approximates the rbf kernel (its frequencies sample the "
-            f"Gaussian spectral density); got kernel={cfg.kernel.name}"
+            f"Gaussian spectral density); got kernel={spec.kernel.name}"
         )
-    require_int(m, "num_frequencies", f"model={m.name}")
-    for key in ("prior_lengthscale", "signal_init"):
-        require_float(m, key, f"model={m.name}")
-    for key in ("learn_signal", "learn_noise"):
-        require_flag(m, key, f"model={m.name}")
-    if m.name == "ssgp":
-        if m.predict not in ("global", "local"):
-            raise param_error("predict", "model=ssgp", "'global' or 'local'", m.predict)
-        require_int(m, "partitions", f"model={m.name}")
-    if m.name == "vssgp":
-        require_float(m, "init_scale", f"model={m.name}")
-        require_flag(m, "learn_lengthscale", f"model={m.name}")
-        if m.q_weights not in ("optimal", "diag"):
-            raise param_error("q_weights", "model=vssgp", "'optimal' or 'diag'", m.q_weights)
-        if m.q_weights == "optimal" and float(cfg.objective.beta) != 1.0:
-            raise UnsupportedCombination(
-                f"model.q_weights=optimal integrates q(s) out of the beta = 1 bound; set "
-                f"objective.beta=1 or model.q_weights=diag (got objective.beta={cfg.objective.beta})"
-            )
+    if m.name == "vssgp" and m.q_weights == "optimal" and float(spec.objective.beta) != 1.0:
+        raise UnsupportedCombination(
+            f"model.q_weights=optimal integrates q(s) out of the beta = 1 bound; set "
+            f"objective.beta=1 or model.q_weights=diag (got objective.beta={spec.objective.beta})"
+        )
     full_batch = m.name == "ssgp" or (m.name == "vssgp" and m.q_weights == "optimal")
-    if (full_batch or m.name == "svbssgp") and cfg.trainer.batch_size is not None:
+    if (full_batch or m.name == "svbssgp") and spec.trainer.batch_size is not None:
         what = {
             "ssgp": "trains full batch",
             "vssgp": "with model.q_weights=optimal trains full batch (the collapsed "
@@ -108,37 +145,25 @@ def validate(cfg) -> None:
         raise UnsupportedCombination(f"model={m.name} {what}; set trainer.batch_size=null")
     if m.name != "svbssgp":
         return
-    for key in ("partitions", "blocks_per_step", "z_samples", "predict_samples"):
-        require_int(m, key, f"model={m.name}")
-    if m.get("block_rows") is not None:
-        require_int(m, "block_rows", f"model={m.name}")
-    require_int(m, "elbo_samples", f"model={m.name}", 0)
-    if m.train_partitions is not None:
-        require_int(m, "train_partitions", f"model={m.name}")
-    if m.train_blocks not in ("random", "kmeans"):
-        raise param_error("train_blocks", "model=svbssgp", "'random' or 'kmeans'", m.train_blocks)
     if m.train_blocks == "kmeans" and m.blocks_per_step != 1:
         raise UnsupportedCombination("model.train_blocks=kmeans takes one block per step; set model.blocks_per_step=1")
-    if m.cov not in ("full", "block", "diag"):
-        raise param_error("cov", "model=svbssgp", "'full', 'block' or 'diag'", m.cov)
-    require_float(m, "init_scale", f"model={m.name}")
-    require_flag(m, "rao_blackwell", f"model={m.name}")
     gamma_values(m)
 
 
-def check_sizes(cfg, n_train: int) -> None:
-    m = cfg.model
+def check_sizes(spec: RunSpec, n_train: int) -> None:
+    m = as_run_spec(spec, Spec).model
     if m.name == "ssgp":
         keys = ("partitions",) if m.predict == "local" else ()
     else:
         keys = ("partitions", "train_partitions") if m.name == "svbssgp" else ()
-    if m.name == "svbssgp" and m.get("block_rows") is not None:
+    if m.name == "svbssgp" and m.block_rows is not None:
         keys = ("train_partitions",)  # partitions follows from block_rows
         if m.block_rows > n_train:
             raise param_error("block_rows", f"model={m.name}", f"an integer in [1, n_train={n_train}]", m.block_rows)
     for key in keys:
-        if m[key] is not None and m[key] > n_train:
-            raise param_error(key, f"model={m.name}", f"an integer in [1, n_train={n_train}]", m[key])
+        v = getattr(m, key)
+        if v is not None and v > n_train:
+            raise param_error(key, f"model={m.name}", f"an integer in [1, n_train={n_train}]", v)
     if m.name == "svbssgp":
         p = m.train_partitions or partitions(m, n_train)
         if m.blocks_per_step > p:
@@ -151,35 +176,36 @@ def partitions(m, n_train: int) -> int:
     """sVBSSGP's p: ``model.partitions``, or round(n_train / ``model.block_rows``) (at least 1) when
     that is set -- the paper's block size kept whatever the training-set size (Sec. 5: AIMPEAK and BLOG
     p = 200, ~200-285 rows; AIRLINE p = 2000 on 1.9M rows, ~950 rows)."""
-    if m.get("block_rows") is None:
+    if m.block_rows is None:
         return int(m.partitions)
     return max(1, int(round(n_train / int(m.block_rows))))
 
 
-def _likelihood(cfg, y, device, dtype):
-    likelihood = C.build_likelihood(cfg.likelihood, y)
+def _likelihood(spec, y, device, dtype):
+    likelihood = C.build_likelihood(spec.likelihood, y)
     likelihood = likelihood.to(device=device, dtype=dtype)
     for p in likelihood.parameters():
-        p.requires_grad_(bool(cfg.model.learn_noise))
+        p.requires_grad_(bool(spec.model.learn_noise))
     return likelihood
 
 
-def build(cfg, data, task: str) -> Method:
-    check_sizes(cfg, data.x_train.shape[0])
-    return {"ssgp": _build_ssgp, "vssgp": _build_vssgp, "svbssgp": _build_svbssgp}[cfg.model.name](cfg, data)
+def build(spec: RunSpec, data, task: str) -> Method:
+    spec = as_run_spec(spec, Spec)
+    check_sizes(spec, data.x_train.shape[0])
+    return {"ssgp": _build_ssgp, "vssgp": _build_vssgp, "svbssgp": _build_svbssgp}[spec.model.name](spec, data)
 
 
 # ----- SSGP -----------------------------------------------------------------------------------------
-def _build_ssgp(cfg, data) -> Method:
+def _build_ssgp(spec, data) -> Method:
     from .. import objectives as O
     from ..metrics import metrics_from_marginals
     from ..models import SSGP, LocalCells, predict_gamma_family
 
-    m = cfg.model
+    m = spec.model
     x, y = data.x_train, data.y_train
     n, d = x.shape
-    likelihood = _likelihood(cfg, y, x.device, x.dtype)
-    gen = torch.Generator().manual_seed(int(cfg.seed))
+    likelihood = _likelihood(spec, y, x.device, x.dtype)
+    gen = torch.Generator().manual_seed(int(spec.seed))
     model = SSGP(
         m.num_frequencies,
         d,
@@ -194,7 +220,7 @@ def _build_ssgp(cfg, data) -> Method:
     stage = Stage("ssgp", O.SSGPMarginalLikelihood(model, n), groups, lbfgs_ok=True)
     evaluate = None
     if m.predict == "local":
-        cells = LocalCells(x, m.partitions, int(cfg.seed))
+        cells = LocalCells(x, m.partitions, int(spec.seed))
 
         def evaluate(xq, yq, prefix="test_", y_std=1.0):
             if xq.shape[0] == 0:
@@ -224,15 +250,15 @@ def _build_ssgp(cfg, data) -> Method:
 
 
 # ----- VSSGP ----------------------------------------------------------------------------------------
-def _build_vssgp(cfg, data) -> Method:
+def _build_vssgp(spec, data) -> Method:
     from .. import objectives as O
     from ..models import VSSGP, CollapsedVSSGP
 
-    m = cfg.model
+    m = spec.model
     x, y = data.x_train, data.y_train
     n, d = x.shape
-    likelihood = _likelihood(cfg, y, x.device, x.dtype)
-    gen = torch.Generator().manual_seed(int(cfg.seed))
+    likelihood = _likelihood(spec, y, x.device, x.dtype)
+    gen = torch.Generator().manual_seed(int(spec.seed))
     options = dict(
         prior_lengthscale=m.prior_lengthscale,
         signal_init=m.signal_init,
@@ -247,10 +273,10 @@ def _build_vssgp(cfg, data) -> Method:
         model.set_train_data(x, y)
         objective, stochastic = O.CollapsedVSSGPBound(model, n), False
     else:
-        estimator = C.build_estimator(cfg.estimator)
+        estimator = C.build_estimator(spec.estimator)
         estimator.check(likelihood, "expected_log_prob")
         model = VSSGP(m.num_frequencies, d, **options).to(device=x.device, dtype=x.dtype)
-        objective = O.ELBO(model, likelihood, estimator, n, float(cfg.objective.beta))
+        objective = O.ELBO(model, likelihood, estimator, n, float(spec.objective.beta))
         stochastic = bool(estimator.stochastic)
     groups = {
         "variational": model.variational_parameters(),
@@ -293,18 +319,18 @@ class _StepCounter:
         self.steps = int(state["steps"])
 
 
-def _build_svbssgp(cfg, data) -> Method:
+def _build_svbssgp(spec, data) -> Method:
     from .. import objectives as O
     from ..metrics import PREDICTIVE_METRICS, metrics_from_marginals
     from ..models import LocalCells, SpectralPosterior, predict_gamma_family
 
-    m = cfg.model
+    m = spec.model
     x, y = data.x_train, data.y_train
     n, d = x.shape
     device, dtype = x.device, x.dtype
-    seed = int(cfg.seed)
+    seed = int(spec.seed)
     gammas = gamma_values(m)
-    likelihood = _likelihood(cfg, y, device, dtype)
+    likelihood = _likelihood(spec, y, device, dtype)
     q = SpectralPosterior(
         m.num_frequencies,
         d,
@@ -322,7 +348,7 @@ def _build_svbssgp(cfg, data) -> Method:
     # equal-size partitions re-drawn every epoch), or the k-means cells visited in random order
     p_train = m.train_partitions or p
     overrides: dict = {}
-    if cfg.trainer.lr is None:
+    if spec.trainer.lr is None:
         overrides["lr"] = SVBSSGP_LR
     blocks, scale = None, None
     if m.train_blocks == "random":

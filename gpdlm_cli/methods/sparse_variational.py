@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from dataclasses import dataclass
 
 import torch
 
-from ..exceptions import UnsupportedCombination, param_error
+from ..exceptions import UnsupportedCombination
+from ..schema import InducingModelSpec, RunSpec, as_run_spec
+from ..schema.keys import choice, flag
 from . import components as C
 from . import feature_maps as FM
 from .base import Method, Stage
@@ -47,67 +50,88 @@ TAKES_FEATURES = True
 _QUANTITY = {"svgp": "expected_log_prob", "dlm": "log_marginal", "sq_dlm": None}
 
 
-def validate(cfg) -> None:
-    """Checks of the model keys that need no data."""
-    m = cfg.model
-    C.check_inducing(m)
-    FM.check_features(cfg.features)
-    if m.variant not in ("joint", "fixed"):
-        raise param_error("variant", f"model={m.name}", "'joint' or 'fixed'", m.variant)
+@dataclass(frozen=True)
+class Spec(InducingModelSpec):
+    """``model=svgp|dlm|sq_dlm``'s keys (conf/model/{svgp,dlm,sq_dlm}.yaml)."""
+
+    variant: str = choice(
+        "joint",
+        ("joint", "fixed"),
+        allowed="'joint' or 'fixed'",
+        help="joint | fixed: train SVGP, freeze its hyperparameters, learn q(u) anew",
+    )
+    elbo: str = choice(
+        "auto",
+        ("auto", "collapsed", "uncollapsed"),
+        allowed="'auto', 'collapsed' or 'uncollapsed'",
+        help="the SVGP (stage) ELBO: auto = collapsed for a Gaussian likelihood on the full batch",
+    )
+    baseline_estimator: str = choice(
+        "deterministic",
+        ("deterministic", "configured"),
+        allowed="'deterministic' or 'configured'",
+        help="E_q[log p] of SVGP and the SVGP stage",
+    )
+    fixed_learns_inducing: bool = flag(False, help="variant=fixed: true = Z re-learned with q(u)")
+    predictive: str = choice(
+        "auto",
+        ("auto", "residual", "scaled"),
+        allowed="'auto', 'residual' or 'scaled'",
+        help="sq_dlm: the predictive completion N(mu, c k + s2)",
+    )
+    fix_outputscale: bool = flag(False, help="sq_dlm, joint: hold the outputscale at its SVGP value")
+
+
+def validate(spec: RunSpec) -> None:
+    """Checks of the model keys that need no data (their ranges: ``Spec``)."""
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
     if m.name == "svgp" and m.variant == "fixed":
         raise UnsupportedCombination(
             "model.variant=fixed applies to dlm and sq_dlm (it is defined by a prior SVGP fit)"
         )
     if m.name == "sq_dlm":
-        C.gaussian_only(cfg, "model=sq_dlm (square loss) is a regression method: use likelihood=gaussian")
-    elbo = m.get("elbo", "auto")
-    if elbo not in ("auto", "collapsed", "uncollapsed"):
-        raise param_error("elbo", f"model={m.name}", "'auto', 'collapsed' or 'uncollapsed'", elbo)
-    if elbo == "collapsed" and (cfg.likelihood.name != "gaussian" or cfg.trainer.batch_size is not None):
+        C.gaussian_only(spec, "model=sq_dlm (square loss) is a regression method: use likelihood=gaussian")
+    if m.elbo == "collapsed" and (spec.likelihood.name != "gaussian" or spec.trainer.batch_size is not None):
         raise UnsupportedCombination(
             "model.elbo=collapsed needs likelihood=gaussian and the full batch (trainer.batch_size=null): "
             "the optimal q(u) is a function of all targets"
         )
-    if m.get("baseline_estimator", "deterministic") not in ("deterministic", "configured"):
-        raise param_error(
-            "baseline_estimator", f"model={m.name}", "'deterministic' or 'configured'", m.baseline_estimator
-        )
-    if m.get("predictive", "auto") not in ("auto", "residual", "scaled"):
-        raise param_error("predictive", f"model={m.name}", "'auto', 'residual' or 'scaled'", m.predictive)
-    if m.get("fix_outputscale", False) and not (m.name == "sq_dlm" and m.variant == "joint"):
+    if m.fix_outputscale and not (m.name == "sq_dlm" and m.variant == "joint"):
         raise UnsupportedCombination(
             "model.fix_outputscale=true applies to model=sq_dlm with model.variant=joint "
             "(the fixed variant freezes every hyperparameter already)"
         )
 
 
-def batched_scope(cfg) -> str | None:
+def batched_scope(spec: RunSpec) -> str | None:
     """``sweep.batched`` (``sweep.batched``, ``sweep.batched_model``): why this config has no batched form,
     or None. Batched: svgp (the collapsed ELBO) and dlm (closed form; the fixed variant's DLM stage,
     after its SVGP stage trained per member), Gaussian likelihood, rbf kernel, zero mean, no input
     features, a closed-form estimator."""
-    m = cfg.model
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
     if m.name not in ("svgp", "dlm"):
         return f"model={m.name} has no batched form (svgp and dlm do)"
-    if m.name == "svgp" and m.get("variant", "joint") != "joint":
+    if m.name == "svgp" and m.variant != "joint":
         return "model=svgp has only the joint variant"
-    if FM.uses_features(cfg):
+    if FM.uses_features(spec):
         return "input features (features=nn) are not batched"
-    if cfg.likelihood.name != "gaussian":
-        return f"likelihood={cfg.likelihood.name} is not batched (Gaussian only)"
-    if cfg.kernel.name != "rbf":
-        return f"kernel={cfg.kernel.name} is not batched (rbf only)"
-    if m.name == "dlm" and cfg.estimator.name not in ("auto", "exact"):
-        return f"estimator={cfg.estimator.name} samples: not batched (closed form only)"
-    if m.get("mean", "auto") not in ("auto", "zero"):
+    if spec.likelihood.name != "gaussian":
+        return f"likelihood={spec.likelihood.name} is not batched (Gaussian only)"
+    if spec.kernel.name != "rbf":
+        return f"kernel={spec.kernel.name} is not batched (rbf only)"
+    if m.name == "dlm" and spec.estimator.name not in ("auto", "exact"):
+        return f"estimator={spec.estimator.name} samples: not batched (closed form only)"
+    if m.mean not in ("auto", "zero"):
         return f"model.mean={m.mean} is not batched (zero mean only)"
-    if m.name == "svgp" and m.get("elbo", "auto") == "uncollapsed":
+    if m.name == "svgp" and m.elbo == "uncollapsed":
         return "model.elbo=uncollapsed is not batched (the collapsed ELBO is)"
     return None
 
 
-def check_sizes(cfg, n_train: int) -> None:
-    C.check_inducing(cfg.model, n_train)
+def check_sizes(spec: RunSpec, n_train: int) -> None:
+    C.check_inducing(as_run_spec(spec, Spec).model, n_train)
 
 
 def parameter_groups(model, likelihood) -> dict[str, list]:
@@ -124,31 +148,32 @@ def parameter_groups(model, likelihood) -> dict[str, list]:
     }
 
 
-def build(cfg, data, task: str) -> Method:
+def build(spec: RunSpec, data, task: str) -> Method:
     from .. import objectives as O
     from ..estimators import AutoEstimator
     from ..models import SparseVariationalGP
     from ..models.feature_input import FeatureInputGP
 
-    m = cfg.model
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
     x, y = data.x_train, data.y_train
     n, D = x.shape
     device, dtype = x.device, x.dtype
-    check_sizes(cfg, n)
-    likelihood = C.build_likelihood(cfg.likelihood, y)
-    features = FM.build_input_map(cfg.features, D, cfg.seed).to(device, dtype) if FM.uses_features(cfg) else None
+    check_sizes(spec, n)
+    likelihood = C.build_likelihood(spec.likelihood, y)
+    features = FM.build_input_map(spec.features, D, spec.seed).to(device, dtype) if FM.uses_features(spec) else None
     with torch.no_grad():  # the GP's inputs: g(x), so the inducing points start in feature space
         x_in = x if features is None else features(x)
-    kernel = C.build_kernel(cfg.kernel, x_in.shape[1], cfg.seed, inputs=None if features is None else x_in)
+    kernel = C.build_kernel(spec.kernel, x_in.shape[1], spec.seed, inputs=None if features is None else x_in)
     if m.num_inducing > getattr(kernel, "num_features", m.num_inducing):
         raise UnsupportedCombination(
-            f"kernel={cfg.kernel.name} has rank d={kernel.num_features}: model.num_inducing must be <= d"
+            f"kernel={spec.kernel.name} has rank d={kernel.num_features}: model.num_inducing must be <= d"
         )
     mean = C.build_mean(m.mean, task)
-    beta = float(cfg.objective.beta)
-    estimator = C.build_estimator(cfg.estimator)
+    beta = float(spec.objective.beta)
+    estimator = C.build_estimator(spec.estimator)
 
-    Z = C.initial_inducing_points(x_in, m.num_inducing, m.inducing_init, cfg.seed)
+    Z = C.initial_inducing_points(x_in, m.num_inducing, m.inducing_init, spec.seed)
     model = SparseVariationalGP(Z, kernel, mean, learn_inducing=m.learn_inducing, jitter=m.jitter)
     model = model.to(device=device, dtype=dtype)
     likelihood = likelihood.to(device=device, dtype=dtype)
@@ -160,15 +185,15 @@ def build(cfg, data, task: str) -> Method:
     if quantity:
         estimator.check(likelihood, quantity)
     stochastic = bool(estimator.stochastic)
-    full_batch = cfg.trainer.batch_size is None or cfg.trainer.batch_size >= n
+    full_batch = spec.trainer.batch_size is None or spec.trainer.batch_size >= n
 
     # the estimator of the baselines' E_q[log p]: deterministic unless asked otherwise
     base_est = estimator
     if not C.supports(estimator, likelihood, "expected_log_prob") or (
-        estimator.stochastic and m.get("baseline_estimator", "deterministic") == "deterministic"
+        estimator.stochastic and m.baseline_estimator == "deterministic"
     ):
         base_est = AutoEstimator()
-    elbo = m.get("elbo", "auto")
+    elbo = m.elbo
     collapsed = elbo == "collapsed" or (
         elbo == "auto" and likelihood.name == "gaussian" and full_batch and base_est.name in ("auto", "exact")
     )
@@ -199,7 +224,7 @@ def build(cfg, data, task: str) -> Method:
         return Method("svgp", model, likelihood, [svgp_stage(beta)], estimator, tags=tags)
 
     fixed = m.variant == "fixed"
-    learn_z = fixed and bool(m.get("fixed_learns_inducing", False))
+    learn_z = fixed and bool(m.fixed_learns_inducing)
 
     def freeze_and_reset():
         """Fixed variant (DLM paper, Sec. 6 / App. D): keep SVGP's kernel and likelihood (and,
@@ -228,8 +253,8 @@ def build(cfg, data, task: str) -> Method:
         return Method("dlm", model, likelihood, pre + [stage], estimator, tags=tags)
 
     # ----- square-loss DLM ------------------------------------------------------------------------
-    completion = _SquareLossCompletion(model, likelihood, data, m.get("predictive", "auto"))
-    fix_scale = bool(m.get("fix_outputscale", False))
+    completion = _SquareLossCompletion(model, likelihood, data, m.predictive)
+    fix_scale = bool(m.fix_outputscale)
     if fix_scale:
         pre = [dataclasses.replace(svgp_stage(1.0), shareable=True)]
         tags["gpdlm.elbo_form"] = "collapsed" if collapsed else "uncollapsed"
@@ -261,7 +286,7 @@ def build(cfg, data, task: str) -> Method:
             **({"features": groups["features"]} if "features" in groups else {}),
         }
         stage = Stage("sq_dlm", obj, stage_groups, prepare=prepare, lbfgs_ok=smooth)
-        if beta_is_swept(cfg) and not fix_scale:
+        if beta_is_swept(spec) and not fix_scale:
             print(
                 "gpdlm: warning: joint sq_dlm has no finite optimum in the outputscale, so beta only changes the "
                 "optimisation path; sweep beta with model.fix_outputscale=true or model.variant=fixed",
@@ -297,7 +322,7 @@ def _outputscale_parameter(kernel):
     return raw
 
 
-def beta_is_swept(cfg) -> bool:
+def beta_is_swept(spec=None) -> bool:
     """Whether this run is a job of a multirun that sweeps objective.beta."""
     try:
         from hydra.core.hydra_config import HydraConfig

@@ -38,10 +38,11 @@ from pathlib import Path
 import torch
 
 from .. import build
-from ..exceptions import ConfigError, UnsupportedCombination, param_error
+from ..exceptions import ConfigError, UnsupportedCombination
 from ..files import write_atomic
 from ..metrics.bias import condition_statistics, coordinate_bias, gradient_statistics
 from ..prepare import prepare
+from ..schema import BiasSpec, parse
 from ..tracking.identity import config_hashes
 from ..training import train
 from .lifecycle import TrackedRun, make_tracker, run_tags
@@ -51,25 +52,12 @@ _CHUNK_ELEMENTS = 2**21  # rows x samples (or nodes) per chunk of a reference gr
 
 
 # ----- checks ---------------------------------------------------------------------------------------
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def validate_bias(cfg) -> None:
     """The ``bias`` block, the model and the estimator kind (no data needed)."""
     b = cfg.get("bias")
     if b is None:
         raise ConfigError("the config has no 'bias' block; gpdlm bias needs bias.repetitions etc. (see docs/bias.md)")
-    if not _is_int(b.repetitions) or b.repetitions < 1:
-        raise param_error("repetitions", "bias", "an integer >= 1", b.repetitions)
-    if not _is_int(b.reference_nodes) or b.reference_nodes < 2:
-        raise param_error("reference_nodes", "bias", "an integer >= 2", b.reference_nodes)
-    if not _is_int(b.bmc_reference_samples) or b.bmc_reference_samples < 0:
-        raise param_error(
-            "bmc_reference_samples", "bias", "an integer >= 0 (0 = no bMC reference)", b.bmc_reference_samples
-        )
-    if b.batch is not None and (not _is_int(b.batch) or b.batch < 1):
-        raise param_error("batch", "bias", "an integer >= 1 or null (trainer.batch_size)", b.batch)
+    parse(b, BiasSpec, "bias")  # repetitions, reference_nodes, bmc_reference_samples, batch: schema.BiasSpec
     if cfg.model.name != "dlm":
         raise UnsupportedCombination(
             f"gpdlm bias studies the DLM gradient: use model=dlm (or dlm_fixed); got model={cfg.model.name}"

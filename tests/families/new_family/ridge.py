@@ -14,12 +14,13 @@ SELECTION_METRIC = "val_rmse"
 REFERENCE_BETA = 1.0
 
 
-def validate(cfg) -> None:
-    if cfg.likelihood.name != "gaussian":
+def validate(spec) -> None:
+    """``spec``: the run's ``schema.RunSpec`` (typed, validated; the family never sees the config)."""
+    if spec.likelihood.name != "gaussian":
         raise UnsupportedCombination("model=ridge is defined for likelihood=gaussian only")
 
 
-def build(cfg, data, task: str) -> Method:
+def build(spec, data, task: str) -> Method:
     import torch
 
     from ..likelihoods import GaussianLikelihood
@@ -34,7 +35,7 @@ def build(cfg, data, task: str) -> Method:
 
     def solve(xt, yt):
         eye = torch.eye(xt.shape[1], dtype=xt.dtype, device=xt.device)
-        w.copy_(torch.linalg.solve(xt.T @ xt + float(cfg.objective.beta) * eye, xt.T @ yt))
+        w.copy_(torch.linalg.solve(xt.T @ xt + float(spec.objective.beta) * eye, xt.T @ yt))
         likelihood.gp.noise = ((yt - xt @ w) ** 2).mean()
 
     return Method("ridge", Ridge(), likelihood, [Stage("ridge", solve=solve)])
