@@ -224,10 +224,14 @@ class SequenceEvaluation:
 
     def predict(self, xe):
         """(mu, var) of the latent outputs (n, d) at time-ordered windows ``xe``: one-step predictions,
-        or in free simulation the rollout from the L true past targets of ``xe``'s first window."""
+        or in free simulation the rollout from the L true past targets of ``xe``'s first window -- computed
+        as :meth:`evaluate` computes it (the same reach of batched rollouts, whose trajectory 0 is the
+        simulation's first steps), so that ``gpdlm predict`` on a run's test series gives its ``test_sim_*``
+        metrics exactly: with a float32 network a batched row and a single row differ in rounding (~1e-7)."""
         self.model.condition(self.x, self.y)
         if self.simulates:
-            mu, var, _ = free_simulation(self.model.means, self.model.marginals_all, xe, self.feedback, 0)
+            reach = min(max(self.horizons, default=0), xe.shape[0])
+            mu, var, _ = free_simulation(self.model.means, self.model.marginals_all, xe, self.feedback, reach)
             return mu, var
         return self.model.marginals_all(xe)
 
