@@ -1,5 +1,5 @@
 """Run every benchmark: `python -m benchmarks [name ...]` (names: training, optimizers, estimators, data, sweep,
-contention, optuna, sparse_spectrum, pic, rkhs, gplstm, gplstm_eval, kiss_car, study, stochastic_start, gpu, batched, kernels)."""
+contention, optuna, sparse_spectrum, pic, rkhs, rkhs_step, gplstm, gplstm_eval, kiss_car, study, stochastic_start, gpu, batched, kernels)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ ALL = [
     "sparse_spectrum",
     "pic",
     "rkhs",
+    "rkhs_step",
     "gplstm",
     "gplstm_eval",
     "kiss_car",

@@ -181,7 +181,7 @@ DECLARATIONS: dict[str, Any] = {
     # whether model.num_inducing, when set, is its number of inducing points (run labels show M)
     "INDUCING_POINTS": True,
     # whether its training reads objective.beta (false: a sweep over beta repeats one run;
-    # gpdlm's sweeper launches it once, run/beta_free.py)
+    # gpdlm's sweeper launches it once, sweep/beta_free.py)
     "USES_BETA": True,
 }
 

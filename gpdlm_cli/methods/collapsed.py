@@ -13,7 +13,7 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("sgpr", "fitc")
-USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (run/beta_free.py)
+USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (sweep/beta_free.py)
 PREDICTS_FROM_TRAINING_DATA = True
 TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)
 

@@ -7,11 +7,6 @@ builder is ``methods.kernels`` (re-exported here as ``build_kernel``).
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
-from contextvars import ContextVar
-from pathlib import Path
-
 import torch
 
 from ..exceptions import param_error
@@ -81,76 +76,13 @@ def build_mean(kind: str, task: str):
     raise param_error("mean", "model", "'auto', 'zero' or 'constant'", kind)
 
 
-# (directory, hits, pending writes) of the k-means cache the current run opened (``kmeans_cache``), None outside one
-_KMEANS_CACHE: ContextVar[tuple[Path, list[str], dict] | None] = ContextVar("gpdlm_kmeans_cache", default=None)
-
-
-@contextmanager
-def kmeans_cache(directory: str | os.PathLike):
-    """Within the block, ``initial_inducing_points(..., "kmeans", ...)`` reuses k-means centres stored
-    under ``directory``: every job of a sweep with the same training inputs, M and seed (all betas and
-    models of a (dataset, size, seed)) computes them once (issue 21, item 2). The key is the SHA-256 of
-    exactly what determines the centres: the inputs' bytes, shape and dtype, M, the seed, scikit-learn's
-    version and the k-means settings. Centres computed in the block are written when it ends without an
-    error (a job refused on bad input leaves nothing behind), atomically (``<directory>/kmeans-<key>.pt``,
-    a temporary file renamed into place: safe under parallel jobs on a shared disk); an unreadable file
-    is recomputed, never trusted. Yields the list of keys reused in the block (the run's tag)."""
-    hits: list[str] = []
-    pending: dict[Path, bytes] = {}
-    token = _KMEANS_CACHE.set((Path(directory), hits, pending))
-    try:
-        yield hits
-    finally:
-        _KMEANS_CACHE.reset(token)
-    from ..files import write_bytes_atomic
-
-    for path, data in pending.items():
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(path, data)
-        except OSError:  # a cache that cannot be written costs time, never a result
-            pass
-
-
-_KMEANS_SETTINGS = {"n_init": 1, "max_iter": 100}  # part of the cache key
+_KMEANS_SETTINGS = {"n_init": 1, "max_iter": 100}
 
 
 def _kmeans_centres(xs, M: int, seed: int):
     from sklearn.cluster import KMeans
 
     return KMeans(n_clusters=M, random_state=seed, **_KMEANS_SETTINGS).fit(xs).cluster_centers_
-
-
-def _cached_kmeans_centres(xs, M: int, seed: int):
-    """``_kmeans_centres`` through the open ``kmeans_cache``, if any (bit-identical either way)."""
-    opened = _KMEANS_CACHE.get()
-    if opened is None:
-        return _kmeans_centres(xs, M, seed)
-    import hashlib
-    import io
-
-    import numpy as np
-    import sklearn
-
-    directory, hits, pending = opened
-    xs = np.ascontiguousarray(xs)
-    h = hashlib.sha256(xs.tobytes())
-    h.update(f"{xs.shape}|{xs.dtype}|M={M}|seed={seed}|sklearn={sklearn.__version__}|{_KMEANS_SETTINGS}".encode())
-    key = h.hexdigest()[:20]
-    path = directory / f"kmeans-{key}.pt"
-    if path.exists():
-        try:
-            centres = torch.load(path, map_location="cpu", weights_only=True).numpy()
-            if centres.shape == (M, xs.shape[1]):
-                hits.append(f"kmeans:{key}")
-                return centres
-        except Exception:  # unreadable: recompute
-            pass
-    centres = _kmeans_centres(xs, M, seed)
-    buf = io.BytesIO()
-    torch.save(torch.from_numpy(np.array(centres)), buf)
-    pending[path] = buf.getvalue()
-    return centres
 
 
 #: above this many training rows, k-means runs on KMEANS_SUBSET_ROWS of them drawn at random (seeded):
@@ -162,8 +94,7 @@ _KMEANS_SUBSET_STREAM = 7919  # offset of the subset's seed from the run's
 
 
 def initial_inducing_points(x: torch.Tensor, M: int, how: str, seed: int) -> torch.Tensor:
-    """M rows of x at random, or the k-means centres of x (scikit-learn, seeded; cached across the jobs
-    of a sweep inside ``kmeans_cache``); above ``KMEANS_SUBSET_ABOVE`` rows the k-means centres of a
+    """M rows of x at random, or the k-means centres of x (scikit-learn, seeded); above ``KMEANS_SUBSET_ABOVE`` rows the k-means centres of a
     seeded random subset of ``KMEANS_SUBSET_ROWS`` rows."""
     n = x.shape[0]
     if M > n:
@@ -178,7 +109,7 @@ def initial_inducing_points(x: torch.Tensor, M: int, how: str, seed: int) -> tor
 
         pick = np.sort(np.random.default_rng(seed + _KMEANS_SUBSET_STREAM).choice(n, KMEANS_SUBSET_ROWS, replace=False))
         xs = xs[pick]
-    centres = _cached_kmeans_centres(xs, M, seed)
+    centres = _kmeans_centres(xs, M, seed)
     return torch.as_tensor(centres, dtype=x.dtype, device=x.device)
 
 
@@ -234,7 +165,6 @@ __all__ = [
     "initial_inducing_points",
     "is_int",
     "is_number",
-    "kmeans_cache",
     "no_feature_map",
     "supports",
 ]

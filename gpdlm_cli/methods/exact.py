@@ -15,7 +15,7 @@ from . import components as C
 from .base import Method, Stage
 
 MODELS = ("exact",)
-USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (run/beta_free.py)
+USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (sweep/beta_free.py)
 PREDICTS_FROM_TRAINING_DATA = True
 INDUCING_POINTS = False
 TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their defaults)

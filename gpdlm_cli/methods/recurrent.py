@@ -65,7 +65,7 @@ from .recurrent_setup import (
 )
 
 MODELS = ("gp_lstm", "gp_gru", "gp_rnn", "gp_narx", "lstm", "gru", "rnn", "narx")
-USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (run/beta_free.py)
+USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (sweep/beta_free.py)
 PREDICTS_FROM_TRAINING_DATA = {m: True for m in ("gp_lstm", "gp_gru", "gp_rnn", "gp_narx")}
 MULTI_OUTPUT = True  # independent GPs (or linear outputs) sharing one network
 TAKES_FEATURES = False  # the network is the model's own (model.network), not `features=`

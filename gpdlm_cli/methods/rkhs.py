@@ -50,7 +50,7 @@ from . import feature_maps as FM
 from .base import Method, Stage
 
 MODELS = ("scgd", "minimax", "bsgd")
-USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (run/beta_free.py)
+USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (sweep/beta_free.py)
 PREDICTS_FROM_TRAINING_DATA = True
 TAKES_FEATURES = True  # declarations: base.DECLARATIONS (the others keep their defaults)
 

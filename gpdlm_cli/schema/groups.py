@@ -78,7 +78,7 @@ class SweepSpec:
     share_stages: bool = flag(True, help="train a beta-independent stage once per sweep and reuse it from cache_dir")
     warm_start: bool = flag(False, help="beta sweeps: each beta starts where the previous one ended")
     batched: bool = flag(False, help="jobs differing only in seed and beta train as one batched model")
-    cache_dir: str = text("outputs/.cache", help="shared stages and k-means centres")
+    cache_dir: str = text("outputs/.cache", help="shared stages")
     grid_min: float = real(
         0.01,
         lo=0,

@@ -146,43 +146,6 @@ def test_a_multi_stage_run_reports_each_stages_final_objective(tmp_path):
     assert not any(k.startswith("final_loss_") for k in svgp)
 
 
-def test_kmeans_centres_are_computed_once_per_inputs_m_and_seed(tmp_path, monkeypatch):
-    """Issue 21, item 2: inside ``kmeans_cache`` the centres of the same inputs, M and seed are loaded, bit
-    for bit what k-means returns; other inputs or seeds are computed; a corrupt file is recomputed."""
-    import torch
-
-    from gpdlm_cli.methods import components
-
-    calls = []
-    real = components._kmeans_centres
-    monkeypatch.setattr(components, "_kmeans_centres", lambda xs, M, seed: calls.append(seed) or real(xs, M, seed))
-    x = torch.randn(200, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    plain = components.initial_inducing_points(x, 12, "kmeans", 3)
-    assert len(calls) == 1 and not (tmp_path / "km").exists()  # no cache outside the block
-    with components.kmeans_cache(tmp_path / "km") as hits:
-        first = components.initial_inducing_points(x, 12, "kmeans", 3)
-        assert len(calls) == 2 and hits == [] and not (tmp_path / "km").exists()  # written when the block ends
-    with components.kmeans_cache(tmp_path / "km") as hits:
-        assert len(list((tmp_path / "km").glob("kmeans-*.pt"))) == 1
-        again = components.initial_inducing_points(x, 12, "kmeans", 3)
-        assert len(calls) == 2 and len(hits) == 1 and hits[0].startswith("kmeans:")
-        assert torch.equal(again, plain) and torch.equal(first, plain)
-        components.initial_inducing_points(x, 12, "kmeans", 4)  # another seed
-        components.initial_inducing_points(x[1:], 12, "kmeans", 3)  # other inputs
-        components.initial_inducing_points(x, 11, "kmeans", 3)  # another M
-        assert len(calls) == 5 and len(hits) == 1
-    with components.kmeans_cache(tmp_path / "km") as hits:
-        for f in (tmp_path / "km").glob("kmeans-*.pt"):
-            f.write_bytes(f.read_bytes()[:50])
-        assert torch.equal(components.initial_inducing_points(x, 12, "kmeans", 3), plain)
-        assert len(calls) == 6 and hits == []
-    assert components._KMEANS_CACHE.get() is None
-    with pytest.raises(ValueError), components.kmeans_cache(tmp_path / "failed"):  # a job that fails writes nothing
-        components.initial_inducing_points(x, 12, "kmeans", 7)
-        raise ValueError("bad input found after the inducing inputs")
-    assert not (tmp_path / "failed").exists()
-
-
 def test_a_sweep_job_computes_its_own_kmeans_centres(tmp_path):
     """Issue 46: the k-means cache of sweep jobs is gone (it saved < 1% of a sweep's time,
     docs/training.md); a sweep job writes no centres, carries no tag, and ends as it did with the cache."""
