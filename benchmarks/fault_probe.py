@@ -179,8 +179,8 @@ def run_child(fault: str, folder: str, uri: str, rest: list[str]) -> int:
             def load_checkpoint_state(self, state):
                 pass
 
-        def with_killer(cfg, data, task, *family):
-            m = real(cfg, data, task, *family)
+        def with_killer(cfg, data, task, *family, **options):  # options: build_method's spec=
+            m = real(cfg, data, task, *family, **options)
             m.stages[-1].hooks = list(m.stages[-1].hooks) + [Killer()]
             return m
 

@@ -203,8 +203,8 @@ def kill_last_stage_at(monkeypatch, at: int):
 
     real = build.build_method
 
-    def with_killer(cfg, data, task, *family):
-        method = real(cfg, data, task, *family)
+    def with_killer(cfg, data, task, *family, **options):  # options: build_method's spec=
+        method = real(cfg, data, task, *family, **options)
         method.stages[-1].hooks = list(method.stages[-1].hooks) + [KillAt(at)]
         return method
 

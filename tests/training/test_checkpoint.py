@@ -65,8 +65,8 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(name, tmp_path, monkey
 
     real_build = build.build_method
 
-    def with_killer(cfg, data, task, *family):
-        method = real_build(cfg, data, task, *family)
+    def with_killer(cfg, data, task, *family, **options):  # options: build_method's spec=
+        method = real_build(cfg, data, task, *family, **options)
         stage = [s for s in method.stages if s.solve is None][-1]
         stage.hooks = list(stage.hooks) + [KillAt(27)]
         return method
