@@ -401,19 +401,9 @@ def _outputscale_parameter(kernel):
     return raw
 
 
-def beta_is_swept(spec=None) -> bool:
-    """Whether this run is a job of a multirun that sweeps objective.beta."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        hc = HydraConfig.get()
-    except Exception:  # not under Hydra (tests, API use)
-        return False
-    from hydra.types import RunMode
-
-    return hc.mode == RunMode.MULTIRUN and any(
-        o.split("=")[0].lstrip("+~") == "objective.beta" for o in hc.overrides.task
-    )
+def beta_is_swept(spec: RunSpec) -> bool:
+    """Whether this run is a job of a multirun that sweeps objective.beta (its overrides set it)."""
+    return "objective.beta" in spec.multirun_keys
 
 
 class _SquareLossCompletion:
