@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,7 @@ def _need(d: dict, key: str, where: str):
     return d[key]
 
 
-def _only(d: dict, allowed: set, where: str) -> None:
+def _only(d: dict, allowed: AbstractSet[str], where: str) -> None:
     extra = set(d) - allowed
     if extra:
         raise AnalysisError(f"{where}: unknown key(s) {', '.join(sorted(map(str, extra)))}")

@@ -43,7 +43,7 @@ from ..analysis import records as R
 from ..analysis import store
 from ..analysis import tables as T
 from ..analysis.records import RunRecord
-from ..analysis.selection import SELECT_KEYS, SUMMARY_KEYS, find_studies, select_records
+from ..analysis.selection import SELECT_KEYS, SUMMARY_KEYS, Studies, find_studies, select_records
 from ..analysis.summary import analyse, write_runs_csv
 from ..files import write_atomic
 from . import _cli
@@ -189,7 +189,7 @@ def build_parser():
     return p
 
 
-def _candidates(client, exp, args) -> tuple[list, list[str], list[str], object]:
+def _candidates(client, exp, args) -> tuple[list, list[str], list[str], Studies]:
     """``(records, also, notes, studies)``: the candidate runs, the extra grouping keys (checked), the
     notes to print once the input is known to be good, and the Optuna studies the runs belong to."""
     notes: list[str] = []  # printed once the input is known to be good (bad input is one line)

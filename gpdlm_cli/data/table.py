@@ -214,7 +214,7 @@ def table_from_frame(
     df = df[features + [target]]
     if label_map:
         df = df.assign(**{target: df[target].map(lambda v: label_map.get(v, v))})
-    notes = []
+    notes: list[str] = []
     df, test_mask, test_masks = _drop_missing(df, where, missing, test_mask, test_masks, notes)
     X = _design_matrix(df, where, features, categorical, target)
     y = _target_values(df, where, target, task)
