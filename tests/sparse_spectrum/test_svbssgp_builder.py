@@ -78,9 +78,7 @@ BEFORE = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("blocks", ["random", "kmeans"])
-def test_the_split_builder_trains_as_before(blocks, monkeypatch):
-    monkeypatch.setattr(torch, "get_num_threads", torch.get_num_threads)
-    torch.set_num_threads(1)
+def test_the_split_builder_trains_as_before(blocks):  # the suite's 1 torch thread (tests/conftest.py)
     extra = [] if blocks == "random" else ["model.train_blocks=kmeans", "model.train_partitions=6", "model.cov=block"]
     method, metrics = _train(extra)
     want_metrics, want_monitors, want_diag, overrides, n_blocks = BEFORE[blocks]
