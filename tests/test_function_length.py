@@ -24,7 +24,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("sweep/batched.py", "_train_group"): "split in progress",
     ("sweep/batched_model.py", "train_batched"): "split in progress",
     ("methods/rkhs.py", "build"): "split in progress",
-    ("methods/sparse_spectrum.py", "_build_svbssgp"): "split in progress",
     ("commands/reproduce.py", "run"): "split in progress",
     ("sweep/plan.py", "_estimate_at_job_threads"): "split in progress",
 }
