@@ -131,6 +131,32 @@ class FlatAdadelta(torch.optim.Adadelta):
         return loss
 
 
+class StackedAdadelta:
+    """AdaDelta for B members trained together (``sweep.batched=true``): the trainable parameters of member b
+    are row b of one flat B x P leaf ``theta``; ``lr`` (B x P) holds each element's step size (its member's
+    lr times its group's scale). Torch's arithmetic in ``FlatAdadelta``'s order, element by element, so each
+    row moves as its member's ``FlatAdadelta`` moves it (up to the rounding of the last multiply-add).
+    ``step(active)``: rows whose ``active`` entry is False (stopped members) keep their values exactly."""
+
+    def __init__(self, theta: torch.Tensor, lr: torch.Tensor, rho: float = 0.9, eps: float = 1e-6):
+        self.theta, self.rho, self.eps = theta, float(rho), float(eps)
+        self.neg_lr = -lr.to(theta)
+        self.square = torch.zeros_like(theta.detach())
+        self.acc = torch.zeros_like(self.square)
+
+    @torch.no_grad()
+    def step(self, active: torch.Tensor | None = None) -> None:
+        rho, grad = self.rho, self.theta.grad
+        self.square.mul_(rho).addcmul_(grad, grad, value=1 - rho)
+        std = self.square.add(self.eps).sqrt_()
+        delta = self.acc.add(self.eps).sqrt_().div_(std).mul_(grad)
+        self.acc.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+        delta.mul_(self.neg_lr)
+        if active is not None:
+            delta.masked_fill_(~active.unsqueeze(-1), 0.0)
+        self.theta.add_(delta)
+
+
 def make_optimizer(
     name: str,
     groups: list[dict],
@@ -204,4 +230,4 @@ class Schedule:
             raise ValueError("robbins_monro needs kappa in (0.5, 1] and t0 > 0")
 
 
-__all__ = ["FlatAdadelta", "OPTIMIZERS", "SCHEDULES", "Schedule", "default_lr", "make_optimizer"]
+__all__ = ["FlatAdadelta", "OPTIMIZERS", "StackedAdadelta", "SCHEDULES", "Schedule", "default_lr", "make_optimizer"]
