@@ -352,4 +352,72 @@ def _finish(loop, seconds: float):
     return dataclasses.replace(result, train_seconds=seconds, iter_ms=1000 * seconds / max(it, 1))
 
 
-__all__ = ["RKHSMember", "RKHSMemberFit", "StackedRKHS", "train_rkhs_batched"]
+def _member(c, evaluator) -> RKHSMember:
+    """A job's member: prepared as its run prepares it, its stage's ``prepare`` run (F~_0, w_0, A_0, mu)."""
+    from ..prepare import prepare
+    from ..training import stage_settings
+
+    p = prepare(c)
+    stages = p.method.stages
+    if len(stages) != 1 or stages[0].solve is not None:
+        raise NotBatchable(f"model={c.model.name} has more than one stage")
+    stage = stages[0]
+    if stage.prepare is not None:
+        stage.prepare()
+    s = stage_settings(p.settings, stage, p.n_train)
+    if s.optimizer != "adadelta" or not s.schedule.constant or s.grad_tol is not None:
+        raise NotBatchable("only AdaDelta with a constant learning rate is batched for the RKHS family")
+    evaluate = evaluator(p.method, p.data, p.splits.y_std) if (s.eval_every or s.eval_every_epochs) else None
+    return RKHSMember(p.method, s, p.data.x_train, p.data.y_train, int(c.seed), evaluate)
+
+
+def _restorer(method):
+    """What a member's job restores besides its modules' tensors: its stage hooks' states (MINIMAX's mu and
+    projection count, SCGD's last b_t) and its Cholesky log."""
+    hooks = [h.checkpoint_state() for h in method.stages[-1].hooks]
+    log = method.model.chol_log
+    jitter, failures = log.jitter_events, log.device_failures
+
+    def restore(target) -> None:
+        for h, state in zip(target.stages[-1].hooks, hooks):
+            h.load_checkpoint_state(state)
+        target.model.chol_log.jitter_events, target.model.chol_log.device_failures = jitter, failures
+
+    return restore
+
+
+def train_group(cfg, key: str, configs: list, evaluator) -> dict:
+    """``sweep.batched``'s group of RKHS jobs (``sweep.batched._train_group``): every job prepared as its run
+    would be, trained together, and each job's ``BatchedOutcome`` fields (a dict) by its config hash. A job whose preparation
+    fails is left out (it reports its own error when it runs), unless it is this job (``key``)."""
+    from ..exceptions import GpdlmError
+    from ..tracking.identity import config_hash
+    from ..training import FitResult
+    from ..training.callbacks import StageRun
+    from ..training.reuse import module_state
+
+    members, keys = [], []
+    for c in configs:
+        k = config_hash(c)
+        try:
+            members.append(_member(c, evaluator))
+        except GpdlmError:
+            if k == key:
+                raise
+            continue
+        keys.append(k)
+    fits = train_rkhs_batched(members)
+    out = {}
+    for k, m, f in zip(keys, members, fits):
+        stage = m.method.stages[-1]
+        run = StageRun(0, stage)
+        run.result = f.result
+        fit = FitResult()
+        fit.add_stage(stage.name, m.settings, run)
+        fit.iter_ms = f.result.iter_ms
+        state = module_state(m.method.modules)
+        out[k] = dict(tag=str(len(members)), fit=fit, state=state, steps=f.steps, restore=_restorer(m.method))
+    return out
+
+
+__all__ = ["RKHSMember", "RKHSMemberFit", "StackedRKHS", "train_group", "train_rkhs_batched"]
