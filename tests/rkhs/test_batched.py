@@ -171,3 +171,46 @@ def test_members_of_different_models_are_not_batched():
         members.append(RKHSMember(p.method, s, p.data.x_train, p.data.y_train, int(c.seed)))
     with pytest.raises(NotBatchable, match="different objectives"):
         train_rkhs_batched(members)
+
+
+@pytest.mark.slow  # two sweeps of 4 jobs in this process (MLflow dominates): 20-70 s on the loaded 2 cores
+def test_a_batched_rkhs_sweep_logs_each_member_as_its_separate_run(tmp_path, capsys, mlflow_uri):
+    """gpdlm train -m over 2 seeds x 2 learning rates of MINIMAX: one batch of 4 (tag gpdlm.batched=4), each
+    child run with its separate run's metrics (mu and the projection count included: the hook states its job
+    restores), tags and learning curve."""
+    from mlflow.tracking import MlflowClient
+
+    from gpdlm_cli.sweep.batched import clear_batched
+
+    from ..conftest import run_cli
+
+    def sweep(name, extra):
+        clear_batched()
+        argv = ["train", "-m", "model=minimax", "kernel=linear", *SMALL[:-3], "threads=1", "progress=false"]
+        argv += ["seed=0,1", "trainer.lr=0.1,1.0", f"tracking.uri={mlflow_uri}", f"tracking.experiment={name}"]
+        rc, lines = run_cli([*argv, f"hydra.sweep.dir={tmp_path / name}", *extra], tmp_path, capsys)
+        assert rc == 0, lines
+        client = MlflowClient(mlflow_uri)
+        exp = client.get_experiment_by_name(name)
+        runs = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+        return client, lines, {(r.data.params["seed"], r.data.params["trainer.lr"]): r for r in runs}
+
+    client, _, separate = sweep("rkhs-sep", [])
+    _, lines, batched = sweep("rkhs-bat", ["sweep.batched=true"])
+    assert "gpdlm: sweep.batched: trained 4 jobs of model=minimax as one batched model" in lines
+    assert sorted(batched) == sorted(separate) and len(batched) == 4
+    timing = ("train_seconds", "iter_ms", "peak_memory_mb", "peak_rss_mb", "wall_seconds")
+    for key, run in batched.items():
+        ref = separate[key]
+        assert run.data.tags["gpdlm.batched"] == "4" and run.info.status == "FINISHED"
+        assert sorted(run.data.metrics) == sorted(ref.data.metrics)
+        for name, value in ref.data.metrics.items():
+            if not any(name.startswith(t) for t in timing):
+                assert run.data.metrics[name] == pytest.approx(value, rel=1e-8, abs=1e-8), (key, name)
+        for tag in ("gpdlm.stop_rule", "gpdlm.optimizers", "gpdlm.config_hash", "gpdlm.rkhs_setting"):
+            assert run.data.tags[tag] == ref.data.tags[tag], tag
+        for series in ("train_loss", "train_nlml"):
+            a = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, series))
+            b = sorted((m.step, m.value) for m in client.get_metric_history(ref.info.run_id, series))
+            assert [s for s, _ in a] == [s for s, _ in b], series
+            assert [v for _, v in a] == pytest.approx([v for _, v in b], rel=1e-8, abs=1e-8), series
