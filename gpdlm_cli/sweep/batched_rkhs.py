@@ -79,9 +79,10 @@ def _kind(objective) -> str:
 
 
 class StackedRKHS:
-    """The members' tensors in stacked storage: the trainable ones as the rows of ``theta`` (B x P, a leaf),
-    every other parameter and buffer of the objective stacked by name (B x ...); each member's own tensors
-    are views of its row, so its modules, hooks, evaluations and snapshots see and change the stacked values."""
+    """The members' tensors in stacked storage: the trainable ones as the rows of ``flat`` (B x P; by name, the
+    leaves ``leaves``, B x ..., view its columns), every other parameter and buffer of the objective stacked by
+    name (B x ...); each member's own tensors are views of its row, so its modules, hooks, evaluations and
+    snapshots see and change the stacked values."""
 
     def __init__(self, members: list[RKHSMember]):
         if len(members) < 1:
@@ -133,7 +134,10 @@ class StackedRKHS:
             self.slices[n] = (offset, offset + k, tuple(named[0][n].shape))
             offset += k
         rows = [torch.cat([nm[n].detach().reshape(-1) for n in self.trainable]) for nm in named]
-        self.theta = torch.stack(rows).requires_grad_(True)
+        self.flat = torch.stack(rows)  # B x P: the storage of every member's trained values
+        self.leaves: dict[str, torch.Tensor] = {}  # B x ... leaves viewing flat's columns (their gradients: B x ...)
+        for n, (lo, hi, shape) in self.slices.items():
+            self.leaves[n] = self.flat[:, lo:hi].view(self.B, *shape).requires_grad_(True)
         self.fixed: dict[str, torch.Tensor] = {}
         for n in named[0]:
             if n not in self.slices:
@@ -143,20 +147,17 @@ class StackedRKHS:
                 for n, t in nm.items():
                     if n in self.slices:
                         lo, hi, shape = self.slices[n]
-                        t.data = self.theta.data[b, lo:hi].view(shape)
+                        t.data = self.flat[b, lo:hi].view(shape)
                     else:
                         t.data = self.fixed[n].data[b]
 
     def tensor(self, name: str) -> torch.Tensor:
-        """The members' values of ``name`` (B x ...): a view of ``theta`` (differentiable) or the stacked tensor."""
-        if name in self.slices:
-            lo, hi, shape = self.slices[name]
-            return self.theta[:, lo:hi].reshape(self.B, *shape)
-        return self.fixed[name]
+        """The members' values of ``name`` (B x ...): a leaf viewing ``flat`` (trained) or the stacked tensor."""
+        return self.leaves[name] if name in self.leaves else self.fixed[name]
 
     def learning_rates(self, loops) -> torch.Tensor:
         """B x P: each element's step size, from each member's own optimiser groups (lr x lr_scale)."""
-        lr = torch.zeros_like(self.theta.detach())
+        lr = torch.zeros_like(self.flat)
         for b, (loop, obj) in enumerate(zip(loops, self.objectives)):
             ids = {id(t): n for n, t in self._named(obj).items()}
             covered = 0
@@ -203,7 +204,7 @@ class StackedRKHS:
         return L
 
     def values(self, x: torch.Tensor, y: torch.Tensor, active: list[bool]) -> torch.Tensor:
-        """The members' step values (B), differentiable in ``theta``; sets the objectives' per-step state."""
+        """The members' step values (B), differentiable in the leaves; sets the objectives' per-step state."""
         from ..objectives.rkhs_batched import MinimaxStepBatched, SCGDStepBatched, bsgd_values
 
         phi, s2 = self.features(x)
@@ -297,7 +298,8 @@ def train_rkhs_batched(members: list[RKHSMember]) -> list[RKHSMemberFit]:
 
     opts = s0.optimizer_options
     opt = StackedAdadelta(
-        stack.theta,
+        list(stack.leaves.values()),
+        stack.flat,
         stack.learning_rates(loops),
         rho=opts.get("rho", 0.9),
         **({} if opts.get("eps") is None else {"eps": opts["eps"]}),
@@ -332,10 +334,11 @@ def _batched_iteration(stack: StackedRKHS, loops, opt, active: list[bool], secon
         loops[b]._before_step()
     x = torch.stack([loop.xb for loop in loops])
     y = torch.stack([loop.yb for loop in loops])
-    stack.theta.grad = None
+    for leaf in stack.leaves.values():
+        leaf.grad = None
     values = stack.values(x, y, active)
     values.sum().backward()
-    opt.step(None if len(act) == stack.B else torch.tensor(active, device=stack.theta.device))
+    opt.step(None if len(act) == stack.B else torch.tensor(active, device=stack.flat.device))
     values = values.detach()
     for b in act:
         loops[b]._after_step(values[b])

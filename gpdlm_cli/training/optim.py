@@ -132,21 +132,24 @@ class FlatAdadelta(torch.optim.Adadelta):
 
 
 class StackedAdadelta:
-    """AdaDelta for B members trained together (``sweep.batched=true``): the trainable parameters of member b
-    are row b of one flat B x P leaf ``theta``; ``lr`` (B x P) holds each element's step size (its member's
-    lr times its group's scale). Torch's arithmetic in ``FlatAdadelta``'s order, element by element, so each
-    row moves as its member's ``FlatAdadelta`` moves it (up to the rounding of the last multiply-add).
-    ``step(active)``: rows whose ``active`` entry is False (stopped members) keep their values exactly."""
+    """AdaDelta for B members trained together (``sweep.batched=true``): ``params`` are leaves with a leading
+    member dimension whose storage is the columns of one flat B x P tensor ``flat`` (member b's trainable
+    values are row b); ``lr`` (B x P) holds each element's step size (its member's lr times its group's
+    scale). Torch's arithmetic in ``FlatAdadelta``'s order, element by element, so each row moves as its
+    member's ``FlatAdadelta`` moves it (up to the rounding of the last multiply-add): one concatenation of
+    the gradients and a dozen operations on B x P per step. ``step(active)``: rows whose ``active`` entry is
+    False (stopped members) keep their values exactly."""
 
-    def __init__(self, theta: torch.Tensor, lr: torch.Tensor, rho: float = 0.9, eps: float = 1e-6):
-        self.theta, self.rho, self.eps = theta, float(rho), float(eps)
-        self.neg_lr = -lr.to(theta)
-        self.square = torch.zeros_like(theta.detach())
-        self.acc = torch.zeros_like(self.square)
+    def __init__(self, params, flat: torch.Tensor, lr: torch.Tensor, rho: float = 0.9, eps: float = 1e-6):
+        self.params, self.flat, self.rho, self.eps = list(params), flat, float(rho), float(eps)
+        self.neg_lr = -lr.to(flat)
+        self.square = torch.zeros_like(flat)
+        self.acc = torch.zeros_like(flat)
 
     @torch.no_grad()
     def step(self, active: torch.Tensor | None = None) -> None:
-        rho, grad = self.rho, self.theta.grad
+        rho, B = self.rho, self.flat.shape[0]
+        grad = torch.cat([p.grad.reshape(B, -1) for p in self.params], 1)
         self.square.mul_(rho).addcmul_(grad, grad, value=1 - rho)
         std = self.square.add(self.eps).sqrt_()
         delta = self.acc.add(self.eps).sqrt_().div_(std).mul_(grad)
@@ -154,7 +157,7 @@ class StackedAdadelta:
         delta.mul_(self.neg_lr)
         if active is not None:
             delta.masked_fill_(~active.unsqueeze(-1), 0.0)
-        self.theta.add_(delta)
+        self.flat.add_(delta)
 
 
 def make_optimizer(
