@@ -145,14 +145,18 @@ class StackedAdadelta:
         self.neg_lr = -lr.to(flat)
         self.square = torch.zeros_like(flat)
         self.acc = torch.zeros_like(flat)
+        # the step's temporaries, allocated once: B x P buffers are large (32 x 20k doubles: 5 MB), and fresh
+        # ones at every step cost page faults
+        self.grad, self.std, self.delta = (torch.empty_like(flat) for _ in range(3))
 
     @torch.no_grad()
     def step(self, active: torch.Tensor | None = None) -> None:
         rho, B = self.rho, self.flat.shape[0]
-        grad = torch.cat([p.grad.reshape(B, -1) for p in self.params], 1)
+        grad, std, delta = self.grad, self.std, self.delta
+        torch.cat([p.grad.reshape(B, -1) for p in self.params], 1, out=grad)
         self.square.mul_(rho).addcmul_(grad, grad, value=1 - rho)
-        std = self.square.add(self.eps).sqrt_()
-        delta = self.acc.add(self.eps).sqrt_().div_(std).mul_(grad)
+        torch.add(self.square, self.eps, out=std).sqrt_()
+        torch.add(self.acc, self.eps, out=delta).sqrt_().div_(std).mul_(grad)
         self.acc.mul_(rho).addcmul_(delta, delta, value=1 - rho)
         delta.mul_(self.neg_lr)
         if active is not None:
