@@ -172,7 +172,8 @@ def rkhs_separate_seconds(member, steps: int) -> float:
     stage = member.method.stages[-1]
     s = dataclasses.replace(member.settings, max_iters=steps, max_epochs=None)
     t = time.process_time()
-    train(stage.objective, stage.groups, member.x, member.y, s, generator=torch.Generator().manual_seed(1))
+    gen = torch.Generator().manual_seed(1)
+    train(stage.objective, stage.groups, member.x, member.y, s, generator=gen, hooks=stage.hooks)
     return time.process_time() - t
 
 
