@@ -214,3 +214,58 @@ def test_a_batched_rkhs_sweep_logs_each_member_as_its_separate_run(tmp_path, cap
             b = sorted((m.step, m.value) for m in client.get_metric_history(ref.info.run_id, series))
             assert [s for s, _ in a] == [s for s, _ in b], series
             assert [v for _, v in a] == pytest.approx([v for _, v in b], rel=1e-8, abs=1e-8), series
+
+
+def test_stacked_adadelta_moves_each_row_as_its_own_flat_adadelta():
+    """StackedAdadelta on B = 3 rows (lr 0.1, 0.3, 1.0; a group scale of 0.5 on the second tensor) against
+    three FlatAdadelta runs on the same gradients, 50 steps; a frozen row keeps its values exactly."""
+    from gpdlm_cli.training.optim import FlatAdadelta, StackedAdadelta
+
+    g = torch.Generator().manual_seed(0)
+    lrs, B = (0.1, 0.3, 1.0), 3
+    flat = torch.randn(B, 7, generator=g, dtype=torch.float64)
+    leaves = [flat[:, :4].view(B, 2, 2).requires_grad_(True), flat[:, 4:].requires_grad_(True)]
+    lr = torch.tensor([[r] * 4 + [0.5 * r] * 3 for r in lrs], dtype=torch.float64)
+    opt = StackedAdadelta(leaves, flat, lr, rho=0.9, eps=1e-6)
+    singles = []
+    for b, r in enumerate(lrs):
+        a, c = flat[b, :4].view(2, 2).clone().requires_grad_(True), flat[b, 4:].clone().requires_grad_(True)
+        groups = [{"params": [a], "lr": r}, {"params": [c], "lr": 0.5 * r}]
+        singles.append((a, c, FlatAdadelta(groups, rho=0.9, eps=1e-6)))
+    for step in range(50):
+        grads = torch.randn(B, 7, generator=g, dtype=torch.float64)
+        leaves[0].grad, leaves[1].grad = grads[:, :4].reshape(B, 2, 2).clone(), grads[:, 4:].clone()
+        opt.step(None if step < 40 else torch.tensor([True, False, True]))
+        for b, (a, c, single) in enumerate(singles):
+            if step >= 40 and b == 1:
+                continue
+            a.grad, c.grad = grads[b, :4].reshape(2, 2).clone(), grads[b, 4:].clone()
+            single.step()
+        if step == 39:
+            frozen = flat[1].clone()
+    for b, (a, c, _) in enumerate(singles):
+        torch.testing.assert_close(flat[b], torch.cat([a.detach().reshape(-1), c.detach()]), rtol=1e-12, atol=1e-14)
+    assert torch.equal(flat[1], frozen)
+    assert torch.equal(leaves[1].detach(), flat[:, 4:])  # the leaves view the flat storage
+
+
+def test_a_sweep_composes_its_jobs_once(monkeypatch):
+    """The first job of every shape looks at the sweep's jobs: they are composed (and hashed) once per sweep."""
+    import gpdlm_cli.sweep.compose as composer
+    from gpdlm_cli.sweep import batched
+
+    calls = []
+
+    def fake(jobs):
+        calls.append(len(jobs))
+        return [compose(["model=scgd", "kernel=linear", *SMALL, *job]) for job in jobs]
+
+    monkeypatch.setattr(composer, "compose_jobs", fake)
+    batched.clear_batched()
+    jobs = [["seed=0"], ["seed=1", "trainer.lr=0.3"]]
+    first = batched._composed("/sweep", jobs)
+    assert batched._composed("/sweep", jobs) is first and calls == [2]
+    assert first[0][2] == first[1][2]  # seed and lr differ: one shape
+    batched._composed("/other", jobs)
+    assert calls == [2, 2]
+    batched.clear_batched()
