@@ -100,8 +100,8 @@ class StackedRKHS:
         for nm, m in zip(named, members):
             if {n: (tuple(t.shape), t.dtype) for n, t in nm.items()} != shapes:
                 raise NotBatchable("the members' models differ in their parameters")
-            if m.x.shape != members[0].x.shape or m.x.dtype != members[0].x.dtype:
-                raise NotBatchable("the members' training sets differ in shape or dtype")
+            if m.x.shape[1:] != members[0].x.shape[1:] or m.x.dtype != members[0].x.dtype:
+                raise NotBatchable("the members' inputs differ in width or dtype")  # n may differ (masks)
         self.trainable = self._trainable_names(named[0])
         self._build(named)
 
@@ -210,7 +210,9 @@ class StackedRKHS:
         phi, s2 = self.features(x)
         y = y.to(torch.float64)
         objs = self.objectives
-        n = objs[0].num_data if self.kind != "bsgd" else None
+        n = None
+        if self.kind != "bsgd":  # each member's own n (two 90/10 masks of a set can differ by a row)
+            n = torch.tensor([float(o.num_data) for o in objs], dtype=torch.float64, device=phi.device)
         if self.kind == "scgd":
             L = self.cholesky(self.tensor("F_tilde"), "F~ (SCGD)", active)
             values, F_batch = SCGDStepBatched.apply(phi, self.tensor("w"), s2, y, L, n)
@@ -237,8 +239,11 @@ class StackedRKHS:
     def _dual_features(self, phi: torch.Tensor, active: list[bool]) -> torch.Tensor:
         """MINIMAX's max-step batches: each member's own draw (from its objective's generator) of its own rows."""
         objs, b = self.objectives, phi.shape[-2]
-        if b >= objs[0].num_data:
+        full = {b >= o.num_data for o in objs}
+        if full == {True}:
             return phi.detach()
+        if len(full) > 1:
+            raise NotBatchable("some members' batches are their full training sets, others' are not")
         rows = []
         for o, on in zip(objs, active):
             idx = o.sample_dual_batch(b) if on else torch.zeros(b, dtype=torch.long, device=phi.device)

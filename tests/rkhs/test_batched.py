@@ -142,6 +142,20 @@ def _assert_equal_stop(separate, batched):
         torch.testing.assert_close(s[k], state[k], rtol=1e-8, atol=1e-8, msg=k)
 
 
+@pytest.mark.slow  # ~3 s
+@pytest.mark.parametrize("model", ["scgd", "minimax"])
+def test_members_with_different_training_sizes_equal_their_separate_runs(model):
+    """Two 90/10 masks of a set can train on n and n - 1 rows (elevators: 14,940 and 14,939): each member keeps
+    its own n in its step and its own epochs (130 rows: 8 steps an epoch, 24 in all; the others 21)."""
+    torch.set_num_threads(1)
+    sizes = [(0, 0.1, 120), (1, 0.3, 119), (2, 1.0, 130)]
+    cfgs = [_cfg(model, "linear", s, lr, [f"dataset.split.train_size={n}"]) for s, lr, n in sizes]
+    separate = [_separate(c) for c in cfgs]
+    assert [fit.iterations for fit, _, _ in separate] == [21, 21, 24]
+    for a, b in zip(separate, _batched(cfgs)):
+        _assert_equal_stop(a, b)
+
+
 def test_out_of_scope_rkhs_configs_say_why_in_one_line():
     base = ["model=scgd", "kernel=linear", *SMALL]
     assert out_of_scope(compose(base)) is None
