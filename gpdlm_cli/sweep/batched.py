@@ -12,7 +12,12 @@ under its config hash. Every job -- the first included -- then takes its own mem
 and goes on as a separate run does: the final evaluation, ``metrics.json``, MLflow child run,
 saved model; its run carries the tag ``gpdlm.batched=<B>`` (the size of its batch).
 
-In scope (the family says: ``methods.sparse_variational.batched_scope``): ``model=svgp`` (the
+The RKHS family (``methods.rkhs.batched_scope``; ``BATCHED_TRAINER = "stacked"``) batches on minibatches
+with its own trainer, ``sweep.batched_rkhs``: its shapes are also free in ``trainer.lr`` and
+``dataset.split.mask`` (``BATCHED_FREE_KEYS``), and each member keeps its own loop (batch order, hooks,
+stopping, evaluations, best iterate) while the step's arithmetic is shared.
+
+In scope for the sparse variational family (``methods.sparse_variational.batched_scope``): ``model=svgp`` (the
 collapsed ELBO) and ``model=dlm`` (the closed-form Gaussian DLM; ``dlm_fixed``: each member's SVGP
 stage is trained first as its own run trains it -- shared across betas by ``sweep.share_stages`` --
 then the DLM stage of all members batched), ``likelihood=gaussian``, ``kernel=rbf``, zero mean, no features, the full
