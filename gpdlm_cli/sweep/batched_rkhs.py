@@ -294,6 +294,9 @@ def train_rkhs_batched(members: list[RKHSMember]) -> list[RKHSMemberFit]:
     """Train the members together (module docstring); their modules end in their runs' end states.
     Raises ``NotBatchable`` when they cannot be batched or a member's training fails numerically (its
     separate run then reports where)."""
+    sizes = {m.x.shape[0] for m in members}
+    if len(sizes) > 1 and any(m.settings.batch_size is None or m.settings.batch_size >= min(sizes) for m in members):
+        raise NotBatchable("full-batch members of different training sizes")
     stack = StackedRKHS(members)
     B = stack.B
     steps: list[dict] = [{} for _ in range(B)]
@@ -337,8 +340,9 @@ def _batched_iteration(stack: StackedRKHS, loops, opt, active: list[bool], secon
     for b in act:
         stack.invalidate(b)
         loops[b]._before_step()
-    x = torch.stack([loop.xb for loop in loops])
-    y = torch.stack([loop.yb for loop in loops])
+    first = loops[act[0]]  # a stopped member's rows do not matter: any batch of the right size
+    x = torch.stack([loop.xb if on else first.xb for loop, on in zip(loops, active)])
+    y = torch.stack([loop.yb if on else first.yb for loop, on in zip(loops, active)])
     for leaf in stack.leaves.values():
         leaf.grad = None
     values = stack.values(x, y, active)

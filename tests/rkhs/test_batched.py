@@ -283,3 +283,15 @@ def test_a_sweep_composes_its_jobs_once(monkeypatch):
     batched._composed("/other", jobs)
     assert calls == [2, 2]
     batched.clear_batched()
+
+
+def test_full_batch_members_of_different_sizes_are_not_batched():
+    """On the full batch a member's step sees all its rows: members of different n cannot stack (minibatches can)."""
+    members = []
+    for n in (100, 99):
+        c = _cfg("scgd", "linear", 0, 0.1, ["trainer.batch_size=null", f"dataset.split.train_size={n}"])
+        p = prepare(c)
+        s = stage_settings(p.settings, p.method.stages[0], p.n_train)
+        members.append(RKHSMember(p.method, s, p.data.x_train, p.data.y_train, int(c.seed)))
+    with pytest.raises(NotBatchable, match="full-batch members of different training sizes"):
+        train_rkhs_batched(members)
