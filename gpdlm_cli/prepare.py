@@ -14,10 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 
 from . import build
+
+if TYPE_CHECKING:
+    from .data import DataSplits
+    from .methods.base import Method
+    from .training.loop import TrainerSettings
 
 
 @dataclass
@@ -27,10 +33,10 @@ class Prepared:
     cfg: object  # the config the run trains with (after ``adjust``)
     family: ModuleType  # the model's family module (gpdlm_cli.methods.*)
     table: object  # data.Table: the loaded dataset
-    splits: object  # data.DataSplits: row indices, standardisation, fingerprint
+    splits: DataSplits  # data.DataSplits: row indices, standardisation, fingerprint
     data: build.Tensors  # the splits as tensors on the run's device and dtype
-    method: object  # methods.Method: model, likelihood, stages, evaluation
-    settings: object  # training.TrainerSettings
+    method: Method  # methods.Method: model, likelihood, stages, evaluation
+    settings: TrainerSettings  # training.TrainerSettings
     spec: object = None  # schema.RunSpec: the typed, validated specs of ``cfg`` (what the family received)
 
     @property

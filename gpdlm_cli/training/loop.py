@@ -226,6 +226,12 @@ class Loop:
 
     def _iteration(self) -> None:
         """One step of the optimiser, the stopping test every ``check_every`` steps, the evaluation when due."""
+        self._before_step()
+        self._after_step(self._step().detach())
+
+    def _before_step(self) -> None:
+        """An iteration up to its step: the epoch's ``epoch_start`` hooks, the batch, the learning rate.
+        (``sweep.batched_rkhs`` drives several loops this way, with one batched step between the halves.)"""
         s, spe = self.settings, self.steps_per_epoch
         epoch = self.it // spe
         if self.it % spe == 0:
@@ -237,7 +243,12 @@ class Loop:
             f = s.schedule.factor(self.it, epoch)
             for g in self.opt.param_groups:
                 g["lr"] = g["base_lr"] * f
-        self.losses[self.it] = self._step().detach()
+
+    def _after_step(self, loss: torch.Tensor) -> None:
+        """An iteration after its step (``loss``: the step's value, detached): the loss recorded, the
+        ``after_step`` hooks, the stopping test, the evaluation when due, the callbacks."""
+        s, epoch = self.settings, self.it // self.steps_per_epoch
+        self.losses[self.it] = loss
         self.it += 1
         for h in self.hooks:
             if hasattr(h, "after_step"):
