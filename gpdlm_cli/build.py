@@ -94,7 +94,8 @@ def _check_threads(setting) -> None:
 
 
 def build_estimator(node):
-    """The estimator of an ``estimator`` config node (its keys checked by the estimator itself)."""
+    """The estimator of an ``estimator`` config node (its keys checked against the estimator's schema,
+    ``schema.options``)."""
     return C.build_estimator(node if isinstance(node, EstimatorSpec) else parse(node, EstimatorSpec, "estimator"))
 
 

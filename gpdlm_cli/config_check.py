@@ -226,7 +226,7 @@ def _check_values(base, values, later, command: str | None = "train") -> str | N
     for key in later:
         if OmegaConf.select(base, key, default=MISSING) == MISSING:
             return _unknown_key(key, _flat_keys(base))
-    model = base.model.get("name")
+    model = {g: base[g].get("name") for g in ("model", "dataset", "estimator") if g in base}
     for key, default, v in checked:  # types first: the validators may trip over a wrong type
         message = check_value(key, default, v, model=model, ranges=False)
         if message:
@@ -290,18 +290,21 @@ def _validate(cfg, command: str = "train") -> str | None:
     return None
 
 
-def _owner(key: str, model: str | None) -> tuple[str, str]:
-    """('lr', 'trainer') for 'trainer.lr'; ('seed', 'gpdlm') for 'seed'; model keys name the model."""
+def _owner(key: str, model: str | dict | None) -> tuple[str, str]:
+    """('lr', 'trainer') for 'trainer.lr'; ('seed', 'gpdlm') for 'seed'; the keys of a group named in
+    ``model`` (the model's name, or {group: its chosen name}) name the choice, as the schema's messages
+    do: ('lag', 'dataset=chicago')."""
     owner, _, param = key.rpartition(".")
-    if owner == "model" and model:
-        owner = f"model={model}"
+    names = model if isinstance(model, dict) else {"model": model}
+    if names.get(owner):
+        owner = f"{owner}={names[owner]}"
     return param, owner or "gpdlm"
 
 
 NAME_LIMITS = {"tracking.experiment": 500}  # MLflow's MAX_EXPERIMENT_NAME_LENGTH
 
 
-def check_value(key: str, default, value, model: str | None = None, ranges: bool = True) -> str | None:
+def check_value(key: str, default, value, model: str | dict | None = None, ranges: bool = True) -> str | None:
     """The config schema's type and range rules for one value (None when it passes). The schema is
     the composed config itself: a key's default says its type.
 

@@ -6,6 +6,8 @@ config.
 * ``trainer``: ``TrainerSpec``; ``groups``: the other groups (``ObjectiveSpec``, ``SweepSpec``,
   ``BiasSpec``, ``DatasetSpec``, ``TrackingSpec``, ``KernelSpec``, ``LikelihoodSpec``,
   ``EstimatorSpec``, ``FeaturesSpec``, ``ModelSpec``, the top-level ``RunKeys``);
+* ``options``: each estimator's options (``ESTIMATOR_OPTIONS``) and each dataset loader's
+  (``DATASET_OPTIONS``, by the loader key of ``datasets/registry.yaml``);
 * a model family declares its own keys as a ``ModelSpec`` subclass named ``Spec`` in its module.
 
 ``run_spec(cfg, model_schema)`` checks a composed config group by group and returns the

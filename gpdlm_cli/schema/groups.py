@@ -3,8 +3,8 @@ keys, ``objective``, ``sweep``, ``bias``, ``dataset`` (the keys every dataset ha
 ``kernel``, ``likelihood``, ``estimator`` and ``features``.
 
 Each is a frozen dataclass whose fields declare the key's type, range, choices and meaning once
-(``schema.keys``); ``parse`` turns a config node into it. What a loader or a builder checks itself
-(a dataset's own options, an estimator's constructor arguments) travels in ``extra``.
+(``schema.keys``); ``parse`` turns a config node into it. A dataset's own options and an estimator's
+constructor arguments travel in ``extra``, checked against their schemas (``schema.options``).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class SplitSpec:
 @dataclass(frozen=True)
 class DatasetSpec:
     """The ``dataset`` group: its name, the keys every dataset has, and (``extra``) the dataset's own
-    options, which its loader checks."""
+    options, checked against its loader's schema (``schema.options.DATASET_OPTIONS``)."""
 
     name: str = text("concrete", help="a registered dataset (`gpdlm datasets list`)")
     standardize_y: bool | None = anything(
@@ -146,8 +146,12 @@ class DatasetSpec:
 
     def check(self) -> None:
         from ..data.splits import check_split_values
+        from .options import check_options, dataset_options
 
         check_split_values(self.split)
+        schema = dataset_options(self.name)
+        if schema is not None:  # the loader's own options (a loader registered from code checks its own)
+            check_options(self.extra, schema, f"dataset={self.name}")
 
     @property
     def options(self) -> dict:
@@ -255,11 +259,20 @@ class LikelihoodSpec:
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """The ``estimator`` group: its name and (``options``) its constructor's keys (the estimator
-    checks them: ``num_samples``, ``num_nodes``, ...)."""
+    """The ``estimator`` group: its name and (``options``) its constructor's keys, checked against the
+    estimator's schema (``schema.options.ESTIMATOR_OPTIONS``: ``num_samples``, ``num_nodes``, ...)."""
 
     name: str = text("auto", help="auto | exact | quadrature | bmc | smooth_bmc | ups")
     extra: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        """The estimator's options against its schema (``schema.options``); an estimator without one
+        (registered from code) checks its own."""
+        from .options import ESTIMATOR_OPTIONS, check_options
+
+        schema = ESTIMATOR_OPTIONS.get(self.name)
+        if schema is not None:
+            check_options(self.extra, schema, f"estimator={self.name}")
 
     @property
     def options(self) -> dict:
