@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -67,7 +67,7 @@ def check_finite(cfg) -> None:
     from .tracking import flatten
 
     try:
-        values = flatten(OmegaConf.to_container(cfg, resolve=True))
+        values = flatten(cast(dict, OmegaConf.to_container(cfg, resolve=True)))  # a DictConfig's container
     except Exception:  # an interpolation only Hydra resolves: the keys' own checks apply
         return
     for key, v in values.items():

@@ -25,6 +25,7 @@ import contextlib
 import difflib
 import functools
 import math
+from typing import Any, cast
 
 # Hydra flags after which no override check makes sense
 HELP_FLAGS = {"-h", "--help", "--hydra-help", "-i", "--info", "-sc", "--shell-completion"}
@@ -85,7 +86,7 @@ def _flat_keys(cfg) -> list[str]:
 
     from .tracking import flatten
 
-    return list(flatten(OmegaConf.to_container(cfg, resolve=False)))
+    return list(flatten(cast(dict, OmegaConf.to_container(cfg, resolve=False))))  # a DictConfig's container
 
 
 def check_overrides(argv: list[str], command: str = "train") -> str | None:
@@ -210,7 +211,8 @@ def _override_values(o) -> list:
 def _check_values(base, values, later, command: str | None = "train") -> str | None:
     from omegaconf import OmegaConf
 
-    first, checked = [], []  # (key, value) of the first job; (key, default, value) of every job
+    first: list[tuple[str, Any]] = []  # (key, value) of the first job
+    checked: list[tuple[str, Any, Any]] = []  # (key, default, value) of every job
     for o in values:
         key, added = o.key_or_group, o.is_add() or o.is_force_add()
         default = OmegaConf.select(base, key, default=MISSING)

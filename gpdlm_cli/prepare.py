@@ -14,10 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 
 from . import build
+
+if TYPE_CHECKING:
+    from .methods import Method
 
 
 @dataclass
@@ -29,7 +33,7 @@ class Prepared:
     table: object  # data.Table: the loaded dataset
     splits: object  # data.DataSplits: row indices, standardisation, fingerprint
     data: build.Tensors  # the splits as tensors on the run's device and dtype
-    method: object  # methods.Method: model, likelihood, stages, evaluation
+    method: Method  # model, likelihood, stages, evaluation
     settings: object  # training.TrainerSettings
     spec: object = None  # schema.RunSpec: the typed, validated specs of ``cfg`` (what the family received)
 
