@@ -41,6 +41,7 @@ Parameter groups: ``network`` (W), ``kernel`` (lengthscales, outputscale), ``lik
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -236,7 +237,7 @@ def build(spec: RunSpec, data, task: str) -> Method:
         tags["gpdlm.free_simulation"] = (
             "teacher forcing in training; rollout feeds back the predictive mean from L true targets"
         )
-    common = {
+    common: dict[str, Any] = {  # the Method keywords both variants share
         "evaluate": evaluation.evaluate,
         "evaluation_metrics": evaluation.metric_names(),
         "tags": tags,
