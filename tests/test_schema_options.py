@@ -118,7 +118,7 @@ BAD = [
     (["dataset=boston"], "dataset.source=web", _msg("source", "dataset=boston", "one of package, download", "'web'")),
     (["dataset=ringnorm"], "dataset.n=1", _msg("n", "dataset=ringnorm", "an integer >= 2", "1")),
     (["dataset=banana"], "dataset.noise=0", _msg("noise", "dataset=banana", "a finite float in (0, inf)", "0")),
-    (["dataset=twonorm"], "dataset.seed=abc", _msg("seed", "dataset=twonorm", "an integer", "'abc'")),
+    (["dataset=twonorm"], "dataset.seed=abc", _msg("seed", "dataset=twonorm", "an integer >= 0", "'abc'")),
     (["dataset=sysid_actuator"], "dataset.lag=0", _msg("lag", "dataset=sysid_actuator", "an integer >= 1", "0")),
     (["dataset=sysid_actuator"], "dataset.mode=teleport", _msg("mode", "dataset=sysid_actuator", "one of regression, autoregression, free_simulation", "'teleport'")),
     (["dataset=sysid_drives"], "dataset.lag_step=0", _msg("lag_step", "dataset=sysid_drives", "an integer >= 1", "0")),
@@ -146,7 +146,7 @@ BAD = [
     (["dataset=csv"], "dataset.target=5", _msg("target", "dataset=csv", "a non-empty string or null", "5")),
     (["dataset=csv"], "dataset.task=ranking", _msg("task", "dataset=csv", "one of regression, classification, count, sequence or null (the registry's)", "'ranking'")),
     (["dataset=csv"], "dataset.features=abc", _msg("features", "dataset=csv", "a list or null", "'abc'")),
-    (["dataset=csv"], "dataset.categorical=abc", _msg("categorical", "dataset=csv", "a list, e.g. [1, 2]", "'abc'")),
+    (["dataset=csv"], "dataset.categorical=abc", _msg("categorical", "dataset=csv", "a list or null", "'abc'")),
     (["dataset=csv"], "dataset.label_map=abc", _msg("label_map", "dataset=csv", "a mapping or null", "'abc'")),
     (["dataset=csv"], "dataset.sep=''", _msg("sep", "dataset=csv", "a non-empty string", "''")),
     (["dataset=driving"], "dataset.task=steer", _msg("task", "dataset=driving", "one of speed, yaw, lanes, lead", "'steer'")),
@@ -189,3 +189,40 @@ def test_validate_config_checks_the_options_without_loading_data():
         build.validate_config(compose(["estimator=bmc", "estimator.num_samples=0"]))
     with pytest.raises(ConfigError, match="^the 'holdout' parameter of dataset=aimpeak must be one of"):
         build.validate_config(compose(["dataset=aimpeak", "dataset.holdout=time"]))
+
+
+# ----- config_check reads the schema's rules (every value of a sweep, in the launcher: no torch) ----------
+SWEEPS = [
+    (
+        ["dataset=aimpeak", "dataset.holdout_fraction=0.1,1.5"],
+        _msg("holdout_fraction", "dataset=aimpeak", "a float in (0, 1)", "1.5"),
+    ),
+    (["estimator=bmc", "estimator.num_samples=5,0"], _msg("num_samples", "estimator=bmc", "an integer >= 1", "0")),
+    (["objective.beta=1,0"], _msg("beta", "objective", "a finite float in (0, inf)", "0")),
+    (["dataset=ringnorm", "dataset.n=100,null"], _msg("n", "dataset=ringnorm", "an integer >= 2", "None")),
+    (["threads=1,0"], _msg("threads", "gpdlm", "'auto' or an integer >= 1", "0")),
+    # a schema rule that leaves the range to a validator: the default's type still rules out -1
+    (["kernel.lengthscale=1,-1"], _msg("lengthscale", "kernel=rbf", "a finite number >= 0", "-1")),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), SWEEPS, ids=[" ".join(o) for o, _ in SWEEPS])
+def test_a_sweeps_every_value_is_checked_against_the_schema(overrides, message):
+    from gpdlm_cli.config_check import check_overrides
+
+    assert check_overrides(["-m", *overrides]) == message
+
+
+@pytest.mark.slow
+def test_the_schema_imports_no_torch_until_the_trainer_is_asked_for():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from gpdlm_cli import schema; "
+        "r = schema.rule_of_key('dataset.lag', {'dataset': 'chicago'}); "
+        "print(r[1], r[0].describe(), 'torch' in sys.modules); "
+        "schema.TrainerSpec; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["dataset=chicago an integer >= 1 False", "True"]
