@@ -226,3 +226,27 @@ def test_the_schema_imports_no_torch_until_the_trainer_is_asked_for():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:2] == ["dataset=chicago an integer >= 1 False", "True"]
+
+
+def test_the_split_keys_are_declared_in_the_schema():
+    """``dataset.split``: its rules are ``schema.SplitSpec``'s (the reference's table, the messages, a sweep's
+    every value), the masks' count the data layer's."""
+    from gpdlm_cli.config_check import check_overrides
+    from gpdlm_cli.data.splits import N_MASKS
+    from gpdlm_cli.schema.groups import N_MASKS as SCHEMA_MASKS
+
+    assert SCHEMA_MASKS == N_MASKS
+    rules = schema.describe(schema.SplitSpec)
+    assert {k: r.kind for k, r in rules.items()} == {
+        "val_fraction": "float",
+        "test_fraction": "float",
+        "train_size": "int",
+        "test_size": "int",
+        "mask": "int",
+        "mask_val_fraction": "float",
+    }
+    with pytest.raises(ConfigError, match=r"^the 'test_size' parameter of dataset.split must be a non-negative"):
+        schema.parse({"name": "concrete", "split": {"test_size": 1.5}}, schema.DatasetSpec, "dataset")
+    assert check_overrides(["-m", "dataset.split.mask=0,10"]) == _msg(
+        "mask", "dataset.split", "an integer in 0..9 (one of the 10 published test masks) or null", "10"
+    )

@@ -96,6 +96,8 @@ def rule_of_key(key: str, names: dict[str, str | None] | None = None) -> tuple[R
     if not group:
         schema: type | None = RunKeys
         owner = "gpdlm"
+    elif group == "dataset.split":
+        schema, owner = SplitSpec, group
     elif "." in group or group not in LIGHT_GROUPS or group == "model":
         return None
     else:
