@@ -140,6 +140,9 @@ class RunSpec:
     features: FeaturesSpec
     sweep: SweepSpec = field(default_factory=SweepSpec)
     bias: BiasSpec | None = None
+    #: the config keys the overrides of this multirun job set, () outside a multirun: what a family may
+    #: know about the sweep it runs in (``build.multirun_keys``, read from Hydra at the composition root)
+    multirun_keys: tuple[str, ...] = ()
 
     @property
     def seed(self) -> int:
