@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -85,7 +85,7 @@ def check_finite(cfg) -> None:
     from .tracking import flatten
 
     try:
-        values = flatten(OmegaConf.to_container(cfg, resolve=True))
+        values = flatten(cast(dict, OmegaConf.to_container(cfg, resolve=True)))  # a DictConfig's container
     except Exception:  # an interpolation only Hydra resolves: the keys' own checks apply
         return
     for key, v in values.items():
@@ -112,7 +112,8 @@ def _check_threads(setting) -> None:
 
 
 def build_estimator(node):
-    """The estimator of an ``estimator`` config node (its keys checked by the estimator itself)."""
+    """The estimator of an ``estimator`` config node (its keys checked against the estimator's schema,
+    ``schema.options``)."""
     return C.build_estimator(node if isinstance(node, EstimatorSpec) else parse(node, EstimatorSpec, "estimator"))
 
 

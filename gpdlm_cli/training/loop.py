@@ -89,13 +89,15 @@ class _Snapshot:
             if id(t) not in seen:
                 seen.add(id(t))
                 self.tensors.append(t)
-        self.copies = None
+        self.copies: list[torch.Tensor] | None = None
 
     def save(self) -> None:
         with torch.no_grad():
             self.copies = [t.detach().clone() for t in self.tensors]
 
     def restore(self) -> None:
+        if self.copies is None:
+            raise RuntimeError("_Snapshot.restore needs a save first")
         with torch.no_grad():
             for t, c in zip(self.tensors, self.copies):
                 t.copy_(c)
@@ -136,7 +138,8 @@ class Loop:
         self.modules = list(modules)
         self.generators = [generator, *generators]
         self.settings = settings
-        self.desc, self.it, self.cap, self.step_offset, self.losses = "train", 0, 0, 0, None
+        self.desc, self.it, self.cap, self.step_offset = "train", 0, 0, 0
+        self.losses: torch.Tensor = torch.empty(0)  # one slot per iteration of the stage (allocated by start)
         self.checked = self.converged = self.done = self.checkpointable = False
 
     def notify(self, hook: str, *args) -> None:
