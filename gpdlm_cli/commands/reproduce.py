@@ -166,6 +166,30 @@ def merge_overrides(*lists: list[str]) -> list[str]:
     return list(out.values())
 
 
+DATASET_CONFIGS = Path(__file__).resolve().parents[1] / "conf" / "dataset"
+
+
+def dataset_name(option: str) -> str:
+    """The registry name of the dataset config ``option`` (``dataset=OPTION``): a config may name another
+    set with its own options (``airline_nyc_class``: ``airline_nyc`` with ``target: delayed``; ``airline_reg``:
+    ``airline``); ``option`` itself when no such config file exists."""
+    import yaml
+
+    path = DATASET_CONFIGS / f"{option}.yaml"
+    if not path.is_file():
+        return option
+    raw = yaml.safe_load(path.read_text()) or {}
+    if isinstance(raw.get("dataset"), dict):  # a ``# @package _global_`` config: its keys under ``dataset:``
+        raw = raw["dataset"]
+    return str(raw.get("name") or option)
+
+
+def data_label(option: str) -> str:
+    """``option``, with its registry name when it differs (``airline_nyc_class (airline_nyc)``)."""
+    name = dataset_name(option)
+    return option if name == option else f"{option} ({name})"
+
+
 def data_status(name: str) -> str:
     """Whether dataset ``name`` loads without a network: ``generator``/``package``, ``cached``, ``mirror``
     (``$GPDLM_DATA_MIRROR`` holds every file), else ``download`` (or ``user file``)."""
@@ -208,8 +232,10 @@ def expand(plan: Plan, estimate: bool = False) -> None:
         except Exception as e:  # a bad override or preset: one line
             raise AnalysisError(f"{m.preset} {' '.join(m.overrides)}: {str(e).strip().splitlines()[0]}") from None
         m.experiment = str(cfg.tracking.experiment)
-        names = {o.split("=", 1)[1] for j in jobs for o in j if o.startswith("dataset=")} or {str(cfg.dataset.name)}
-        m.datasets = {n: data_status(n) for n in sorted(names)}
+        names = {o.split("=", 1)[1] for j in jobs for o in j if o.startswith("dataset=")} or {
+            str(cfg.hydra.runtime.choices.get("dataset") or cfg.dataset.name)
+        }
+        m.datasets = {n: data_status(dataset_name(n)) for n in sorted(names)}  # n: the dataset= option
         sweeps_beta = any(o.startswith("objective.beta=") for j in jobs for o in j)
         m.beta_grid = m.beta_grid and not sweeps_beta
         all_offline = all(offline(s) for s in m.datasets.values())
@@ -271,7 +297,7 @@ def describe(plan: Plan) -> str:
     ]
     per_table: dict[str, int] = {}
     for i, m in enumerate(plan.multiruns, 1):
-        data = ", ".join(f"{n} [{s}]" for n, s in m.datasets.items())
+        data = ", ".join(f"{data_label(n)} [{s}]" for n, s in m.datasets.items())
         est = f", estimated {duration(m.estimate_s)}" if m.estimate_s is not None else ""
         grid = ", beta grid per training size" if m.beta_grid else ""
         out.append(f"  {i}. gpdlm {m.command} -m +experiment={m.preset} {' '.join(m.overrides)}".rstrip())

@@ -492,3 +492,27 @@ def test_every_svgp_job_of_the_rkhs_smoke_plan_builds(monkeypatch):
                 assert p.cfg.model.num_inducing == 32 and p.n_train == 200
                 built += 1
     assert built == 3  # the linear, rff and rbf kernels
+
+
+# ----- the plan's data: dataset options, duplicates, the mirror (issue 42 review) -------------------------
+def test_dataset_options_are_checked_under_their_registry_names():
+    """``dataset=airline_nyc_class`` is a config of the registry's ``airline_nyc`` (target delayed): the plan
+    printed it as '[unknown dataset]'."""
+    assert [rp.dataset_name(o) for o in ("airline_nyc_class", "airline_reg", "pol", "no_such_set")] == [
+        "airline_nyc",
+        "airline",
+        "pol",
+        "no_such_set",
+    ]
+    assert [rp.data_label(o) for o in ("airline_nyc_class", "pol")] == ["airline_nyc_class (airline_nyc)", "pol"]
+
+
+@pytest.mark.slow
+def test_the_plan_checks_a_dataset_option_under_its_registry_name():
+    plan = rp.derive(claims.load("dlm"), ["D9-recover-exact-nyc"], "paper", "paper")
+    rp.expand(plan)
+    assert [m.datasets for m in plan.multiruns] == [{"airline_nyc_class": rp.data_status("airline_nyc")}] * 3
+    assert rp.data_status("airline_nyc") != "unknown dataset"
+    text = rp.describe(plan)
+    assert "unknown dataset" not in text
+    assert text.count(f"data airline_nyc_class (airline_nyc) [{rp.data_status('airline_nyc')}]") == 3
