@@ -157,6 +157,50 @@ def derive(paper, claim_ids: list[str], scale: str, protocol: str, extra: list[s
     return Plan(paper.name, scale, protocol, list(multiruns.values()), list(dict.fromkeys(left_out)))
 
 
+def merge_equivalent(plan: Plan) -> None:
+    """Plan once the multiruns that run the same jobs though their overrides differ: an override that sets
+    what the preset already sets (``sampling_methods dataset=airline``: the preset's data is airline) is
+    no override, and a claim naming it shares the multirun of a table naming none (Fig. 10's sampling
+    and time tables). The first multirun stays, with every table and claim of the others."""
+    from ..sweep.plan import job_overrides
+
+    bases: dict[str, object] = {}
+    merged: dict[tuple, Multirun] = {}
+    for m in plan.multiruns:
+        if m.preset not in bases:
+            bases[m.preset] = job_overrides([f"+experiment={m.preset}"])[1]
+        own = tuple(sorted(o for o in m.overrides if not preset_sets(bases[m.preset], o)))
+        first = merged.setdefault((m.command, m.preset, m.beta_grid, own), m)
+        if first is not m:
+            first.tables = list(dict.fromkeys([*first.tables, *m.tables]))
+            first.claims = list(dict.fromkeys([*first.claims, *m.claims]))
+    plan.multiruns = list(merged.values())
+
+
+def preset_sets(base, override: str) -> bool:
+    """Whether the preset's composed config ``base`` (with Hydra's keys) already has ``override``
+    (``key=value``, not swept by the preset): a config group's choice or a scalar of the same value."""
+    import yaml
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if override.startswith(("+", "~")) or "=" not in override:
+        return False
+    key, value = override.split("=", 1)
+    if key in (base.hydra.sweeper.get("params") or {}):
+        return False  # the override replaces the preset's sweep
+    choices = base.hydra.runtime.choices
+    if key in choices:
+        return str(choices[key]) == value
+    have = OmegaConf.select(base, key, default=None)
+    if have is None or isinstance(have, (DictConfig, ListConfig)):
+        return False
+    try:
+        wanted = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return False
+    return type(wanted) is type(have) and wanted == have
+
+
 def merge_overrides(*lists: list[str]) -> list[str]:
     """The override lists in order, a later ``key=value`` replacing an earlier one of the same key (an arm's
     ``kernel=rbf`` replaces the table's ``kernel=rff``), in the place of the first."""
@@ -225,6 +269,7 @@ def expand(plan: Plan, estimate: bool = False) -> None:
     from ..sweep.plan import plan as sweep_plan
     from .sweep import beta_grid, sweep_overrides
 
+    merge_equivalent(plan)
     for m in plan.multiruns:
         argv = [f"+experiment={m.preset}", *m.overrides]
         try:

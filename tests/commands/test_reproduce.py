@@ -63,9 +63,28 @@ def count_jobs(preset: str, overrides: list[str], beta_grid: bool) -> int:
     return sum(len(grid_of(int(n))) for n in sizes) * math.prod(len(v) for v in grid.values())
 
 
+def preset_dataset(preset: str) -> str | None:
+    """The preset's data set from its YAML (``override /dataset: X`` in it or its parent presets)."""
+    raw = yaml.safe_load((PRESETS / f"{preset}.yaml").read_text())
+    found = None
+    for d in raw.get("defaults", []):
+        if isinstance(d, dict) and "override /dataset" in d:
+            found = d["override /dataset"]
+        elif isinstance(d, str) and d != "_self_" and (PRESETS / f"{d}.yaml").is_file():
+            found = preset_dataset(d) or found
+    return found
+
+
+def without_preset_data(preset: str, overrides) -> tuple:
+    """The overrides, sorted, less a ``dataset=X`` naming the preset's own (unswept) data set X."""
+    own = None if "dataset" in sweep_params(preset) else preset_dataset(preset)
+    return tuple(sorted(o for o in overrides if o != f"dataset={own}"))
+
+
 def expected_multiruns(paper: str) -> dict:
     """(preset, sorted overrides) -> jobs, from the claims file alone: each claim's table preset (or its
-    own), its overrides, the table's arms; beta grids where the table selects beta."""
+    own), its overrides, the table's arms; beta grids where the table selects beta. A multirun whose only
+    difference is ``dataset=`` the preset's own data set is the same multirun."""
     raw = yaml.safe_load(Path(claims.CLAIMS_DIR, f"{paper}.yaml").read_text())
     tables = {t["id"]: t for t in raw["tables"]}
     out = {}
@@ -81,7 +100,7 @@ def expected_multiruns(paper: str) -> dict:
             ov = dict(o.split("=", 1) for o in [*t.get("overrides", []), *c.get("overrides", []), *rest])
             overrides = [f"{k}={v}" for k, v in ov.items()]
             beta = "objective.beta" in (t.get("select") or {}).get("over", [])
-            out[(preset, tuple(sorted(overrides)))] = count_jobs(preset, overrides, beta)
+            out[(preset, without_preset_data(preset, overrides))] = count_jobs(preset, overrides, beta)
     return out
 
 
@@ -95,8 +114,8 @@ def test_paper_scale_dry_run_counts_match_the_claims_files(paper, total, capsys,
     expected = expected_multiruns(paper)
     plan = rp.derive(claims.load(paper), [], "paper", "paper")
     rp.expand(plan)
-    got = {(m.preset, tuple(sorted(m.overrides))): m.jobs for m in plan.multiruns}
-    assert got == expected
+    got = {(m.preset, without_preset_data(m.preset, m.overrides)): m.jobs for m in plan.multiruns}
+    assert got == expected and len(plan.multiruns) == len(expected)
     n = sum(expected.values())
     if total is not None:
         assert n == total  # rkhs: 8 sets x 5 masks x 3 batch sizes x 3 lr x (6 + 6 methods + svgp, bsgd on rbf)
@@ -516,3 +535,41 @@ def test_the_plan_checks_a_dataset_option_under_its_registry_name():
     text = rp.describe(plan)
     assert "unknown dataset" not in text
     assert text.count(f"data airline_nyc_class (airline_nyc) [{rp.data_status('airline_nyc')}]") == 3
+
+
+@pytest.mark.slow
+def test_a_multirun_shared_by_tables_is_planned_once_with_all_its_tables():
+    """Fig. 10's sampling table names ``dataset=airline`` (its claims' overrides), its time table nothing: the
+    same jobs (the preset's data is airline), listed twice before."""
+    plan = rp.derive(claims.load("dlm"), ["D9-recover-exact", "D10-ups-slower"], "paper", "paper")
+    assert len(plan.multiruns) == 6  # 3 presets x (dataset=airline, no override)
+    rp.merge_equivalent(plan)
+    assert [(m.preset, m.overrides, m.tables, m.claims) for m in plan.multiruns] == [
+        (p, ["dataset=airline"], ["fig10_sampling", "fig10_time"], ["D9-recover-exact", "D10-ups-slower"])
+        for p in ("sampling_methods", "sampling_methods_exact", "sampling_methods_smooth")
+    ]
+    nyc = rp.derive(claims.load("dlm"), ["D9-recover-exact-nyc", "D10-ups-slower"], "paper", "paper")
+    rp.merge_equivalent(nyc)
+    assert len(nyc.multiruns) == 6  # the NYC stand-in is other data: nothing merged
+
+
+def test_what_a_preset_already_sets_is_no_override():
+    from gpdlm_cli.sweep.plan import job_overrides
+
+    base = job_overrides(["+experiment=sampling_methods"])[1]
+    assert [
+        rp.preset_sets(base, o)
+        for o in (
+            "dataset=airline",  # the preset's choice of the dataset group
+            "dataset=airline_nyc_class",
+            "objective.beta=0.1",  # the preset's value
+            "objective.beta=0.10",  # the same float
+            "objective.beta=1",
+            "trainer.batch_size=1000",
+            "trainer.batch_size=1000.0",  # another type: a different config
+            "seed=0",  # swept by the preset: an override replaces the sweep
+            "+objective.beta=0.1",
+            "trainer=paper",
+            "kernel=rbf",
+        )
+    ] == [True, False, True, True, False, True, False, False, False, True, True]
