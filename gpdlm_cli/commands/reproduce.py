@@ -262,64 +262,104 @@ def offline(status: str) -> bool:
     return status.startswith("offline")
 
 
+#: ``--dry-run``: the probes' time budget of a whole plan (seconds), shared among its multiruns with offline
+#: data (at least ``MIN_PROBE_S`` each; a multirun's first job shape is always timed)
+PLAN_PROBE_S = 40.0
+MIN_PROBE_S = 2.0
+
+
 def expand(plan: Plan, estimate: bool = False) -> None:
     """Fill in every multirun's jobs (the beta grids expanded), experiment, data and -- with ``estimate``,
-    for data that loads offline -- the ``sweep.plan`` estimate of its wall time."""
-    from ..sweep.plan import job_overrides
-    from ..sweep.plan import plan as sweep_plan
-    from .sweep import beta_grid, sweep_overrides
-
+    for data that loads offline -- the ``sweep.plan`` estimate of its wall time, one progress line per
+    timed multirun on stderr."""
     merge_equivalent(plan)
     for m in plan.multiruns:
-        argv = [f"+experiment={m.preset}", *m.overrides]
-        try:
-            jobs, cfg = job_overrides(argv)
-        except Exception as e:  # a bad override or preset: one line
-            raise AnalysisError(f"{m.preset} {' '.join(m.overrides)}: {str(e).strip().splitlines()[0]}") from None
-        m.experiment = str(cfg.tracking.experiment)
-        names = {o.split("=", 1)[1] for j in jobs for o in j if o.startswith("dataset=")} or {
-            str(cfg.hydra.runtime.choices.get("dataset") or cfg.dataset.name)
-        }
-        m.datasets = {n: data_status(dataset_name(n)) for n in sorted(names)}  # n: the dataset= option
-        sweeps_beta = any(o.startswith("objective.beta=") for j in jobs for o in j)
-        m.beta_grid = m.beta_grid and not sweeps_beta
-        all_offline = all(offline(s) for s in m.datasets.values())
-        if not m.beta_grid:
-            m.argvs, m.jobs = [argv], len(jobs)
-        elif all_offline:
-            m.argvs = [[a for a in args if a not in ("-m", "--multirun")] for args in sweep_overrides("beta", argv)]
-            m.jobs = sum(len(job_overrides(a)[0]) for a in m.argvs)
-        else:  # the grid's length from each job's training size (the data itself is not here)
-            grid_min, factor = float(cfg.sweep.grid_min), float(cfg.sweep.factor)
-            sizes = [
-                next(
-                    (o.split("=", 1)[1] for o in j if o.startswith("dataset.split.train_size=")),
-                    cfg.dataset.split.get("train_size"),
-                )
-                for j in jobs
-            ]
-            if any(s in (None, "null") for s in sizes):
-                m.jobs, m.note = None, "beta grid: needs the data's size (not offline)"
-            else:
-                m.jobs = sum(len(beta_grid(int(float(s)), grid_min, factor)) for s in sizes)
-            m.argvs = [["gpdlm sweep beta", *argv]]
-        here = [n for n, st in m.datasets.items() if offline(st)]
-        if estimate and here and not m.beta_grid or estimate and all_offline:
-            # the data sets that load offline are timed; the others' jobs are counted but not estimated
-            pins = [] if all_offline else [f"dataset={','.join(here)}"]
-            try:
-                m.estimate_s = sum(
-                    sweep_plan(merge_overrides(a, pins), estimate=True).estimate_s or 0.0 for a in m.argvs
-                )
-            except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
-                m.note = (m.note + "; " if m.note else "") + f"no estimate ({str(e).strip().splitlines()[0][:80]})"
-            if pins and m.estimate_s is not None:
-                m.note = (m.note + "; " if m.note else "") + (
-                    f"estimate for {', '.join(here)} only: the jobs on "
-                    f"{len(m.datasets) - len(here)} other data sets not offline"
-                )
-        elif estimate:
+        _expand_jobs(m)
+    if not estimate:
+        return
+    timed = [m for m in plan.multiruns if any(offline(st) for st in m.datasets.values())]
+    budget = max(MIN_PROBE_S, PLAN_PROBE_S / max(1, len(timed)))
+    for m in plan.multiruns:
+        if m not in timed:
             m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
+            continue
+        t0 = time.perf_counter()
+        _estimate(m, budget)
+        print(
+            f"gpdlm reproduce: timed multirun {timed.index(m) + 1}/{len(timed)} (+experiment={m.preset} "
+            f"{' '.join(m.overrides)}".rstrip()
+            + f"): {'estimated ' + duration(m.estimate_s) if m.estimate_s is not None else 'no estimate'} "
+            f"({time.perf_counter() - t0:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _expand_jobs(m: Multirun) -> None:
+    """A multirun's jobs (its beta grids expanded: each training size's own multirun), experiment and data."""
+    from ..sweep.plan import job_overrides
+    from .sweep import beta_grid, sweep_overrides
+
+    argv = [f"+experiment={m.preset}", *m.overrides]
+    try:
+        jobs, cfg = job_overrides(argv)
+    except Exception as e:  # a bad override or preset: one line
+        raise AnalysisError(f"{m.preset} {' '.join(m.overrides)}: {str(e).strip().splitlines()[0]}") from None
+    m.experiment = str(cfg.tracking.experiment)
+    names = {o.split("=", 1)[1] for j in jobs for o in j if o.startswith("dataset=")} or {
+        str(cfg.hydra.runtime.choices.get("dataset") or cfg.dataset.name)
+    }
+    m.datasets = {n: data_status(dataset_name(n)) for n in sorted(names)}  # n: the dataset= option
+    sweeps_beta = any(o.startswith("objective.beta=") for j in jobs for o in j)
+    m.beta_grid = m.beta_grid and not sweeps_beta
+    if not m.beta_grid:
+        m.argvs, m.jobs = [argv], len(jobs)
+    elif all(offline(s) for s in m.datasets.values()):
+        m.argvs = [[a for a in args if a not in ("-m", "--multirun")] for args in sweep_overrides("beta", argv)]
+        m.jobs = sum(len(job_overrides(a)[0]) for a in m.argvs)
+    else:  # the grid's length from each job's training size (the data itself is not here)
+        grid_min, factor = float(cfg.sweep.grid_min), float(cfg.sweep.factor)
+        sizes = [
+            next(
+                (o.split("=", 1)[1] for o in j if o.startswith("dataset.split.train_size=")),
+                cfg.dataset.split.get("train_size"),
+            )
+            for j in jobs
+        ]
+        if any(s in (None, "null") for s in sizes):
+            m.jobs, m.note = None, "beta grid: needs the data's size (not offline)"
+        else:
+            m.jobs = sum(len(beta_grid(int(float(s)), grid_min, factor)) for s in sizes)
+        m.argvs = [["gpdlm sweep beta", *argv]]
+
+
+def _estimate(m: Multirun, budget_s: float) -> None:
+    """``m.estimate_s``: the ``sweep.plan`` estimate of the jobs on its offline data (the others counted, not
+    timed; a beta grid of data not offline: none), its probes within ``budget_s`` seconds."""
+    from ..sweep.plan import plan as sweep_plan
+
+    here = [n for n, st in m.datasets.items() if offline(st)]
+    all_offline = len(here) == len(m.datasets)
+    if m.beta_grid and not all_offline:
+        m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
+        return
+    pins = [] if all_offline else [f"dataset={','.join(here)}"]
+    notes = []
+    try:
+        plans = [
+            sweep_plan(merge_overrides(a, pins), estimate=True, probe_budget_s=budget_s / len(m.argvs)) for a in m.argvs
+        ]
+        m.estimate_s = sum(p.estimate_s or 0.0 for p in plans)
+        timed, extrapolated = sum(p.timed_shapes for p in plans), sum(len(p.extrapolated) for p in plans)
+        if extrapolated:
+            notes.append(f"{timed} of {timed + extrapolated} job shapes timed, the others from a timed shape")
+    except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
+        notes.append(f"no estimate ({str(e).strip().splitlines()[0][:80]})")
+    if pins and m.estimate_s is not None:
+        notes.append(
+            f"estimate for {', '.join(here)} only: the jobs on {len(m.datasets) - len(here)} other data sets not offline"
+        )
+    m.note = "; ".join([m.note, *notes] if m.note else notes)
 
 
 def duration(s: float | None) -> str:

@@ -473,9 +473,9 @@ def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
 
     seen = []
 
-    def fake_plan(overrides, *, estimate=False, sample_iterations=5):
+    def fake_plan(overrides, *, estimate=False, sample_iterations=2, probe_budget_s=None):
         seen.append(list(overrides))
-        return types.SimpleNamespace(estimate_s=12.0)
+        return types.SimpleNamespace(estimate_s=12.0, timed_shapes=3, extrapolated={})
 
     monkeypatch.setattr(run_plan, "plan", fake_plan)
     monkeypatch.setattr(rp, "data_status", lambda name: "offline (mirror)" if name == "pol" else "download")
@@ -573,3 +573,29 @@ def test_what_a_preset_already_sets_is_no_override():
             "kernel=rbf",
         )
     ] == [True, False, True, True, False, True, False, False, False, True, True]
+
+
+def test_a_dry_run_prints_one_line_per_timed_multirun_and_shares_its_probe_budget(monkeypatch, capsys):
+    """The probes of a plan share PLAN_PROBE_S (at least MIN_PROBE_S a multirun); every timed multirun says so
+    on stderr when its estimate is done (a paper's dry run printed nothing for > 5 minutes)."""
+    import types
+
+    from gpdlm_cli.sweep import plan as run_plan
+
+    budgets = []
+
+    def fake_plan(overrides, *, estimate=False, sample_iterations=2, probe_budget_s=None):
+        budgets.append(probe_budget_s)
+        return types.SimpleNamespace(estimate_s=600.0, timed_shapes=2, extrapolated={("x",): []})
+
+    monkeypatch.setattr(run_plan, "plan", fake_plan)
+    p = rp.derive(claims.load("svbssgp"), ["T1-aimpeak"], "paper", "paper")
+    rp.expand(p, estimate=True)
+    assert len(p.multiruns) == 3 and budgets == [rp.PLAN_PROBE_S / 3] * 3
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("gpdlm reproduce: timed")]
+    assert [re.sub(r"\(\d+ s\)$", "(T)", ln) for ln in err] == [
+        "gpdlm reproduce: timed multirun 1/3 (+experiment=svbssgp_aimpeak): estimated 10 min (T)",
+        "gpdlm reproduce: timed multirun 2/3 (+experiment=svbssgp_aimpeak model=ssgp): estimated 10 min (T)",
+        "gpdlm reproduce: timed multirun 3/3 (+experiment=svbssgp_aimpeak model=vssgp): estimated 10 min (T)",
+    ]
+    assert p.multiruns[0].note == "2 of 3 job shapes timed, the others from a timed shape"
