@@ -262,6 +262,56 @@ def offline(status: str) -> bool:
     return status.startswith("offline")
 
 
+def use_mirror(folder: str) -> None:
+    """``--mirror DIR``: the data mirror of this process and the jobs it starts (``$GPDLM_DATA_MIRROR``); a
+    folder that does not exist is a one-line error."""
+    import os
+
+    from ..data.download import resolve_mirror
+    from ..data.paths import ENV_MIRROR
+    from ..exceptions import GpdlmError
+
+    try:
+        os.environ[ENV_MIRROR] = str(resolve_mirror(folder))
+    except GpdlmError as e:
+        raise AnalysisError(str(e)) from None
+
+
+def to_fetch(plan: Plan) -> dict[str, list[str]]:
+    """The registry names of the plan's data sets that are not in the cache, by status: ``offline (mirror)``
+    (copied from the mirror before the run) and ``download``."""
+    out: dict[str, list[str]] = {}
+    for m in plan.multiruns:
+        for option, status in m.datasets.items():
+            if status in ("offline (mirror)", "download"):
+                names = out.setdefault(status, [])
+                if dataset_name(option) not in names:
+                    names.append(dataset_name(option))
+    return out
+
+
+def fetch_command(names: list[str]) -> str:
+    return f"gpdlm datasets fetch {' '.join(names)}"
+
+
+def fetch_data(plan: Plan) -> None:
+    """Before any job: the plan's data that is not cached is fetched into the cache (``gpdlm datasets fetch``:
+    from the mirror, else the network), so that no job fails on its data half-way through a reproduce; data
+    that cannot be fetched is a one-line error naming the command that fetches it."""
+    from .datasets import main as datasets_main
+
+    todo = to_fetch(plan)
+    names = [n for status in ("offline (mirror)", "download") for n in todo.get(status, [])]
+    if not names:
+        return
+    print(f"gpdlm reproduce: fetching {', '.join(names)} into the data cache first", file=sys.stderr, flush=True)
+    if datasets_main(["fetch", *names], out=sys.stderr) != 0:
+        raise AnalysisError(
+            f"the plan's data could not be fetched ({', '.join(names)}): run `{fetch_command(names)}` "
+            "(with --mirror DIR to copy it from a local mirror), or give gpdlm reproduce --mirror DIR"
+        )
+
+
 #: ``--dry-run``: the probes' time budget of a whole plan (seconds), shared among its multiruns with offline
 #: data (at least ``MIN_PROBE_S`` each; a multirun's first job shape is always timed)
 PLAN_PROBE_S = 40.0
@@ -399,6 +449,16 @@ def describe(plan: Plan) -> str:
     )
     if plan.left_out:
         out.append("left out: " + "; ".join(f"{what}: {why}" for what, why in plan.left_out))
+    todo = to_fetch(plan)
+    if todo.get("offline (mirror)"):
+        out.append(
+            f"data copied from the mirror into the cache before the first job: {', '.join(todo['offline (mirror)'])}"
+        )
+    if todo.get("download"):
+        out.append(
+            f"data not offline (downloaded before the first job): {', '.join(todo['download'])}; "
+            f"to fetch it now: {fetch_command(todo['download'])} (--mirror DIR: from a local mirror)"
+        )
     known = [m.estimate_s for m in plan.multiruns if m.estimate_s is not None]
     if known:
         missing = sum(m.estimate_s is None for m in plan.multiruns)
@@ -607,6 +667,11 @@ def build_parser():
         "--output", metavar="DIR", help="folder of the store, report and study (default reproduce/<paper>-<scale>)"
     )
     p.add_argument("--tracking-uri", metavar="URI", help="the store (default sqlite:///<output>/mlflow.db)")
+    p.add_argument(
+        "--mirror",
+        metavar="DIR",
+        help="a local data mirror (as $GPDLM_DATA_MIRROR): the plan's data is copied from it into the cache first",
+    )
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every multirun (hydra/launcher=joblib, ...)")
     return p
 
@@ -616,6 +681,8 @@ def main(argv: list[str]) -> int:
     from ..analysis.records import split_list
 
     args = build_parser().parse_intermixed_args(argv)
+    if args.mirror is not None:
+        use_mirror(args.mirror)
     paper = claims.load(args.paper)
     budget = parse_budget(args.budget)
     for o in args.overrides:
@@ -631,6 +698,7 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         print(describe(plan))
         return 0
+    fetch_data(plan)
     return run(plan, paper, args, budget)
 
 

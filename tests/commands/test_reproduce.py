@@ -599,3 +599,74 @@ def test_a_dry_run_prints_one_line_per_timed_multirun_and_shares_its_probe_budge
         "gpdlm reproduce: timed multirun 3/3 (+experiment=svbssgp_aimpeak model=vssgp): estimated 10 min (T)",
     ]
     assert p.multiruns[0].note == "2 of 3 job shapes timed, the others from a timed shape"
+
+
+def _thyroid_mirror(tmp_path) -> Path:
+    """A mirror holding only thyroid's file, copied from the shared one."""
+    import os
+    import shutil
+
+    from gpdlm_cli.data import get_dataset_info
+    from gpdlm_cli.data.download import mirror_path
+
+    shared = Path(os.environ.get("GPDLM_DATA_MIRROR") or ROOT.parent / "shared" / "datasets" / "mirror")
+    mirror = tmp_path / "mirror"
+    for f in get_dataset_info("thyroid").files:
+        if not mirror_path(shared, f.url).is_file():
+            pytest.skip(f"the shared mirror has no {f.url}")
+        mirror_path(mirror, f.url).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(mirror_path(shared, f.url), mirror_path(mirror, f.url))
+    return mirror
+
+
+def test_data_a_mirror_holds_is_offline_and_fetched_before_the_first_job(tmp_path, monkeypatch, capsys):
+    """The RKHS plan showed its UCI sets as '[download]' though a mirror held them, and a reproduce failed on
+    them half-way: --mirror makes them '[offline (mirror)]', and they are copied into the cache before any job;
+    data that cannot be fetched is one line naming the command, before any job."""
+    mirror = _thyroid_mirror(tmp_path)
+    monkeypatch.setenv("GPDLM_DATA", str(tmp_path / "cache"))
+    monkeypatch.setenv("GPDLM_DATA_MIRROR", "")  # restored after the test (use_mirror sets it)
+    monkeypatch.setenv("GPDLM_OFFLINE", "1")
+
+    def plan():
+        return rp.Plan(
+            "dlm", "paper", "paper", [rp.Multirun("p", [], datasets={"thyroid": rp.data_status("thyroid")})], []
+        )
+
+    assert rp.data_status("thyroid") == "download"
+    text = rp.describe(plan())
+    assert (
+        "data not offline (downloaded before the first job): thyroid; to fetch it now: "
+        "gpdlm datasets fetch thyroid (--mirror DIR: from a local mirror)"
+    ) in text
+    with pytest.raises(rp.AnalysisError, match=r"run `gpdlm datasets fetch thyroid` \(with --mirror DIR"):
+        rp.fetch_data(plan())
+    with pytest.raises(rp.AnalysisError, match="does not exist"):
+        rp.use_mirror(str(tmp_path / "nowhere"))
+    rp.use_mirror(str(mirror))
+    assert rp.data_status("thyroid") == "offline (mirror)"
+    assert "data copied from the mirror into the cache before the first job: thyroid" in rp.describe(plan())
+    rp.fetch_data(plan())
+    assert rp.data_status("thyroid") == "offline (cached)"
+    assert "fetching thyroid into the data cache first" in capsys.readouterr().err
+    rp.fetch_data(plan())  # nothing left to fetch: no line
+    assert "fetching" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_rkhs_plan_with_a_mirror_says_its_uci_sets_are_offline(tmp_path, monkeypatch, capsys):
+    import os
+
+    shared = Path(os.environ.get("GPDLM_DATA_MIRROR") or ROOT.parent / "shared" / "datasets" / "mirror")
+    if not shared.is_dir():
+        pytest.skip("no shared mirror")
+    monkeypatch.setenv("GPDLM_DATA", str(tmp_path / "cache"))  # nothing cached
+    monkeypatch.setenv("GPDLM_DATA_MIRROR", "")
+    argv = ["reproduce", "rkhs", "--claims", "T2-scgd-beats-bsgd-b32", "--dry-run", "--no-estimate"]
+    assert cli.main(argv) == 0
+    assert "bike [download]" in capsys.readouterr().out
+    assert cli.main([*argv, "--mirror", str(shared)]) == 0
+    out = capsys.readouterr().out
+    sets = ("bike", "elevators", "keggdirected", "keggundirected", "kin40k", "pol", "protein", "tamielectric")
+    assert all(f"{s} [offline (mirror)]" in out for s in sets), out
+    assert "data copied from the mirror into the cache before the first job: bike, elevators" in out
