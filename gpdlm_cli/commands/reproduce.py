@@ -703,62 +703,25 @@ def main(argv: list[str]) -> int:
 
 
 def run(plan: Plan, paper, args, budget: float | None) -> int:
+    """Run the plan's multiruns into one store under a ``reproduce`` parent run (progress, budget), then
+    write the study, the exported runs and the report from whatever the store holds."""
     global PROGRESS
-    from mlflow.tracking import MlflowClient
-
-    from ..analysis import store
     from ..sweep import callback as sweep_mod
-    from ..tracking import ensure_experiment, resolve_tracking_uri
-    from .bias import bias_main
-    from .train import train_main
 
     outdir = Path(args.output or f"reproduce/{plan.paper}-{plan.scale}")
     outdir.mkdir(parents=True, exist_ok=True)
-    uri = resolve_tracking_uri(args.tracking_uri or f"sqlite:///{outdir.resolve()}/mlflow.db")
-    client = MlflowClient(tracking_uri=uri)
     settings = {
         "scale": plan.scale,
         "protocol": plan.protocol,
         "budget": args.budget or "none",
         "claims": ",".join(sorted({c for m in plan.multiruns for c in m.claims})),
     }
-    exp_id = ensure_experiment(client, f"reproduce_{plan.paper}", uri)
-    parent = client.create_run(
-        exp_id,
-        run_name=f"reproduce-{plan.paper}-{plan.scale}",
-        tags={"gpdlm.command": "reproduce", "gpdlm.sweep": "parent", "gpdlm.output_dir": str(outdir.resolve())},
-    )
-    from mlflow.entities import Param
-
-    client.log_batch(
-        parent.info.run_id,
-        params=[Param(k, str(v)[:6000]) for k, v in settings.items()] + [Param("jobs", str(plan.jobs))],
-    )
-    deadline = time.monotonic() + budget if budget else None
-    PROGRESS = Progress(plan.jobs, deadline, client, parent.info.run_id)
+    client, uri, parent_id = _parent_run(plan, args, outdir, settings)
+    PROGRESS = Progress(plan.jobs, time.monotonic() + budget if budget else None, client, parent_id)
     print(describe(plan), file=sys.stderr)
     stopped = None
-    launched = 0
     try:
-        for i, m in enumerate(plan.multiruns, 1):
-            for argv in m.argvs:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise BudgetReached()
-                tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}", CALLBACK]
-                if argv[0] == "gpdlm sweep beta":  # data not offline: `gpdlm sweep beta` loads it (downloads)
-                    from .sweep import sweep_overrides
-
-                    launches = [[*a, *tail] for a in sweep_overrides("beta", argv[1:])]
-                else:
-                    launches = [["-m", *argv, *tail]]
-                for launch in launches:
-                    launched += 1  # every multirun its own sweep folder (its outcomes, its parent run)
-                    sweep_dir = outdir.resolve() / "multirun" / f"{time.strftime('%Y%m%d-%H%M%S')}-{launched}"
-                    sys.argv = [f"gpdlm {m.command}", *launch, f"hydra.sweep.dir={sweep_dir}"]
-                    before = PROGRESS.done
-                    bias_main() if m.command == "bias" else train_main()
-                    if PROGRESS.done == before:  # jobs ran in other processes (joblib, Slurm, Ray): count them now
-                        _count_outcomes(PROGRESS, sweep_dir, f"multirun {i} of {len(plan.multiruns)}")
+        _launch(plan, uri, outdir, PROGRESS)
     except BudgetReached:
         sweep_mod.abort_active_sweeps("KILLED", f"stopped by gpdlm reproduce --budget {args.budget}")
         p = PROGRESS
@@ -767,15 +730,74 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
             f"{p.total - p.done} left (about {duration(p.left_s())}); rerun the same command to continue"
         )
         print(stopped, file=sys.stderr)
-        client.set_tag(parent.info.run_id, "gpdlm.progress", stopped)
+        client.set_tag(parent_id, "gpdlm.progress", stopped)
     except BaseException as e:
-        client.set_tag(parent.info.run_id, "failure_reason", f"interrupted: {type(e).__name__}: {e}"[:5000])
-        client.set_terminated(parent.info.run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        client.set_tag(parent_id, "failure_reason", f"interrupted: {type(e).__name__}: {e}"[:5000])
+        client.set_terminated(parent_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
         raise
     finally:
         PROGRESS = None
+    _report(plan, paper, args, client, uri, outdir, settings)
+    client.set_terminated(parent_id, "KILLED" if stopped else "FINISHED")
+    return 0
 
-    # the report, from whatever the store holds now
+
+def _parent_run(plan: Plan, args, outdir: Path, settings: dict) -> tuple:
+    """(MLflow client, store URI, run id) of the reproduce's parent run (experiment ``reproduce_<paper>``),
+    with the settings and the job count as params."""
+    from mlflow.entities import Param
+    from mlflow.tracking import MlflowClient
+
+    from ..tracking import ensure_experiment, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(args.tracking_uri or f"sqlite:///{outdir.resolve()}/mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = ensure_experiment(client, f"reproduce_{plan.paper}", uri)
+    parent = client.create_run(
+        exp_id,
+        run_name=f"reproduce-{plan.paper}-{plan.scale}",
+        tags={"gpdlm.command": "reproduce", "gpdlm.sweep": "parent", "gpdlm.output_dir": str(outdir.resolve())},
+    )
+    client.log_batch(
+        parent.info.run_id,
+        params=[Param(k, str(v)[:6000]) for k, v in settings.items()] + [Param("jobs", str(plan.jobs))],
+    )
+    return client, uri, parent.info.run_id
+
+
+def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress) -> None:
+    """Every multirun of the plan, in this process (``gpdlm train|bias -m ...`` into the store at ``uri``),
+    each its own sweep folder; ``BudgetReached`` before one would start past the deadline."""
+    from .bias import bias_main
+    from .sweep import sweep_overrides
+    from .train import train_main
+
+    launched = 0
+    tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}", CALLBACK]
+    for i, m in enumerate(plan.multiruns, 1):
+        for argv in m.argvs:
+            if progress.deadline is not None and time.monotonic() >= progress.deadline:
+                raise BudgetReached()
+            if argv[0] == "gpdlm sweep beta":  # data not offline: `gpdlm sweep beta` loads it (downloads)
+                launches = [[*a, *tail] for a in sweep_overrides("beta", argv[1:])]
+            else:
+                launches = [["-m", *argv, *tail]]
+            for launch in launches:
+                launched += 1  # every multirun its own sweep folder (its outcomes, its parent run)
+                sweep_dir = outdir.resolve() / "multirun" / f"{time.strftime('%Y%m%d-%H%M%S')}-{launched}"
+                sys.argv = [f"gpdlm {m.command}", *launch, f"hydra.sweep.dir={sweep_dir}"]
+                before = progress.done
+                bias_main() if m.command == "bias" else train_main()
+                if progress.done == before:  # jobs ran in other processes (joblib, Slurm, Ray): count them now
+                    _count_outcomes(progress, sweep_dir, f"multirun {i} of {len(plan.multiruns)}")
+
+
+def _report(plan: Plan, paper, args, client, uri: str, outdir: Path, settings: dict) -> None:
+    """The study section, the exported runs and the report (``gpdlm report``) of the plan's experiments that
+    hold finished runs; a line saying there is none yet otherwise."""
+    from ..analysis import export, store
+    from .report import main as report_main
+
     names = []
     for m in plan.multiruns:
         exp = client.get_experiment_by_name(m.experiment)
@@ -788,39 +810,31 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
             )
         ):
             names.append(m.experiment)
-    if names:
-        records = []
-        for n in names:
-            records += store.load_runs(client, client.get_experiment_by_name(n), notes=[], commands=("train", "bias"))
-        (outdir / "study.md").write_text(study_text(paper, records, settings))
-        from ..analysis import export  # the evidence next to the verdicts: the report is rebuilt from it
-
-        exps = [client.get_experiment_by_name(n) for n in names]
-        export.write(outdir / "runs.jsonl.gz", export.export_store(client, exps), names)
-        from .report import main as report_main
-
-        report_main(
-            [
-                "--claims",
-                args.paper,
-                "--tracking-uri",
-                uri,
-                *[a for n in names for a in ("--experiment", n)],
-                "--format",
-                args.format,
-                "--out",
-                str(outdir / "report"),
-                "--study",
-                str(outdir / "study.md"),
-                "--output",
-                str(outdir / FORMATS[args.format]),
-                "--no-log",
-            ]
-        )
-    else:
+    if not names:
         print("gpdlm reproduce: no finished runs yet: no report", file=sys.stderr)
-    client.set_terminated(parent.info.run_id, "KILLED" if stopped else "FINISHED")
-    return 0
+        return
+    exps = [client.get_experiment_by_name(n) for n in names]
+    records = [r for e in exps for r in store.load_runs(client, e, notes=[], commands=("train", "bias"))]
+    (outdir / "study.md").write_text(study_text(paper, records, settings))
+    export.write(outdir / "runs.jsonl.gz", export.export_store(client, exps), names)  # the report is rebuilt from it
+    report_main(
+        [
+            "--claims",
+            args.paper,
+            "--tracking-uri",
+            uri,
+            *[a for n in names for a in ("--experiment", n)],
+            "--format",
+            args.format,
+            "--out",
+            str(outdir / "report"),
+            "--study",
+            str(outdir / "study.md"),
+            "--output",
+            str(outdir / FORMATS[args.format]),
+            "--no-log",
+        ]
+    )
 
 
 def cli() -> int:

@@ -670,3 +670,19 @@ def test_the_rkhs_plan_with_a_mirror_says_its_uci_sets_are_offline(tmp_path, mon
     sets = ("bike", "elevators", "keggdirected", "keggundirected", "kin40k", "pol", "protein", "tamielectric")
     assert all(f"{s} [offline (mirror)]" in out for s in sets), out
     assert "data copied from the mirror into the cache before the first job: bike, elevators" in out
+
+
+def test_the_reproduce_and_plan_functions_are_short():
+    """`run` (119 lines) and `_estimate_at_job_threads` (98) were split: no function of the reproduce command
+    or the sweep plan is longer than 80 lines."""
+    import ast
+
+    from gpdlm_cli.sweep import plan as plan_mod
+
+    long = [
+        (Path(mod.__file__).name, f.name, f.end_lineno - f.lineno + 1)
+        for mod in (rp, plan_mod)
+        for f in ast.walk(ast.parse(Path(mod.__file__).read_text()))
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.end_lineno - f.lineno + 1 > 80
+    ]
+    assert long == []
