@@ -196,3 +196,41 @@ def test_the_step_clock_leaves_out_the_calls_overhead_and_ends_the_call(monkeypa
         steps += 1
     assert steps == math.ceil(plan_mod.STEP_SPAN_S / 0.0625) == 5
     assert [b - a for a, b in zip(clock.stamps[1:], clock.stamps[2:])] == [0.0625] * steps
+
+
+def test_probes_skip_the_setup_that_serves_predictions_only():
+    """k-means inducing points become random ones, and sVBSSGP's 2,000 k-means prediction cells of the airline
+    rows one cell (its random training blocks kept: train_partitions) -- the training step is the same."""
+    from gpdlm_cli.sweep import plan as plan_mod
+    from gpdlm_cli.sweep.compose import compose_jobs
+
+    sv, sv_kmeans, dlm, ssgp = compose_jobs(
+        [
+            ["+experiment=svbssgp_airline"],
+            ["+experiment=svbssgp_airline", "model.train_blocks=kmeans"],
+            ["model=dlm"],
+            ["model=ssgp", "model.predict=local"],
+        ]
+    )
+    probe = plan_mod._probe_config(sv).model
+    assert (probe.partitions, probe.train_partitions, probe.train_blocks) == (1, 2000, "random")
+    assert sv.model.partitions == 2000 and sv.model.train_partitions is None  # the job's config untouched
+    assert plan_mod._probe_config(sv_kmeans) is sv_kmeans  # k-means training blocks: the cells are the blocks
+    assert plan_mod._probe_config(dlm).model.inducing_init == "random" and dlm.model.inducing_init == "kmeans"
+    assert plan_mod._probe_config(ssgp).model.partitions == 1
+
+
+def test_a_slow_first_step_is_timed_alone(monkeypatch):
+    """A full-batch L-BFGS step on the 1.9M airline rows takes ~20 s: the probe call ends after it."""
+    from types import SimpleNamespace
+
+    from gpdlm_cli.sweep import plan as plan_mod
+
+    now = [0.0]
+    monkeypatch.setattr(plan_mod.time, "perf_counter", lambda: now[0])
+    clock = plan_mod._step_clock(False, 2)
+    loop = SimpleNamespace(converged=False)
+    clock.on_train_start(loop)
+    now[0] += plan_mod.SLOW_STEP_S + 0.5
+    clock.on_step(loop)
+    assert loop.converged and clock.stamps == [0.0, plan_mod.SLOW_STEP_S + 0.5]
