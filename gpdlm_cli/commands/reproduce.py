@@ -3,7 +3,7 @@ one store within a budget, and the report.
 
     gpdlm reproduce PAPER [--claims ID ...] [--scale smoke|reduced|paper] [--protocol paper|fast]
                     [--budget 3h] [--dry-run] [--no-estimate] [--format md|html|latex] [--output DIR]
-                    [--tracking-uri URI] [hydra overrides: hydra/launcher=joblib ...]
+                    [--tracking-uri URI] [--mirror DIR] [hydra overrides: hydra/launcher=joblib ...]
 
 **The plan** (``derive``): every selected claim names a table; the table names its ``preset`` (the claim
 may name its own), the claim its ``overrides`` (the paper's data set), the table its ``arms`` (further
@@ -15,7 +15,9 @@ whose select rule picks ``objective.beta`` and whose jobs do not sweep it gets t
 the plan: multiruns and jobs per table, the data each needs and whether it loads offline (a generator, the
 cache or ``$GPDLM_DATA_MIRROR``), and the estimated wall time of the existing ``--dry-run`` estimator
 (``sweep.plan``: timed sample steps of every job shape, times each job's iteration budget; only for data
-that loads offline).
+that loads offline; the probes of a plan share ``PLAN_PROBE_S``, one stderr line per timed multirun).
+Multiruns that run the same jobs (an override setting what the preset sets) are planned once. Before the
+first job, the plan's data that is not cached is fetched (``--mirror DIR``: from a local mirror).
 
 **The run**: every multirun is ``gpdlm train -m +experiment=PRESET ... sweep.skip_finished=true
 +sweep.scale=SCALE`` into one store (``--output DIR/mlflow.db`` unless ``--tracking-uri``): rerunning an
