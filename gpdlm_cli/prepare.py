@@ -54,9 +54,10 @@ def prepare(
     ``adjust(cfg) -> cfg``: the command's own checks on the validated config (no data yet) and the
     config it runs with (``gpdlm bias`` sets ``model.variant=fixed``). ``check_data(table, splits)``:
     a check on the loaded data before the method is built (the saved-model rebuild compares the
-    dataset fingerprint). ``load_data(cfg) -> (table, splits, tensors)``: instead of ``build.load_data`` (the
-    sweep planner's probes reuse data loaded for an earlier probe). torch's global seed is set to ``cfg.seed`` before the data is loaded: a
-    backstop for library-internal randomness (gpdlm's own is explicit). Subnormal floats are flushed
+    dataset fingerprint). ``load_data(cfg) -> (table, splits, tensors)``: instead of ``build.load_data``
+    (the sweep planner's probes reuse data loaded for an earlier probe). torch's global seed is set to
+    ``cfg.seed`` before the data is loaded: a backstop for library-internal randomness (gpdlm's own is
+    explicit). Subnormal floats are flushed
     to zero from here on (``runtime.flush_denormals``; ``GPDLM_FLUSH_DENORMAL=0`` keeps them)."""
     from .runtime import flush_denormals
 

@@ -409,7 +409,8 @@ def _estimate(m: Multirun, budget_s: float) -> None:
         notes.append(f"no estimate ({str(e).strip().splitlines()[0][:80]})")
     if pins and m.estimate_s is not None:
         notes.append(
-            f"estimate for {', '.join(here)} only: the jobs on {len(m.datasets) - len(here)} other data sets not offline"
+            f"estimate for {', '.join(here)} only: the jobs on {len(m.datasets) - len(here)} "
+            "other data sets not offline"
         )
     m.note = "; ".join([m.note, *notes] if m.note else notes)
 
