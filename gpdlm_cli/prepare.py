@@ -52,14 +52,18 @@ class Prepared:
         return self.data.x_train.device
 
 
-def prepare(cfg, *, adjust: Callable | None = None, check_data: Callable | None = None) -> Prepared:
+def prepare(
+    cfg, *, adjust: Callable | None = None, check_data: Callable | None = None, load_data: Callable | None = None
+) -> Prepared:
     """Validate ``cfg``, load its data, check sizes, build its method and trainer settings.
 
     ``adjust(cfg) -> cfg``: the command's own checks on the validated config (no data yet) and the
     config it runs with (``gpdlm bias`` sets ``model.variant=fixed``). ``check_data(table, splits)``:
     a check on the loaded data before the method is built (the saved-model rebuild compares the
-    dataset fingerprint). torch's global seed is set to ``cfg.seed`` before the data is loaded: a
-    backstop for library-internal randomness (gpdlm's own is explicit). Subnormal floats are flushed
+    dataset fingerprint). ``load_data(cfg) -> (table, splits, tensors)``: instead of ``build.load_data``
+    (the sweep planner's probes reuse data loaded for an earlier probe). torch's global seed is set to
+    ``cfg.seed`` before the data is loaded: a backstop for library-internal randomness (gpdlm's own is
+    explicit). Subnormal floats are flushed
     to zero from here on (``runtime.flush_denormals``; ``GPDLM_FLUSH_DENORMAL=0`` keeps them)."""
     from .runtime import flush_denormals
 
@@ -68,7 +72,7 @@ def prepare(cfg, *, adjust: Callable | None = None, check_data: Callable | None 
     if adjust is not None:
         cfg = adjust(cfg)
     torch.manual_seed(cfg.seed)
-    table, splits, data = build.load_data(cfg)
+    table, splits, data = (load_data or build.load_data)(cfg)
     if check_data is not None:
         check_data(table, splits)
     spec = build.specs(cfg, family)  # built once: the family's checks and its build receive it
