@@ -20,6 +20,7 @@ still training; evaluations excluded, as in a separate run).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -68,10 +69,33 @@ class RKHSMemberFit:
     steps: dict = field(default_factory=dict)
 
 
+def _svgp_kind(objective) -> bool:
+    """Whether the objective is minibatch SVGP's ELBO on input features with the linear kernel in closed form
+    (the RKHS study's SVGP arm), which the stacked step computes with the members' ordinary model."""
+    from ..features.linear import LinearKernelMap
+    from ..likelihoods import GaussianLikelihood
+    from ..models.feature_input import FeatureInputGP
+    from ..models.sparse_variational import SparseVariationalGP
+    from ..objectives.elbo import ELBO
+
+    if not isinstance(objective, ELBO) or not isinstance(getattr(objective, "model", None), FeatureInputGP):
+        return False
+    gp = objective.model.gp
+    if not isinstance(gp, SparseVariationalGP) or not isinstance(
+        getattr(gp.covar_module, "feature_map", None), LinearKernelMap
+    ):
+        raise NotBatchable("minibatch SVGP is batched on the linear kernel of its features only")
+    if not isinstance(objective.likelihood, GaussianLikelihood):
+        raise NotBatchable("minibatch SVGP is batched with the Gaussian likelihood only")
+    return True
+
+
 def _kind(objective) -> str:
     from ..models.bayesian_linear import BayesianLinearGP
     from ..objectives.rkhs import SCGD, BatchNLML, Minimax
 
+    if _svgp_kind(objective):
+        return "svgp"
     if not isinstance(getattr(objective, "model", None), BayesianLinearGP):
         raise NotBatchable("the model is not the finite-feature GP (kernel=linear|rff)")
     if isinstance(objective, SCGD) and objective.fused:
@@ -109,6 +133,9 @@ class StackedRKHS:
                 raise NotBatchable("the members' inputs differ in width or dtype")  # n may differ (masks)
         self.trainable = self._trainable_names(named[0])
         self._build(named)
+        self._template: torch.nn.Module | None = (
+            None  # svgp: the first member's objective on its GP alone (``_svgp_values``)
+        )
 
     @staticmethod
     def _named(objective) -> dict[str, torch.Tensor]:
@@ -178,7 +205,8 @@ class StackedRKHS:
     def invalidate(self, b: int) -> None:
         """Member b's cached posterior is stale (its tensors changed through the stacked storage, which does
         not bump their version counters)."""
-        self.models[b]._post = None
+        if self.kind != "svgp":
+            self.models[b]._post = None
 
     # ----- the batched step ---------------------------------------------------------------------------------
     def features(self, x: torch.Tensor):
@@ -212,6 +240,8 @@ class StackedRKHS:
         """The members' step values (B), differentiable in the leaves; sets the objectives' per-step state."""
         from ..objectives.rkhs_batched import MinimaxStepBatched, SCGDStepBatched, bsgd_values
 
+        if self.kind == "svgp":
+            return self._svgp_values(x, y)
         phi, s2 = self.features(x)
         y = y.to(torch.float64)
         objs = self.objectives
@@ -239,6 +269,48 @@ class StackedRKHS:
                 "a member's batch covariance is not positive definite (its separate run reports it)"
             ) from None
         return values
+
+    #: per-member scalars of the linear kernel map, passed as B x 1 x 1 so that they broadcast over rows and features
+    _SCALARS = ("covar_module.feature_map.raw_outputscale", "covar_module.feature_map.normaliser")
+
+    def _svgp_values(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Minibatch SVGP's per-datum negative ELBO of every member (B): the network once for all members
+        (``vmap`` of the member's own network), then the member's ordinary objective -- which broadcasts over
+        a leading batch dimension -- on its GP with the stacked parameters (``functional_call``)."""
+        model0 = self.objectives[0].model
+        template = self._template
+        if template is None:
+            template = copy.deepcopy(self.objectives[0])
+            template.model = template.model.gp  # the objective on the GP alone: phi(x) is its input
+            template.model._q_ready = True  # every member's q(u) was initialised as its run initialises it
+            self._template = template
+        names = list(self.slices) + list(self.fixed)
+        net = {n[len("model.features.") :]: self.tensor(n) for n in names if n.startswith("model.features.")}
+
+        def one(p, xb):
+            return torch.func.functional_call(model0.features, p, (xb,))
+
+        phi = torch.func.vmap(one)(net, x)
+        params = {}
+        for n in names:
+            if n.startswith("model.gp."):
+                key = n[len("model.gp.") :]
+                t = self.tensor(n)
+                if key in self._SCALARS:
+                    t = t.reshape(self.B, 1, 1)
+                elif key.startswith("variational_strategy.") and key.endswith(("initialized", "updated_strategy")):
+                    continue  # the template's flags (set)
+                params["model." + key] = t
+            elif n.startswith("likelihood.") and n in self.slices:
+                params[n] = self.tensor(n)
+        template.num_data = torch.tensor(
+            [float(o.num_data) for o in self.objectives], dtype=phi.dtype, device=phi.device
+        )
+        template.beta = torch.tensor([float(o.beta) for o in self.objectives], dtype=phi.dtype, device=phi.device)
+        try:
+            return torch.func.functional_call(template, params, (phi, y.to(phi.dtype)))
+        except NumericalError as e:
+            raise NotBatchable(f"a member's K_uu is not positive definite ({str(e).splitlines()[0]})") from None
 
     @torch.no_grad()
     def _dual_features(self, phi: torch.Tensor, active: list[bool]) -> torch.Tensor:
@@ -381,6 +453,9 @@ def _member(c, evaluator) -> RKHSMember:
     stage = stages[0]
     if stage.prepare is not None:
         stage.prepare()
+    gp = getattr(stage.objective.model, "gp", None)
+    if gp is not None and hasattr(gp, "_ensure_initialised"):
+        gp._ensure_initialised()  # minibatch SVGP: q(u)'s start, drawn from torch's RNG as its run draws it
     s = stage_settings(p.settings, stage, p.n_train)
     if s.optimizer != "adadelta" or not s.schedule.constant or s.grad_tol is not None:
         raise NotBatchable("only AdaDelta with a constant learning rate is batched for the RKHS family")
