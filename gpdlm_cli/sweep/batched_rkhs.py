@@ -1,5 +1,5 @@
 """Batched configurations of the RKHS family (issue 41, item 2): B runs of one model (``scgd``, ``minimax`` or
-``bsgd`` on ``kernel=linear|rff``) that differ only in their seed, their split mask and their learning rate,
+``bsgd`` on ``kernel=linear|rff``, or the RKHS study's minibatch ``svgp``) that differ only in their seed, their split mask and their learning rate,
 trained in one process, step by step together.
 
 Each member keeps everything its separate run has: its own ``training.loop.Loop`` (its batch order from its
@@ -12,6 +12,11 @@ the closed-form step is one batched computation (``objectives.rkhs_batched``), a
 whole B x P tensor at once with a per-member learning rate (``training.optim.StackedAdadelta``). A member
 that stops (its rule, or its budget) ends as its run ends (``Loop._finish``: its best iterate restored) and
 its row is frozen from then on; the others go on.
+
+The RKHS study's SVGP arm -- minibatch SVGP on the network's features with the linear kernel and AdaDelta
+(``methods.sparse_variational.batched_trainer``) -- is batched the same way (kind ``svgp``): the network runs
+once for all members (``vmap``), then the member's ordinary ELBO on its GP alone with the stacked parameters
+(``functional_call``: ``SparseVariationalGP`` broadcasts over the member dimension).
 
 Every member equals its separate run up to float rounding (tests/sweep/test_batched_rkhs.py: 1e-8 in
 float64). Its training time is its share of each batched step (the step's time divided among the members
