@@ -1,6 +1,6 @@
 """Batched configurations of the RKHS family (issue 41, item 2): B runs of one model (``scgd``, ``minimax`` or
-``bsgd`` on ``kernel=linear|rff``, or the RKHS study's minibatch ``svgp``) that differ only in their seed, their split mask and their learning rate,
-trained in one process, step by step together.
+``bsgd`` on ``kernel=linear|rff``, or the RKHS study's minibatch ``svgp``) that differ only in their seed,
+their split mask and their learning rate, trained in one process, step by step together.
 
 Each member keeps everything its separate run has: its own ``training.loop.Loop`` (its batch order from its
 own seeded generator, its epoch and step hooks -- SCGD's F~ refresh, MINIMAX's projections, penalty schedule
@@ -472,13 +472,14 @@ def _restorer(method):
     """What a member's job restores besides its modules' tensors: its stage hooks' states (MINIMAX's mu and
     projection count, SCGD's last b_t) and its Cholesky log."""
     hooks = [h.checkpoint_state() for h in method.stages[-1].hooks]
-    log = method.model.chol_log
-    jitter, failures = log.jitter_events, log.device_failures
+    log = getattr(method.model, "chol_log", None)  # minibatch SVGP has none
+    jitter, failures = (log.jitter_events, log.device_failures) if log is not None else (None, None)
 
     def restore(target) -> None:
         for h, state in zip(target.stages[-1].hooks, hooks):
             h.load_checkpoint_state(state)
-        target.model.chol_log.jitter_events, target.model.chol_log.device_failures = jitter, failures
+        if log is not None:
+            target.model.chol_log.jitter_events, target.model.chol_log.device_failures = jitter, failures
 
     return restore
 

@@ -351,3 +351,20 @@ def test_minibatch_svgp_out_of_scope_says_why_in_one_line():
     assert shape_key(a) == shape_key(b)
     a, b = (compose(["model=svgp", "dataset=concrete", f"trainer.lr={lr}"]) for lr in (0.1, 1.0))
     assert shape_key(a) != shape_key(b)
+
+
+@pytest.mark.slow  # ~3 s (prepares and trains a batch of 3)
+def test_a_minibatch_svgp_group_gives_each_job_its_outcome():
+    """``sweep.batched``'s group trainer on the SVGP arm: each job's outcome (tag, fit, end state) and its restore
+    (no Cholesky log on this model) -- the path a sweep's jobs take."""
+    from gpdlm_cli.sweep.batched_rkhs import train_group
+    from gpdlm_cli.tracking.identity import config_hash
+
+    torch.set_num_threads(1)
+    cfgs = [_cfg("svgp", "linear", seed, lr, SVGP) for seed, lr in GRID]
+    out = train_group(cfgs[0], config_hash(cfgs[0]), cfgs, evaluator)
+    assert sorted(out) == sorted(config_hash(c) for c in cfgs)
+    for c in cfgs:
+        o = out[config_hash(c)]
+        assert o["tag"] == "3" and o["fit"].iterations == 21 and o["state"]
+        o["restore"](prepare(c).method)  # a job restores its member's hook states: none here, and no error
