@@ -15,7 +15,7 @@ B = 1 is the batched machinery's own cost on one member (issue 41: B = 1, 8, 32,
 and the RKHS family have a batched form -- docs/sweeps.md says why the other families do not).
 
 The RKHS family (issue 41, item 2; ``sweep.batched_rkhs``): per-member CPU time per step of B members of
-SCGD / MINIMAX / BSGD on the paper's Tables 2/4 shape (2 x 128 ReLU network, linear kernel, d = 128, AdaDelta,
+SCGD / MINIMAX / BSGD (and the study's SVGP arm, M = b) on the paper's Tables 2/4 shape (2 x 128 ReLU network, linear kernel, d = 128, AdaDelta,
 minibatches of b = 32) against one separate run through gpdlm's own loop (``training.train``, the fast path:
 closed-form steps, ``FlatAdadelta``), both timed in the same run, round by round (``--rounds``), so load on
 a shared machine falls on both sides alike. Each member has its own data (n = 4096 synthetic rows of D = 26,
@@ -154,6 +154,8 @@ def rkhs_member(method: str, b: int, seed: int, lr: float, n: int):
     overrides = [f"model={method}", "features=nn", "kernel=linear", "trainer.optimizer=adadelta"]
     overrides += [f"trainer.batch_size={b}", "progress=false", "trainer.eval_every=0", "trainer.stop_rule=none"]
     overrides += [f"trainer.lr={lr}", f"seed={seed}", "trainer.keep_best=null"]
+    if method == "svgp":  # the RKHS study's SVGP arm: M = batch size
+        overrides.append(f"model.num_inducing={b}")
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     data = synthetic(n, seed=seed)
@@ -162,6 +164,8 @@ def rkhs_member(method: str, b: int, seed: int, lr: float, n: int):
     stage = m.stages[-1]
     if stage.prepare:
         stage.prepare()
+    if method == "svgp":
+        m.model.gp._ensure_initialised()  # q(u)'s start (a run draws it at its first step)
     return RKHSMember(m, stage_settings(settings, stage, n), data.x_train, data.y_train, seed)
 
 
@@ -227,7 +231,9 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--devices", default="cpu,cuda", help="cpu, cuda or both (cuda is skipped where absent)")
-    ap.add_argument("--rkhs", default="scgd,minimax", help="RKHS methods (scgd, minimax, bsgd) or none")
+    ap.add_argument(
+        "--rkhs", default="scgd,minimax", help="RKHS methods (scgd, minimax, bsgd, svgp: the study's SVGP arm) or none"
+    )
     ap.add_argument("--rkhs-batches", default="1,8,32")
     ap.add_argument("--rkhs-b", type=int, default=32, help="the RKHS minibatch size")
     ap.add_argument("--rkhs-steps", type=int, default=50)

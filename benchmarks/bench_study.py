@@ -34,9 +34,9 @@
   rounds (``bench_rkhs_step``), times the study's steps (100 floor(0.9 N / b) per run), plus 100 full-data
   evaluations per run (one timed at n = 4096, scaled linearly in n: O(n d^2)) and a start-up per run;
   core-hours, and hours on 2 cores (jobs spread over 2 workers), and with ``--batching-factor`` (the per-member
-  cost of batched configurations, helper E's ``bench_batched``) applied to the step hours. ``--batched``: the
-  per-member time of SCGD, MINIMAX and BSGD in batches of 15 (``sweep.batched=true``: a shape's members are its
-  5 masks x 3 learning rates) timed in the same rounds, and the study projected with them (SVGP separate). `gplstm` (Table 2)
+  cost of batched configurations, ``bench_batched``) applied to the step hours. ``--batched``: the
+  per-member time of SCGD, MINIMAX, BSGD and SVGP in batches of 15 (``sweep.batched=true``: a shape's members are its
+  5 masks x 3 learning rates) timed in the same rounds, and the study projected with them. `gplstm` (Table 2)
   and `svbssgp` (Table 1): every configuration of ``--sample`` (default: every configuration, seed 0) is run
   three times through gpdlm's own ``run_train`` (1 epoch; 2 epochs; 2 epochs evaluated after the first too; CPU
   seconds), which separates one epoch, one evaluation and the fixed cost of a run; the preset's epochs and
@@ -573,10 +573,10 @@ def rkhs_evaluation_seconds(n: int = 4096, rounds: int = 5) -> float:
     return statistics.median(out)
 
 
-#: the methods ``sweep.batched=true`` trains batched in the RKHS study (``methods.rkhs.batched_scope``; SVGP on
-#: minibatches with AdaDelta is out of its family's scope) and the plan's group: a shape's members differ in
-#: mask and learning rate only, so each (set, method, b) is one batch of 5 masks x 3 lr
-RKHS_BATCHED = ("scgd", "minimax", "bsgd")
+#: the methods ``sweep.batched=true`` trains batched in the RKHS study (``methods.rkhs.batched_scope``, and SVGP on
+#: minibatches with AdaDelta: ``methods.sparse_variational.batched_trainer``) and the plan's group: a shape's
+#: members differ in mask and learning rate only, so each (set, method, b) is one batch of 5 masks x 3 lr
+RKHS_BATCHED = ("scgd", "minimax", "bsgd", "svgp")
 RKHS_GROUP = 15
 
 
@@ -618,7 +618,7 @@ def project_rkhs(
 ) -> list[dict]:
     """The RKHS Tables 2/4 projection (module docstring), printed and returned as rows. ``batched``: also time
     batched members (``RKHS_GROUP`` a batch, ``sweep.batched_rkhs``) in the same rounds and project the study
-    with the batchable methods batched (``RKHS_BATCHED``; SVGP stays separate)."""
+    with the batchable methods batched (``RKHS_BATCHED``: all four)."""
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
     ms = _rkhs_timings(bs, steps, rounds, batched)
     eval_s = rkhs_evaluation_seconds()
@@ -641,7 +641,7 @@ def project_rkhs(
     for method in RKHS_METHODS:
         for b in bs:
             n_steps = rkhs_study_steps(b)
-            t = {path: ms.get((method, b, path), ms[(method, b, True)]) for path in paths}  # svgp: not batched
+            t = {path: ms.get((method, b, path), ms[(method, b, True)]) for path in paths}  # not batched: fast
             hours = {path: n_steps * t[path] / 1000 / 3600 for path in paths}
             for path in paths:
                 total[path] += hours[path]

@@ -116,6 +116,8 @@ def batched_scope(spec: RunSpec) -> str | None:
         return f"model={m.name} has no batched form (svgp and dlm do)"
     if m.name == "svgp" and m.variant != "joint":
         return "model=svgp has only the joint variant"
+    if batched_trainer(spec) == "stacked":
+        return _stacked_scope(spec)
     if FM.uses_features(spec):
         return "input features (features=nn) are not batched"
     if spec.likelihood.name != "gaussian":
@@ -128,6 +130,43 @@ def batched_scope(spec: RunSpec) -> str | None:
         return f"model.mean={m.mean} is not batched (zero mean only)"
     if m.name == "svgp" and m.elbo == "uncollapsed":
         return "model.elbo=uncollapsed is not batched (the collapsed ELBO is)"
+    return None
+
+
+#: ``sweep.batched=true`` with the stacked trainer (``batched_trainer``): a batch's members may also differ in
+#: their learning rate and split mask (``sweep.batched.shape_key``)
+STACKED_FREE_KEYS = ("trainer.lr", "dataset.split.mask")
+
+
+def batched_trainer(spec: RunSpec) -> str:
+    """Which batched trainer ``sweep.batched`` uses for this config: ``stacked`` (``sweep.batched_rkhs``: the
+    members' own minibatch loops in lockstep, AdaDelta per member) for minibatch SVGP on input features with
+    AdaDelta -- the RKHS study's SVGP arm -- else ``adam`` (``sweep.batched_model``: the full-batch Adam model)."""
+    spec = as_run_spec(spec, Spec)
+    t = spec.trainer
+    stacked = spec.model.name == "svgp" and t.batch_size is not None and t.optimizer == "adadelta"
+    return "stacked" if stacked and FM.uses_features(spec) else "adam"
+
+
+def _stacked_scope(spec) -> str | None:
+    """Minibatch SVGP with AdaDelta (``batched_trainer`` = stacked): why not batched, or None. Batched: the
+    uncollapsed ELBO in closed form (Gaussian likelihood), kernel=linear on the network's features, zero mean,
+    float64, the paper protocol with a constant learning rate per member."""
+    t = spec.trainer
+    if spec.likelihood.name != "gaussian":
+        return f"likelihood={spec.likelihood.name} is not batched (Gaussian only)"
+    if spec.kernel.name != "linear":
+        return f"kernel={spec.kernel.name} is not batched for minibatch SVGP on features (linear only)"
+    if spec.model.mean not in ("auto", "zero"):
+        return f"model.mean={spec.model.mean} is not batched (zero mean only)"
+    if str(spec.keys.dtype) != "float64":
+        return f"dtype={spec.keys.dtype} is not batched for minibatch SVGP (float64 only)"
+    if spec.model.baseline_estimator == "configured" and spec.estimator.name not in ("auto", "exact"):
+        return f"estimator={spec.estimator.name} samples: not batched (closed form only)"
+    if t.protocol != "paper":
+        return f"trainer.protocol={t.protocol} is not batched (paper only)"
+    if t.schedule != "constant":
+        return f"trainer.schedule={t.schedule} is not batched (constant only)"
     return None
 
 

@@ -15,7 +15,8 @@ saved model; its run carries the tag ``gpdlm.batched=<B>`` (the size of its batc
 The RKHS family (``methods.rkhs.batched_scope``; ``BATCHED_TRAINER = "stacked"``) batches on minibatches
 with its own trainer, ``sweep.batched_rkhs``: its shapes are also free in ``trainer.lr`` and
 ``dataset.split.mask`` (``BATCHED_FREE_KEYS``), and each member keeps its own loop (batch order, hooks,
-stopping, evaluations, best iterate) while the step's arithmetic is shared.
+stopping, evaluations, best iterate) while the step's arithmetic is shared. So does minibatch SVGP with
+AdaDelta on input features (the RKHS study's SVGP arm; ``methods.sparse_variational.batched_trainer``).
 
 In scope for the sparse variational family (``methods.sparse_variational.batched_scope``): ``model=svgp`` (the
 collapsed ELBO) and ``model=dlm`` (the closed-form Gaussian DLM; ``dlm_fixed``: each member's SVGP
@@ -85,14 +86,21 @@ def _family(cfg):
 def _stacked(cfg) -> bool:
     """Whether the model's family trains its batches with its own loops in lockstep (``sweep.batched_rkhs``:
     minibatches, AdaDelta, keep_best, per-member learning rates) rather than the full-batch Adam model."""
-    return getattr(_family(cfg), "BATCHED_TRAINER", None) == "stacked"
+    family = _family(cfg)
+    pick = getattr(family, "batched_trainer", None)  # a family with both trainers picks one per config
+    if pick is not None:
+        return pick(cfg) == "stacked"
+    return getattr(family, "BATCHED_TRAINER", None) == "stacked"
 
 
 def shape_key(cfg) -> str:
     """The config hash without the keys a batch's members may differ in: ``seed`` and ``objective.beta``,
     and whatever more the family's ``BATCHED_FREE_KEYS`` names (the RKHS family: ``trainer.lr`` and
-    ``dataset.split.mask``)."""
-    free = ("seed", "objective.beta", *getattr(_family(cfg), "BATCHED_FREE_KEYS", ()))
+    ``dataset.split.mask``), or its ``STACKED_FREE_KEYS`` for a config it trains with the stacked trainer
+    (minibatch SVGP with AdaDelta: the same two)."""
+    family = _family(cfg)
+    stacked = getattr(family, "STACKED_FREE_KEYS", ()) if _stacked(cfg) else ()
+    free = ("seed", "objective.beta", *getattr(family, "BATCHED_FREE_KEYS", ()), *stacked)
     return config_hash(cfg, without=tuple(dict.fromkeys(free)))
 
 

@@ -1,6 +1,6 @@
 """Batched configurations of the RKHS family (issue 41, item 2): B runs of one model (``scgd``, ``minimax`` or
-``bsgd`` on ``kernel=linear|rff``) that differ only in their seed, their split mask and their learning rate,
-trained in one process, step by step together.
+``bsgd`` on ``kernel=linear|rff``, or the RKHS study's minibatch ``svgp``) that differ only in their seed,
+their split mask and their learning rate, trained in one process, step by step together.
 
 Each member keeps everything its separate run has: its own ``training.loop.Loop`` (its batch order from its
 own seeded generator, its epoch and step hooks -- SCGD's F~ refresh, MINIMAX's projections, penalty schedule
@@ -13,6 +13,11 @@ whole B x P tensor at once with a per-member learning rate (``training.optim.Sta
 that stops (its rule, or its budget) ends as its run ends (``Loop._finish``: its best iterate restored) and
 its row is frozen from then on; the others go on.
 
+The RKHS study's SVGP arm -- minibatch SVGP on the network's features with the linear kernel and AdaDelta
+(``methods.sparse_variational.batched_trainer``) -- is batched the same way (kind ``svgp``): the network runs
+once for all members (``vmap``), then the member's ordinary ELBO on its GP alone with the stacked parameters
+(``functional_call``: ``SparseVariationalGP`` broadcasts over the member dimension).
+
 Every member equals its separate run up to float rounding (tests/sweep/test_batched_rkhs.py: 1e-8 in
 float64). Its training time is its share of each batched step (the step's time divided among the members
 still training; evaluations excluded, as in a separate run).
@@ -20,6 +25,7 @@ still training; evaluations excluded, as in a separate run).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -68,10 +74,33 @@ class RKHSMemberFit:
     steps: dict = field(default_factory=dict)
 
 
+def _svgp_kind(objective) -> bool:
+    """Whether the objective is minibatch SVGP's ELBO on input features with the linear kernel in closed form
+    (the RKHS study's SVGP arm), which the stacked step computes with the members' ordinary model."""
+    from ..features.linear import LinearKernelMap
+    from ..likelihoods import GaussianLikelihood
+    from ..models.feature_input import FeatureInputGP
+    from ..models.sparse_variational import SparseVariationalGP
+    from ..objectives.elbo import ELBO
+
+    if not isinstance(objective, ELBO) or not isinstance(getattr(objective, "model", None), FeatureInputGP):
+        return False
+    gp = objective.model.gp
+    if not isinstance(gp, SparseVariationalGP) or not isinstance(
+        getattr(gp.covar_module, "feature_map", None), LinearKernelMap
+    ):
+        raise NotBatchable("minibatch SVGP is batched on the linear kernel of its features only")
+    if not isinstance(objective.likelihood, GaussianLikelihood):
+        raise NotBatchable("minibatch SVGP is batched with the Gaussian likelihood only")
+    return True
+
+
 def _kind(objective) -> str:
     from ..models.bayesian_linear import BayesianLinearGP
     from ..objectives.rkhs import SCGD, BatchNLML, Minimax
 
+    if _svgp_kind(objective):
+        return "svgp"
     if not isinstance(getattr(objective, "model", None), BayesianLinearGP):
         raise NotBatchable("the model is not the finite-feature GP (kernel=linear|rff)")
     if isinstance(objective, SCGD) and objective.fused:
@@ -109,6 +138,9 @@ class StackedRKHS:
                 raise NotBatchable("the members' inputs differ in width or dtype")  # n may differ (masks)
         self.trainable = self._trainable_names(named[0])
         self._build(named)
+        self._template: torch.nn.Module | None = (
+            None  # svgp: the first member's objective on its GP alone (``_svgp_values``)
+        )
 
     @staticmethod
     def _named(objective) -> dict[str, torch.Tensor]:
@@ -178,7 +210,8 @@ class StackedRKHS:
     def invalidate(self, b: int) -> None:
         """Member b's cached posterior is stale (its tensors changed through the stacked storage, which does
         not bump their version counters)."""
-        self.models[b]._post = None
+        if self.kind != "svgp":
+            self.models[b]._post = None
 
     # ----- the batched step ---------------------------------------------------------------------------------
     def features(self, x: torch.Tensor):
@@ -212,6 +245,8 @@ class StackedRKHS:
         """The members' step values (B), differentiable in the leaves; sets the objectives' per-step state."""
         from ..objectives.rkhs_batched import MinimaxStepBatched, SCGDStepBatched, bsgd_values
 
+        if self.kind == "svgp":
+            return self._svgp_values(x, y)
         phi, s2 = self.features(x)
         y = y.to(torch.float64)
         objs = self.objectives
@@ -239,6 +274,48 @@ class StackedRKHS:
                 "a member's batch covariance is not positive definite (its separate run reports it)"
             ) from None
         return values
+
+    #: per-member scalars of the linear kernel map, passed as B x 1 x 1 so that they broadcast over rows and features
+    _SCALARS = ("covar_module.feature_map.raw_outputscale", "covar_module.feature_map.normaliser")
+
+    def _svgp_values(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Minibatch SVGP's per-datum negative ELBO of every member (B): the network once for all members
+        (``vmap`` of the member's own network), then the member's ordinary objective -- which broadcasts over
+        a leading batch dimension -- on its GP with the stacked parameters (``functional_call``)."""
+        model0 = self.objectives[0].model
+        template = self._template
+        if template is None:
+            template = copy.deepcopy(self.objectives[0])
+            template.model = template.model.gp  # the objective on the GP alone: phi(x) is its input
+            template.model._q_ready = True  # every member's q(u) was initialised as its run initialises it
+            self._template = template
+        names = list(self.slices) + list(self.fixed)
+        net = {n[len("model.features.") :]: self.tensor(n) for n in names if n.startswith("model.features.")}
+
+        def one(p, xb):
+            return torch.func.functional_call(model0.features, p, (xb,))
+
+        phi = torch.func.vmap(one)(net, x)
+        params = {}
+        for n in names:
+            if n.startswith("model.gp."):
+                key = n[len("model.gp.") :]
+                t = self.tensor(n)
+                if key in self._SCALARS:
+                    t = t.reshape(self.B, 1, 1)
+                elif key.startswith("variational_strategy.") and key.endswith(("initialized", "updated_strategy")):
+                    continue  # the template's flags (set)
+                params["model." + key] = t
+            elif n.startswith("likelihood.") and n in self.slices:
+                params[n] = self.tensor(n)
+        template.num_data = torch.tensor(
+            [float(o.num_data) for o in self.objectives], dtype=phi.dtype, device=phi.device
+        )
+        template.beta = torch.tensor([float(o.beta) for o in self.objectives], dtype=phi.dtype, device=phi.device)
+        try:
+            return torch.func.functional_call(template, params, (phi, y.to(phi.dtype)))
+        except NumericalError as e:
+            raise NotBatchable(f"a member's K_uu is not positive definite ({str(e).splitlines()[0]})") from None
 
     @torch.no_grad()
     def _dual_features(self, phi: torch.Tensor, active: list[bool]) -> torch.Tensor:
@@ -381,6 +458,9 @@ def _member(c, evaluator) -> RKHSMember:
     stage = stages[0]
     if stage.prepare is not None:
         stage.prepare()
+    gp = getattr(stage.objective.model, "gp", None)
+    if gp is not None and hasattr(gp, "_ensure_initialised"):
+        gp._ensure_initialised()  # minibatch SVGP: q(u)'s start, drawn from torch's RNG as its run draws it
     s = stage_settings(p.settings, stage, p.n_train)
     if s.optimizer != "adadelta" or not s.schedule.constant or s.grad_tol is not None:
         raise NotBatchable("only AdaDelta with a constant learning rate is batched for the RKHS family")
@@ -392,13 +472,14 @@ def _restorer(method):
     """What a member's job restores besides its modules' tensors: its stage hooks' states (MINIMAX's mu and
     projection count, SCGD's last b_t) and its Cholesky log."""
     hooks = [h.checkpoint_state() for h in method.stages[-1].hooks]
-    log = method.model.chol_log
-    jitter, failures = log.jitter_events, log.device_failures
+    log = getattr(method.model, "chol_log", None)  # minibatch SVGP has none
+    jitter, failures = (log.jitter_events, log.device_failures) if log is not None else (None, None)
 
     def restore(target) -> None:
         for h, state in zip(target.stages[-1].hooks, hooks):
             h.load_checkpoint_state(state)
-        target.model.chol_log.jitter_events, target.model.chol_log.device_failures = jitter, failures
+        if log is not None:
+            target.model.chol_log.jitter_events, target.model.chol_log.device_failures = jitter, failures
 
     return restore
 

@@ -295,3 +295,76 @@ def test_full_batch_members_of_different_sizes_are_not_batched():
         members.append(RKHSMember(p.method, s, p.data.x_train, p.data.y_train, int(c.seed)))
     with pytest.raises(NotBatchable, match="full-batch members of different training sizes"):
         train_rkhs_batched(members)
+
+
+# the RKHS study's SVGP arm (conf/experiment/rkhs_batch_study.yaml): SVGP on the network's features with the linear
+# kernel, M = batch size, AdaDelta on minibatches, the last iterate
+SVGP = ["model=svgp", "kernel=linear", "features.widths=[16,16]", "model.num_inducing=16", "trainer.keep_best=null"]
+
+
+@pytest.mark.slow  # ~3 s (3 separate runs and their batch)
+def test_batched_minibatch_svgp_members_equal_their_separate_runs():
+    """Three members of the study's SVGP arm (different seeds, so different masks' rows, and learning rates)
+    trained as one stacked batch end where their separate runs end: losses, metrics and every parameter."""
+    from gpdlm_cli.sweep.batched_rkhs import _member
+
+    torch.set_num_threads(1)
+    cfgs = [_cfg("svgp", "linear", seed, lr, SVGP) for seed, lr in GRID]
+    for c in cfgs:
+        assert out_of_scope(c) is None
+    assert len({shape_key(c) for c in cfgs}) == 1  # one shape: seed and lr are free
+    separate = [_separate(c) for c in cfgs]
+    members = [_member(c, evaluator) for c in cfgs]
+    fits = train_rkhs_batched(members)
+    for (fit, metrics, state), m, f in zip(separate, members, fits):
+        r = f.result
+        assert r.iterations == fit.iterations == 21
+        assert r.losses == pytest.approx(fit.losses, rel=1e-8, abs=1e-8)
+        got = m.evaluate()
+        assert sorted(got) == sorted(metrics)
+        for k in metrics:
+            assert got[k] == pytest.approx(metrics[k], rel=1e-8, abs=1e-8), k
+        s = {}
+        for i, mod in enumerate(m.method.modules):
+            for name, t in list(mod.named_parameters()) + list(mod.named_buffers()):
+                s[f"{i}.{name}"] = t.detach().clone()
+        assert sorted(s) == sorted(state)
+        for k in state:
+            torch.testing.assert_close(s[k], state[k], rtol=1e-8, atol=1e-8, msg=k)
+        assert [pt[0] for pt in f.steps["test_rmse"]] == [7, 14]  # evaluated after epochs 1 and 2
+    assert len({round(fit.losses[-1], 8) for fit, _, _ in separate}) == 3  # three different runs
+
+
+@pytest.mark.slow  # ~3 s (composes seven configs)
+def test_minibatch_svgp_out_of_scope_says_why_in_one_line():
+    base = ["model=svgp", "features=nn", "dataset=concrete", "trainer.optimizer=adadelta", "trainer.batch_size=16"]
+    assert out_of_scope(compose([*base, "kernel=linear", "trainer.lr=0.3"])) is None
+    reason = out_of_scope(compose([*base, "kernel=rbf"]))
+    assert reason == "kernel=rbf is not batched for minibatch SVGP on features (linear only)"
+    reason = out_of_scope(compose([*base, "kernel=linear", "trainer.schedule=step"]))
+    assert reason is not None and "\n" not in reason and "schedule" in reason
+    # the full-batch Adam family's limits still apply to Adam runs on features
+    reason = out_of_scope(compose(["model=svgp", "features=nn", "dataset=concrete", "kernel=linear"]))
+    assert reason == "input features (features=nn) are not batched"
+    # lr and mask are free in the stacked arm's shape, not in the full-batch Adam one's
+    a, b = (compose([*base, "kernel=linear", f"trainer.lr={lr}"]) for lr in (0.1, 1.0))
+    assert shape_key(a) == shape_key(b)
+    a, b = (compose(["model=svgp", "dataset=concrete", f"trainer.lr={lr}"]) for lr in (0.1, 1.0))
+    assert shape_key(a) != shape_key(b)
+
+
+@pytest.mark.slow  # ~3 s (prepares and trains a batch of 3)
+def test_a_minibatch_svgp_group_gives_each_job_its_outcome():
+    """``sweep.batched``'s group trainer on the SVGP arm: each job's outcome (tag, fit, end state) and its restore
+    (no Cholesky log on this model) -- the path a sweep's jobs take."""
+    from gpdlm_cli.sweep.batched_rkhs import train_group
+    from gpdlm_cli.tracking.identity import config_hash
+
+    torch.set_num_threads(1)
+    cfgs = [_cfg("svgp", "linear", seed, lr, SVGP) for seed, lr in GRID]
+    out = train_group(cfgs[0], config_hash(cfgs[0]), cfgs, evaluator)
+    assert sorted(out) == sorted(config_hash(c) for c in cfgs)
+    for c in cfgs:
+        o = out[config_hash(c)]
+        assert o["tag"] == "3" and o["fit"].iterations == 21 and o["state"]
+        o["restore"](prepare(c).method)  # a job restores its member's hook states: none here, and no error
