@@ -138,6 +138,7 @@ def test_production_kiss_matches_the_exact_gp_at_500_windows(E):
     assert model.is_dense(500)
 
 
+@pytest.mark.slow
 def test_structured_kiss_predictions_match_the_exact_gp():
     """KISS on the structured operator (as above 2,000 windows; forced here at N = 500): gpytorch's mean
     cache (CG) and LOVE variances under fast_pred_var, with gpdlm's tolerances, within 1e-3 of the exact

@@ -337,6 +337,7 @@ def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(
     assert tracker.tags["gpdlm.train_nlml_kernel"] == "linear (d=16)"
 
 
+@pytest.mark.slow
 def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
     """`model=minimax features=nn kernel=rff` logs penalty_gap and mu (here, with
     model.exact_penalty=false, mu doubles every epoch from 2: 2, 4, 8 over 3 epochs), and
