@@ -124,10 +124,33 @@ def fast(overrides=()):
 
 
 @pytest.fixture(scope="session")
-def mlflow_uri(tmp_path_factory):
-    """One SQLite store per test session (creating the schema costs seconds; do it once)."""
-    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    return f"sqlite:///{path}"
+def template_db(tmp_path_factory):
+    """An empty MLflow SQLite store with its schema, made once per test process (MLflow's migrations take
+    seconds); tests copy it (``copy_store``) wherever a store's creation is not what they check."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{path}")
+    client.search_experiments()  # creates the schema
+    return path
+
+
+def copy_store(template, directory) -> str:
+    """A fresh store ``directory/mlflow.db`` (a copy of the template, the file `gpdlm` would create there
+    by default); its URI."""
+    import shutil
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    dest = directory / "mlflow.db"
+    shutil.copyfile(template, dest)
+    return f"sqlite:///{dest}"
+
+
+@pytest.fixture(scope="session")
+def mlflow_uri(template_db, tmp_path_factory):
+    """One SQLite store per test session (a copy of the template: its schema is made once)."""
+    return copy_store(template_db, tmp_path_factory.mktemp("mlflow"))
 
 
 def ar1_series(T: int, seed: int = 0):
