@@ -88,6 +88,23 @@ def pytest_configure(config):
         os.environ["GPDLM_DEVICE"] = device  # conf/config.yaml: device: ${oc.env:GPDLM_DEVICE,auto}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks and -m deselects
+def pytest_collection_modifyitems(config, items):
+    """How `make test` spreads the suite over its workers (``pytest -n 2 --dist loadgroup``):
+
+    * the modules holding slow tests run first (each module's tests stay together and in order), so the
+      suite ends on sub-second tests and no worker idles while the other finishes a minute-long run;
+    * a module whose tests share a module-scoped fixture (trained runs, a populated store) is one
+      xdist group: one worker builds the fixture once, instead of each worker building it.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        if defs and any(d.scope == "module" for fds in defs.name2fixturedefs.values() for d in fds):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 @pytest.fixture(scope="session")
 def device():
     """The torch device the suite trains on (``--device``; CPU by default, as in CI)."""
