@@ -48,8 +48,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gpdlm train
 
-# the whole suite (~10 minutes on 2 cores); --dist loadgroup: tests/conftest.py groups modules that share a
-# module-scoped fixture on one worker and starts the modules with slow tests first
+# the whole suite (its budget: 12 minutes on 2 cores; CONTRIBUTING.md#tests). --dist loadgroup: tests/conftest.py
+# keeps a module that shares a module-scoped fixture on one worker and starts the modules with slow tests first
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
