@@ -102,7 +102,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         defs = getattr(item, "_fixtureinfo", None)
         if defs and any(d.scope == "module" for fds in defs.name2fixturedefs.values() for d in fds):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(scope="session")
