@@ -202,6 +202,7 @@ def test_a_reversed_kronecker_order_is_refused_at_build_time(monkeypatch):
     assert deep_kernel.check_kiss_kronecker_order(2) < 1e-3
 
 
+@pytest.mark.slow
 def test_kiss_nlml_after_predictions_sees_new_hyperparameters():
     """Predictions leave the GP in eval mode, where the grid kernel caches K_UU with its graph; the
     NLML must not reuse it (stale hyperparameters, a second backward through a freed graph). Dense:

@@ -61,6 +61,7 @@ def test_the_estimate_counts_a_shared_stage_once_per_key():
     assert not p_off.share_stages and len(p_off.jobs) == 3
 
 
+@pytest.mark.slow
 def test_the_fast_estimate_adds_the_first_order_start_of_each_lbfgs_stage():
     common = [
         "model=svgp",
