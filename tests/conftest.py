@@ -114,14 +114,25 @@ def device():
     return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
 
 
+_COMPOSED: dict = {}
+
+
 def compose(overrides=(), *, hydra: bool = False):
     """The composed gpdlm config, exactly as `gpdlm train` would build it (with its ``hydra`` node,
-    the launcher's and sweeper's settings, when ``hydra=True``)."""
+    the launcher's and sweeper's settings, when ``hydra=True``). Each distinct (overrides, hydra, working
+    directory) is composed once per test process and handed out as a deep copy, which the caller may
+    change freely: a compose costs ~0.2-0.7 s, a copy ~0.02 s, and many tests compose the same presets.
+    Interpolations (``${oc.env:...}``) stay unresolved in the copy, as in a fresh compose."""
+    import copy
+
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+    key = (tuple(overrides), hydra, os.getcwd())
+    if key not in _COMPOSED:
+        with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+            _COMPOSED[key] = hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+    return copy.deepcopy(_COMPOSED[key])
 
 
 def sweep_grid(overrides=()) -> dict[str, list[str]]:
