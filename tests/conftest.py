@@ -128,10 +128,11 @@ def compose(overrides=(), *, hydra: bool = False):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
+    overrides = list(overrides)
     key = (tuple(overrides), hydra, os.getcwd())
     if key not in _COMPOSED:
         with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-            _COMPOSED[key] = hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+            _COMPOSED[key] = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=hydra)
     return copy.deepcopy(_COMPOSED[key])
 
 
