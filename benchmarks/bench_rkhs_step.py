@@ -16,6 +16,9 @@ the wall clock also counts other jobs) and the ratio
 fast / reference of the medians. ATen operations per step are counted by torch.profiler over 10 steps (every
 aten:: event, nested ones included).
 
+``--loop-overhead``: only the training loop's own cost per step (``loop_overhead``: gpdlm's loop against a
+bare loop of the same objective, optimiser and hook, alternating rounds).
+
 ``--compile``: also the fast path with the objective's forward wrapped by ``torch.compile`` (inductor, CPU),
 reporting its compile time (the first steps) separately; it is kept out of gpdlm where it does not pay.
 """
@@ -107,6 +110,38 @@ class Runner:
         return sum(e.count for e in prof.key_averages() if e.key.startswith("aten::")) / steps
 
 
+def loop_overhead(steps: int = 200, rounds: int = 5, n: int = 4096) -> tuple[float, float]:
+    """(gpdlm's loop, a bare loop) CPU ms per fast SCGD step at b = 32: the same objective, ``FlatAdadelta`` and
+    F~ refresh, the bare loop without the trainer's bookkeeping (loss buffer, checks, callbacks, signal guard);
+    rounds alternate. The difference is the training loop's own cost per step."""
+    from gpdlm_cli.training.optim import make_optimizer
+
+    data = synthetic(n)
+    r = Runner("scgd", 32, True, data)
+    r.run(20)
+    obj, x, y = r.stage.objective, data.x_train, data.y_train
+    opt = make_optimizer("adadelta", [{"params": ps, "lr": 0.3} for ps in r.stage.groups.values()])
+    g = torch.Generator().manual_seed(0)
+
+    def bare(k: int) -> float:
+        t = time.process_time()
+        perm = torch.randperm(n, generator=g)
+        for i in range(k):
+            lo = (i * 32) % (n - 32)
+            idx = perm[lo : lo + 32]
+            opt.zero_grad(set_to_none=True)
+            obj(x[idx], y[idx]).backward()
+            opt.step()
+            obj.after_step(i + 1, 0)
+        return 1000 * (time.process_time() - t) / k
+
+    loop, plain = [], []
+    for _ in range(rounds):
+        loop.append(1000 * r.run(steps) / steps)
+        plain.append(bare(steps))
+    return statistics.median(loop), statistics.median(plain)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--methods", nargs="+", default=list(METHODS[:3]), choices=METHODS)
@@ -117,7 +152,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the fast objective")
     p.add_argument("--no-ops", action="store_true", help="skip the profiler's operation counts")
+    p.add_argument("--loop-overhead", action="store_true", help="only: gpdlm's loop against a bare loop (SCGD, b 32)")
     args = p.parse_args(argv)
+    if args.loop_overhead:
+        torch.set_num_threads(args.threads)
+        loop, bare = loop_overhead(args.steps, args.rounds, args.n)
+        print(
+            f"SCGD b = 32, CPU ms per step: gpdlm's loop {loop:.2f}, bare loop {bare:.2f}, loop's own {loop - bare:.2f}"
+        )
+        return
     os.environ.setdefault("MPLBACKEND", "Agg")
     torch.set_num_threads(args.threads)
     data = synthetic(args.n)

@@ -34,7 +34,9 @@
   rounds (``bench_rkhs_step``), times the study's steps (100 floor(0.9 N / b) per run), plus 100 full-data
   evaluations per run (one timed at n = 4096, scaled linearly in n: O(n d^2)) and a start-up per run;
   core-hours, and hours on 2 cores (jobs spread over 2 workers), and with ``--batching-factor`` (the per-member
-  cost of batched configurations, helper E's ``bench_batched``) applied to the step hours. `gplstm` (Table 2)
+  cost of batched configurations, ``bench_batched``) applied to the step hours. ``--batched``: the
+  per-member time of SCGD, MINIMAX, BSGD and SVGP in batches of 15 (``sweep.batched=true``: a shape's members are its
+  5 masks x 3 learning rates) timed in the same rounds, and the study projected with them. `gplstm` (Table 2)
   and `svbssgp` (Table 1): every configuration of ``--sample`` (default: every configuration, seed 0) is run
   three times through gpdlm's own ``run_train`` (1 epoch; 2 epochs; 2 epochs evaluated after the first too; CPU
   seconds), which separates one epoch, one evaluation and the fixed cost of a run; the preset's epochs and
@@ -571,11 +573,17 @@ def rkhs_evaluation_seconds(n: int = 4096, rounds: int = 5) -> float:
     return statistics.median(out)
 
 
-def project_rkhs(
-    bs=(32, 64, 128), steps: int = 100, rounds: int = 5, startup_s: float = 6.0, batching_factor: float | None = None
-) -> list[dict]:
-    """The RKHS Tables 2/4 projection (module docstring), printed and returned as rows."""
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+#: the methods ``sweep.batched=true`` trains batched in the RKHS study (``methods.rkhs.batched_scope``, and SVGP on
+#: minibatches with AdaDelta: ``methods.sparse_variational.batched_trainer``) and the plan's group: a shape's
+#: members differ in mask and learning rate only, so each (set, method, b) is one batch of 5 masks x 3 lr
+RKHS_BATCHED = ("scgd", "minimax", "bsgd", "svgp")
+RKHS_GROUP = 15
+
+
+def _rkhs_timings(bs, steps: int, rounds: int, batched: bool) -> dict:
+    """CPU ms per step of every (method, b, path): path False = reference, True = fast (``bench_rkhs_step``),
+    "batched" = per member of a batch of ``RKHS_GROUP`` members (``bench_batched``); all in the same rounds."""
+    import bench_batched
     import bench_rkhs_step
 
     data = bench_rkhs_step.synthetic(4096)
@@ -585,66 +593,88 @@ def project_rkhs(
             for fast in (False, True):
                 r = bench_rkhs_step.Runner(method, b, fast, data)
                 r.run(5)
-                runners[(method, b, fast)] = r
+                runners[(method, b, fast)] = lambda k, r=r: 1000 * r.run(k) / k
+            if batched and method in RKHS_BATCHED:
+                lrs = bench_batched.RKHS_LRS
+                group = [bench_batched.rkhs_member(method, b, s, lrs[s % 3], 4096) for s in range(RKHS_GROUP)]
+                bench_batched.rkhs_batched_seconds(group, 5)
+                runners[(method, b, "batched")] = lambda k, g=group: (
+                    1000 * bench_batched.rkhs_batched_seconds(g, k) / k / len(g)
+                )
     times = {k: [] for k in runners}
     for _ in range(rounds):
-        for k, r in runners.items():
-            times[k].append(1000 * r.run(steps) / steps)
+        for k, timed in runners.items():
+            times[k].append(timed(steps))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def project_rkhs(
+    bs=(32, 64, 128),
+    steps: int = 100,
+    rounds: int = 5,
+    startup_s: float = 6.0,
+    batching_factor: float | None = None,
+    batched: bool = False,
+) -> list[dict]:
+    """The RKHS Tables 2/4 projection (module docstring), printed and returned as rows. ``batched``: also time
+    batched members (``RKHS_GROUP`` a batch, ``sweep.batched_rkhs``) in the same rounds and project the study
+    with the batchable methods batched (``RKHS_BATCHED``: all four)."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    ms = _rkhs_timings(bs, steps, rounds, batched)
     eval_s = rkhs_evaluation_seconds()
     n_train = sum(int(0.9 * n) for n in RKHS_SETS.values())
     runs = len(RKHS_SETS) * 5 * len(RKHS_METHODS) * len(bs) * 3
     eval_hours = 5 * len(RKHS_METHODS) * len(bs) * 3 * 100 * eval_s * n_train / 4096 / 3600
     start_hours = runs * startup_s / 3600
-    rows, total = [], {False: 0.0, True: 0.0}
+    paths = (False, True, "batched") if batched else (False, True)
+    rows, total = [], {path: 0.0 for path in paths}
     print(
         f"RKHS Tables 2/4: {runs} runs, 100 epochs; CPU ms/step median of {rounds} rounds x {steps} steps "
-        f"(1 thread, reference and fast in the same rounds)"
+        f"(1 thread, reference, fast{' and batched' if batched else ''} in the same rounds)"
     )
-    print(f"{'method':<8} {'b':>4} {'steps (M)':>9} {'ref ms':>7} {'fast ms':>7} {'ref h':>7} {'fast h':>7}")
+    print(
+        f"{'method':<8} {'b':>4} {'steps (M)':>9} {'ref ms':>7} {'fast ms':>7}"
+        + (f" {'bat ms':>7}" if batched else "")
+        + f" {'ref h':>7} {'fast h':>7}"
+        + (f" {'bat h':>7}" if batched else "")
+    )
     for method in RKHS_METHODS:
         for b in bs:
             n_steps = rkhs_study_steps(b)
-            ms = {fast: statistics.median(times[(method, b, fast)]) for fast in (False, True)}
-            hours = {fast: n_steps * ms[fast] / 1000 / 3600 for fast in (False, True)}
-            for fast in (False, True):
-                total[fast] += hours[fast]
-            rows.append(
-                dict(
-                    study="rkhs_tables_2_4",
-                    method=method,
-                    b=b,
-                    steps=n_steps,
-                    ref_ms=ms[False],
-                    fast_ms=ms[True],
-                    ref_hours=hours[False],
-                    fast_hours=hours[True],
-                )
-            )
+            t = {path: ms.get((method, b, path), ms[(method, b, True)]) for path in paths}  # not batched: fast
+            hours = {path: n_steps * t[path] / 1000 / 3600 for path in paths}
+            for path in paths:
+                total[path] += hours[path]
+            row = dict(study="rkhs_tables_2_4", method=method, b=b, steps=n_steps, ref_ms=t[False], fast_ms=t[True])
+            row.update(ref_hours=hours[False], fast_hours=hours[True])
+            if batched:
+                row.update(batched_ms=t["batched"], batched_hours=hours["batched"])
+            rows.append(row)
             print(
-                f"{method:<8} {b:>4} {n_steps / 1e6:9.2f} {ms[False]:7.2f} {ms[True]:7.2f} "
-                f"{hours[False]:7.1f} {hours[True]:7.1f}",
+                f"{method:<8} {b:>4} {n_steps / 1e6:9.2f} {t[False]:7.2f} {t[True]:7.2f}"
+                + (f" {t['batched']:7.2f}" if batched else "")
+                + f" {hours[False]:7.1f} {hours[True]:7.1f}"
+                + (f" {hours['batched']:7.1f}" if batched else ""),
                 flush=True,
             )
     print(
         f"evaluations: 100 per run, {eval_s * 1000:.0f} ms at n = 4096 (linear in n): {eval_hours:.1f} core-h; "
         f"start-up {startup_s:g} s per run: {start_hours:.1f} core-h"
     )
-    for fast in (False, True):
-        core = total[fast] + eval_hours + start_hours
-        line = (
-            f"{'fast' if fast else 'reference'}: steps {total[fast]:.1f} core-h + evaluations + start-up = "
-            f"{core:.1f} core-h, {core / 2:.1f} h on 2 cores"
-        )
-        if batching_factor:
-            batched = total[fast] * batching_factor + eval_hours + start_hours
-            line += f"; with batched configurations (x{batching_factor:g} per member on the steps): {batched / 2:.1f} h"
+    for path in paths:
+        core = total[path] + eval_hours + start_hours
+        name = {False: "reference", True: "fast", "batched": f"batched ({RKHS_GROUP} members a batch)"}[path]
+        line = f"{name}: steps {total[path]:.1f} core-h + evaluations + start-up = {core:.1f} core-h, {core / 2:.1f} h on 2 cores"
+        if batching_factor and path is True:
+            scaled = total[path] * batching_factor + eval_hours + start_hours
+            line += f"; with batched configurations (x{batching_factor:g} per member on the steps): {scaled / 2:.1f} h"
         print(line)
         rows.append(
             dict(
                 study="rkhs_tables_2_4",
                 method="total",
-                path="fast" if fast else "reference",
-                step_hours=total[fast],
+                path=name,
+                step_hours=total[path],
                 eval_hours=eval_hours,
                 startup_hours=start_hours,
                 core_hours=core,
@@ -801,11 +831,14 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5, help="--paper rkhs: timed rounds")
     p.add_argument("--startup-s", type=float, default=6.0, help="--paper rkhs: fixed seconds per run")
     p.add_argument("--batching-factor", type=float, default=None, help="--paper rkhs: per-member cost when batched")
+    p.add_argument(
+        "--batched", action="store_true", help="--paper rkhs: also time batched members (sweep.batched) and project"
+    )
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
     torch.set_num_threads(1)
     t0 = time.time()
     if a.paper == "rkhs":
-        rows = project_rkhs(a.b, a.steps, a.rounds, a.startup_s, a.batching_factor)
+        rows = project_rkhs(a.b, a.steps, a.rounds, a.startup_s, a.batching_factor, a.batched)
     elif a.paper:
         rows = project_preset(a.paper, a.sample, a.set)
     elif a.from_store:

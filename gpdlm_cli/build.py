@@ -10,8 +10,8 @@ a one-line ``GpdlmError``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -32,11 +32,29 @@ if TYPE_CHECKING:
 
 
 # ----- settings -------------------------------------------------------------------------------------
+def multirun_keys() -> tuple[str, ...]:
+    """The config keys the overrides of this Hydra multirun job set (``objective.beta``, ``seed``, ...;
+    ``+``/``~`` stripped), or () outside a multirun (a single run, tests, API use). The one place a
+    family's input is read from Hydra's job state: families see it as ``RunSpec.multirun_keys``."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+    except Exception:  # not under Hydra
+        return ()
+    from hydra.types import RunMode
+
+    if hc.mode != RunMode.MULTIRUN:
+        return ()
+    return tuple(o.split("=")[0].lstrip("+~") for o in hc.overrides.task)
+
+
 def specs(cfg, family=None) -> RunSpec:
     """The run's typed, validated specs (``schema.RunSpec``): every group checked against its
-    schema, the model group against its family's ``Spec``. The one place a config becomes specs."""
+    schema, the model group against its family's ``Spec``, and the keys a multirun job's overrides
+    set (``multirun_keys``). The one place a config becomes specs."""
     family = family if family is not None else family_of(cfg.model.name)
-    return run_spec(cfg, getattr(family, "Spec", ModelSpec))
+    return replace(run_spec(cfg, getattr(family, "Spec", ModelSpec)), multirun_keys=multirun_keys())
 
 
 def family_input(cfg, family, spec: RunSpec | None = None) -> RunSpec:
@@ -67,7 +85,7 @@ def check_finite(cfg) -> None:
     from .tracking import flatten
 
     try:
-        values = flatten(OmegaConf.to_container(cfg, resolve=True))
+        values = flatten(cast(dict, OmegaConf.to_container(cfg, resolve=True)))  # a DictConfig's container
     except Exception:  # an interpolation only Hydra resolves: the keys' own checks apply
         return
     for key, v in values.items():
@@ -94,7 +112,8 @@ def _check_threads(setting) -> None:
 
 
 def build_estimator(node):
-    """The estimator of an ``estimator`` config node (its keys checked by the estimator itself)."""
+    """The estimator of an ``estimator`` config node (its keys checked against the estimator's schema,
+    ``schema.options``)."""
     return C.build_estimator(node if isinstance(node, EstimatorSpec) else parse(node, EstimatorSpec, "estimator"))
 
 

@@ -257,7 +257,7 @@ def _dry_run(name: str, rest: list[str]) -> int:
     for p in plans:
         print(p.summary())
         for shape, stages in p.per_shape.items():
-            model, dataset, n, batch, m = shape
+            model, dataset, n, batch, m, est = shape
             parts = ", ".join(
                 f"{s}: {cap} it x {ms:.1f} ms"
                 + (" (L-BFGS)" if lb else "")
@@ -265,7 +265,10 @@ def _dry_run(name: str, rest: list[str]) -> int:
                 + (f", {secs:.0f} s with its first-order start" if secs > cap * ms / 1000 + 1e-9 else "")
                 for s, sh, cap, ms, lb, secs in stages
             )
-            print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}): {parts}")
+            how = "" if est in ("", "auto") else f", estimator {est}"
+            print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}{how}): {parts}")
+        if p.extrapolated:
+            print(f"  ({p.probe_note()})")
     if len(plans) > 1:
         from .sweep.plan import _duration
 

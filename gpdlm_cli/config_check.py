@@ -7,8 +7,9 @@ line's overrides with Hydra's own parser, checks every config-group choice (ever
 per set of choices: ``composed``) and checks every value override against it:
 
 * an unknown key, with the closest names;
-* the config schema's type and range rules (``check_value``: the composed config is the schema, a
-  key's default gives its type; no nan/inf anywhere, no negative number), every value of a sweep;
+* the config schema's type and range rules (``check_value``: a key's rule in ``gpdlm_cli.schema``, or,
+  for the trainer's and the model families' keys, whose schemas import torch, the type of its default;
+  no nan/inf anywhere, no negative number), every value of a sweep;
 * for a single run, ``build.validate_config`` (the model family's exact ranges) on the config the
   overrides give.
 
@@ -25,6 +26,7 @@ import contextlib
 import difflib
 import functools
 import math
+from typing import Any, cast
 
 # Hydra flags after which no override check makes sense
 HELP_FLAGS = {"-h", "--help", "--hydra-help", "-i", "--info", "-sc", "--shell-completion"}
@@ -85,7 +87,7 @@ def _flat_keys(cfg) -> list[str]:
 
     from .tracking import flatten
 
-    return list(flatten(OmegaConf.to_container(cfg, resolve=False)))
+    return list(flatten(cast(dict, OmegaConf.to_container(cfg, resolve=False))))  # a DictConfig's container
 
 
 def check_overrides(argv: list[str], command: str = "train") -> str | None:
@@ -210,7 +212,8 @@ def _override_values(o) -> list:
 def _check_values(base, values, later, command: str | None = "train") -> str | None:
     from omegaconf import OmegaConf
 
-    first, checked = [], []  # (key, value) of the first job; (key, default, value) of every job
+    first: list[tuple[str, Any]] = []  # (key, value) of the first job
+    checked: list[tuple[str, Any, Any]] = []  # (key, default, value) of every job
     for o in values:
         key, added = o.key_or_group, o.is_add() or o.is_force_add()
         default = OmegaConf.select(base, key, default=MISSING)
@@ -226,7 +229,7 @@ def _check_values(base, values, later, command: str | None = "train") -> str | N
     for key in later:
         if OmegaConf.select(base, key, default=MISSING) == MISSING:
             return _unknown_key(key, _flat_keys(base))
-    model = base.model.get("name")
+    model = {g: base[g].get("name") for g in ("model", "dataset", "estimator", "kernel") if g in base}
     for key, default, v in checked:  # types first: the validators may trip over a wrong type
         message = check_value(key, default, v, model=model, ranges=False)
         if message:
@@ -290,20 +293,26 @@ def _validate(cfg, command: str = "train") -> str | None:
     return None
 
 
-def _owner(key: str, model: str | None) -> tuple[str, str]:
-    """('lr', 'trainer') for 'trainer.lr'; ('seed', 'gpdlm') for 'seed'; model keys name the model."""
+def _owner(key: str, model: str | dict | None) -> tuple[str, str]:
+    """('lr', 'trainer') for 'trainer.lr'; ('seed', 'gpdlm') for 'seed'; the keys of a group named in
+    ``model`` (the model's name, or {group: its chosen name}) name the choice, as the schema's messages
+    do: ('lag', 'dataset=chicago')."""
     owner, _, param = key.rpartition(".")
-    if owner == "model" and model:
-        owner = f"model={model}"
+    names = model if isinstance(model, dict) else {"model": model}
+    if names.get(owner):
+        owner = f"{owner}={names[owner]}"
     return param, owner or "gpdlm"
 
 
 NAME_LIMITS = {"tracking.experiment": 500}  # MLflow's MAX_EXPERIMENT_NAME_LENGTH
 
 
-def check_value(key: str, default, value, model: str | None = None, ranges: bool = True) -> str | None:
-    """The config schema's type and range rules for one value (None when it passes). The schema is
-    the composed config itself: a key's default says its type.
+def check_value(key: str, default, value, model: str | dict | None = None, ranges: bool = True) -> str | None:
+    """The config schema's type and range rules for one value (None when it passes): the key's
+    ``Rule`` in ``gpdlm_cli.schema`` where the schema has one without importing torch (every group
+    but ``trainer`` and the model families' own keys; ``model`` names the chosen model, or gives
+    {group: chosen name} for the estimator's and the dataset loader's options), with the schema's
+    message; then (as for every other key) the composed config's default says the key's type:
 
     * a key whose default is true/false takes true or false;
     * a key whose default is an integer takes an integer >= 0 (no integer key of gpdlm is negative;
@@ -335,6 +344,12 @@ def check_value(key: str, default, value, model: str | None = None, ranges: bool
                 f"{value[:20]}... ({len(value)} characters)",
             )
         )
+    names = model if isinstance(model, dict) else {"model": model}
+    found = _schema_rule(key, names)
+    if found is not None and not found[0].accepts(value):  # the schema's rule (type, range, choices, null)
+        rule, where = found
+        return str(param_error(param, where, rule.describe(), value))
+    # and the rules of the default's type (a schema rule that leaves a range to a validator: kernel.lengthscale)
     if value is None:  # null switches an option off where a key allows it (trainer.max_iters with max_epochs)
         return None
     if isinstance(default, bool):
@@ -350,6 +365,17 @@ def check_value(key: str, default, value, model: str | None = None, ranges: bool
     if isinstance(default, list) and not isinstance(value, list):
         return bad("a list, e.g. [1, 2]")
     return None
+
+
+def _schema_rule(key: str, names: dict):
+    """(Rule, owner) of ``key`` from the config schema where it has one without importing torch
+    (``schema.rule_of_key``: every group but ``trainer`` and the families' model keys), else None."""
+    from .schema import rule_of_key
+
+    try:
+        return rule_of_key(key, {g: n for g, n in names.items() if isinstance(n, str)})
+    except Exception:  # the registry cannot be read: the run reports it
+        return None
 
 
 def _non_finite(value) -> bool:

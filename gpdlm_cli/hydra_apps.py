@@ -48,76 +48,67 @@ def compose_config(overrides: list[str]):
         return compose(config_name="config", overrides=list(overrides))
 
 
-def run_job(cfg: DictConfig, runner, run_name=None):
-    """Run ``runner(cfg, output_dir, overrides=..., ...)`` as a Hydra job of any gpdlm subcommand.
-
-    Single run: a GpdlmError becomes one line and exit code 2 (and the empty output folder is
-    removed); Ctrl-C, SIGTERM or SIGHUP end it with 130, 143 or 129. Multirun: the job joins the
-    sweep's parent run (named by ``run_name(cfg, swept_keys)`` unless ``tracking.run_name`` is
-    set), records its outcome and returns its ``sweep.objective`` metric to the sweeper (+inf when
-    it failed); a failure never raises into Hydra, so the other jobs go on."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
+def _run_single(cfg: DictConfig, runner, hc, overrides: list[str]):
+    """A single run: ``runner``'s result; a GpdlmError becomes one line and its exit code (2 by
+    default), a fault (full disk, unwritable folder, failing store) one line and exit 1, Ctrl-C,
+    SIGTERM or SIGHUP exit 130, 143 or 129; a rejected run's output folder is removed."""
     from . import build  # torch and gpytorch: imported by the job, never by a launcher that only dispatches
-    from .run.artifacts import append_log, discard_rejected_output
-    from .signals import exit_code, install_signal_handlers, killed_reason
+    from .run.artifacts import discard_rejected_output
+    from .signals import exit_code, killed_reason
 
-    install_signal_handlers()
-    hc = HydraConfig.get()
-    overrides = list(hc.overrides.task)
-    multirun = hc.mode == RunMode.MULTIRUN
-    if not multirun:
-        try:
-            build.configure_threads(threads_setting(cfg.get("threads", "auto")))
-            return runner(cfg, hc.runtime.output_dir, overrides=overrides)
-        except GpdlmError as e:
-            discard_rejected_output(hc.runtime.output_dir, report_error(e))
-            sys.exit(getattr(e, "exit_code", EXIT_USER_ERROR))
-        except KeyboardInterrupt as e:
-            stopped = killed_reason(e) or "interrupted"  # never None for a KeyboardInterrupt
-            _log_killed(hc.runtime.output_dir, stopped)
-            print(f"gpdlm: {stopped}", file=sys.stderr)
-            sys.exit(exit_code(e))
-        except Exception as e:  # a full disk, an unwritable folder, a failing store: one line, exit 1
-            from .exceptions import fault_message
-
-            if fault_message(e) is None:
-                raise  # a bug: Hydra shows where
-            discard_rejected_output(hc.runtime.output_dir, report_error(e))
-            sys.exit(1)
-
-    from .sweep.callback import job_objective, read_context, record_outcome
-
-    if "joblib" in str(hc.launcher.get("_target_", "")).lower():  # a worker must not outlive its sweep
-        from .signals import exit_with_parent
-
-        exit_with_parent()
-    sweep_dir, job = hc.sweep.dir, hc.job.num
-    context = read_context(sweep_dir)
-    if run_name is not None and not cfg.tracking.get("run_name"):
-        from omegaconf import OmegaConf
-
-        OmegaConf.update(cfg, "tracking.run_name", run_name(cfg, context.get("swept", [])), merge=False)
     try:
-        if cfg.get("sweep", {}).get("warm_start", False) and "BasicLauncher" not in str(
-            hc.launcher.get("_target_", "")
-        ):
+        build.configure_threads(threads_setting(cfg.get("threads", "auto")))
+        return runner(cfg, hc.runtime.output_dir, overrides=overrides)
+    except GpdlmError as e:
+        discard_rejected_output(hc.runtime.output_dir, report_error(e))
+        sys.exit(getattr(e, "exit_code", EXIT_USER_ERROR))
+    except KeyboardInterrupt as e:
+        stopped = killed_reason(e) or "interrupted"  # never None for a KeyboardInterrupt
+        _log_killed(hc.runtime.output_dir, stopped)
+        print(f"gpdlm: {stopped}", file=sys.stderr)
+        sys.exit(exit_code(e))
+    except Exception as e:  # a full disk, an unwritable folder, a failing store: one line, exit 1
+        from .exceptions import fault_message
+
+        if fault_message(e) is None:
+            raise  # a bug: Hydra shows where
+        discard_rejected_output(hc.runtime.output_dir, report_error(e))
+        sys.exit(1)
+
+
+def _check_sweep_launcher(cfg: DictConfig, hc) -> None:
+    """``sweep.warm_start`` and ``sweep.batched`` need the default (in-process) launcher and exclude
+    each other: a ConfigError otherwise."""
+    basic = "BasicLauncher" in str(hc.launcher.get("_target_", ""))
+    if cfg.get("sweep", {}).get("warm_start", False) and not basic:
+        raise ConfigError(
+            "sweep.warm_start=true passes each beta's end state to the next job in the same process: "
+            "use the default launcher (drop hydra/launcher=...) or set sweep.warm_start=false"
+        )
+    if cfg.get("sweep", {}).get("batched", False):
+        if not basic:
             raise ConfigError(
-                "sweep.warm_start=true passes each beta's end state to the next job in the same process: "
-                "use the default launcher (drop hydra/launcher=...) or set sweep.warm_start=false"
+                "sweep.batched=true trains the jobs of one shape together in one process: "
+                "use the default launcher (drop hydra/launcher=...) or set sweep.batched=false"
             )
-        if cfg.get("sweep", {}).get("batched", False):
-            if "BasicLauncher" not in str(hc.launcher.get("_target_", "")):
-                raise ConfigError(
-                    "sweep.batched=true trains the jobs of one shape together in one process: "
-                    "use the default launcher (drop hydra/launcher=...) or set sweep.batched=false"
-                )
-            if cfg.sweep.get("warm_start", False):
-                raise ConfigError(
-                    "sweep.batched=true and sweep.warm_start=true exclude each other (a batch starts every "
-                    "member from its own initialisation): set one of them to false"
-                )
+        if cfg.sweep.get("warm_start", False):
+            raise ConfigError(
+                "sweep.batched=true and sweep.warm_start=true exclude each other (a batch starts every "
+                "member from its own initialisation): set one of them to false"
+            )
+
+
+def _run_sweep_job(cfg: DictConfig, runner, hc, overrides: list[str], context: dict):
+    """One job of a multirun: ``(metrics, None)``, or ``(None, reason)`` when it failed (reported, its
+    reason in the job's gpdlm.log). A kill is recorded for the sweep summary, then raised."""
+    from . import build
+    from .run.artifacts import append_log
+    from .signals import killed_reason
+    from .sweep.callback import record_outcome
+
+    sweep_dir, job = hc.sweep.dir, hc.job.num
+    try:
+        _check_sweep_launcher(cfg, hc)
         build.configure_threads(threads_setting(cfg.get("threads", "auto"), parallel_jobs(hc)))
         metrics = runner(
             cfg,
@@ -133,14 +124,51 @@ def run_job(cfg: DictConfig, runner, run_name=None):
         if not isinstance(e, GpdlmError) and fault_message(e) is None:
             traceback.print_exc(file=sys.stderr)
         append_log(hc.runtime.output_dir, f"job failed: {reason}")
-        record_outcome(sweep_dir, job, "failed", overrides, reason)
-        return float("inf")
+        return None, reason
     except BaseException as e:  # Ctrl-C, SIGTERM/SIGHUP, a submitit preemption: recorded, then stop
         why = killed_reason(e)
         if why:
             _log_killed(hc.runtime.output_dir, why)
             record_outcome(sweep_dir, job, "killed", overrides, why)
         raise
+    return metrics, None
+
+
+def run_job(cfg: DictConfig, runner, run_name=None):
+    """Run ``runner(cfg, output_dir, overrides=..., ...)`` as a Hydra job of any gpdlm subcommand.
+
+    Single run: a GpdlmError becomes one line and exit code 2 (and the empty output folder is
+    removed); Ctrl-C, SIGTERM or SIGHUP end it with 130, 143 or 129. Multirun: the job joins the
+    sweep's parent run (named by ``run_name(cfg, swept_keys)`` unless ``tracking.run_name`` is
+    set), records its outcome and returns its ``sweep.objective`` metric to the sweeper (+inf when
+    it failed); a failure never raises into Hydra, so the other jobs go on."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from .signals import install_signal_handlers
+
+    install_signal_handlers()
+    hc = HydraConfig.get()
+    overrides = list(hc.overrides.task)
+    if hc.mode != RunMode.MULTIRUN:
+        return _run_single(cfg, runner, hc, overrides)
+
+    from .sweep.callback import job_objective, read_context, record_outcome
+
+    if "joblib" in str(hc.launcher.get("_target_", "")).lower():  # a worker must not outlive its sweep
+        from .signals import exit_with_parent
+
+        exit_with_parent()
+    sweep_dir, job = hc.sweep.dir, hc.job.num
+    context = read_context(sweep_dir)
+    if run_name is not None and not cfg.tracking.get("run_name"):
+        from omegaconf import OmegaConf
+
+        OmegaConf.update(cfg, "tracking.run_name", run_name(cfg, context.get("swept", [])), merge=False)
+    metrics, failure = _run_sweep_job(cfg, runner, hc, overrides, context)
+    if failure is not None:
+        record_outcome(sweep_dir, job, "failed", overrides, failure)
+        return float("inf")
     try:
         value = job_objective(cfg, metrics, context)
     except GpdlmError as e:  # sweep.objective names no metric of this run

@@ -14,10 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 
 from . import build
+
+if TYPE_CHECKING:
+    from .data import DataSplits
+    from .methods.base import Method
+    from .training.loop import TrainerSettings
 
 
 @dataclass
@@ -27,10 +33,10 @@ class Prepared:
     cfg: object  # the config the run trains with (after ``adjust``)
     family: ModuleType  # the model's family module (gpdlm_cli.methods.*)
     table: object  # data.Table: the loaded dataset
-    splits: object  # data.DataSplits: row indices, standardisation, fingerprint
+    splits: DataSplits  # data.DataSplits: row indices, standardisation, fingerprint
     data: build.Tensors  # the splits as tensors on the run's device and dtype
-    method: object  # methods.Method: model, likelihood, stages, evaluation
-    settings: object  # training.TrainerSettings
+    method: Method  # methods.Method: model, likelihood, stages, evaluation
+    settings: TrainerSettings  # training.TrainerSettings
     spec: object = None  # schema.RunSpec: the typed, validated specs of ``cfg`` (what the family received)
 
     @property
@@ -46,14 +52,18 @@ class Prepared:
         return self.data.x_train.device
 
 
-def prepare(cfg, *, adjust: Callable | None = None, check_data: Callable | None = None) -> Prepared:
+def prepare(
+    cfg, *, adjust: Callable | None = None, check_data: Callable | None = None, load_data: Callable | None = None
+) -> Prepared:
     """Validate ``cfg``, load its data, check sizes, build its method and trainer settings.
 
     ``adjust(cfg) -> cfg``: the command's own checks on the validated config (no data yet) and the
     config it runs with (``gpdlm bias`` sets ``model.variant=fixed``). ``check_data(table, splits)``:
     a check on the loaded data before the method is built (the saved-model rebuild compares the
-    dataset fingerprint). torch's global seed is set to ``cfg.seed`` before the data is loaded: a
-    backstop for library-internal randomness (gpdlm's own is explicit). Subnormal floats are flushed
+    dataset fingerprint). ``load_data(cfg) -> (table, splits, tensors)``: instead of ``build.load_data``
+    (the sweep planner's probes reuse data loaded for an earlier probe). torch's global seed is set to
+    ``cfg.seed`` before the data is loaded: a backstop for library-internal randomness (gpdlm's own is
+    explicit). Subnormal floats are flushed
     to zero from here on (``runtime.flush_denormals``; ``GPDLM_FLUSH_DENORMAL=0`` keeps them)."""
     from .runtime import flush_denormals
 
@@ -62,7 +72,7 @@ def prepare(cfg, *, adjust: Callable | None = None, check_data: Callable | None 
     if adjust is not None:
         cfg = adjust(cfg)
     torch.manual_seed(cfg.seed)
-    table, splits, data = build.load_data(cfg)
+    table, splits, data = (load_data or build.load_data)(cfg)
     if check_data is not None:
         check_data(table, splits)
     spec = build.specs(cfg, family)  # built once: the family's checks and its build receive it

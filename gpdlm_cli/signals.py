@@ -88,7 +88,7 @@ def _tag_submitit(handler, signame: str):
             setattr(e, KILLED_REASON, f"preempted or timed out ({signame} from the scheduler); {why}")
             raise
 
-    wrapped.gpdlm_wrapped = True
+    wrapped.__dict__["gpdlm_wrapped"] = True  # read by install_signal_handlers (idempotence)
     return wrapped
 
 
@@ -105,7 +105,9 @@ def install_signal_handlers() -> bool:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
     for name in ("SIGUSR1", "SIGUSR2"):
         sig = getattr(signal, name, None)
-        current = signal.getsignal(sig) if sig is not None else None
+        if sig is None:
+            continue
+        current = signal.getsignal(sig)
         if current is not None and _submitit_signal(current) and not getattr(current, "gpdlm_wrapped", False):
             signal.signal(sig, _tag_submitit(current, name))
     return True

@@ -376,6 +376,37 @@ def _schema_table(title: str, schema, prefix: str) -> list[str]:
     return [*out, *_schema_rows(schema, prefix), ""]
 
 
+def _estimator_option_tables() -> list[str]:
+    """One table per estimator with options (``schema.options.ESTIMATOR_OPTIONS``)."""
+    import dataclasses
+
+    from gpdlm_cli.schema.options import ESTIMATOR_OPTIONS
+
+    out = []
+    for name, options in ESTIMATOR_OPTIONS.items():
+        if dataclasses.fields(options):
+            out.extend(_schema_table(f"estimator ({name})", options, "estimator."))
+    return out
+
+
+def _dataset_option_tables() -> list[str]:
+    """One table per dataset loader with options (``schema.options.DATASET_OPTIONS``), naming its datasets."""
+    import dataclasses
+
+    from gpdlm_cli.data.registry import all_datasets
+    from gpdlm_cli.schema.options import DATASET_OPTIONS
+
+    users: dict[str, list[str]] = {}
+    for name, info in all_datasets().items():
+        users.setdefault(info.loader_key, []).append(name)
+    out = []
+    for key, options in sorted(DATASET_OPTIONS.items()):
+        if dataclasses.fields(options) and users.get(key):
+            names = ", ".join(f"`{n}`" for n in sorted(users[key]))
+            out.extend(_schema_table(f"dataset options ({names})", options, "dataset."))
+    return out
+
+
 def schema_section() -> list[str]:
     """The key tables of the config schema (``gpdlm_cli.schema``): one per group, one per model family."""
     from gpdlm_cli import schema
@@ -397,6 +428,9 @@ def schema_section() -> list[str]:
         lines.extend(_schema_table(group, cls, f"{group}."))
         if group == "dataset":
             lines.extend(_schema_table("dataset.split", schema.SplitSpec, "dataset.split."))
+            lines.extend(_dataset_option_tables())
+        if group == "estimator":
+            lines.extend(_estimator_option_tables())
     for family in FAMILIES:
         spec = getattr(family, "Spec", None)
         if spec is None:

@@ -76,8 +76,8 @@ def _resume_case(folder: str) -> None:
 
     from gpdlm_cli import build
     from gpdlm_cli.run.train import run_train
+    from gpdlm_cli.signals import Terminated, install_signal_handlers
     from gpdlm_cli.tracking import NullTracker
-    from gpdlm_cli.tracking.signals import Terminated, install_signal_handlers
 
     install_signal_handlers()
 
@@ -98,8 +98,8 @@ def _resume_case(folder: str) -> None:
         cfg = compose(config_name="config", overrides=RESUME_ARGS + COMMON + ["tracking.enabled=false"])
     real = build.build_method
 
-    def with_killer(cfg, data, task, *family):
-        method = real(cfg, data, task, *family)
+    def with_killer(cfg, data, task, *family, **keywords):
+        method = real(cfg, data, task, *family, **keywords)
         method.stages[-1].hooks = list(method.stages[-1].hooks) + [KillAt()]
         return method
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,7 @@ def _need(d: dict, key: str, where: str):
     return d[key]
 
 
-def _only(d: dict, allowed: set, where: str) -> None:
+def _only(d: dict, allowed: AbstractSet[str], where: str) -> None:
     extra = set(d) - allowed
     if extra:
         raise AnalysisError(f"{where}: unknown key(s) {', '.join(sorted(map(str, extra)))}")
@@ -469,38 +470,42 @@ def _selector(table: Table, sel, where: str, many: bool) -> list[dict[str, str]]
     return combos
 
 
-def _claim(c: dict, paper: Paper) -> Claim:
-    cid = str(_need(c, "id", "a claim"))
-    where = f"claim {cid}"
-    _only(
-        c,
-        {
-            "id",
-            "statement",
-            "source",
-            "table",
-            "preset",
-            "overrides",
-            "data",
-            "kind",
-            "better",
-            "than",
-            "where",
-            "over",
-            "condition",
-            "margin",
-            "test",
-            "alpha",
-            "require",
-            "note",
-            "cause",
-        },
-        where,
-    )
+#: the keys a claim may have (claims/README: the claim format)
+_CLAIM_KEYS = frozenset(
+    {
+        "id",
+        "statement",
+        "source",
+        "table",
+        "preset",
+        "overrides",
+        "data",
+        "kind",
+        "better",
+        "than",
+        "where",
+        "over",
+        "condition",
+        "margin",
+        "test",
+        "alpha",
+        "require",
+        "note",
+        "cause",
+    }
+)
+
+
+def _claim_table(c: dict, paper: Paper, where: str) -> tuple[str, Table]:
+    """The claim's table: its id and the paper's ``Table``."""
     tid = _need(c, "table", where)
     if tid not in paper.tables:
         raise AnalysisError(f"{where}: unknown table '{tid}' ({', '.join(paper.tables)})")
-    table = paper.tables[tid]
+    return tid, paper.tables[tid]
+
+
+def _kind_data_test(c: dict, paper: Paper, where: str) -> tuple[str, str, str]:
+    """The claim's ``kind`` (default better), ``data`` and ``test`` (default: the paper's), checked."""
     kind = c.get("kind", "better")
     if kind not in KINDS:
         raise AnalysisError(f"{where}: kind '{kind}': choose from {', '.join(KINDS)}")
@@ -510,36 +515,52 @@ def _claim(c: dict, paper: Paper) -> Claim:
     test = c.get("test", paper.test)
     if test not in TESTS:
         raise AnalysisError(f"{where}: test '{test}': choose from {', '.join(TESTS)}")
+    return kind, data, test
+
+
+def _compared(c: dict, table: Table, kind: str, where: str) -> tuple[list, list]:
+    """``(better, than)``: the cells the claim compares (argmin: one ``better`` cell, no ``than``);
+    ``than`` names only dimensions ``better`` names (the others are iterated for both)."""
     better = _selector(table, c.get("better"), f"{where}, better", many=kind != "argmin")
     named = set(better[0])
-    than = _selector(table, c.get("than"), f"{where}, than", many=True) if kind != "argmin" else []
-    if kind != "argmin":
-        if not c.get("than"):
-            raise AnalysisError(f"{where}: kind {kind} needs 'than'")
-        for t in than:
-            if set(t) - named:
-                raise AnalysisError(
-                    f"{where}: 'than' names {', '.join(sorted(set(t) - named))}, which "
-                    f"'better' does not (a dimension 'better' leaves out is iterated for both)"
-                )
+    if kind == "argmin":
+        return better, []
+    than = _selector(table, c.get("than"), f"{where}, than", many=True)
+    if not c.get("than"):
+        raise AnalysisError(f"{where}: kind {kind} needs 'than'")
+    for t in than:
+        if set(t) - named:
+            raise AnalysisError(
+                f"{where}: 'than' names {', '.join(sorted(set(t) - named))}, which "
+                f"'better' does not (a dimension 'better' leaves out is iterated for both)"
+            )
+    return better, than
+
+
+def _where_sets(c: dict, table: Table, named: set, where: str) -> dict[str, list[str]]:
+    """The claim's ``where``: {dimension: labels} the cells are restricted to, none of them in ``better``."""
     wh = c.get("where") or {}
     _selector(table, wh, f"{where}, where", many=True)  # checks the labels
     where_sets = {k: [label_name(v) for v in _list(v)] for k, v in wh.items()}
     if set(where_sets) & named:
         raise AnalysisError(f"{where}: a dimension is in both 'where' and 'better'")
-    margin = c.get("margin")
-    if kind in ("not_worse", "equivalent"):
-        if not isinstance(margin, (int, float)) or margin <= 0:
-            raise AnalysisError(f"{where}: kind {kind} needs a margin > 0 (in the metric's units)")
-    over = condition = None
-    if kind == "argmin":
-        over = _need(c, "over", where)
-        if over not in table.dimensions or over in named or over in where_sets:
-            raise AnalysisError(f"{where}: 'over' must be a dimension of table {tid} that better/where leave free")
-        cond = _need(c, "condition", where)
-        if not (isinstance(cond, dict) and len(cond) == 1 and next(iter(cond)) in CONDITIONS):
-            raise AnalysisError(f"{where}: condition must be one of {{{', '.join(CONDITIONS)}: value}}")
-        condition = next(iter(cond.items()))
+    return where_sets
+
+
+def _argmin_terms(c: dict, table: Table, tid: str, named: set, where_sets: dict, where: str):
+    """An argmin claim's ``(over, condition)``: the free dimension the minimum is taken over and the
+    condition {op: value} its argmin must satisfy."""
+    over = _need(c, "over", where)
+    if over not in table.dimensions or over in named or over in where_sets:
+        raise AnalysisError(f"{where}: 'over' must be a dimension of table {tid} that better/where leave free")
+    cond = _need(c, "condition", where)
+    if not (isinstance(cond, dict) and len(cond) == 1 and next(iter(cond)) in CONDITIONS):
+        raise AnalysisError(f"{where}: condition must be one of {{{', '.join(CONDITIONS)}: value}}")
+    return over, next(iter(cond.items()))
+
+
+def _requirement(c: dict, table: Table, tid: str, named: set, where: str) -> tuple[Any, Any]:
+    """The claim's ``require``: ``(at_least, over)``, both or neither (over: a dimension ``better`` leaves free)."""
     req = c.get("require") or {}
     _only(req, {"at_least", "over"}, f"{where}, require")
     at_least = req.get("at_least")
@@ -548,15 +569,40 @@ def _claim(c: dict, paper: Paper) -> Claim:
         raise AnalysisError(f"{where}: require needs both at_least and over")
     if group_over is not None and (group_over not in table.dimensions or group_over in named):
         raise AnalysisError(f"{where}: require.over must be a dimension of table {tid} that 'better' leaves free")
-    preset = c.get("preset", table.preset)
-    if not preset and not table.unavailable:
-        raise AnalysisError(f"{where}: name the preset that measures it")
+    return at_least, group_over
+
+
+def _cause(c: dict, where: str) -> dict:
+    """The claim's ``cause``: {label, evidence} (a bare value is the label), the label one of CAUSES."""
     cause = c.get("cause") or {}
     if not isinstance(cause, dict):
         cause = {"label": cause}
     _only(cause, {"label", "evidence"}, f"{where}, cause")
     if cause and cause.get("label") not in CAUSES:
         raise AnalysisError(f"{where}: cause label {cause.get('label')!r}: choose from {', '.join(CAUSES)}")
+    return cause
+
+
+def _claim(c: dict, paper: Paper) -> Claim:
+    """One claim of a claims file, checked key by key (the first bad key raises ``AnalysisError``)."""
+    cid = str(_need(c, "id", "a claim"))
+    where = f"claim {cid}"
+    _only(c, _CLAIM_KEYS, where)
+    tid, table = _claim_table(c, paper, where)
+    kind, data, test = _kind_data_test(c, paper, where)
+    better, than = _compared(c, table, kind, where)
+    named = set(better[0])
+    where_sets = _where_sets(c, table, named, where)
+    margin = c.get("margin")
+    if kind in ("not_worse", "equivalent"):
+        if not isinstance(margin, (int, float)) or margin <= 0:
+            raise AnalysisError(f"{where}: kind {kind} needs a margin > 0 (in the metric's units)")
+    over, condition = _argmin_terms(c, table, tid, named, where_sets, where) if kind == "argmin" else (None, None)
+    at_least, group_over = _requirement(c, table, tid, named, where)
+    preset = c.get("preset", table.preset)
+    if not preset and not table.unavailable:
+        raise AnalysisError(f"{where}: name the preset that measures it")
+    cause = _cause(c, where)
     return Claim(
         id=cid,
         statement=str(_need(c, "statement", where)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from ..exceptions import DataError, GpdlmError
 
@@ -275,7 +276,8 @@ def cmd_fetch(args, out) -> int:
         if args.parse and not failed_here:
             try:
                 alt = info.source_kind == "package" and bool(info.alt_files)
-                t = load_table(info.name, **({"source": "download"} if alt else {}))
+                options: dict[str, Any] = {"source": "download"} if alt else {}
+                t = load_table(info.name, **options)
                 print(
                     f"{info.name}: parsed {t.n:,} rows x {t.X.shape[1]} inputs"
                     + (" (dataset.source=download)" if alt else ""),

@@ -20,6 +20,7 @@ The work is in ``gpdlm_cli.analysis`` (claims files, statistics, rendering); thi
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..analysis import records as R
@@ -98,22 +99,27 @@ def build_parser():
     return p
 
 
-def main(argv: list[str]) -> int:
-    from ..analysis import claims, render
-    from ..analysis import report as rep
-
-    args = build_parser().parse_args(argv)
-    if args.claims is None:
-        return experiment_report(args)
-    paper = claims.load(args.claims)  # an unknown paper is an error before the store is opened
-    study = ""
-    if args.study:
-        if not Path(args.study).is_file():
-            raise R.AnalysisError(f"--study {args.study}: no such file")
-        study = Path(args.study).read_text()
+def _check_paths(args) -> None:
+    """``--study`` names a file and ``--output`` is not a folder (before the store is opened)."""
+    if args.study and not Path(args.study).is_file():
+        raise R.AnalysisError(f"--study {args.study}: no such file")
     if args.output and Path(args.output).is_dir():
         raise R.AnalysisError(f"--output {args.output} is a folder: give a file name")
-    notes: list[str] = []
+
+
+def _write_output(args, text: str) -> None:
+    """``--output``: the report's text also written to that file (its folder made)."""
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text)
+
+
+def _claim_records(args, notes: list[str]):
+    """The runs a claims report judges: ``(records, names, made, client, uri, exps, histories)``, from
+    ``--from`` files (no store: client None) or from the store's experiments (``train`` and ``bias``
+    runs). ``made``: each experiment's provenance; ``histories``: where metric histories are read."""
+    from ..analysis import report as rep
+
     records, made = [], []
     if args.from_files:
         from ..analysis import export
@@ -125,21 +131,22 @@ def main(argv: list[str]) -> int:
         for name in names:
             records += by_name[name]
             made.append(rep.provenance(name, by_name[name]))
-        client, uri, exps, histories = None, None, [], export.FileHistories(files)
-    else:
-        client, uri = store.open_store(args.tracking_uri)
-        names = list(dict.fromkeys(R.split_list(args.experiment) or [R.DEFAULT_EXPERIMENT]))
-        exps = [store.get_experiment(client, name, uri) for name in names]
-        for name, exp in zip(names, exps):
-            runs = store.load_runs(client, exp, args.filter, notes=notes, commands=("train", "bias"))
-            records += runs
-            made.append(rep.provenance(name, runs))
-        histories = client
-    report = rep.build(paper, records, names, made, study)
-    for note in notes + report.notes:
-        print(f"gpdlm: note: {note}", file=sys.stderr)
+        return records, names, made, None, None, [], export.FileHistories(files)
+    client, uri = store.open_store(args.tracking_uri)
+    names = list(dict.fromkeys(R.split_list(args.experiment) or [R.DEFAULT_EXPERIMENT]))
+    exps = [store.get_experiment(client, name, uri) for name in names]
+    for name, exp in zip(names, exps):
+        runs = store.load_runs(client, exp, args.filter, notes=notes, commands=("train", "bias"))
+        records += runs
+        made.append(rep.provenance(name, runs))
+    return records, names, made, client, uri, exps, client
 
-    outdir = store.output_dir(args.out, "report")
+
+def _write_claims_report(args, report, histories, outdir: Path) -> list[str]:
+    """The report in ``--format`` (html: with its figures, each also a PNG), cells.csv and verdicts.csv
+    in ``outdir`` (and ``--output``); returns the names of the files written."""
+    from ..analysis import render
+
     figs = {}
     if args.format == "html":
         for tr in report.tables:
@@ -150,9 +157,16 @@ def main(argv: list[str]) -> int:
     (outdir / FORMATS[args.format]).write_text(text)
     T.write_csv(outdir / "cells.csv", *render.cells_csv_rows(report))
     T.write_csv(outdir / "verdicts.csv", *render.verdicts_csv_rows(report))
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
+    _write_output(args, text)
+    return [FORMATS[args.format], "cells.csv", "verdicts.csv"] + [
+        f"{k}_{i}.png" for k, v in figs.items() for i in range(len(v))
+    ]
+
+
+def _print_verdicts(paper, report, records, names) -> None:
+    """The verdict table on stdout: claim, verdict, cause, n, p, data and the statement's start."""
+    from ..analysis import render
+    from ..analysis import report as rep
 
     header, rows = render.verdict_rows(report)
     keep = [i for i, h in enumerate(header) if h in ("claim", "verdict", "cause", "n", "p", "data", "statement")]
@@ -165,46 +179,169 @@ def main(argv: list[str]) -> int:
         short,
         numeric_from=99,
     )
-    written = [FORMATS[args.format], "cells.csv", "verdicts.csv"] + [
-        f"{k}_{i}.png" for k, v in figs.items() for i in range(len(v))
-    ]
+
+
+def main(argv: list[str]) -> int:
+    """``gpdlm report``: the claims report of ``--claims`` (verdicts per claim, tables, figures), or
+    without it each experiment's compare tables (``experiment_report``)."""
+    from ..analysis import claims
+    from ..analysis import report as rep
+
+    args = build_parser().parse_args(argv)
+    if args.claims is None:
+        return experiment_report(args)
+    paper = claims.load(args.claims)  # an unknown paper is an error before the store is opened
+    _check_paths(args)
+    study = Path(args.study).read_text() if args.study else ""
+    notes: list[str] = []
+    records, names, made, client, uri, exps, histories = _claim_records(args, notes)
+    report = rep.build(paper, records, names, made, study)
+    for note in notes + report.notes:
+        print(f"gpdlm: note: {note}", file=sys.stderr)
+
+    outdir = store.output_dir(args.out, "report")
+    written = _write_claims_report(args, report, histories, outdir)
+    _print_verdicts(paper, report, records, names)
     print(f"wrote {', '.join(written)} to {outdir}" + (f" and {args.output}" if args.output else ""))
     if not args.no_log and client is not None:
-        rid = store.log_analysis_run(
-            client,
-            exps[0].experiment_id,
-            "report",
-            outdir,
-            params={
-                "claims": paper.name,
-                "experiments": ",".join(names),
-                "format": args.format,
-                "filter": args.filter or "",
-                "n_runs": len(records),
-                "n_claims": len(report.verdicts),
-                "holds": c[rep.HOLDS],
-                "fails": c[rep.FAILS],
-                "not_measured": c[rep.NOT_MEASURED],
-            },
-            tags={"gpdlm.output_dir": outdir.resolve(), "gpdlm.claims": str(paper.path)},
-        )
+        c = rep.counts(report)
+        params = {
+            "claims": paper.name,
+            "experiments": ",".join(names),
+            "format": args.format,
+            "filter": args.filter or "",
+            "n_runs": len(records),
+            "n_claims": len(report.verdicts),
+            "holds": c[rep.HOLDS],
+            "fails": c[rep.FAILS],
+            "not_measured": c[rep.NOT_MEASURED],
+        }
+        tags = {"gpdlm.output_dir": outdir.resolve(), "gpdlm.claims": str(paper.path)}
+        rid = store.log_analysis_run(client, exps[0].experiment_id, "report", outdir, params=params, tags=tags)
         print(f"MLflow run 'report' {rid} in experiment '{exps[0].name}' ({uri})")
     return 0
+
+
+def _latex_escape(s) -> str:
+    """``s`` as LaTeX text (backslash, _, &, %, and ± as $\\pm$)."""
+    return (
+        str(s)
+        .replace("\\", "\\textbackslash{}")
+        .replace("_", "\\_")
+        .replace("&", "\\&")
+        .replace("%", "\\%")
+        .replace("±", "$\\pm$")
+    )
+
+
+def _html_section(name: str, about: str, header, rows, figures) -> str:
+    """One experiment's HTML: heading, provenance, the table and its figures inlined as PNG data."""
+    import base64
+    import html
+
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    imgs = "".join(
+        f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
+        f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
+        for p in figures
+    )
+    return (
+        f"<h1>{html.escape(name)}</h1><p>{html.escape(about)}</p><table><thead><tr>{cells}</tr></thead>"
+        f"<tbody>{body}</tbody></table>{imgs}"
+    )
+
+
+def _latex_section(name: str, about: str, header, rows, num_keys: int) -> list[str]:
+    """One experiment's LaTeX lines: a section, provenance and the table (``num_keys`` left columns)."""
+    esc = _latex_escape
+    tex = [
+        f"\\section*{{{esc(name)}}}",
+        esc(about),
+        "",
+        "\\begin{tabular}{" + "l" * num_keys + "r" * (len(header) - num_keys) + "}",
+        " & ".join(esc(h) for h in header) + " \\\\ \\hline",
+    ] + [" & ".join(esc(c) for c in row) + " \\\\" for row in rows]
+    return tex + ["\\end{tabular}", ""]
+
+
+@dataclass
+class _Section:
+    """One experiment of an experiment report, in each format, and the files it wrote."""
+
+    md: list[str]
+    html: str
+    tex: list[str]
+    written: list[str]  # paths relative to the report's folder
+    n_runs: int
+
+
+def _experiment_section(client, uri, name: str, records, where: Path, outdir: Path, notes: list[str]) -> _Section:
+    """One experiment's compare table (grouped by ``compare``'s keys, mean ± standard error over
+    seeds), its figures and runs.csv in ``where``, and its section of the report."""
+    from ..analysis import report as rep
+    from ..analysis.summary import analyse, display_rows, separate_configurations, write_runs_csv
+    from .compare import DEFAULT_BY
+
+    where.mkdir(parents=True, exist_ok=True)
+    by, warning = separate_configurations(records, list(DEFAULT_BY))
+    if warning:
+        notes.append(warning)
+    metrics = R.choose_metrics(records, [])
+    result = analyse(
+        client,
+        records,
+        by,
+        metrics,
+        where,
+        "summary",
+        title=f"{name}: mean ± standard error over {len(records)} runs",
+    )
+    write_runs_csv(records, by, metrics, where / "runs.csv")
+    header, rows = display_rows(result["rows"], by, metrics)
+    made = rep.provenance(name, records)
+    about = (
+        f"{len(records)} FINISHED training runs of experiment '{name}' ({uri}), {made.first} to {made.last}, "
+        f"{made.train_hours:.2f} h of training; protocol {', '.join(map(str, made.protocols))}; code "
+        f"{', '.join(map(str, made.commits))}. Grouped by {', '.join(by)}: mean ± standard error over seeds."
+    )
+
+    def rel(p):
+        return p.relative_to(outdir).as_posix()
+
+    md = [f"# {name}", "", about, "", T.markdown_table(header, rows), ""]
+    md += [f"![{p.stem}]({rel(p)})" for p in result["figures"]] + [""]
+    return _Section(
+        md,
+        _html_section(name, about, header, rows, result["figures"]),
+        _latex_section(name, about, header, rows, len(by)),
+        [rel(p) for p in result["files"] + result["figures"]] + [rel(where / "runs.csv")],
+        len(records),
+    )
+
+
+def _report_text(fmt: str, names: list[str], study: str, sections: list[_Section]) -> str:
+    """The experiment report as one document in ``fmt`` (md: ``study`` first; html; latex)."""
+    import html
+
+    if fmt == "md":
+        return "\n".join(([study] if study else []) + [line for s in sections for line in s.md])
+    if fmt == "html":
+        style = (
+            "body{font-family:sans-serif;max-width:70em;margin:auto}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}"
+        )
+        return (
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(', '.join(names))}</title>"
+            f"<style>{style}</style></head><body>{''.join(s.html for s in sections)}</body></html>\n"
+        )
+    return "\n".join(line for s in sections for line in s.tex)
 
 
 def experiment_report(args) -> int:
     """``gpdlm report`` without ``--claims``: each experiment's compare table and figures as one
     report (module docstring), written to ``--out`` (and ``--output``) and logged as a ``report`` run."""
-    import html
-
-    from ..analysis import report as rep
-    from ..analysis.summary import analyse, display_rows, separate_configurations, write_runs_csv
-    from .compare import DEFAULT_BY
-
-    if args.study and not Path(args.study).is_file():
-        raise R.AnalysisError(f"--study {args.study}: no such file")
-    if args.output and Path(args.output).is_dir():
-        raise R.AnalysisError(f"--output {args.output} is a folder: give a file name")
+    _check_paths(args)
     client, uri = store.open_store(args.tracking_uri)
     names = list(dict.fromkeys(R.split_list(args.experiment) or [R.DEFAULT_EXPERIMENT]))
     exps = [store.get_experiment(client, name, uri) for name in names]
@@ -212,97 +349,27 @@ def experiment_report(args) -> int:
     loaded = [store.load_runs(client, exp, args.filter, notes=notes) for exp in exps]  # all read before writing
     outdir = store.output_dir(args.out, "report")
     study = Path(args.study).read_text() if args.study else ""
-    md, page, tex, written, n_runs = [study] if study else [], [], [], [], 0
-    for name, records in zip(names, loaded):
-        where = outdir / name if len(names) > 1 else outdir
-        where.mkdir(parents=True, exist_ok=True)
-        by, warning = separate_configurations(records, list(DEFAULT_BY))
-        if warning:
-            notes.append(warning)
-        metrics = R.choose_metrics(records, [])
-        result = analyse(
-            client,
-            records,
-            by,
-            metrics,
-            where,
-            "summary",
-            title=f"{name}: mean ± standard error over {len(records)} runs",
-        )
-        write_runs_csv(records, by, metrics, where / "runs.csv")
-        header, rows = display_rows(result["rows"], by, metrics)
-        made = rep.provenance(name, records)
-        about = (
-            f"{len(records)} FINISHED training runs of experiment '{name}' ({uri}), {made.first} to {made.last}, "
-            f"{made.train_hours:.2f} h of training; protocol {', '.join(map(str, made.protocols))}; code "
-            f"{', '.join(map(str, made.commits))}. Grouped by {', '.join(by)}: mean ± standard error over seeds."
-        )
-        rel = lambda p: p.relative_to(outdir).as_posix()  # noqa: E731
-        md += [f"# {name}", "", about, "", T.markdown_table(header, rows), ""]
-        md += [f"![{p.stem}]({rel(p)})" for p in result["figures"]] + [""]
-        cells = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-        import base64
-
-        imgs = "".join(
-            f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
-            f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
-            for p in result["figures"]
-        )
-        page += [
-            f"<h1>{html.escape(name)}</h1><p>{html.escape(about)}</p><table><thead><tr>{cells}</tr></thead>"
-            f"<tbody>{body}</tbody></table>{imgs}"
-        ]
-        esc = lambda s: (
-            str(s)
-            .replace("\\", "\\textbackslash{}")
-            .replace("_", "\\_")
-            .replace("&", "\\&")
-            .replace("%", "\\%")
-            .replace("±", "$\\pm$")
-        )  # noqa: E731
-        tex += [
-            f"\\section*{{{esc(name)}}}",
-            esc(about),
-            "",
-            "\\begin{tabular}{" + "l" * len(by) + "r" * (len(header) - len(by)) + "}",
-            " & ".join(esc(h) for h in header) + " \\\\ \\hline",
-        ] + [" & ".join(esc(c) for c in row) + " \\\\" for row in rows]
-        tex += ["\\end{tabular}", ""]
-        written += [rel(p) for p in result["files"] + result["figures"]] + [rel(where / "runs.csv")]
-        n_runs += len(records)
+    sections = [
+        _experiment_section(client, uri, name, records, outdir / name if len(names) > 1 else outdir, outdir, notes)
+        for name, records in zip(names, loaded)
+    ]
     for note in notes:
         print(f"gpdlm: note: {note}", file=sys.stderr)
-    style = "body{font-family:sans-serif;max-width:70em;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}"
-    text = {
-        "md": "\n".join(md),
-        "html": f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(', '.join(names))}</title>"
-        f"<style>{style}</style></head><body>{''.join(page)}</body></html>\n",
-        "latex": "\n".join(tex),
-    }[args.format]
+    text = _report_text(args.format, names, study, sections)
     (outdir / FORMATS[args.format]).write_text(text)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
-    print(
-        f"wrote {', '.join([FORMATS[args.format]] + written)} to {outdir}"
-        + (f" and {args.output}" if args.output else "")
-    )
+    _write_output(args, text)
+    written = [FORMATS[args.format]] + [w for s in sections for w in s.written]
+    print(f"wrote {', '.join(written)} to {outdir}" + (f" and {args.output}" if args.output else ""))
     if not args.no_log:
-        rid = store.log_analysis_run(
-            client,
-            exps[0].experiment_id,
-            "report",
-            outdir,
-            params={
-                "claims": "none",
-                "experiments": ",".join(names),
-                "format": args.format,
-                "filter": args.filter or "",
-                "n_runs": n_runs,
-            },
-            tags={"gpdlm.output_dir": outdir.resolve()},
-        )
+        params = {
+            "claims": "none",
+            "experiments": ",".join(names),
+            "format": args.format,
+            "filter": args.filter or "",
+            "n_runs": sum(s.n_runs for s in sections),
+        }
+        tags = {"gpdlm.output_dir": outdir.resolve()}
+        rid = store.log_analysis_run(client, exps[0].experiment_id, "report", outdir, params=params, tags=tags)
         print(f"MLflow run 'report' {rid} in experiment '{exps[0].name}' ({uri})")
     return 0
 

@@ -3,7 +3,7 @@ one store within a budget, and the report.
 
     gpdlm reproduce PAPER [--claims ID ...] [--scale smoke|reduced|paper] [--protocol paper|fast]
                     [--budget 3h] [--dry-run] [--no-estimate] [--format md|html|latex] [--output DIR]
-                    [--tracking-uri URI] [hydra overrides: hydra/launcher=joblib ...]
+                    [--tracking-uri URI] [--mirror DIR] [hydra overrides: hydra/launcher=joblib ...]
 
 **The plan** (``derive``): every selected claim names a table; the table names its ``preset`` (the claim
 may name its own), the claim its ``overrides`` (the paper's data set), the table its ``arms`` (further
@@ -15,7 +15,9 @@ whose select rule picks ``objective.beta`` and whose jobs do not sweep it gets t
 the plan: multiruns and jobs per table, the data each needs and whether it loads offline (a generator, the
 cache or ``$GPDLM_DATA_MIRROR``), and the estimated wall time of the existing ``--dry-run`` estimator
 (``sweep.plan``: timed sample steps of every job shape, times each job's iteration budget; only for data
-that loads offline).
+that loads offline; the probes of a plan share ``PLAN_PROBE_S``, one stderr line per timed multirun).
+Multiruns that run the same jobs (an override setting what the preset sets) are planned once. Before the
+first job, the plan's data that is not cached is fetched (``--mirror DIR``: from a local mirror).
 
 **The run**: every multirun is ``gpdlm train -m +experiment=PRESET ... sweep.skip_finished=true
 +sweep.scale=SCALE`` into one store (``--output DIR/mlflow.db`` unless ``--tracking-uri``): rerunning an
@@ -157,6 +159,50 @@ def derive(paper, claim_ids: list[str], scale: str, protocol: str, extra: list[s
     return Plan(paper.name, scale, protocol, list(multiruns.values()), list(dict.fromkeys(left_out)))
 
 
+def merge_equivalent(plan: Plan) -> None:
+    """Plan once the multiruns that run the same jobs though their overrides differ: an override that sets
+    what the preset already sets (``sampling_methods dataset=airline``: the preset's data is airline) is
+    no override, and a claim naming it shares the multirun of a table naming none (Fig. 10's sampling
+    and time tables). The first multirun stays, with every table and claim of the others."""
+    from ..sweep.plan import job_overrides
+
+    bases: dict[str, object] = {}
+    merged: dict[tuple, Multirun] = {}
+    for m in plan.multiruns:
+        if m.preset not in bases:
+            bases[m.preset] = job_overrides([f"+experiment={m.preset}"])[1]
+        own = tuple(sorted(o for o in m.overrides if not preset_sets(bases[m.preset], o)))
+        first = merged.setdefault((m.command, m.preset, m.beta_grid, own), m)
+        if first is not m:
+            first.tables = list(dict.fromkeys([*first.tables, *m.tables]))
+            first.claims = list(dict.fromkeys([*first.claims, *m.claims]))
+    plan.multiruns = list(merged.values())
+
+
+def preset_sets(base, override: str) -> bool:
+    """Whether the preset's composed config ``base`` (with Hydra's keys) already has ``override``
+    (``key=value``, not swept by the preset): a config group's choice or a scalar of the same value."""
+    import yaml
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if override.startswith(("+", "~")) or "=" not in override:
+        return False
+    key, value = override.split("=", 1)
+    if key in (base.hydra.sweeper.get("params") or {}):
+        return False  # the override replaces the preset's sweep
+    choices = base.hydra.runtime.choices
+    if key in choices:
+        return str(choices[key]) == value
+    have = OmegaConf.select(base, key, default=None)
+    if have is None or isinstance(have, (DictConfig, ListConfig)):
+        return False
+    try:
+        wanted = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return False
+    return type(wanted) is type(have) and wanted == have
+
+
 def merge_overrides(*lists: list[str]) -> list[str]:
     """The override lists in order, a later ``key=value`` replacing an earlier one of the same key (an arm's
     ``kernel=rbf`` replaces the table's ``kernel=rff``), in the place of the first."""
@@ -164,6 +210,30 @@ def merge_overrides(*lists: list[str]) -> list[str]:
     for o in (o for lst in lists for o in lst):
         out[o.split("=", 1)[0]] = o
     return list(out.values())
+
+
+DATASET_CONFIGS = Path(__file__).resolve().parents[1] / "conf" / "dataset"
+
+
+def dataset_name(option: str) -> str:
+    """The registry name of the dataset config ``option`` (``dataset=OPTION``): a config may name another
+    set with its own options (``airline_nyc_class``: ``airline_nyc`` with ``target: delayed``; ``airline_reg``:
+    ``airline``); ``option`` itself when no such config file exists."""
+    import yaml
+
+    path = DATASET_CONFIGS / f"{option}.yaml"
+    if not path.is_file():
+        return option
+    raw = yaml.safe_load(path.read_text()) or {}
+    if isinstance(raw.get("dataset"), dict):  # a ``# @package _global_`` config: its keys under ``dataset:``
+        raw = raw["dataset"]
+    return str(raw.get("name") or option)
+
+
+def data_label(option: str) -> str:
+    """``option``, with its registry name when it differs (``airline_nyc_class (airline_nyc)``)."""
+    name = dataset_name(option)
+    return option if name == option else f"{option} ({name})"
 
 
 def data_status(name: str) -> str:
@@ -194,61 +264,155 @@ def offline(status: str) -> bool:
     return status.startswith("offline")
 
 
+def use_mirror(folder: str) -> None:
+    """``--mirror DIR``: the data mirror of this process and the jobs it starts (``$GPDLM_DATA_MIRROR``); a
+    folder that does not exist is a one-line error."""
+    import os
+
+    from ..data.download import resolve_mirror
+    from ..data.paths import ENV_MIRROR
+    from ..exceptions import GpdlmError
+
+    try:
+        os.environ[ENV_MIRROR] = str(resolve_mirror(folder))
+    except GpdlmError as e:
+        raise AnalysisError(str(e)) from None
+
+
+def to_fetch(plan: Plan) -> dict[str, list[str]]:
+    """The registry names of the plan's data sets that are not in the cache, by status: ``offline (mirror)``
+    (copied from the mirror before the run) and ``download``."""
+    out: dict[str, list[str]] = {}
+    for m in plan.multiruns:
+        for option, status in m.datasets.items():
+            if status in ("offline (mirror)", "download"):
+                names = out.setdefault(status, [])
+                if dataset_name(option) not in names:
+                    names.append(dataset_name(option))
+    return out
+
+
+def fetch_command(names: list[str]) -> str:
+    return f"gpdlm datasets fetch {' '.join(names)}"
+
+
+def fetch_data(plan: Plan) -> None:
+    """Before any job: the plan's data that is not cached is fetched into the cache (``gpdlm datasets fetch``:
+    from the mirror, else the network), so that no job fails on its data half-way through a reproduce; data
+    that cannot be fetched is a one-line error naming the command that fetches it."""
+    from .datasets import main as datasets_main
+
+    todo = to_fetch(plan)
+    names = [n for status in ("offline (mirror)", "download") for n in todo.get(status, [])]
+    if not names:
+        return
+    print(f"gpdlm reproduce: fetching {', '.join(names)} into the data cache first", file=sys.stderr, flush=True)
+    if datasets_main(["fetch", *names], out=sys.stderr) != 0:
+        raise AnalysisError(
+            f"the plan's data could not be fetched ({', '.join(names)}): run `{fetch_command(names)}` "
+            "(with --mirror DIR to copy it from a local mirror), or give gpdlm reproduce --mirror DIR"
+        )
+
+
+#: ``--dry-run``: the probes' time budget of a whole plan (seconds), shared among its multiruns with offline
+#: data (at least ``MIN_PROBE_S`` each; a multirun's first job shape is always timed)
+PLAN_PROBE_S = 40.0
+MIN_PROBE_S = 2.0
+
+
 def expand(plan: Plan, estimate: bool = False) -> None:
     """Fill in every multirun's jobs (the beta grids expanded), experiment, data and -- with ``estimate``,
-    for data that loads offline -- the ``sweep.plan`` estimate of its wall time."""
+    for data that loads offline -- the ``sweep.plan`` estimate of its wall time, one progress line per
+    timed multirun on stderr."""
+    merge_equivalent(plan)
+    for m in plan.multiruns:
+        _expand_jobs(m)
+    if not estimate:
+        return
+    timed = [m for m in plan.multiruns if any(offline(st) for st in m.datasets.values())]
+    budget = max(MIN_PROBE_S, PLAN_PROBE_S / max(1, len(timed)))
+    for m in plan.multiruns:
+        if m not in timed:
+            m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
+            continue
+        t0 = time.perf_counter()
+        _estimate(m, budget)
+        print(
+            f"gpdlm reproduce: timed multirun {timed.index(m) + 1}/{len(timed)} (+experiment={m.preset} "
+            f"{' '.join(m.overrides)}".rstrip()
+            + f"): {'estimated ' + duration(m.estimate_s) if m.estimate_s is not None else 'no estimate'} "
+            f"({time.perf_counter() - t0:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _expand_jobs(m: Multirun) -> None:
+    """A multirun's jobs (its beta grids expanded: each training size's own multirun), experiment and data."""
     from ..sweep.plan import job_overrides
-    from ..sweep.plan import plan as sweep_plan
     from .sweep import beta_grid, sweep_overrides
 
-    for m in plan.multiruns:
-        argv = [f"+experiment={m.preset}", *m.overrides]
-        try:
-            jobs, cfg = job_overrides(argv)
-        except Exception as e:  # a bad override or preset: one line
-            raise AnalysisError(f"{m.preset} {' '.join(m.overrides)}: {str(e).strip().splitlines()[0]}") from None
-        m.experiment = str(cfg.tracking.experiment)
-        names = {o.split("=", 1)[1] for j in jobs for o in j if o.startswith("dataset=")} or {str(cfg.dataset.name)}
-        m.datasets = {n: data_status(n) for n in sorted(names)}
-        sweeps_beta = any(o.startswith("objective.beta=") for j in jobs for o in j)
-        m.beta_grid = m.beta_grid and not sweeps_beta
-        all_offline = all(offline(s) for s in m.datasets.values())
-        if not m.beta_grid:
-            m.argvs, m.jobs = [argv], len(jobs)
-        elif all_offline:
-            m.argvs = [[a for a in args if a not in ("-m", "--multirun")] for args in sweep_overrides("beta", argv)]
-            m.jobs = sum(len(job_overrides(a)[0]) for a in m.argvs)
-        else:  # the grid's length from each job's training size (the data itself is not here)
-            grid_min, factor = float(cfg.sweep.grid_min), float(cfg.sweep.factor)
-            sizes = [
-                next(
-                    (o.split("=", 1)[1] for o in j if o.startswith("dataset.split.train_size=")),
-                    cfg.dataset.split.get("train_size"),
-                )
-                for j in jobs
-            ]
-            if any(s in (None, "null") for s in sizes):
-                m.jobs, m.note = None, "beta grid: needs the data's size (not offline)"
-            else:
-                m.jobs = sum(len(beta_grid(int(float(s)), grid_min, factor)) for s in sizes)
-            m.argvs = [["gpdlm sweep beta", *argv]]
-        here = [n for n, st in m.datasets.items() if offline(st)]
-        if estimate and here and not m.beta_grid or estimate and all_offline:
-            # the data sets that load offline are timed; the others' jobs are counted but not estimated
-            pins = [] if all_offline else [f"dataset={','.join(here)}"]
-            try:
-                m.estimate_s = sum(
-                    sweep_plan(merge_overrides(a, pins), estimate=True).estimate_s or 0.0 for a in m.argvs
-                )
-            except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
-                m.note = (m.note + "; " if m.note else "") + f"no estimate ({str(e).strip().splitlines()[0][:80]})"
-            if pins and m.estimate_s is not None:
-                m.note = (m.note + "; " if m.note else "") + (
-                    f"estimate for {', '.join(here)} only: the jobs on "
-                    f"{len(m.datasets) - len(here)} other data sets not offline"
-                )
-        elif estimate:
-            m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
+    argv = [f"+experiment={m.preset}", *m.overrides]
+    try:
+        jobs, cfg = job_overrides(argv)
+    except Exception as e:  # a bad override or preset: one line
+        raise AnalysisError(f"{m.preset} {' '.join(m.overrides)}: {str(e).strip().splitlines()[0]}") from None
+    m.experiment = str(cfg.tracking.experiment)
+    names = {o.split("=", 1)[1] for j in jobs for o in j if o.startswith("dataset=")} or {
+        str(cfg.hydra.runtime.choices.get("dataset") or cfg.dataset.name)
+    }
+    m.datasets = {n: data_status(dataset_name(n)) for n in sorted(names)}  # n: the dataset= option
+    sweeps_beta = any(o.startswith("objective.beta=") for j in jobs for o in j)
+    m.beta_grid = m.beta_grid and not sweeps_beta
+    if not m.beta_grid:
+        m.argvs, m.jobs = [argv], len(jobs)
+    elif all(offline(s) for s in m.datasets.values()):
+        m.argvs = [[a for a in args if a not in ("-m", "--multirun")] for args in sweep_overrides("beta", argv)]
+        m.jobs = sum(len(job_overrides(a)[0]) for a in m.argvs)
+    else:  # the grid's length from each job's training size (the data itself is not here)
+        grid_min, factor = float(cfg.sweep.grid_min), float(cfg.sweep.factor)
+        sizes = [
+            next(
+                (o.split("=", 1)[1] for o in j if o.startswith("dataset.split.train_size=")),
+                cfg.dataset.split.get("train_size"),
+            )
+            for j in jobs
+        ]
+        if any(s in (None, "null") for s in sizes):
+            m.jobs, m.note = None, "beta grid: needs the data's size (not offline)"
+        else:
+            m.jobs = sum(len(beta_grid(int(float(s)), grid_min, factor)) for s in sizes)
+        m.argvs = [["gpdlm sweep beta", *argv]]
+
+
+def _estimate(m: Multirun, budget_s: float) -> None:
+    """``m.estimate_s``: the ``sweep.plan`` estimate of the jobs on its offline data (the others counted, not
+    timed; a beta grid of data not offline: none), its probes within ``budget_s`` seconds."""
+    from ..sweep.plan import plan as sweep_plan
+
+    here = [n for n, st in m.datasets.items() if offline(st)]
+    all_offline = len(here) == len(m.datasets)
+    if m.beta_grid and not all_offline:
+        m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
+        return
+    pins = [] if all_offline else [f"dataset={','.join(here)}"]
+    notes = []
+    try:
+        plans = [
+            sweep_plan(merge_overrides(a, pins), estimate=True, probe_budget_s=budget_s / len(m.argvs)) for a in m.argvs
+        ]
+        m.estimate_s = sum(p.estimate_s or 0.0 for p in plans)
+        timed, extrapolated = sum(p.timed_shapes for p in plans), sum(len(p.extrapolated) for p in plans)
+        if extrapolated:
+            notes.append(f"{timed} of {timed + extrapolated} job shapes timed, the others from a timed shape")
+    except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
+        notes.append(f"no estimate ({str(e).strip().splitlines()[0][:80]})")
+    if pins and m.estimate_s is not None:
+        notes.append(
+            f"estimate for {', '.join(here)} only: the jobs on {len(m.datasets) - len(here)} "
+            "other data sets not offline"
+        )
+    m.note = "; ".join([m.note, *notes] if m.note else notes)
 
 
 def duration(s: float | None) -> str:
@@ -271,7 +435,7 @@ def describe(plan: Plan) -> str:
     ]
     per_table: dict[str, int] = {}
     for i, m in enumerate(plan.multiruns, 1):
-        data = ", ".join(f"{n} [{s}]" for n, s in m.datasets.items())
+        data = ", ".join(f"{data_label(n)} [{s}]" for n, s in m.datasets.items())
         est = f", estimated {duration(m.estimate_s)}" if m.estimate_s is not None else ""
         grid = ", beta grid per training size" if m.beta_grid else ""
         out.append(f"  {i}. gpdlm {m.command} -m +experiment={m.preset} {' '.join(m.overrides)}".rstrip())
@@ -288,6 +452,16 @@ def describe(plan: Plan) -> str:
     )
     if plan.left_out:
         out.append("left out: " + "; ".join(f"{what}: {why}" for what, why in plan.left_out))
+    todo = to_fetch(plan)
+    if todo.get("offline (mirror)"):
+        out.append(
+            f"data copied from the mirror into the cache before the first job: {', '.join(todo['offline (mirror)'])}"
+        )
+    if todo.get("download"):
+        out.append(
+            f"data not offline (downloaded before the first job): {', '.join(todo['download'])}; "
+            f"to fetch it now: {fetch_command(todo['download'])} (--mirror DIR: from a local mirror)"
+        )
     known = [m.estimate_s for m in plan.multiruns if m.estimate_s is not None]
     if known:
         missing = sum(m.estimate_s is None for m in plan.multiruns)
@@ -496,6 +670,11 @@ def build_parser():
         "--output", metavar="DIR", help="folder of the store, report and study (default reproduce/<paper>-<scale>)"
     )
     p.add_argument("--tracking-uri", metavar="URI", help="the store (default sqlite:///<output>/mlflow.db)")
+    p.add_argument(
+        "--mirror",
+        metavar="DIR",
+        help="a local data mirror (as $GPDLM_DATA_MIRROR): the plan's data is copied from it into the cache first",
+    )
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every multirun (hydra/launcher=joblib, ...)")
     return p
 
@@ -505,6 +684,8 @@ def main(argv: list[str]) -> int:
     from ..analysis.records import split_list
 
     args = build_parser().parse_intermixed_args(argv)
+    if args.mirror is not None:
+        use_mirror(args.mirror)
     paper = claims.load(args.paper)
     budget = parse_budget(args.budget)
     for o in args.overrides:
@@ -520,66 +701,30 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         print(describe(plan))
         return 0
+    fetch_data(plan)
     return run(plan, paper, args, budget)
 
 
 def run(plan: Plan, paper, args, budget: float | None) -> int:
+    """Run the plan's multiruns into one store under a ``reproduce`` parent run (progress, budget), then
+    write the study, the exported runs and the report from whatever the store holds."""
     global PROGRESS
-    from mlflow.tracking import MlflowClient
-
-    from ..analysis import store
     from ..sweep import callback as sweep_mod
-    from ..tracking import ensure_experiment, resolve_tracking_uri
-    from .bias import bias_main
-    from .train import train_main
 
     outdir = Path(args.output or f"reproduce/{plan.paper}-{plan.scale}")
     outdir.mkdir(parents=True, exist_ok=True)
-    uri = resolve_tracking_uri(args.tracking_uri or f"sqlite:///{outdir.resolve()}/mlflow.db")
-    client = MlflowClient(tracking_uri=uri)
     settings = {
         "scale": plan.scale,
         "protocol": plan.protocol,
         "budget": args.budget or "none",
         "claims": ",".join(sorted({c for m in plan.multiruns for c in m.claims})),
     }
-    exp_id = ensure_experiment(client, f"reproduce_{plan.paper}", uri)
-    parent = client.create_run(
-        exp_id,
-        run_name=f"reproduce-{plan.paper}-{plan.scale}",
-        tags={"gpdlm.command": "reproduce", "gpdlm.sweep": "parent", "gpdlm.output_dir": str(outdir.resolve())},
-    )
-    from mlflow.entities import Param
-
-    client.log_batch(
-        parent.info.run_id,
-        params=[Param(k, str(v)[:6000]) for k, v in settings.items()] + [Param("jobs", str(plan.jobs))],
-    )
-    deadline = time.monotonic() + budget if budget else None
-    PROGRESS = Progress(plan.jobs, deadline, client, parent.info.run_id)
+    client, uri, parent_id = _parent_run(plan, args, outdir, settings)
+    PROGRESS = Progress(plan.jobs, time.monotonic() + budget if budget else None, client, parent_id)
     print(describe(plan), file=sys.stderr)
     stopped = None
-    launched = 0
     try:
-        for i, m in enumerate(plan.multiruns, 1):
-            for argv in m.argvs:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise BudgetReached()
-                tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}", CALLBACK]
-                if argv[0] == "gpdlm sweep beta":  # data not offline: `gpdlm sweep beta` loads it (downloads)
-                    from .sweep import sweep_overrides
-
-                    launches = [[*a, *tail] for a in sweep_overrides("beta", argv[1:])]
-                else:
-                    launches = [["-m", *argv, *tail]]
-                for launch in launches:
-                    launched += 1  # every multirun its own sweep folder (its outcomes, its parent run)
-                    sweep_dir = outdir.resolve() / "multirun" / f"{time.strftime('%Y%m%d-%H%M%S')}-{launched}"
-                    sys.argv = [f"gpdlm {m.command}", *launch, f"hydra.sweep.dir={sweep_dir}"]
-                    before = PROGRESS.done
-                    bias_main() if m.command == "bias" else train_main()
-                    if PROGRESS.done == before:  # jobs ran in other processes (joblib, Slurm, Ray): count them now
-                        _count_outcomes(PROGRESS, sweep_dir, f"multirun {i} of {len(plan.multiruns)}")
+        _launch(plan, uri, outdir, PROGRESS)
     except BudgetReached:
         sweep_mod.abort_active_sweeps("KILLED", f"stopped by gpdlm reproduce --budget {args.budget}")
         p = PROGRESS
@@ -588,15 +733,74 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
             f"{p.total - p.done} left (about {duration(p.left_s())}); rerun the same command to continue"
         )
         print(stopped, file=sys.stderr)
-        client.set_tag(parent.info.run_id, "gpdlm.progress", stopped)
+        client.set_tag(parent_id, "gpdlm.progress", stopped)
     except BaseException as e:
-        client.set_tag(parent.info.run_id, "failure_reason", f"interrupted: {type(e).__name__}: {e}"[:5000])
-        client.set_terminated(parent.info.run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        client.set_tag(parent_id, "failure_reason", f"interrupted: {type(e).__name__}: {e}"[:5000])
+        client.set_terminated(parent_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
         raise
     finally:
         PROGRESS = None
+    _report(plan, paper, args, client, uri, outdir, settings)
+    client.set_terminated(parent_id, "KILLED" if stopped else "FINISHED")
+    return 0
 
-    # the report, from whatever the store holds now
+
+def _parent_run(plan: Plan, args, outdir: Path, settings: dict) -> tuple:
+    """(MLflow client, store URI, run id) of the reproduce's parent run (experiment ``reproduce_<paper>``),
+    with the settings and the job count as params."""
+    from mlflow.entities import Param
+    from mlflow.tracking import MlflowClient
+
+    from ..tracking import ensure_experiment, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(args.tracking_uri or f"sqlite:///{outdir.resolve()}/mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = ensure_experiment(client, f"reproduce_{plan.paper}", uri)
+    parent = client.create_run(
+        exp_id,
+        run_name=f"reproduce-{plan.paper}-{plan.scale}",
+        tags={"gpdlm.command": "reproduce", "gpdlm.sweep": "parent", "gpdlm.output_dir": str(outdir.resolve())},
+    )
+    client.log_batch(
+        parent.info.run_id,
+        params=[Param(k, str(v)[:6000]) for k, v in settings.items()] + [Param("jobs", str(plan.jobs))],
+    )
+    return client, uri, parent.info.run_id
+
+
+def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress) -> None:
+    """Every multirun of the plan, in this process (``gpdlm train|bias -m ...`` into the store at ``uri``),
+    each its own sweep folder; ``BudgetReached`` before one would start past the deadline."""
+    from .bias import bias_main
+    from .sweep import sweep_overrides
+    from .train import train_main
+
+    launched = 0
+    tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}", CALLBACK]
+    for i, m in enumerate(plan.multiruns, 1):
+        for argv in m.argvs:
+            if progress.deadline is not None and time.monotonic() >= progress.deadline:
+                raise BudgetReached()
+            if argv[0] == "gpdlm sweep beta":  # data not offline: `gpdlm sweep beta` loads it (downloads)
+                launches = [[*a, *tail] for a in sweep_overrides("beta", argv[1:])]
+            else:
+                launches = [["-m", *argv, *tail]]
+            for launch in launches:
+                launched += 1  # every multirun its own sweep folder (its outcomes, its parent run)
+                sweep_dir = outdir.resolve() / "multirun" / f"{time.strftime('%Y%m%d-%H%M%S')}-{launched}"
+                sys.argv = [f"gpdlm {m.command}", *launch, f"hydra.sweep.dir={sweep_dir}"]
+                before = progress.done
+                bias_main() if m.command == "bias" else train_main()
+                if progress.done == before:  # jobs ran in other processes (joblib, Slurm, Ray): count them now
+                    _count_outcomes(progress, sweep_dir, f"multirun {i} of {len(plan.multiruns)}")
+
+
+def _report(plan: Plan, paper, args, client, uri: str, outdir: Path, settings: dict) -> None:
+    """The study section, the exported runs and the report (``gpdlm report``) of the plan's experiments that
+    hold finished runs; a line saying there is none yet otherwise."""
+    from ..analysis import export, store
+    from .report import main as report_main
+
     names = []
     for m in plan.multiruns:
         exp = client.get_experiment_by_name(m.experiment)
@@ -609,39 +813,31 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
             )
         ):
             names.append(m.experiment)
-    if names:
-        records = []
-        for n in names:
-            records += store.load_runs(client, client.get_experiment_by_name(n), notes=[], commands=("train", "bias"))
-        (outdir / "study.md").write_text(study_text(paper, records, settings))
-        from ..analysis import export  # the evidence next to the verdicts: the report is rebuilt from it
-
-        exps = [client.get_experiment_by_name(n) for n in names]
-        export.write(outdir / "runs.jsonl.gz", export.export_store(client, exps), names)
-        from .report import main as report_main
-
-        report_main(
-            [
-                "--claims",
-                args.paper,
-                "--tracking-uri",
-                uri,
-                *[a for n in names for a in ("--experiment", n)],
-                "--format",
-                args.format,
-                "--out",
-                str(outdir / "report"),
-                "--study",
-                str(outdir / "study.md"),
-                "--output",
-                str(outdir / FORMATS[args.format]),
-                "--no-log",
-            ]
-        )
-    else:
+    if not names:
         print("gpdlm reproduce: no finished runs yet: no report", file=sys.stderr)
-    client.set_terminated(parent.info.run_id, "KILLED" if stopped else "FINISHED")
-    return 0
+        return
+    exps = [client.get_experiment_by_name(n) for n in names]
+    records = [r for e in exps for r in store.load_runs(client, e, notes=[], commands=("train", "bias"))]
+    (outdir / "study.md").write_text(study_text(paper, records, settings))
+    export.write(outdir / "runs.jsonl.gz", export.export_store(client, exps), names)  # the report is rebuilt from it
+    report_main(
+        [
+            "--claims",
+            args.paper,
+            "--tracking-uri",
+            uri,
+            *[a for n in names for a in ("--experiment", n)],
+            "--format",
+            args.format,
+            "--out",
+            str(outdir / "report"),
+            "--study",
+            str(outdir / "study.md"),
+            "--output",
+            str(outdir / FORMATS[args.format]),
+            "--no-log",
+        ]
+    )
 
 
 def cli() -> int:

@@ -43,7 +43,7 @@ from ..analysis import records as R
 from ..analysis import store
 from ..analysis import tables as T
 from ..analysis.records import RunRecord
-from ..analysis.selection import SELECT_KEYS, SUMMARY_KEYS, find_studies, select_records
+from ..analysis.selection import SELECT_KEYS, SUMMARY_KEYS, Studies, find_studies, select_records
 from ..analysis.summary import analyse, write_runs_csv
 from ..files import write_atomic
 from . import _cli
@@ -189,10 +189,9 @@ def build_parser():
     return p
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    client, uri = store.open_store(args.tracking_uri)
-    exp = store.get_experiment(client, args.experiment, uri)
+def _candidates(client, exp, args) -> tuple[list, list[str], list[str], Studies]:
+    """``(records, also, notes, studies)``: the candidate runs, the extra grouping keys (checked), the
+    notes to print once the input is known to be good, and the Optuna studies the runs belong to."""
     notes: list[str] = []  # printed once the input is known to be good (bad input is one line)
     records = store.load_runs(client, exp, args.filter, notes=notes)
     also = [k for k in R.split_list(args.also_by) if k not in SELECT_KEYS]
@@ -207,37 +206,34 @@ def main(argv: list[str]) -> int:
             f"{from_studies} run(s) are trials of {len(studies.parents)} Optuna study(ies); "
             f"selecting over the searched keys {', '.join(keys) or '(none)'}"
         )
-    selections, select_notes = select_records(records, also, args.val_metric, studies)
-    notes += select_notes
-    if not selections:
-        raise R.AnalysisError("no group could be selected: no run has a validation metric")
-    selected = [s.record for s in selections]
-    metrics = R.choose_metrics(selected, R.split_list(args.metric))
-    for note in notes:
-        print(f"gpdlm: note: {note}", file=sys.stderr)
-    outdir = store.output_dir(args.out, "select")
-    keys = SELECT_KEYS + also
+    return records, also, notes, studies
 
+
+def _refit_all(client, uri, exp, selections, keys, outdir) -> dict[str, RunRecord]:
+    """``--refit``: each selected run (once) retrained on train+validation; {run id: refit record}."""
     refits: dict[str, RunRecord] = {}
-    if args.refit:
-        for s in selections:
-            rid = s.record.run_id
-            if rid in refits:
-                continue
-            desc = ", ".join(f"{k}={R.fmt_value(v)}" for k, v in zip(keys, s.values))
-            print(
-                f"refit of {rid} ({desc}, beta={R.fmt_value(s.record.value('beta'))}) on train+validation ...",
-                file=sys.stderr,
-            )
-            rec, reused = refit(client, uri, exp, s.record, outdir)
-            if reused:
-                print(f"  reusing the FINISHED refit run {rec.run_id}", file=sys.stderr)
-            refits[rid] = rec
+    for s in selections:
+        rid = s.record.run_id
+        if rid in refits:
+            continue
+        desc = ", ".join(f"{k}={R.fmt_value(v)}" for k, v in zip(keys, s.values))
+        print(
+            f"refit of {rid} ({desc}, beta={R.fmt_value(s.record.value('beta'))}) on train+validation ...",
+            file=sys.stderr,
+        )
+        rec, reused = refit(client, uri, exp, s.record, outdir)
+        if reused:
+            print(f"  reusing the FINISHED refit run {rec.run_id}", file=sys.stderr)
+        refits[rid] = rec
+    return refits
 
-    # one row per group and seed
+
+def _selection_rows(selections, keys, metrics, refits: dict | None) -> tuple[list, list, list]:
+    """``(header, csv_rows, display_rows)``: one row per group and seed (the refit's metrics appended
+    when ``refits`` is not None)."""
     header = ["method" if k == "model" else k for k in keys] + ["beta", "selected_by", "val_value", "n_candidates"]
     header += list(metrics) + ["run_id"]
-    if args.refit:
+    if refits is not None:
         header += [f"refit_{m}" for m in metrics] + ["refit_run_id"]
     csv_rows, disp = [], []
     for s in selections:
@@ -251,22 +247,19 @@ def main(argv: list[str]) -> int:
         )
         show = vals + [R.fmt_value(s.record.value("beta")), s.val_metric, R.fmt_num(s.val_value), str(s.n_candidates)]
         show += ["-" if v is None else R.fmt_num(v) for v in tm] + [s.record.run_id]
-        if args.refit:
+        if refits is not None:
             rr = refits[s.record.run_id]
             line += [rr.metrics.get(m) for m in metrics] + [rr.run_id]
             show += ["-" if rr.metrics.get(m) is None else R.fmt_num(rr.metrics[m]) for m in metrics] + [rr.run_id]
         csv_rows.append(line)
         disp.append(show)
-    T.write_csv(outdir / "selected.csv", header, csv_rows)
-    write_atomic(outdir / "selected.md", T.markdown_table(header, disp))
-    short = [[c[:8] if h.endswith("run_id") else c for h, c in zip(header, row)] for row in disp]
-    T.print_table(
-        f"{exp.name}: beta selected by validation ({len(selections)} rows from {len(records)} runs)",
-        header,
-        short,
-        numeric_from=len(keys),
-    )
+    return header, csv_rows, disp
 
+
+def _summaries(client, args, selections, refits, also, metrics, outdir) -> list[str]:
+    """runs.csv and the summary tables and figures over seeds (and, with ``--refit``, of the refits);
+    returns the names of the files written."""
+    selected = [s.record for s in selections]
     summary_keys = SUMMARY_KEYS + also
     write_runs_csv(selected, summary_keys + ["seed", "beta"], metrics, outdir / "runs.csv")
     result = analyse(
@@ -279,7 +272,7 @@ def main(argv: list[str]) -> int:
         figures=not args.no_figures,
         title="selected runs: mean ± standard error over seeds",
     )
-    files = ["selected.csv", "selected.md", "runs.csv"] + [p.name for p in result["files"] + result["figures"]]
+    files = ["runs.csv"] + [p.name for p in result["files"] + result["figures"]]
     if args.refit:
         refit_records = [
             refits[s.record.run_id].with_extra(method=s.method, train_size=s.record.raw("train_size"))
@@ -297,24 +290,51 @@ def main(argv: list[str]) -> int:
             "(train_size = the selection's training size)",
         )
         files += [p.name for p in result_r["files"]]
+    return files
+
+
+def main(argv: list[str]) -> int:
+    """``gpdlm select``: select beta per group by the validation metric, tabulate the test metrics of
+    the selections (and of their refits), summarise over seeds, and log the `select` run."""
+    args = build_parser().parse_args(argv)
+    client, uri = store.open_store(args.tracking_uri)
+    exp = store.get_experiment(client, args.experiment, uri)
+    records, also, notes, studies = _candidates(client, exp, args)
+    selections, select_notes = select_records(records, also, args.val_metric, studies)
+    notes += select_notes
+    if not selections:
+        raise R.AnalysisError("no group could be selected: no run has a validation metric")
+    metrics = R.choose_metrics([s.record for s in selections], R.split_list(args.metric))
+    for note in notes:
+        print(f"gpdlm: note: {note}", file=sys.stderr)
+    outdir = store.output_dir(args.out, "select")
+    keys = SELECT_KEYS + also
+    refits = _refit_all(client, uri, exp, selections, keys, outdir) if args.refit else None
+
+    header, csv_rows, disp = _selection_rows(selections, keys, metrics, refits)
+    T.write_csv(outdir / "selected.csv", header, csv_rows)
+    write_atomic(outdir / "selected.md", T.markdown_table(header, disp))
+    short = [[c[:8] if h.endswith("run_id") else c for h, c in zip(header, row)] for row in disp]
+    T.print_table(
+        f"{exp.name}: beta selected by validation ({len(selections)} rows from {len(records)} runs)",
+        header,
+        short,
+        numeric_from=len(keys),
+    )
+    files = ["selected.csv", "selected.md"] + _summaries(client, args, selections, refits, also, metrics, outdir)
     print(f"wrote {', '.join(files)} to {outdir}")
     if not args.no_log:
-        rid = store.log_analysis_run(
-            client,
-            exp.experiment_id,
-            "select",
-            outdir,
-            params={
-                "also_by": ",".join(also),
-                "metrics": ",".join(metrics),
-                "filter": args.filter or "",
-                "val_metric": args.val_metric or "auto",
-                "refit": args.refit,
-                "n_runs": len(records),
-                "n_selected": len(selections),
-            },
-            tags={"gpdlm.output_dir": outdir.resolve()},
-        )
+        params = {
+            "also_by": ",".join(also),
+            "metrics": ",".join(metrics),
+            "filter": args.filter or "",
+            "val_metric": args.val_metric or "auto",
+            "refit": args.refit,
+            "n_runs": len(records),
+            "n_selected": len(selections),
+        }
+        tags = {"gpdlm.output_dir": outdir.resolve()}
+        rid = store.log_analysis_run(client, exp.experiment_id, "select", outdir, params=params, tags=tags)
         print(f"MLflow run 'select' {rid} in experiment '{exp.name}' ({uri})")
     return 0
 

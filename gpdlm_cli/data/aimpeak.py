@@ -48,7 +48,6 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
-from ..exceptions import DataError
 from .catalog import loader
 from .table import Table, table_from_frame
 
@@ -193,19 +192,8 @@ def load_aimpeak(
     holdout_fraction: float = 0.05,
     holdout_seed: int = 0,
 ) -> Table:
-    for nm, v, lo in (("n_segments", n_segments, 8), ("n_slots", n_slots, 1), ("holdout_seed", holdout_seed, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise DataError(f"dataset '{info.name}': option {nm} must be an integer >= {lo}; got {v!r}")
-    if not isinstance(noise_kmh, (int, float)) or noise_kmh < 0:
-        raise DataError(f"dataset '{info.name}': option noise_kmh must be >= 0; got {noise_kmh!r}")
-    if holdout not in HOLDOUTS:
-        raise DataError(f"dataset '{info.name}': option holdout must be one of {', '.join(HOLDOUTS)}; got {holdout!r}")
-    if (
-        isinstance(holdout_fraction, bool)
-        or not isinstance(holdout_fraction, (int, float))
-        or not 0 < holdout_fraction < 1
-    ):
-        raise DataError(f"dataset '{info.name}': option holdout_fraction must be in (0, 1); got {holdout_fraction!r}")
+    """The generated traffic speeds (module docstring); the options' types and ranges are the config
+    schema's (``schema.options.AimpeakOptions``)."""
     df, _ = generate(n_segments, n_slots, seed, float(noise_kmh))
     mask = holdout_mask(
         df["segment"].to_numpy(), df["time_slot"].to_numpy(), holdout, float(holdout_fraction), int(holdout_seed)

@@ -193,8 +193,6 @@ def load_airline(
     instead: either the Hensman format (a header with Month, DayofMonth, DayOfWeek, plane_age,
     AirTime, Distance, ArrTime, DepTime, ArrDelay; ``clock=hhmm|minutes`` says how its times are
     written) or raw ASA rows (then ``planes_path`` is plane-data.csv)."""
-    if clock not in ("hhmm", "minutes"):
-        raise DataError(f"dataset '{info.name}': option clock must be 'hhmm' or 'minutes'; got {clock!r}")
     if path:
         p = _user_file(info, path, "path")
         head = read_numeric(p, nrows=0)

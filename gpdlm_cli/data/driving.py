@@ -95,12 +95,8 @@ def _road(rng, length_m: float) -> np.ndarray:
     return kappa
 
 
-def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
-    """One trip: every sensor channel and the true state at 10 ms steps."""
-    rng = np.random.default_rng(seed)
-    T = int(round(duration_s / DT))
-    kappa_s = _road(rng, 40.0 * duration_s + 1000)
-    # desired speed legs with stops
+def _speed_legs(rng, T: int) -> np.ndarray:
+    """The driver's desired speed at each step: legs of 40-90 s at 9-31 m/s, with stops of 10-25 s."""
     legs = np.empty(T)
     t = 0
     while t < T:
@@ -110,9 +106,19 @@ def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
             span, speed = int(rng.uniform(40, 90) / DT), float(rng.choice([9.0, 13.0, 20.0, 27.0, 31.0]))
         legs[t : t + span] = speed
         t += span
-    steer_noise = _ou(rng, T, DT, 1.5, 0.004)
-    lead_dev = _ou(rng, T, DT, 8.0, 2.0)
-    gyro_bias = _ou(rng, T, DT, 60.0, 0.002)
+    return legs
+
+
+#: the true state the drive simulates, one column each
+_STATE = ("v", "a", "r", "delta", "psi", "e_y", "e_psi", "kappa", "d", "v_lead", "x", "y")
+
+
+def _drive(rng, kappa_s: np.ndarray, legs: np.ndarray, steer_noise: np.ndarray, lead_dev: np.ndarray) -> dict:
+    """The true state (``_STATE``: speed, acceleration, yaw rate, steering angle, heading, lateral and
+    heading errors to the lane, road curvature, gap to and speed of the lead vehicle, position) at each
+    step: one explicit-Euler simulation of a kinematic bicycle following the road and the desired
+    speed, capped before bends, and a lead vehicle (re-placed 40-80 m ahead when lost)."""
+    T = len(legs)
     v = legs[0] * 0.5
     a = 0.0
     delta = 0.0
@@ -159,10 +165,14 @@ def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
         y += v * math.sin(psi) * DT
         rows.append((v, a, r, delta, psi, e_y, e_psi, kap, d, v_lead, x, y))
     arr = np.array(rows)
-    out = {
-        k: arr[:, j]
-        for j, k in enumerate(("v", "a", "r", "delta", "psi", "e_y", "e_psi", "kappa", "d", "v_lead", "x", "y"))
-    }
+    return {k: arr[:, j] for j, k in enumerate(_STATE)}
+
+
+def _sensors(rng, out: dict, gyro_bias: np.ndarray) -> pd.DataFrame:
+    """Every sensor channel (GPS at 10 Hz, gyroscope with drifting bias, compass, accelerometer,
+    steering, wheel speed, lane lines at ``LOOKAHEAD``, the lead vehicle) from the true state ``out``,
+    with the truth columns appended. Noise is drawn from ``rng`` channel by channel, in column order."""
+    T = len(out["v"])
     v_s, a_s, r_s, psi_s = out["v"], out["a"], out["r"], out["psi"]
     n = lambda std, size=T: rng.standard_normal(size) * std  # noqa: E731
     hold = (np.arange(T) // 10) * 10  # 10 Hz GPS
@@ -197,6 +207,21 @@ def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
     df["true_yaw_rate"] = r_s
     df["east_m"], df["north_m"] = out["x"], out["y"]
     return df
+
+
+def simulate_trip(duration_s: float = 600.0, seed: int = 0) -> pd.DataFrame:
+    """One trip: every sensor channel and the true state at 10 ms steps (the draws of ``seed``'s
+    generator in a fixed order: road, speed legs, steering noise, lead speed, gyro bias, the drive,
+    the sensor noise)."""
+    rng = np.random.default_rng(seed)
+    T = int(round(duration_s / DT))
+    kappa_s = _road(rng, 40.0 * duration_s + 1000)
+    legs = _speed_legs(rng, T)
+    steer_noise = _ou(rng, T, DT, 1.5, 0.004)
+    lead_dev = _ou(rng, T, DT, 8.0, 2.0)
+    gyro_bias = _ou(rng, T, DT, 60.0, 0.002)
+    out = _drive(rng, kappa_s, legs, steer_noise, lead_dev)
+    return _sensors(rng, out, gyro_bias)
 
 
 TASKS = {

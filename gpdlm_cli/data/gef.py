@@ -78,10 +78,7 @@ def _hourly(df: pd.DataFrame, key: str, path) -> pd.DataFrame:
 
 
 def _check_common(info, lag, test_fraction, gaps, n) -> None:
-    if gaps not in GAPS:
-        raise DataError(f"dataset '{info.name}': option gaps must be one of {', '.join(GAPS)}; got {gaps!r}")
-    if not (0 < test_fraction < 1):
-        raise DataError(f"dataset '{info.name}': option test_fraction must be in (0, 1); got {test_fraction!r}")
+    """What ties options together (each option's type and range: the config schema, schema.options)."""
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 4 * lag):
         raise DataError(f"dataset '{info.name}': option n must be null or an integer >= 4*lag={4 * lag}; got {n!r}")
 
@@ -220,8 +217,6 @@ def load_gef_wind(
     ``test_fraction`` of each farm's series tests."""
     _check_common(info, lag, test_fraction, gaps, n)
     farms = list(range(1, 8)) if farms is None else list(farms)
-    if not farms or any(isinstance(k, bool) or k not in range(1, 8) for k in farms):
-        raise DataError(f"dataset '{info.name}': option farms must list farm numbers in 1..7; got {farms!r}")
     paths = download_inputs(info)
     power_path, forecasts = paths[0], paths[1:]
     if len(forecasts) != 7:

@@ -293,8 +293,6 @@ def _check_sysid_options(info, n, lag, test_fraction, n_max: int | None = None) 
         raise DataError(f"dataset '{info.name}': option n must be an integer >= 4*lag={4 * lag}; got {n!r}")
     if n_max is not None and n > n_max:
         raise DataError(f"dataset '{info.name}': option n={n} exceeds the {n_max} steps of the series")
-    if not (0 < test_fraction < 1):
-        raise DataError(f"dataset '{info.name}': option test_fraction must be in (0, 1); got {test_fraction!r}")
 
 
 def split_series_table(

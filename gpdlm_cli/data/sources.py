@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..exceptions import DataError
-from .catalog import DatasetInfo, loader
+from .catalog import loader
 from .sequences import windows_table
 from .table import Table, table_from_frame
 from .uci import read_gal_files
@@ -54,18 +54,12 @@ def _alt_or_package(package_inputs):
     return inputs
 
 
-def _check_source(info: DatasetInfo, source: str) -> None:
-    if source not in ("package", "download"):
-        raise DataError(f"dataset '{info.name}': option source must be 'package' or 'download'; got {source!r}")
-
-
 # ----- regression -----------------------------------------------------------------------------------
 @loader("concrete", inputs=_alt_or_package(rdataset_inputs("modeldata/concrete")), version=2)
 def load_concrete(info, missing: str = "drop", source: str = "package") -> Table:
     """UCI concrete compressive strength (Yeh, 1998): 1030 mixes, 8 features, MPa target.
     ``source=download`` reads the UCI benchmark copy (Hernandez-Lobato & Adams splits) instead, with
     the ten uci_datasets 90/10 test masks (same row order) for ``dataset.split.mask=k``."""
-    _check_source(info, source)
     if source == "download":
         return read_gal_files(info, info.alt_files, missing=missing)
     df = read_rdataset("modeldata", "concrete")
@@ -83,7 +77,6 @@ def load_concrete(info, missing: str = "drop", source: str = "package") -> Table
 def load_boston(info, missing: str = "drop", source: str = "package") -> Table:
     """Boston housing (Harrison & Rubinfeld, 1978; MASS::Boston): 506 tracts, 13 features, median
     value (k$). ``source=download`` reads the UCI benchmark copy."""
-    _check_source(info, source)
     if source == "download":
         return read_gal_files(info, info.alt_files, missing=missing)
     df = read_rdataset("MASS", "Boston")
@@ -186,8 +179,6 @@ def load_chicago(
     from daily weather (and day of week with ``calendar``), in the spirit of the GEF load-from-
     temperature task: lagged windows over days; the last ``test_fraction`` of the days is the
     test part (chronological split)."""
-    if not (0 < test_fraction < 1):
-        raise DataError(f"dataset '{info.name}': option test_fraction must be in (0, 1); got {test_fraction!r}")
     df = read_rdataset("modeldata", "Chicago")
     date = pd.to_datetime(df["date"])
     df = df.assign(dow_sin=np.sin(2 * np.pi * date.dt.dayofweek / 7), dow_cos=np.cos(2 * np.pi * date.dt.dayofweek / 7))

@@ -175,19 +175,6 @@ def _chronological_rows(table: Table, val_fraction: float, train_size, test_size
     return train_idx, val_idx, test_idx, notes
 
 
-def check_split_values(split) -> None:
-    """Type and range checks of ``dataset.split`` that need no data (make_splits repeats them)."""
-    for nm in ("val_fraction", "test_fraction"):
-        v = split.get(nm, 0.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-            raise param_error(nm, "dataset.split", "a float in [0, 1)", v)
-    for nm in ("train_size", "test_size"):
-        v = split.get(nm)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
-            raise param_error(nm, "dataset.split", "a non-negative integer or null", v)
-    check_mask_value(split.get("mask"), split.get("mask_val_fraction", 0.0))
-
-
 def check_mask_value(mask, mask_val_fraction=0.0, n_masks: int = N_MASKS) -> None:
     """Range checks of ``dataset.split.mask`` / ``mask_val_fraction`` (need no data)."""
     if mask is not None and (

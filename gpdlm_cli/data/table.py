@@ -95,6 +95,96 @@ def warn_dropped(where: str, n_dropped: int, n_rows: int) -> None:
     log.log(level, "%s: dropped %d of %d rows with missing values (dataset.missing=drop)", where, n_dropped, n_rows)
 
 
+def _selected_features(df: pd.DataFrame, where: str, target: str, features, missing: str) -> list:
+    """The feature columns (``features``, default all but the target), checked to exist, after the
+    frame is checked to be non-empty with a target column and ``missing`` to be a known policy."""
+    if df.shape[0] == 0:
+        raise DataError(f"{where} is empty")
+    if target not in df.columns:
+        raise DataError(f"{where} has no target column '{target}'; columns: {list(df.columns)}")
+    features = [c for c in (features or df.columns) if c != target]
+    missing_cols = [c for c in features if c not in df.columns]
+    if missing_cols:
+        raise DataError(f"{where} lacks feature columns {missing_cols}")
+    if missing not in ("drop", "error"):
+        raise DataError(f"dataset.missing must be 'drop' or 'error'; got {missing!r}")
+    return features
+
+
+def _drop_missing(df: pd.DataFrame, where: str, missing: str, test_mask, test_masks, notes: list):
+    """``(df, test_mask, test_masks)``: the rows with a missing value dropped (from the masks
+    too; a note and a log line say how many), or a DataError under ``missing='error'``; then at least
+    two rows must remain."""
+    import numpy as np
+
+    bad = df.isna().any(axis=1).to_numpy()
+    n_bad = int(bad.sum())
+    if n_bad:
+        if missing == "error":
+            raise DataError(f"{where} has {n_bad} rows with missing values (dataset.missing=error)")
+        df = df.loc[~bad]
+        if test_mask is not None:
+            test_mask = np.asarray(test_mask, dtype=bool)[~bad]
+        if test_masks is not None:
+            test_masks = np.asarray(test_masks, dtype=bool)[~bad]
+        notes.append(f"dropped {n_bad} of {len(bad)} rows with missing values")
+        warn_dropped(where, n_bad, len(bad))
+    if df.shape[0] == 0:
+        raise DataError(f"{where} is empty after dropping rows with missing values")
+    if df.shape[0] == 1:
+        after = f" (after dropping {n_bad} with missing values)" if n_bad else ""
+        raise DataError(f"{where} has only 1 row{after}; a model needs at least 2 rows to learn from")
+    return df, test_mask, test_masks
+
+
+def _design_matrix(df: pd.DataFrame, where: str, features: list, categorical, target: str) -> pd.DataFrame:
+    """X as floats: numeric and boolean features as they are, categorical ones dummy-coded with L-1
+    columns (DLM paper, App. D); a text column not declared categorical, or an infinite cell in a
+    numeric column (or the target), is a DataError naming it."""
+    import pandas as pd
+
+    for col in features:
+        if (
+            col not in categorical
+            and not pd.api.types.is_numeric_dtype(df[col])
+            and not pd.api.types.is_bool_dtype(df[col])
+        ):
+            _raise_stray_cells(where, df[col], col, "categorical")
+            raise DataError(
+                f"{where}: column '{col}' is not numeric and not declared categorical "
+                f"(add it to the dataset's categorical list)"
+            )
+    _raise_non_finite(where, df, [c for c in features if c not in categorical] + [target])
+    cats = [c for c in features if c in categorical]
+    return (
+        pd.get_dummies(df[features], columns=cats, drop_first=True, dtype=float) if cats else df[features].astype(float)
+    )
+
+
+def _target_values(df: pd.DataFrame, where: str, target: str, task: str) -> np.ndarray:
+    """y (float64), checked for its task: numeric; not constant (regression, count); labels in {0, 1}
+    (classification); non-negative integers (count)."""
+    import numpy as np
+    import pandas as pd
+
+    y = pd.to_numeric(df[target], errors="coerce")
+    if y.isna().any():
+        _raise_stray_cells(where, df[target], target, None)
+        raise DataError(f"{where}: target column '{target}' is not numeric")
+    y = y.to_numpy(dtype=np.float64)
+    if task in ("regression", "count") and np.ptp(y) == 0:
+        raise DataError(
+            f"{where}: target '{target}' is constant ({float(y[0]):g} in all {y.size} rows); nothing to learn"
+        )
+    if task == "classification":
+        labels = np.unique(y)
+        if not np.all(np.isin(labels, (0.0, 1.0))):
+            raise DataError(f"{where}: classification labels must be in {{0, 1}}; found {labels[:5].tolist()}")
+    if task == "count" and (np.any(y < 0) or np.any(y != np.round(y))):
+        raise DataError(f"{where}: count targets must be non-negative integers")
+    return y
+
+
 def table_from_frame(
     df: pd.DataFrame,
     *,
@@ -118,69 +208,16 @@ def table_from_frame(
     ``test_masks`` (n x K, aligned with ``df``) are published fixed test sets, one per column.
     ``source`` (a file path or package reference) is named in every error."""
     import numpy as np
-    import pandas as pd
 
     where = f"dataset '{name}'" + (f" ({source})" if source else "")
-    if df.shape[0] == 0:
-        raise DataError(f"{where} is empty")
-    if target not in df.columns:
-        raise DataError(f"{where} has no target column '{target}'; columns: {list(df.columns)}")
-    features = [c for c in (features or df.columns) if c != target]
-    missing_cols = [c for c in features if c not in df.columns]
-    if missing_cols:
-        raise DataError(f"{where} lacks feature columns {missing_cols}")
-    if missing not in ("drop", "error"):
-        raise DataError(f"dataset.missing must be 'drop' or 'error'; got {missing!r}")
+    features = _selected_features(df, where, target, features, missing)
     df = df[features + [target]]
     if label_map:
         df = df.assign(**{target: df[target].map(lambda v: label_map.get(v, v))})
-    notes = []
-    bad = df.isna().any(axis=1).to_numpy()
-    n_bad = int(bad.sum())
-    if n_bad:
-        if missing == "error":
-            raise DataError(f"{where} has {n_bad} rows with missing values (dataset.missing=error)")
-        df = df.loc[~bad]
-        if test_mask is not None:
-            test_mask = np.asarray(test_mask, dtype=bool)[~bad]
-        if test_masks is not None:
-            test_masks = np.asarray(test_masks, dtype=bool)[~bad]
-        notes.append(f"dropped {n_bad} of {len(bad)} rows with missing values")
-        warn_dropped(where, n_bad, len(bad))
-    if df.shape[0] == 0:
-        raise DataError(f"{where} is empty after dropping rows with missing values")
-    if df.shape[0] == 1:
-        after = f" (after dropping {n_bad} with missing values)" if n_bad else ""
-        raise DataError(f"{where} has only 1 row{after}; a model needs at least 2 rows to learn from")
-    for col in features:
-        if (
-            col not in categorical
-            and not pd.api.types.is_numeric_dtype(df[col])
-            and not pd.api.types.is_bool_dtype(df[col])
-        ):
-            _raise_stray_cells(where, df[col], col, "categorical")
-            raise DataError(
-                f"{where}: column '{col}' is not numeric and not declared categorical "
-                f"(add it to the dataset's categorical list)"
-            )
-    _raise_non_finite(where, df, [c for c in features if c not in categorical] + [target])
-    cats = [c for c in features if c in categorical]
-    X = pd.get_dummies(df[features], columns=cats, drop_first=True, dtype=float) if cats else df[features].astype(float)
-    y = pd.to_numeric(df[target], errors="coerce")
-    if y.isna().any():
-        _raise_stray_cells(where, df[target], target, None)
-        raise DataError(f"{where}: target column '{target}' is not numeric")
-    y = y.to_numpy(dtype=np.float64)
-    if task in ("regression", "count") and np.ptp(y) == 0:
-        raise DataError(
-            f"{where}: target '{target}' is constant ({float(y[0]):g} in all {y.size} rows); nothing to learn"
-        )
-    if task == "classification":
-        labels = np.unique(y)
-        if not np.all(np.isin(labels, (0.0, 1.0))):
-            raise DataError(f"{where}: classification labels must be in {{0, 1}}; found {labels[:5].tolist()}")
-    if task == "count" and (np.any(y < 0) or np.any(y != np.round(y))):
-        raise DataError(f"{where}: count targets must be non-negative integers")
+    notes: list[str] = []
+    df, test_mask, test_masks = _drop_missing(df, where, missing, test_mask, test_masks, notes)
+    X = _design_matrix(df, where, features, categorical, target)
+    y = _target_values(df, where, target, task)
     return Table(
         name,
         task,

@@ -29,14 +29,7 @@ import math
 
 import torch
 
-from ..exceptions import param_error
 from .base import Estimator
-
-
-def _check_num_samples(value, owner: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise param_error("num_samples", owner, "an integer >= 1", value)
-    return value
 
 
 class RandomStream:
@@ -73,7 +66,7 @@ class BMCEstimator(Estimator):
     stochastic = True
 
     def __init__(self, num_samples: int = 10):
-        self.num_samples = _check_num_samples(num_samples, f"estimator={self.name}")
+        self.num_samples = int(num_samples)
         self.random = RandomStream()
 
     def seed(self, seed: int, device) -> None:
@@ -104,8 +97,6 @@ class SmoothBMCEstimator(BMCEstimator):
 
     def __init__(self, num_samples: int = 10, nu: float = 1e-4):
         super().__init__(num_samples)
-        if isinstance(nu, bool) or not isinstance(nu, (int, float)) or not math.isfinite(nu) or nu < 0:
-            raise param_error("nu", f"estimator={self.name}", "a float in [0, inf)", nu)
         self.nu = float(nu)
 
     def log_marginal(self, lik, y, mu, var):

@@ -62,11 +62,11 @@ import math
 
 import torch
 
-from ..exceptions import UnsupportedCombination, param_error
+from ..exceptions import UnsupportedCombination
 from ..likelihoods import GaussianLikelihood, ProbitLikelihood
 from .auto import AutoEstimator
 from .base import Estimator
-from .monte_carlo import RandomStream, _check_num_samples
+from .monte_carlo import RandomStream
 from .quadrature import _LOG_SQRT_2PI, gauss_hermite, log_normal
 from .tilted_mode import tilted_laplace
 
@@ -308,8 +308,6 @@ class UPSEstimator(Estimator):
     name = "ups"
     stochastic = True
     log_marginal_only = True
-    SAMPLERS = ("rejection", "exact")
-    ENVELOPES = ("tight", "exact_k", "paper")
 
     def __init__(
         self,
@@ -322,21 +320,7 @@ class UPSEstimator(Estimator):
         max_proposals: int = 2**20,
         newton_iters: int = 8,
     ):
-        owner = f"estimator={self.name}"
-        self.num_samples = _check_num_samples(num_samples, owner)
-        if sampler not in self.SAMPLERS:
-            raise param_error("sampler", owner, "'rejection' or 'exact'", sampler)
-        if envelope not in self.ENVELOPES:
-            raise param_error("envelope", owner, "'tight', 'exact_k' or 'paper'", envelope)
-        for key, value in (
-            ("max_width", max_width),
-            ("num_nodes", num_nodes),
-            ("max_rounds", max_rounds),
-            ("max_proposals", max_proposals),
-            ("newton_iters", newton_iters),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise param_error(key, owner, "an integer >= 1", value)
+        self.num_samples = int(num_samples)
         self.sampler, self.envelope_kind = sampler, envelope
         self.max_width, self.num_nodes = max_width, num_nodes
         self.max_rounds, self.max_proposals, self.newton_iters = max_rounds, max_proposals, newton_iters

@@ -27,6 +27,7 @@ to its own dtype and returns its own dtype.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +55,7 @@ class WindowLayout:
         return int(self.index.shape[0])
 
     @classmethod
-    def from_names(cls, names: list[str], targets: list[str] = ()) -> WindowLayout:
+    def from_names(cls, names: list[str], targets: Sequence[str] = ()) -> WindowLayout:
         """Parse ``col[t-k]`` names. Inputs have taps k = 0, s, 2s, ...; past values (targets and
         other past channels) k = 1, 1 + s, ...: step j pairs the j-th oldest tap of each channel,
         i.e. u_{t-L+1+j} with y_{t-L+j} (gpdlm's window convention, current input included)."""
@@ -142,6 +143,8 @@ class FeatureMap(nn.Module):
     is the linear projection to ``out_dim`` (the GP's embedding, or a baseline's outputs). A
     pre-trained baseline's body is the GP model's body (``init=pretrained``)."""
 
+    seq_index: torch.Tensor  # (T, C) gather index of the window's steps (a buffer; recurrent kinds)
+
     def __init__(
         self,
         kind: str,
@@ -158,11 +161,14 @@ class FeatureMap(nn.Module):
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}")
         self.kind, self.layout = kind, layout
+        self.units = int(units)  # every hidden layer's width
         self.dropout, self.rec_dropout = float(dropout), float(rec_dropout)
         if kind == "narx":
             sizes = [n_inputs] + [units] * layers
             self.body = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         else:
+            if layout is None:
+                raise ValueError(f"kind={kind} needs the windows' layout (WindowLayout)")
             n_ch = layout.index.shape[1]
             self.body = nn.ModuleList(_RecurrentLayer(kind, n_ch if i == 0 else units, units) for i in range(layers))
             # the gather index follows the module to its device (no host-to-device copy per call)
@@ -179,7 +185,7 @@ class FeatureMap(nn.Module):
 
     def draw_masks(
         self, n: int, generator: torch.Generator | None = None, *, device: torch.device | None = None
-    ) -> dict[str, list[torch.Tensor]]:
+    ) -> dict[str, list[torch.Tensor | None]]:
         """One set of dropout masks for ``n`` windows (one per sequence, App. E), as ``hidden(train=True)``
         draws them (same order, same generator stream): ``input`` (per recurrent layer: (n, gates,
         channels), one mask per gate, or None), ``recurrent`` (per layer: (n, units) or None), ``output`` ((n, units) or None; NARX: one
@@ -187,21 +193,23 @@ class FeatureMap(nn.Module):
         device = self.head.weight.device if device is None else device
         like = torch.empty(0, dtype=self.dtype, device=device)
         p, pr = self.dropout, self.rec_dropout
-        masks: dict[str, list] = {"input": [], "recurrent": [], "output": []}
+        masks: dict[str, list[torch.Tensor | None]] = {"input": [], "recurrent": [], "output": []}
         if self.kind == "narx":
             for layer in self.body:
                 masks["input"].append(_mask((n, layer.out_features), p, like, generator) if p > 0 else None)
             return masks
         channels = self.seq_index.shape[1]
-        for layer in self.body:
+        for _ in self.body:
             masks["input"].append(_mask((n, GATES[self.kind], channels), p, like, generator) if p > 0 else None)
-            masks["recurrent"].append(_mask((n, layer.cell.hidden_size), pr, like, generator) if pr > 0 else None)
-            channels = layer.cell.hidden_size
+            masks["recurrent"].append(_mask((n, self.units), pr, like, generator) if pr > 0 else None)
+            channels = self.units  # each layer's hidden size
         masks["output"].append(_mask((n, channels), p, like, generator) if p > 0 else None)
         return masks
 
     @staticmethod
-    def select_masks(masks: dict[str, list[torch.Tensor]], index: torch.Tensor | None) -> dict[str, list[torch.Tensor]]:
+    def select_masks(
+        masks: dict[str, list[torch.Tensor | None]], index: torch.Tensor | None
+    ) -> dict[str, list[torch.Tensor | None]]:
         """The masks of rows ``index`` (all rows if None)."""
         if index is None:
             return masks
@@ -213,7 +221,7 @@ class FeatureMap(nn.Module):
         *,
         train: bool = False,
         generator: torch.Generator | None = None,
-        masks: dict[str, list[torch.Tensor]] | None = None,
+        masks: dict[str, list[torch.Tensor | None]] | None = None,
     ) -> torch.Tensor:
         """The body's output (before the projection), with dropout only if ``train`` (fresh masks from
         ``generator``) or ``masks`` (given ones, from :meth:`draw_masks`, one row per row of x)."""
@@ -243,7 +251,7 @@ class FeatureMap(nn.Module):
         *,
         train: bool = False,
         generator: torch.Generator | None = None,
-        masks: dict[str, list[torch.Tensor]] | None = None,
+        masks: dict[str, list[torch.Tensor | None]] | None = None,
     ) -> torch.Tensor:
         return self.head(self.hidden(x, train=train, generator=generator, masks=masks))
 

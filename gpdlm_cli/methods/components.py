@@ -42,8 +42,8 @@ def estimator_registry() -> dict:
 
 
 def build_estimator(spec):
-    """The log-expectation estimator ``spec`` (an ``EstimatorSpec``) names, its options checked by
-    its constructor."""
+    """The log-expectation estimator ``spec`` (an ``EstimatorSpec``) names, with its options (checked
+    against the estimator's schema, ``schema.options``, when the spec was parsed)."""
     spec = as_spec(spec, EstimatorSpec, "estimator")
     reg = estimator_registry()
     cls = reg.get(spec.name)

@@ -110,6 +110,7 @@ def build(spec: RunSpec, data, task: str) -> Method:
     kernel = C.build_kernel(spec.kernel, D)
     Z = C.initial_inducing_points(x, m.num_inducing, m.inducing_init, seed)
     blocks_kind = m.blocks
+    cells: RandomBlocks | LocalCells
     if blocks_kind == "random":
         cells = RandomBlocks(n, m.partitions, seed, device=x.device)
     else:

@@ -41,11 +41,11 @@ Parameter groups: ``network`` (W), ``kernel`` (lengthscales, outputscale), ``lik
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from ..data.sequences import MODES
-from ..exceptions import UnsupportedCombination, param_error
+from ..exceptions import UnsupportedCombination
 from ..schema import ALGORITHMS as TRAINER_ALGORITHMS
 from ..schema import ModelSpec, RunSpec, as_run_spec
 from ..schema.keys import choice, flag, integer, listing, nested, real
@@ -185,13 +185,7 @@ def _check_dataset(spec: RunSpec) -> None:
     from ..data.sequence_datasets import check_sequence_dataset
 
     d = spec.dataset
-    check_sequence_dataset(d.name, f"model={spec.model.name}")
-    mode = d.extra.get("mode")
-    if mode is not None and mode not in MODES:
-        raise param_error("mode", f"dataset={d.name}", f"one of {', '.join(MODES)}", mode)
-    lag = d.extra.get("lag")
-    if lag is not None and (not C.is_int(lag) or lag < 1):
-        raise param_error("lag", f"dataset={d.name}", "an integer >= 1", lag)
+    check_sequence_dataset(d.name, f"model={spec.model.name}")  # its options: the schema (schema.options)
 
 
 def check_sizes(spec: RunSpec, n_train: int) -> None:
@@ -243,7 +237,7 @@ def build(spec: RunSpec, data, task: str) -> Method:
         tags["gpdlm.free_simulation"] = (
             "teacher forcing in training; rollout feeds back the predictive mean from L true targets"
         )
-    common = {
+    common: dict[str, Any] = {  # the Method keywords both variants share
         "evaluate": evaluation.evaluate,
         "evaluation_metrics": evaluation.metric_names(),
         "tags": tags,

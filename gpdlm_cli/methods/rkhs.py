@@ -135,6 +135,38 @@ def validate(spec: RunSpec) -> None:
         raise param_error("mu_max", owner, f"a float >= mu={m.mu}", m.mu_max)
 
 
+#: ``sweep.batched=true`` (``sweep.batched_rkhs``): the family trains a batch with its members' own loops in
+#: lockstep, and a batch's members may differ in their seed, learning rate and split mask as well as beta
+BATCHED_TRAINER = "stacked"
+BATCHED_FREE_KEYS = ("trainer.lr", "dataset.split.mask")
+
+
+def batched_scope(spec: RunSpec) -> str | None:
+    """``sweep.batched``: why this config has no batched form, or None. Batched (``sweep.batched_rkhs``):
+    scgd, minimax and bsgd with uniform batches on a finite feature map (kernel=linear|rff, any input map),
+    float64, AdaDelta (the paper's optimiser) with a constant learning rate per member, any batch size,
+    stopping rule, evaluation schedule and keep_best. Not batched: BSGD on an exact kernel (its dense
+    n x n evaluation dominates and does not stack) or on nearest-neighbour batches (a host-side tree query
+    per step), other optimisers and schedules, the fast protocol (a per-member line search)."""
+    spec = as_run_spec(spec, Spec)
+    m, t = spec.model, spec.trainer
+    if exact_kernel(spec):
+        return f"model=bsgd kernel={spec.kernel.name}: the exact-kernel posterior is not batched (linear|rff are)"
+    if spec.kernel.name not in FM.FINITE_KERNELS:
+        return f"kernel={spec.kernel.name} is not batched (kernel=linear|rff are)"
+    if m.name == "bsgd" and m.batching != "uniform":
+        return "model.batching=nearest is not batched (uniform batches are)"
+    if str(spec.keys.dtype) != "float64":
+        return f"dtype={spec.keys.dtype} is not batched for the RKHS family (float64 only)"
+    if t.protocol != "paper":
+        return f"trainer.protocol={t.protocol} is not batched for the RKHS family (paper only)"
+    if t.optimizer != "adadelta":
+        return f"trainer.optimizer={t.optimizer} is not batched for the RKHS family (adadelta only)"
+    if t.schedule != "constant":
+        return f"trainer.schedule={t.schedule} is not batched (constant only)"
+    return None
+
+
 #: largest full batch model=bsgd factorises (its b x b Cholesky on b = n rows: 20k rows is 3.2 GB in float64)
 BSGD_MAX_FULL_BATCH = 20000
 
@@ -261,8 +293,38 @@ def build(spec: RunSpec, data, task: str) -> Method:
     spec = as_run_spec(spec, Spec)
     if exact_kernel(spec):
         return build_exact_kernel(spec, data, task)
+    m = spec.model
+    model, groups = _finite_model(spec, data)
+    stage, objective = _finite_stage(spec, model, groups, data.x_train)
+    # train_nlml is in the target's units: + log s_y (y was divided by s_y).
+    log_y_std = math.log(float(data.y_std))
+    monitors = {"train_nlml": lambda: model.nlml() + log_y_std}
+    if m.name == "scgd":
+        monitors["ftilde_gap"] = objective.tracking_gap
+    elif m.name == "minimax":
+        monitors["penalty_gap"] = objective.penalty_gap
+        monitors["mu"] = lambda: float(objective.mu)
+    tags = {
+        "gpdlm.train_nlml_kernel": f"{spec.kernel.name} (d={model.num_features})",
+        "gpdlm.features": spec.features.name,
+        "gpdlm.rkhs_setting": setting_label(m, spec.kernel.name),
+    }
+    return Method(
+        m.name,
+        model,
+        model.likelihood,
+        [stage],
+        monitors=monitors,
+        diagnostics=_finite_diagnostics(spec, model, objective, log_y_std),
+        tags=tags,
+        default_keep_best="train_nlml",
+    )
+
+
+def _finite_model(spec: RunSpec, data):
+    """The finite-feature GP (``BayesianLinearGP``) of the run on its training rows, and its parameter groups
+    (features, kernel, likelihood)."""
     from ..models.bayesian_linear import BayesianLinearGP
-    from ..objectives import SCGD, BatchNLML, Minimax, NearestNeighbourBatches
 
     m = spec.model
     x, y = data.x_train, data.y_train
@@ -277,18 +339,25 @@ def build(spec: RunSpec, data, task: str) -> Method:
     kernel_map = FM.build_kernel_map(spec.kernel, input_map.out_dim, spec.seed, inputs).to(device=device, dtype=dtype)
     likelihood = likelihood.to(device=device, dtype=dtype)
     model = BayesianLinearGP(input_map, kernel_map, likelihood, x, y, block_rows=m.block_rows)
-    d = model.num_features
     groups = {
         "features": list(input_map.parameters()),
         "kernel": list(kernel_map.parameters()),
         "likelihood": list(likelihood.parameters()),
     }
+    return model, groups
 
+
+def _finite_stage(spec: RunSpec, model, groups: dict, x: torch.Tensor):
+    """The method's one stage (scgd, minimax or bsgd on the finite map) and its objective; adds the
+    objective's own groups (weights; constraint and dual) to ``groups``."""
+    from ..objectives import SCGD, BatchNLML, Minimax, NearestNeighbourBatches
+
+    m, n = spec.model, x.shape[0]
     if m.name == "scgd":
         objective = SCGD(model, n, b0=m.b0, b_decay=m.b_decay, b_min=m.b_min)
         groups["weights"] = [objective.w]
-        stage = Stage("scgd", objective, groups, prepare=objective.initialise, hooks=[objective])
-    elif m.name == "minimax":
+        return Stage("scgd", objective, groups, prepare=objective.initialise, hooks=[objective]), objective
+    if m.name == "minimax":
         objective = Minimax(
             model,
             n,
@@ -302,22 +371,17 @@ def build(spec: RunSpec, data, task: str) -> Method:
             exact=m.exact_penalty,
         )
         groups.update(weights=[objective.w], constraint=[objective.M], dual=[objective.B])
-        stage = Stage(
-            "minimax", objective, groups, prepare=objective.initialise, hooks=[objective, PenaltyCheck(objective)]
-        )
-    else:
-        nearest = NearestNeighbourBatches(x) if m.batching == "nearest" else None
-        objective = BatchNLML(model, nearest)
-        stage = Stage("bsgd", objective, groups, wants_index=nearest is not None)
+        hooks = [objective, PenaltyCheck(objective)]
+        return Stage("minimax", objective, groups, prepare=objective.initialise, hooks=hooks), objective
+    nearest = NearestNeighbourBatches(x) if m.batching == "nearest" else None
+    objective = BatchNLML(model, nearest)
+    return Stage("bsgd", objective, groups, wants_index=nearest is not None), objective
 
-    # train_nlml is in the target's units: + log s_y (y was divided by s_y).
-    log_y_std = math.log(float(data.y_std))
-    monitors = {"train_nlml": lambda: model.nlml() + log_y_std}
-    if m.name == "scgd":
-        monitors["ftilde_gap"] = objective.tracking_gap
-    elif m.name == "minimax":
-        monitors["penalty_gap"] = objective.penalty_gap
-        monitors["mu"] = lambda: float(objective.mu)
+
+def _finite_diagnostics(spec: RunSpec, model, objective, log_y_std: float):
+    """The run's final diagnostics of a finite-feature method (module docstring, "Metrics")."""
+    m, n, d = spec.model, model.num_data, model.num_features
+    kernel_map, device = model.kernel_map, model.x_train.device
 
     def diagnostics() -> dict:
         out = {
@@ -346,21 +410,7 @@ def build(spec: RunSpec, data, task: str) -> Method:
             )
         return out
 
-    tags = {
-        "gpdlm.train_nlml_kernel": f"{spec.kernel.name} (d={d})",
-        "gpdlm.features": spec.features.name,
-        "gpdlm.rkhs_setting": setting_label(m, spec.kernel.name),
-    }
-    return Method(
-        m.name,
-        model,
-        likelihood,
-        [stage],
-        monitors=monitors,
-        diagnostics=diagnostics,
-        tags=tags,
-        default_keep_best="train_nlml",
-    )
+    return diagnostics
 
 
 def build_exact_kernel(spec: RunSpec, data, task: str) -> Method:

@@ -319,19 +319,44 @@ class _StepCounter:
         self.steps = int(state["steps"])
 
 
-def _build_svbssgp(spec, data) -> Method:
-    from .. import objectives as O
-    from ..metrics import PREDICTIVE_METRICS, metrics_from_marginals
-    from ..models import LocalCells, SpectralPosterior, predict_gamma_family
+@dataclass(frozen=True)
+class _Blocks:
+    """sVBSSGP's training blocks: the trainer overrides (lr, batch size), the fixed k-means blocks (None:
+    the trainer's shuffled minibatches), the objective's scale, rows per block and block steps per epoch."""
+
+    overrides: dict
+    blocks: list | None
+    scale: float | None
+    block_rows: float
+    steps_per_epoch: int
+
+
+def _training_blocks(spec, x, cells, p: int) -> _Blocks:
+    """The trainer's shuffled minibatches of a * floor(n / p_train) rows (random equal-size partitions
+    re-drawn every epoch), or the k-means cells visited in random order (``model.train_blocks=kmeans``)."""
+    from ..models import LocalCells
+
+    m, n = spec.model, x.shape[0]
+    p_train = m.train_partitions or p
+    overrides: dict = {}
+    if spec.trainer.lr is None:
+        overrides["lr"] = SVBSSGP_LR
+    if m.train_blocks == "random":
+        block_rows = m.blocks_per_step * (n // p_train)
+        overrides["batch_size"] = block_rows
+        return _Blocks(overrides, None, None, block_rows, n // block_rows if block_rows < n else 1)
+    train_cells = cells if p_train == p else LocalCells(x, p_train, int(spec.seed))
+    blocks = [b for b in train_cells.members if b.numel() > 0]
+    # p F_i with i uniform over the p blocks (Theorem 1)
+    return _Blocks(overrides, blocks, float(len(blocks)), n / len(blocks), len(blocks))
+
+
+def _svbssgp_posterior(spec, d: int, device, dtype):
+    """q(theta, s) = N(b, M M^T) at its initial state (seeded by the run's seed)."""
+    from ..models import SpectralPosterior
 
     m = spec.model
-    x, y = data.x_train, data.y_train
-    n, d = x.shape
-    device, dtype = x.device, x.dtype
-    seed = int(spec.seed)
-    gammas = gamma_values(m)
-    likelihood = _likelihood(spec, y, device, dtype)
-    q = SpectralPosterior(
+    return SpectralPosterior(
         m.num_frequencies,
         d,
         prior_lengthscale=m.prior_lengthscale,
@@ -339,49 +364,32 @@ def _build_svbssgp(spec, data) -> Method:
         learn_signal=m.learn_signal,
         init_scale=m.init_scale,
         cov=m.cov,
-        generator=torch.Generator().manual_seed(seed),
+        generator=torch.Generator().manual_seed(int(spec.seed)),
     ).to(device=device, dtype=dtype)
-    p = partitions(m, n)
-    cells = LocalCells(x, p, seed)
 
-    # training blocks: the trainer's shuffled minibatches of a * floor(n / p) rows (random
-    # equal-size partitions re-drawn every epoch), or the k-means cells visited in random order
-    p_train = m.train_partitions or p
-    overrides: dict = {}
-    if spec.trainer.lr is None:
-        overrides["lr"] = SVBSSGP_LR
-    blocks, scale = None, None
-    if m.train_blocks == "random":
-        block_rows = m.blocks_per_step * (n // p_train)
-        overrides["batch_size"] = block_rows
-        steps_per_epoch = n // block_rows if block_rows < n else 1
-    else:
-        train_cells = cells if p_train == p else LocalCells(x, p_train, seed)
-        blocks = [b for b in train_cells.members if b.numel() > 0]
-        scale = float(len(blocks))  # p F_i with i uniform over the p blocks (Theorem 1)
-        block_rows = n / len(blocks)
-        steps_per_epoch = len(blocks)
-    gen = torch.Generator(device=device).manual_seed(seed + 1)
-    objective = O.SVBSSGPBound(
-        q, likelihood, n, z_samples=m.z_samples, rao_blackwell=m.rao_blackwell, scale=scale, generator=gen
-    )
+
+def _svbssgp_stage(q, likelihood, objective, tb: _Blocks, counter) -> Stage:
+    """The one training stage: Adam on b and diag(M) (``variational``), the off-diagonal of M at
+    ``OFFDIAG_LR_SCALE`` (``variational_offdiag``), the signal (``kernel``) and the noise (``likelihood``)."""
     groups = {"variational": [q.b, q.raw_diag]}
     if q.offdiag is not None:
         groups["variational_offdiag"] = [q.offdiag]
     groups.update({"kernel": [q.raw_signal], "likelihood": list(likelihood.parameters())})
-    counter = _StepCounter()
-    stage = Stage(
+    return Stage(
         "svbssgp",
         objective,
         groups,
         stochastic=True,
         hooks=[counter],
-        overrides=overrides,
+        overrides=tb.overrides,
         lr_scale={"variational_offdiag": OFFDIAG_LR_SCALE} if q.offdiag is not None else {},
-        blocks=blocks,
+        blocks=tb.blocks,
     )
 
-    # monitors: ELBO per datum on all training data at fixed z (common random numbers), ||M||_F, s_n^2
+
+def _svbssgp_monitors(spec, q, likelihood, objective, x, y, counter, steps_per_epoch: int) -> dict:
+    """ELBO per datum on all training data at fixed z (common random numbers), ||M||_F, s_n^2, s_s^2, epochs."""
+    m, seed = spec.model, int(spec.seed)
     monitors = {
         "M_frobenius": lambda: float(torch.linalg.matrix_norm(q.scale_tril().detach())),
         "noise_variance": lambda: float(likelihood.noise.detach()),
@@ -390,16 +398,21 @@ def _build_svbssgp(spec, data) -> Method:
     }
     if m.elbo_samples > 0:
         z_elbo = torch.randn(
-            m.elbo_samples, objective.z_dim, generator=torch.Generator().manual_seed(seed + 3), dtype=dtype
-        ).to(device)  # drawn on the CPU: the same numbers on every device
+            m.elbo_samples, objective.z_dim, generator=torch.Generator().manual_seed(seed + 3), dtype=x.dtype
+        ).to(x.device)  # drawn on the CPU: the same numbers on every device
         monitors["elbo_per_datum"] = lambda: objective.elbo_per_datum(x, y, z_elbo)
+    return monitors
 
-    base = PREDICTIVE_METRICS["regression"]
-    names = tuple(base) + tuple(f"{k}_{gamma_label(g)}" for g in gammas for k in base)
-    timing = {}
+
+def _svbssgp_evaluate(spec, q, likelihood, cells, x, y, gammas: list[float], timing: dict):
+    """The gamma family with r samples of q on the k-means cells (Sec. 4.2), metrics per gamma; the
+    milliseconds per test point go to ``timing['test_']``."""
+    from ..metrics import metrics_from_marginals
+    from ..models import predict_gamma_family
+
+    m, seed, device, dtype = spec.model, int(spec.seed), x.device, x.dtype
 
     def evaluate(xq, yq, prefix="test_", y_std=1.0):
-        """The gamma family with r samples of q on the k-means cells (Sec. 4.2), metrics per gamma."""
         if xq.shape[0] == 0:
             return {}
         t0 = time.perf_counter()
@@ -419,10 +432,40 @@ def _build_svbssgp(spec, data) -> Method:
         timing[prefix] = 1000 * (time.perf_counter() - t0) / xq.shape[0]
         return out
 
+    return evaluate
+
+
+def _build_svbssgp(spec, data) -> Method:
+    from .. import objectives as O
+    from ..metrics import PREDICTIVE_METRICS
+    from ..models import LocalCells
+
+    m = spec.model
+    x, y = data.x_train, data.y_train
+    n, d = x.shape
+    seed = int(spec.seed)
+    gammas = gamma_values(m)
+    likelihood = _likelihood(spec, y, x.device, x.dtype)
+    q = _svbssgp_posterior(spec, d, x.device, x.dtype)
+    p = partitions(m, n)
+    cells = LocalCells(x, p, seed)
+    tb = _training_blocks(spec, x, cells, p)
+    gen = torch.Generator(device=x.device).manual_seed(seed + 1)
+    objective = O.SVBSSGPBound(
+        q, likelihood, n, z_samples=m.z_samples, rao_blackwell=m.rao_blackwell, scale=tb.scale, generator=gen
+    )
+    counter = _StepCounter()
+    stage = _svbssgp_stage(q, likelihood, objective, tb, counter)
+    monitors = _svbssgp_monitors(spec, q, likelihood, objective, x, y, counter, tb.steps_per_epoch)
+    base = PREDICTIVE_METRICS["regression"]
+    names = tuple(base) + tuple(f"{k}_{gamma_label(g)}" for g in gammas for k in base)
+    timing: dict = {}
+    evaluate = _svbssgp_evaluate(spec, q, likelihood, cells, x, y, gammas, timing)
+
     def diagnostics():
         return {
-            "block_rows": float(block_rows),
-            "blocks_per_epoch": steps_per_epoch,
+            "block_rows": float(tb.block_rows),
+            "blocks_per_epoch": tb.steps_per_epoch,
             "partitions": p,
             "variational_dim": q.D,
             "smallest_cell": int(cells.sizes.min()),
@@ -432,7 +475,7 @@ def _build_svbssgp(spec, data) -> Method:
 
     tags = {
         "gpdlm.svbssgp.train_blocks": m.train_blocks,
-        "gpdlm.svbssgp.iteration": f"epoch = {steps_per_epoch} block steps",
+        "gpdlm.svbssgp.iteration": f"epoch = {tb.steps_per_epoch} block steps",
     }
     return Method(
         "svbssgp",

@@ -28,6 +28,7 @@ Parameter groups (``trainer.lr_scale.<group>``): ``variational`` (m~, the Choles
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -115,6 +116,8 @@ def batched_scope(spec: RunSpec) -> str | None:
         return f"model={m.name} has no batched form (svgp and dlm do)"
     if m.name == "svgp" and m.variant != "joint":
         return "model=svgp has only the joint variant"
+    if batched_trainer(spec) == "stacked":
+        return _stacked_scope(spec)
     if FM.uses_features(spec):
         return "input features (features=nn) are not batched"
     if spec.likelihood.name != "gaussian":
@@ -127,6 +130,43 @@ def batched_scope(spec: RunSpec) -> str | None:
         return f"model.mean={m.mean} is not batched (zero mean only)"
     if m.name == "svgp" and m.elbo == "uncollapsed":
         return "model.elbo=uncollapsed is not batched (the collapsed ELBO is)"
+    return None
+
+
+#: ``sweep.batched=true`` with the stacked trainer (``batched_trainer``): a batch's members may also differ in
+#: their learning rate and split mask (``sweep.batched.shape_key``)
+STACKED_FREE_KEYS = ("trainer.lr", "dataset.split.mask")
+
+
+def batched_trainer(spec: RunSpec) -> str:
+    """Which batched trainer ``sweep.batched`` uses for this config: ``stacked`` (``sweep.batched_rkhs``: the
+    members' own minibatch loops in lockstep, AdaDelta per member) for minibatch SVGP on input features with
+    AdaDelta -- the RKHS study's SVGP arm -- else ``adam`` (``sweep.batched_model``: the full-batch Adam model)."""
+    spec = as_run_spec(spec, Spec)
+    t = spec.trainer
+    stacked = spec.model.name == "svgp" and t.batch_size is not None and t.optimizer == "adadelta"
+    return "stacked" if stacked and FM.uses_features(spec) else "adam"
+
+
+def _stacked_scope(spec) -> str | None:
+    """Minibatch SVGP with AdaDelta (``batched_trainer`` = stacked): why not batched, or None. Batched: the
+    uncollapsed ELBO in closed form (Gaussian likelihood), kernel=linear on the network's features, zero mean,
+    float64, the paper protocol with a constant learning rate per member."""
+    t = spec.trainer
+    if spec.likelihood.name != "gaussian":
+        return f"likelihood={spec.likelihood.name} is not batched (Gaussian only)"
+    if spec.kernel.name != "linear":
+        return f"kernel={spec.kernel.name} is not batched for minibatch SVGP on features (linear only)"
+    if spec.model.mean not in ("auto", "zero"):
+        return f"model.mean={spec.model.mean} is not batched (zero mean only)"
+    if str(spec.keys.dtype) != "float64":
+        return f"dtype={spec.keys.dtype} is not batched for minibatch SVGP (float64 only)"
+    if spec.model.baseline_estimator == "configured" and spec.estimator.name not in ("auto", "exact"):
+        return f"estimator={spec.estimator.name} samples: not batched (closed form only)"
+    if t.protocol != "paper":
+        return f"trainer.protocol={t.protocol} is not batched (paper only)"
+    if t.schedule != "constant":
+        return f"trainer.schedule={t.schedule} is not batched (constant only)"
     return None
 
 
@@ -148,20 +188,40 @@ def parameter_groups(model, likelihood) -> dict[str, list]:
     }
 
 
-def build(spec: RunSpec, data, task: str) -> Method:
-    from .. import objectives as O
-    from ..estimators import AutoEstimator
-    from ..models import SparseVariationalGP
-    from ..models.feature_input import FeatureInputGP
+@dataclass
+class _Parts:
+    """What every model of the family is built from: the shared SparseVariationalGP, its likelihood
+    and parameter groups, the estimators, and the choices the stages depend on."""
 
-    spec = as_run_spec(spec, Spec)
+    spec: RunSpec
+    data: object  # build.Tensors
+    model: object  # SparseVariationalGP (in a FeatureInputGP with input features)
+    likelihood: object
+    groups: dict  # parameter groups: variational, inducing, kernel, likelihood (, features)
+    estimator: object  # the configured estimator (the DLM term)
+    base_est: object  # the baselines' estimator of E_q[log p]
+    collapsed: bool  # the SVGP (stage) ELBO is the collapsed one
+    smooth: bool  # trainer=fast may run L-BFGS on the stages (no network)
+    tags: dict  # run tags (gpdlm.elbo_form, gpdlm.baseline_estimator)
+
+    @property
+    def n(self) -> int:
+        return self.data.x_train.shape[0]
+
+    @property
+    def beta(self) -> float:
+        return float(self.spec.objective.beta)
+
+
+def _components(spec: RunSpec, x, y, task: str):
+    """``(kernel, mean, likelihood, features, x_in)``: the GP's components and its inputs x_in = x, or
+    g(x) with input features (``features``: the network g, else None)."""
     m = spec.model
-    x, y = data.x_train, data.y_train
-    n, D = x.shape
     device, dtype = x.device, x.dtype
-    check_sizes(spec, n)
     likelihood = C.build_likelihood(spec.likelihood, y)
-    features = FM.build_input_map(spec.features, D, spec.seed).to(device, dtype) if FM.uses_features(spec) else None
+    features = (
+        FM.build_input_map(spec.features, x.shape[1], spec.seed).to(device, dtype) if FM.uses_features(spec) else None
+    )
     with torch.no_grad():  # the GP's inputs: g(x), so the inducing points start in feature space
         x_in = x if features is None else features(x)
     kernel = C.build_kernel(spec.kernel, x_in.shape[1], spec.seed, inputs=None if features is None else x_in)
@@ -170,9 +230,23 @@ def build(spec: RunSpec, data, task: str) -> Method:
             f"kernel={spec.kernel.name} has rank d={kernel.num_features}: model.num_inducing must be <= d"
         )
     mean = C.build_mean(m.mean, task)
-    beta = float(spec.objective.beta)
-    estimator = C.build_estimator(spec.estimator)
+    return kernel, mean, likelihood, features, x_in
 
+
+def _parts(spec: RunSpec, data, task: str) -> _Parts:
+    """Build the family's shared parts for ``spec`` on ``data`` (the order of construction is the
+    order of the seeded draws: likelihood, features, kernel, mean, estimator, inducing points)."""
+    from ..estimators import AutoEstimator
+    from ..models import SparseVariationalGP
+    from ..models.feature_input import FeatureInputGP
+
+    m = spec.model
+    x, y = data.x_train, data.y_train
+    n = x.shape[0]
+    device, dtype = x.device, x.dtype
+    check_sizes(spec, n)
+    kernel, mean, likelihood, features, x_in = _components(spec, x, y, task)
+    estimator = C.build_estimator(spec.estimator)
     Z = C.initial_inducing_points(x_in, m.num_inducing, m.inducing_init, spec.seed)
     model = SparseVariationalGP(Z, kernel, mean, learn_inducing=m.learn_inducing, jitter=m.jitter)
     model = model.to(device=device, dtype=dtype)
@@ -184,7 +258,6 @@ def build(spec: RunSpec, data, task: str) -> Method:
     quantity = _QUANTITY[m.name]
     if quantity:
         estimator.check(likelihood, quantity)
-    stochastic = bool(estimator.stochastic)
     full_batch = spec.trainer.batch_size is None or spec.trainer.batch_size >= n
 
     # the estimator of the baselines' E_q[log p]: deterministic unless asked otherwise
@@ -193,122 +266,167 @@ def build(spec: RunSpec, data, task: str) -> Method:
         estimator.stochastic and m.baseline_estimator == "deterministic"
     ):
         base_est = AutoEstimator()
-    elbo = m.elbo
-    collapsed = elbo == "collapsed" or (
-        elbo == "auto" and likelihood.name == "gaussian" and full_batch and base_est.name in ("auto", "exact")
+    collapsed = m.elbo == "collapsed" or (
+        m.elbo == "auto" and likelihood.name == "gaussian" and full_batch and base_est.name in ("auto", "exact")
     )
     smooth = features is None  # trainer=fast: L-BFGS on GP parameters only, never on a network
     tags = {"gpdlm.elbo_form": "collapsed" if collapsed else "uncollapsed", "gpdlm.baseline_estimator": base_est.name}
+    return _Parts(spec, data, model, likelihood, groups, estimator, base_est, collapsed, smooth, tags)
 
-    def svgp_stage(stage_beta: float) -> Stage:
-        if collapsed:  # q(u) is optimal in closed form: only hyperparameters are trained
-            from ..objectives.collapsed_elbo import RefreshOptimalQ
 
-            obj = O.CollapsedELBO(model, likelihood, n, stage_beta)
-            return Stage(
-                "svgp",
-                obj,
-                {k: v for k, v in groups.items() if k != "variational"},
-                hooks=[RefreshOptimalQ(obj, x, y)],
-                lbfgs_ok=smooth,
-            )
+def _svgp_stage(parts: _Parts, stage_beta: float) -> Stage:
+    """The (beta-)ELBO stage of SVGP and of the fixed variants: collapsed (q(u) optimal in closed
+    form, only hyperparameters trained) or uncollapsed with the baselines' estimator."""
+    from .. import objectives as O
+
+    model, likelihood, groups, n = parts.model, parts.likelihood, parts.groups, parts.n
+    if parts.collapsed:  # q(u) is optimal in closed form: only hyperparameters are trained
+        from ..objectives.collapsed_elbo import RefreshOptimalQ
+
+        obj = O.CollapsedELBO(model, likelihood, n, stage_beta)
         return Stage(
             "svgp",
-            O.ELBO(model, likelihood, base_est, n, stage_beta),
-            groups,
-            stochastic=bool(base_est.stochastic),
-            lbfgs_ok=smooth,
-        )
-
-    if m.name == "svgp":
-        return Method("svgp", model, likelihood, [svgp_stage(beta)], estimator, tags=tags)
-
-    fixed = m.variant == "fixed"
-    learn_z = fixed and bool(m.fixed_learns_inducing)
-
-    def freeze_and_reset():
-        """Fixed variant (DLM paper, Sec. 6 / App. D): keep SVGP's kernel and likelihood (and,
-        unless ``fixed_learns_inducing``, its inducing inputs) fixed and learn q(u) from scratch."""
-        for p in model.hyperparameters() + list(likelihood.parameters()):
-            p.requires_grad_(False)
-        if learn_z and m.learn_inducing:
-            model.variational_strategy.inducing_points.requires_grad_(True)
-        model.reset_variational()
-
-    pre = [dataclasses.replace(svgp_stage(1.0), shareable=True)] if fixed else []
-    if not fixed:
-        tags.pop("gpdlm.elbo_form")  # no ELBO is optimised
-    fixed_groups = {"variational": groups["variational"], **({"inducing": groups["inducing"]} if learn_z else {})}
-
-    if m.name == "dlm":
-        obj = O.DLM(model, likelihood, estimator, n, beta)
-        stage = Stage(
-            "dlm",
             obj,
-            fixed_groups if fixed else groups,
-            prepare=freeze_and_reset if fixed else None,
-            stochastic=stochastic,
-            lbfgs_ok=smooth,
+            {k: v for k, v in groups.items() if k != "variational"},
+            hooks=[RefreshOptimalQ(obj, parts.data.x_train, parts.data.y_train)],
+            lbfgs_ok=parts.smooth,
         )
-        return Method("dlm", model, likelihood, pre + [stage], estimator, tags=tags)
+    return Stage(
+        "svgp",
+        O.ELBO(model, likelihood, parts.base_est, n, stage_beta),
+        groups,
+        stochastic=bool(parts.base_est.stochastic),
+        lbfgs_ok=parts.smooth,
+    )
 
-    # ----- square-loss DLM ------------------------------------------------------------------------
-    completion = _SquareLossCompletion(model, likelihood, data, m.predictive)
+
+def _freeze_and_reset(parts: _Parts, learn_z: bool) -> None:
+    """Fixed variant (DLM paper, Sec. 6 / App. D): keep SVGP's kernel and likelihood (and, unless
+    ``learn_z``, its inducing inputs) fixed and learn q(u) from scratch."""
+    model = parts.model
+    for p in model.hyperparameters() + list(parts.likelihood.parameters()):
+        p.requires_grad_(False)
+    if learn_z and parts.spec.model.learn_inducing:
+        model.variational_strategy.inducing_points.requires_grad_(True)
+    model.reset_variational()
+
+
+def _dlm_stage(parts: _Parts, fixed: bool, fixed_groups: dict, freeze) -> Stage:
+    """The log-loss DLM stage: all groups (joint), or q(u) (and Z) after ``freeze`` (fixed)."""
+    from .. import objectives as O
+
+    obj = O.DLM(parts.model, parts.likelihood, parts.estimator, parts.n, parts.beta)
+    return Stage(
+        "dlm",
+        obj,
+        fixed_groups if fixed else parts.groups,
+        prepare=freeze if fixed else None,
+        stochastic=bool(parts.estimator.stochastic),
+        lbfgs_ok=parts.smooth,
+    )
+
+
+def _fixed_sq_dlm_stage(parts: _Parts, completion, freeze) -> Stage:
+    """Fixed square-loss DLM: after ``freeze``, q(u)'s mean is solved in closed form."""
+    from .. import objectives as O
+
+    model, beta = parts.model, parts.beta
+
+    def solve(xt, yt):
+        model.q_u.variational_mean.data.copy_(O.optimal_whitened_mean(model, xt, yt, beta))
+
+    def prepare():
+        freeze()
+        completion.activate()
+
+    return Stage("sq_dlm", prepare=prepare, solve=solve)
+
+
+def _joint_sq_dlm_stage(parts: _Parts, completion, fix_scale: bool, beta_swept: bool) -> Stage:
+    """Joint square-loss DLM: q(u)'s mean, Z, the kernel (less the outputscale when ``fix_scale``) and
+    the features; warns when beta is swept over it with a free outputscale (no finite optimum)."""
+    from .. import objectives as O
+
+    model, groups = parts.model, parts.groups
+    scale = [_outputscale_parameter(model.covar_module)] if fix_scale else []
+    kernel_params = [p for p in groups["kernel"] if not (fix_scale and any(p is q for q in scale))]
+
+    def prepare():
+        if fix_scale:
+            scale[0].requires_grad_(False)
+        completion.activate()
+
+    obj = O.SquareLossDLM(model, parts.likelihood, parts.estimator, parts.n, parts.beta)
+    stage_groups = {
+        "variational": [model.q_u.variational_mean],
+        "inducing": groups["inducing"],
+        "kernel": kernel_params,
+        **({"features": groups["features"]} if "features" in groups else {}),
+    }
+    stage = Stage("sq_dlm", obj, stage_groups, prepare=prepare, lbfgs_ok=parts.smooth)
+    if beta_swept and not fix_scale:
+        print(
+            "gpdlm: warning: joint sq_dlm has no finite optimum in the outputscale, so beta only changes the "
+            "optimisation path; sweep beta with model.fix_outputscale=true or model.variant=fixed",
+            file=sys.stderr,
+        )
+    return stage
+
+
+def _sq_dlm_method(parts: _Parts, pre: list, fixed: bool, freeze) -> Method:
+    """Square-loss DLM: its stage after ``pre`` (the SVGP stage: fixed variant or fixed outputscale),
+    completed by the predictive of ``_SquareLossCompletion``."""
+    m, model, tags = parts.spec.model, parts.model, parts.tags
+    completion = _SquareLossCompletion(model, parts.likelihood, parts.data, m.predictive)
     fix_scale = bool(m.fix_outputscale)
     if fix_scale:
-        pre = [dataclasses.replace(svgp_stage(1.0), shareable=True)]
-        tags["gpdlm.elbo_form"] = "collapsed" if collapsed else "uncollapsed"
-
+        pre = [dataclasses.replace(_svgp_stage(parts, 1.0), shareable=True)]
+        tags["gpdlm.elbo_form"] = "collapsed" if parts.collapsed else "uncollapsed"
     if fixed:
-
-        def solve(xt, yt):
-            model.q_u.variational_mean.data.copy_(O.optimal_whitened_mean(model, xt, yt, beta))
-
-        def prepare():
-            freeze_and_reset()
-            completion.activate()
-
-        stage = Stage("sq_dlm", prepare=prepare, solve=solve)
+        stage = _fixed_sq_dlm_stage(parts, completion, freeze)
     else:
-        scale = [_outputscale_parameter(model.covar_module)] if fix_scale else []
-        kernel_params = [p for p in groups["kernel"] if not (fix_scale and any(p is q for q in scale))]
-
-        def prepare():
-            if fix_scale:
-                scale[0].requires_grad_(False)
-            completion.activate()
-
-        obj = O.SquareLossDLM(model, likelihood, estimator, n, beta)
-        stage_groups = {
-            "variational": [model.q_u.variational_mean],
-            "inducing": groups["inducing"],
-            "kernel": kernel_params,
-            **({"features": groups["features"]} if "features" in groups else {}),
-        }
-        stage = Stage("sq_dlm", obj, stage_groups, prepare=prepare, lbfgs_ok=smooth)
-        if beta_is_swept(spec) and not fix_scale:
-            print(
-                "gpdlm: warning: joint sq_dlm has no finite optimum in the outputscale, so beta only changes the "
-                "optimisation path; sweep beta with model.fix_outputscale=true or model.variant=fixed",
-                file=sys.stderr,
-            )
+        stage = _joint_sq_dlm_stage(parts, completion, fix_scale, beta_is_swept(parts.spec))
 
     def diagnostics():
         scale = getattr(model.covar_module, "outputscale", None)
         return {**({"outputscale": float(scale.detach())} if scale is not None else {}), **completion.diagnostics()}
 
-    method = Method(
+    return Method(
         "sq_dlm",
         model,
-        likelihood,
+        parts.likelihood,
         pre + [stage],
-        estimator,
+        parts.estimator,
         finalize=completion.finalize,
         evaluate=completion.evaluate,
         diagnostics=diagnostics,
         tags=tags,
     )
-    return method
+
+
+def build(spec: RunSpec, data, task: str) -> Method:
+    """The method of ``model=svgp|dlm|sq_dlm``: SVGP's ELBO stage; DLM's stage (after an SVGP stage
+    in the fixed variant); square-loss DLM's stage and its predictive completion."""
+    spec = as_run_spec(spec, Spec)
+    m = spec.model
+    parts = _parts(spec, data, task)
+    if m.name == "svgp":
+        return Method(
+            "svgp", parts.model, parts.likelihood, [_svgp_stage(parts, parts.beta)], parts.estimator, tags=parts.tags
+        )
+
+    fixed = m.variant == "fixed"
+    learn_z = fixed and bool(m.fixed_learns_inducing)
+    freeze = functools.partial(_freeze_and_reset, parts, learn_z)
+    pre = [dataclasses.replace(_svgp_stage(parts, 1.0), shareable=True)] if fixed else []
+    if not fixed:
+        parts.tags.pop("gpdlm.elbo_form")  # no ELBO is optimised
+    groups = parts.groups
+    fixed_groups = {"variational": groups["variational"], **({"inducing": groups["inducing"]} if learn_z else {})}
+    if m.name == "dlm":
+        stage = _dlm_stage(parts, fixed, fixed_groups, freeze)
+        return Method("dlm", parts.model, parts.likelihood, pre + [stage], parts.estimator, tags=parts.tags)
+    return _sq_dlm_method(parts, pre, fixed, freeze)
 
 
 def _outputscale_parameter(kernel):
@@ -322,19 +440,9 @@ def _outputscale_parameter(kernel):
     return raw
 
 
-def beta_is_swept(spec=None) -> bool:
-    """Whether this run is a job of a multirun that sweeps objective.beta."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        hc = HydraConfig.get()
-    except Exception:  # not under Hydra (tests, API use)
-        return False
-    from hydra.types import RunMode
-
-    return hc.mode == RunMode.MULTIRUN and any(
-        o.split("=")[0].lstrip("+~") == "objective.beta" for o in hc.overrides.task
-    )
+def beta_is_swept(spec: RunSpec) -> bool:
+    """Whether this run is a job of a multirun that sweeps objective.beta (its overrides set it)."""
+    return "objective.beta" in spec.multirun_keys
 
 
 class _SquareLossCompletion:

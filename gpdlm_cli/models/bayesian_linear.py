@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..exceptions import NumericalError
+
+if TYPE_CHECKING:
+    from ..features import LinearKernelMap, RandomFourierMap
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -197,7 +201,7 @@ class BayesianLinearGP(torch.nn.Module):
     def __init__(
         self,
         input_map: torch.nn.Module,
-        kernel_map: torch.nn.Module,
+        kernel_map: LinearKernelMap | RandomFourierMap,
         likelihood,
         x_train: torch.Tensor,
         y_train: torch.Tensor,
@@ -215,7 +219,8 @@ class BayesianLinearGP(torch.nn.Module):
     def set_train_data(self, x: torch.Tensor, y: torch.Tensor) -> None:
         # plain attributes, not buffers: keep_best snapshots must not copy the data
         self.x_train, self.y_train = x, y
-        self._post, self._key = None, None
+        self._post: Posterior | None = None
+        self._key: tuple | None = None
 
     @property
     def num_data(self) -> int:

@@ -33,6 +33,7 @@ it by N (``gpdlm_cli.objectives.recurrent``).
 from __future__ import annotations
 
 import contextlib
+from typing import cast
 
 import gpytorch
 import torch
@@ -42,6 +43,7 @@ from linear_operator.operators import KroneckerProductLinearOperator, ToeplitzLi
 from torch import nn
 
 from ..features.recurrent import FeatureMap
+from ..likelihoods import GaussianLikelihood
 from .linalg import safe_cholesky
 
 _BIG = 10**9
@@ -125,7 +127,7 @@ class GridInterpolationKernelInOrder(gpytorch.kernels.GridInterpolationKernel):
         weights along dimension d (4 per row): O(E n1 n2 m) time, O(n1 n2 + n m) memory, no n m^E
         term. Differentiable in x1, x2 (through the weights) and the base kernel's hyperparameters."""
         interp = Interpolation()
-        out = None
+        out: torch.Tensor | None = None
         for d, column in enumerate(self._factor_columns()):
             m = column.shape[0]
             steps = torch.arange(m, device=column.device)
@@ -142,6 +144,8 @@ class GridInterpolationKernelInOrder(gpytorch.kernels.GridInterpolationKernel):
             else:
                 fd = left @ (w1 if x2 is None else weights(x2)).T  # (n1, n2): W_{1,d} K_d W_{2,d}^T
             out = fd if out is None else out * fd
+        if out is None:  # no dimension: not a kernel this class builds
+            raise ValueError("GridInterpolationKernelInOrder.dense needs at least one grid dimension")
         return out
 
 
@@ -198,6 +202,8 @@ class EmbeddingGP(gpytorch.models.ExactGP):
     strategies, O(1) means for KISS; kept in eval mode between ``DeepKernelGP.condition`` calls so
     their caches survive); the NLML is computed directly from ``covar_module``, in any mode."""
 
+    covar_module: gpytorch.kernels.ScaleKernel
+
     def __init__(self, base_kernel, likelihood, *, embed_dim: int, inference: str, grid_size: int):
         super().__init__(None, None, likelihood)
         self.mean_module = gpytorch.means.ZeroMean()
@@ -207,6 +213,14 @@ class EmbeddingGP(gpytorch.models.ExactGP):
                 base_kernel, grid_size, num_dims=embed_dim, grid_bounds=tuple((-1.0, 1.0) for _ in range(embed_dim))
             )
         self.covar_module = gpytorch.kernels.ScaleKernel(inner)
+
+    @property
+    def kiss_kernel(self) -> GridInterpolationKernelInOrder:
+        """The grid-interpolation kernel inside ``covar_module`` (KISS inference only)."""
+        inner = self.covar_module.base_kernel
+        if not isinstance(inner, GridInterpolationKernelInOrder):
+            raise TypeError("EmbeddingGP.kiss_kernel: this GP does not use KISS inference")
+        return inner
 
     def forward(self, h):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(h), self.covar_module(h))
@@ -257,14 +271,26 @@ class DeepKernelGP(nn.Module):
         self.gps.to(gp_dtype)
         self.likelihoods.to(gp_dtype)
         self.gp_dtype = gp_dtype
-        self._train_h = None  # the embedding the prediction caches were built on
-        self._exact = []  # dense inference (exact, or KISS below kiss_dense_below): (Cholesky factor, alpha) per output
+        self._train_h: torch.Tensor | None = None  # the embedding the prediction caches were built on
+        self._exact: list[
+            tuple[torch.Tensor, torch.Tensor]
+        ] = []  # dense inference (exact, or KISS below kiss_dense_below): (Cholesky factor, alpha) per output
+
+    @property
+    def outputs(self) -> list[EmbeddingGP]:
+        """The per-output GPs (``gps``), typed."""
+        return [cast(EmbeddingGP, gp) for gp in self.gps]
+
+    @property
+    def output_likelihoods(self) -> list[GaussianLikelihood]:
+        """The per-output likelihoods (``likelihoods``), typed."""
+        return [cast(GaussianLikelihood, lik) for lik in self.likelihoods]
 
     # ----- parameters --------------------------------------------------------------------------------
     def groups(self) -> dict[str, list]:
         return {
             "network": list(self.network.parameters()),
-            "kernel": [p for gp in self.gps for p in gp.covar_module.parameters()],
+            "kernel": [p for gp in self.outputs for p in gp.covar_module.parameters()],
             "likelihood": [p for lik in self.likelihoods for p in lik.parameters()],
         }
 
@@ -289,8 +315,8 @@ class DeepKernelGP(nn.Module):
         if self.inference != "kiss":
             return
         grid = grid_from_embedding(h.detach(), self.grid_size, self.grid_margin)
-        for gp in self.gps:
-            gik = gp.covar_module.base_kernel
+        for gp in self.outputs:
+            gik = gp.kiss_kernel
             gik.update_grid(grid)
             gik.grid_bounds = tuple((float("nan"), float("nan")) for _ in grid)  # not used: the grid is fixed
 
@@ -317,10 +343,11 @@ class DeepKernelGP(nn.Module):
         self, k: int, h1: torch.Tensor, h2: torch.Tensor | None = None, *, diag: bool = False
     ) -> torch.Tensor:
         """Output k's prior covariance K_k(h1, h2) as a dense tensor (the KISS kernel for KISS)."""
-        cov = self.gps[k].covar_module
+        gp = self.outputs[k]
+        cov = gp.covar_module
         if self.inference == "exact":
             return cov(h1, h2, diag=diag) if diag else cov(h1, h2).to_dense()
-        return cov.outputscale * cov.base_kernel.dense(h1, h2, diag=diag)
+        return cov.outputscale * gp.kiss_kernel.dense(h1, h2, diag=diag)
 
     # ----- the marginal likelihood --------------------------------------------------------------------
     def nlml(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -330,7 +357,7 @@ class DeepKernelGP(nn.Module):
         total = h.new_zeros(())
         dense = self.is_dense(h.shape[0])
         with self.settings(h.shape[0]):
-            for k, (gp, lik) in enumerate(zip(self.gps, self.likelihoods)):
+            for k, (gp, lik) in enumerate(zip(self.outputs, self.output_likelihoods)):
                 was = gp.covar_module.training
                 gp.covar_module.train()  # in eval mode gpytorch's GridKernel reuses a cached K_UU (and its graph)
                 try:
@@ -354,7 +381,7 @@ class DeepKernelGP(nn.Module):
         y = y_train.to(self.gp_dtype)
         y = y[:, None] if y.ndim == 1 else y
         self._exact = []
-        for k, (gp, lik) in enumerate(zip(self.gps, self.likelihoods)):
+        for k, (gp, lik) in enumerate(zip(self.outputs, self.output_likelihoods)):
             gp.set_train_data(h, y[:, k].contiguous(), strict=False)
             gp.eval()  # stays in eval mode: ExactGP.train() would drop the caches built by the next prediction
             if self.is_dense(h.shape[0]):  # dense: L L^T = K + s^2 I, alpha = (K + s^2 I)^-1 y
@@ -368,7 +395,7 @@ class DeepKernelGP(nn.Module):
     def _clamp(self, h: torch.Tensor) -> torch.Tensor:
         if self.inference != "kiss":
             return h
-        grid = self.gps[0].covar_module.base_kernel.grid
+        grid = self.outputs[0].kiss_kernel.grid
         lo = torch.stack([g[2] for g in grid]) + 0.01 * torch.stack([g[1] - g[0] for g in grid])
         hi = torch.stack([g[-3] for g in grid]) - 0.01 * torch.stack([g[1] - g[0] for g in grid])
         return torch.maximum(torch.minimum(h, hi), lo)
@@ -445,7 +472,7 @@ class NetworkRegressor(nn.Module):
         """The predictive noise s_k^2 of every output: its mean squared residual on the training windows."""
         resid = self.predict(x_train).to(y_train.dtype) - (y_train[:, None] if y_train.ndim == 1 else y_train)
         for k, lik in enumerate(self.likelihoods):
-            lik.gp.noise = resid[:, k].pow(2).mean().clamp_min(1e-8)
+            cast(GaussianLikelihood, lik).gp.noise = resid[:, k].pow(2).mean().clamp_min(1e-8)
 
     @torch.no_grad()
     def marginals_all(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -80,7 +80,8 @@ class ExactKernelGP(torch.nn.Module):
         if self.max_rows is not None and n > self.max_rows:
             gen = torch.Generator().manual_seed(self.seed)
             self.rows = torch.randperm(n, generator=gen)[: self.max_rows].sort().values.to(x.device)
-        self._post, self._key = None, None
+        self._post: ExactPosterior | None = None
+        self._key: tuple | None = None
 
     @property
     def num_data(self) -> int:

@@ -3,7 +3,12 @@ Shoham & Avron's SVGP column: SVGP with the same network as the RKHS methods, M 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from .sparse_variational import SparseVariationalGP
 
 
 class FeatureInputGP(torch.nn.Module):
@@ -15,7 +20,7 @@ class FeatureInputGP(torch.nn.Module):
     ``reset_variational``, ``variational_parameters`` -- with the input map applied first;
     ``hyperparameters`` include the network's weights (the fixed variant freezes them too)."""
 
-    def __init__(self, gp: torch.nn.Module, features: torch.nn.Module):
+    def __init__(self, gp: SparseVariationalGP, features: torch.nn.Module):
         super().__init__()
         self.gp = gp
         self.features = features

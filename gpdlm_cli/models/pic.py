@@ -44,6 +44,7 @@ term: SVGP's predictive with this q, which is FITC's predictive when q is FITC's
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -69,9 +70,10 @@ class PartiallyIndependentGP(torch.nn.Module):
         self.q_mean = torch.nn.Parameter(torch.zeros(M, dtype=inducing_points.dtype))
         self.q_chol = torch.nn.Parameter(torch.eye(M, dtype=inducing_points.dtype))  # its lower triangle is R
         self.jitter = jitter
-        self.train_x = self.train_y = None
+        self.train_x: torch.Tensor | None = None
+        self.train_y: torch.Tensor | None = None
         self.blocks: list[torch.Tensor] = []
-        self.assign = None
+        self.assign: Callable[[torch.Tensor], torch.Tensor] | None = None  # x -> the block label of each row
 
     # ----- q(u) --------------------------------------------------------------------------------
     @property
@@ -125,7 +127,9 @@ class PartiallyIndependentGP(torch.nn.Module):
         return total - self.kl_divergence()
 
     # ----- prediction --------------------------------------------------------------------------
-    def set_train_data(self, x: torch.Tensor, y: torch.Tensor, blocks, assign) -> None:
+    def set_train_data(
+        self, x: torch.Tensor, y: torch.Tensor, blocks, assign: Callable[[torch.Tensor], torch.Tensor]
+    ) -> None:
         self.train_x, self.train_y, self.blocks, self.assign = x, y, list(blocks), assign
 
     def predict(self, x_star: torch.Tensor, labels: torch.Tensor):
@@ -141,9 +145,12 @@ class PartiallyIndependentGP(torch.nn.Module):
             a = tri_solve(L, self.covar_module(self.Z, xs).to_dense())  # M x t
             kss = self.covar_module(xs, diag=True)
             rows = self.blocks[k] if 0 <= k < len(self.blocks) else None
+            local_mu: torch.Tensor | float
+            local_var: torch.Tensor | float
             if rows is None or rows.numel() == 0:
                 b, local_mu, local_var = a, 0.0, 0.0
             else:
+                assert self.train_x is not None and self.train_y is not None  # blocks come with the data
                 xk, yk = self.train_x[rows], self.train_y[rows]
                 A, L_lam = self._block_factors(L, xk)
                 c = self.covar_module(xk, xs).to_dense() - A.transpose(-1, -2) @ a  # n_k x t: K_k* - Q_k*
@@ -157,7 +164,7 @@ class PartiallyIndependentGP(torch.nn.Module):
 
     def marginals(self, x: torch.Tensor):
         """The PIC predictive of f at the rows of x, each in the block ``assign`` gives it."""
-        if self.train_x is None:
+        if self.train_x is None or self.assign is None:
             raise RuntimeError("PartiallyIndependentGP.marginals needs set_train_data first")
         return self.predict(x, self.assign(x))
 

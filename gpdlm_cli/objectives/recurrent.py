@@ -60,7 +60,7 @@ class FixedEmbeddingNLML(Objective):
     def __init__(self, model, num_data: int):
         super().__init__()
         self.model, self.num_data = model, num_data
-        self.h = None
+        self.h: torch.Tensor | None = None  # the fixed embedding (set_embedding)
 
     def set_embedding(self, h: torch.Tensor) -> None:
         self.h = h.detach()
@@ -79,9 +79,9 @@ class CotangentSurrogate(Objective):
     def __init__(self, model, num_data: int):
         super().__init__()
         self.model, self.num_data = model, num_data
-        self.cotangents = None  # (N, E): dL/dh_i at the last refresh
-        self.value = None  # NLML / N at the last refresh
-        self.masks = None  # the refresh's dropout masks (one set per training window), or None
+        self.cotangents: torch.Tensor | None = None  # (N, E): dL/dh_i at the last refresh
+        self.value: torch.Tensor | None = None  # NLML / N at the last refresh
+        self.masks: dict | None = None  # the refresh's dropout masks (one set per training window), or None
 
     @torch.no_grad()
     def set_cotangents(self, c: torch.Tensor, value: torch.Tensor, masks: dict | None = None) -> None:

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -149,6 +150,210 @@ def _fixed_minibatch(n: int, rows: int | None, seed: int, device):
     return torch.randperm(n, generator=gen)[:rows].to(device)
 
 
+# ----- the command's steps --------------------------------------------------------------------------
+def _bias_config(cfg):
+    """``prepare``'s ``adjust``: every check of the study (before a run exists), then the config it
+    runs with (``model.variant=fixed``), with the studied estimator's own parameter checks."""
+    validate_bias(cfg)
+    cfg = effective_config(cfg)
+    build.build_estimator(cfg.estimator)  # the estimator's own parameter checks (num_samples, nu, ...)
+    return cfg
+
+
+@dataclass
+class _Study:
+    """What one bias study works on: the prepared run, the rows whose gradient is studied, and the
+    references it is measured against."""
+
+    p: object  # prepare.Prepared: the run with model.variant=fixed (an SVGP stage, then the DLM stage)
+    xb: torch.Tensor  # the rows of the gradient: all training rows or a fixed seeded minibatch
+    yb: torch.Tensor
+    closed: bool  # the likelihood has a closed form (the reference is exact, else quadrature)
+    reference: object  # the estimator of the reference gradient
+    L_ref: int  # samples of the bMC reference (0: none)
+
+    @property
+    def reference_kind(self) -> str:
+        return "exact" if self.closed else "quadrature"
+
+    @property
+    def bmc_suffix(self) -> str:
+        return f"_vs_bmc{self.L_ref}"
+
+
+def _study(p) -> _Study:
+    """The rows (``bias.batch``, else ``trainer.batch_size``, else all) and the references of ``p``."""
+    from ..estimators import ExactEstimator, QuadratureEstimator
+
+    cfg, b = p.cfg, p.cfg.bias
+    rows = b.batch if b.batch is not None else cfg.trainer.batch_size
+    idx = _fixed_minibatch(p.splits.n_train, rows, cfg.seed, p.device)
+    data = p.data
+    xb, yb = (data.x_train, data.y_train) if idx is None else (data.x_train[idx], data.y_train[idx])
+    closed = _has_closed_form(p.method.likelihood)
+    reference = ExactEstimator() if closed else QuadratureEstimator(num_nodes=int(b.reference_nodes), adaptive=True)
+    return _Study(p, xb, yb, closed, reference, int(b.bmc_reference_samples))
+
+
+def _tracked_run(p, study: _Study, output_dir: Path, tracker, overrides, skip_finished: bool):
+    """The study's ``(TrackedRun, tags)``, or None when ``skip_finished`` finds a FINISHED bias run with
+    the same config hash. The hash covers the command: a bias run never stands in for a `train` run."""
+    from omegaconf import OmegaConf
+
+    cfg = p.cfg
+    config = OmegaConf.to_container(cfg, resolve=True)
+    hashes = config_hashes(OmegaConf.create({**config, "gpdlm_command": "bias"}))
+    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", hashes):
+        return None
+    tags = run_tags(
+        "bias",
+        overrides=overrides,
+        output_dir=output_dir,
+        device=p.device,
+        fingerprint=p.splits.fingerprint,
+        chash=hashes[0],
+        **{"gpdlm.bias_reference": study.reference_kind},
+    )
+    estimator = p.method.estimator
+    L = getattr(estimator, "num_samples", None)
+    name = cfg.tracking.get("run_name") or f"bias-{estimator.name}-L{L}-{cfg.dataset.name}-s{cfg.seed}"
+    return TrackedRun(output_dir, tracker, name), tags
+
+
+def _fit_svgp(p, generator, log_steps):
+    """Step 2's fit: the fixed variant's SVGP stage (beta = 1, deterministic E_q[log p], collapsed for
+    Gaussian full batch) on all training rows; returns the trainer's result."""
+    svgp_stage = next(s for s in p.method.stages if s.name == "svgp")
+    return train(
+        svgp_stage.objective,
+        svgp_stage.groups,
+        p.data.x_train,
+        p.data.y_train,
+        p.settings,
+        generator=generator,
+        evaluate=None,
+        log_steps=log_steps,
+        desc="svgp",
+        hooks=svgp_stage.hooks,
+        stochastic=svgp_stage.stochastic,
+    )
+
+
+def _reference_gradients(study: _Study, flat: _Flattener, beta: float) -> tuple[dict, float, dict]:
+    """Step 3: ``({suffix: reference gradient}, reference_ms, extra metrics)``. The reference (suffix
+    "") by the closed form or quadrature (then checked against half its nodes), and the bMC reference
+    (suffix ``_vs_bmc<L>``) when ``bias.bmc_reference_samples`` > 0, on a seeded stream of its own."""
+    from ..estimators import BMCEstimator, QuadratureEstimator
+
+    p, xb, yb = study.p, study.xb, study.yb
+    model, likelihood, device, n = p.method.model, p.method.likelihood, p.device, p.splits.n_train
+    nodes = int(p.cfg.bias.reference_nodes)
+
+    def gradient(estimator, work_per_row):
+        return flat(_chunked_gradient(model, likelihood, estimator, xb, yb, n, beta, flat.params, work_per_row))
+
+    t0 = time.perf_counter()
+    work = 1 if study.closed else nodes
+    g_ref = gradient(study.reference, work)
+    _sync(device)
+    reference_ms = 1000 * (time.perf_counter() - t0)
+    refs, extra = {"": g_ref}, {}
+    if not study.closed:  # the quadrature reference's own accuracy: halve the nodes
+        g_half = gradient(QuadratureEstimator(num_nodes=max(2, nodes // 2), adaptive=True), work // 2)
+        extra["reference_check_rel"] = float((g_half - g_ref).norm() / g_ref.norm())
+    if study.L_ref:
+        bmc = BMCEstimator(num_samples=study.L_ref)
+        bmc.seed(p.cfg.seed + 7919, device)  # a stream of its own, not the studied estimator's
+        t0 = time.perf_counter()
+        g_bmc = gradient(bmc, study.L_ref)
+        _sync(device)
+        extra["bmc_reference_ms"] = 1000 * (time.perf_counter() - t0)
+        extra[f"bmc{study.L_ref}_vs_reference_rel"] = float((g_bmc - g_ref).norm() / g_ref.norm())
+        refs[study.bmc_suffix] = g_bmc
+    return refs, reference_ms, extra
+
+
+def _estimates(objective, xb, yb, flat: _Flattener, repetitions: int, like: torch.Tensor, device):
+    """Step 4: ``(G, ms)``: ``repetitions`` gradient estimates as the rows of G (dtype and device of
+    ``like``), each a timed forward/backward pass of the objective as in training."""
+    G = torch.empty((repetitions, flat.size), dtype=like.dtype, device=like.device)
+    ms = []
+    for r in range(repetitions):
+        _sync(device)
+        t0 = time.perf_counter()
+        loss = objective(xb, yb)
+        grads = torch.autograd.grad(loss, flat.params)
+        _sync(device)
+        ms.append(1000 * (time.perf_counter() - t0))
+        G[r] = flat(grads)
+    return G, ms
+
+
+def _statistics(G: torch.Tensor, refs: dict, num_mean: int) -> tuple[dict, dict, dict]:
+    """Step 5: ``(metrics, per_repetition, per_coordinate)`` of the estimates G against every reference
+    (its suffix appended to each name): all variational parameters, and the mean block alone (the
+    paper's Fig. 9 shows the mean parameters)."""
+    metrics, per_repetition, per_coordinate = {}, {}, {}
+    for suffix, g in refs.items():
+        for k, v in gradient_statistics(G, g).items():
+            if not (suffix and k == "repetitions"):
+                metrics[f"{k}{suffix}"] = v
+        for k, v in gradient_statistics(G[:, :num_mean], g[:num_mean]).items():
+            if k != "repetitions":
+                metrics[f"mean_block_{k}{suffix}"] = v
+        c1, c2 = condition_statistics(G, g)
+        per_repetition[f"cond_i{suffix}"] = c1.tolist()
+        per_repetition[f"cond_ii{suffix}"] = c2.tolist()
+        per_coordinate[f"bias{suffix}"] = coordinate_bias(G, g).tolist()
+    return metrics, per_repetition, per_coordinate
+
+
+def _run_facts(ms: list, reference_ms: float, flat: _Flattener, batch_rows: int, n: int, fit) -> dict:
+    """The metrics that describe the study itself: timings, sizes and the SVGP fit."""
+    return {
+        "ms_per_estimate": float(sorted(ms)[len(ms) // 2]),
+        "reference_ms": reference_ms,
+        "num_params": flat.size,
+        "num_mean_params": flat.num_mean,
+        "batch_rows": batch_rows,
+        "n_train": n,
+        "svgp_iterations": fit.iterations,
+        "svgp_converged": int(fit.converged),
+        "svgp_final_loss": fit.losses[-1] if fit.losses else float("nan"),
+        "svgp_train_seconds": fit.train_seconds,
+    }
+
+
+def _save_results(run, study: _Study, metrics: dict, per_repetition: dict, per_coordinate: dict, refs: dict, num_mean):
+    """Step 6: metrics.json, bias_stats.json and bias_histograms.png to disk first, then to MLflow
+    (``num_mean``: the number of whitened-mean coordinates, first in every gradient vector)."""
+    from omegaconf import OmegaConf
+
+    p, L_ref = study.p, study.L_ref
+    cfg, estimator, likelihood = p.cfg, p.method.estimator, p.method.likelihood
+    nodes = int(cfg.bias.reference_nodes)
+    stats = {
+        "estimator": OmegaConf.to_container(cfg.estimator, resolve=True),
+        "likelihood": likelihood.name,
+        "reference": study.reference_kind if study.closed else f"quadrature ({nodes} nodes)",
+        "bmc_reference_samples": L_ref,
+        "metrics": {k: (v if math.isfinite(v) else None) for k, v in metrics.items()},
+        "per_repetition": per_repetition,
+        "per_coordinate": {**per_coordinate, "num_mean_params": num_mean},
+    }
+    run.save_metrics(metrics)
+    run.save("bias_stats.json", lambda path: write_atomic(path, json.dumps(stats, indent=2, sort_keys=True)))
+    L, R = getattr(estimator, "num_samples", None), int(cfg.bias.repetitions)
+    title = f"{estimator.name}" + (f" L={L}" if L else "") + f", {likelihood.name} on {cfg.dataset.name}, R={R}"
+    labels = {"": "reference: " + stats["reference"], study.bmc_suffix: f"reference: bMC, {L_ref} samples"}
+    run.save(
+        "bias_histograms.png",
+        lambda path: _plot_histograms(per_repetition, per_coordinate, num_mean, list(refs), labels, path, title),
+    )
+    run.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
+    run.close(("config.yaml", "metrics.json", "bias_stats.json", "bias_histograms.png"), metrics)
+
+
 # ----- the command ----------------------------------------------------------------------------------
 def run_bias(
     cfg,
@@ -160,172 +365,33 @@ def run_bias(
 ) -> dict | None:
     """Run the bias study of the configured estimator; returns its metrics (None if
     ``skip_finished`` found a FINISHED bias run with the same config hash). Raises GpdlmError on bad
-    input, before any work or MLflow run."""
-    from omegaconf import OmegaConf
-
-    from ..estimators import BMCEstimator, ExactEstimator, QuadratureEstimator
-
+    input, before any work or MLflow run. The steps are the module docstring's protocol."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-
-    # 1. every check, before a run exists (the trainer checks that need the method included)
-    def bias_config(cfg):
-        validate_bias(cfg)
-        cfg = effective_config(cfg)
-        build.build_estimator(cfg.estimator)  # the estimator's own parameter checks (num_samples, nu, ...)
-        return cfg
-
-    p = prepare(cfg, adjust=bias_config)
-    cfg, splits, data, method, settings = p.cfg, p.splits, p.data, p.method, p.settings
-    model, likelihood, estimator = method.model, method.likelihood, method.estimator
-    stages = {s.name: s for s in method.stages}  # the fixed DLM: an SVGP stage, then the DLM stage
-    svgp_stage, dlm_stage = stages["svgp"], stages["dlm"]
-    device = p.device
+    p = prepare(cfg, adjust=_bias_config)  # 1. every check, before a run exists
+    cfg, method = p.cfg, p.method
     generator = torch.Generator().manual_seed(cfg.seed)  # batch orders on the CPU, as in `gpdlm train`
-    estimator.seed(cfg.seed, device)
-
-    b = cfg.bias
-    R, n = int(b.repetitions), splits.n_train
-    rows = b.batch if b.batch is not None else cfg.trainer.batch_size
-    idx = _fixed_minibatch(n, rows, cfg.seed, device)
-    xb, yb = (data.x_train, data.y_train) if idx is None else (data.x_train[idx], data.y_train[idx])
-    closed = _has_closed_form(likelihood)
-    reference_kind = "exact" if closed else "quadrature"
-    reference = ExactEstimator() if closed else QuadratureEstimator(num_nodes=int(b.reference_nodes), adaptive=True)
-    L_ref = int(b.bmc_reference_samples)
-    bmc_suffix = f"_vs_bmc{L_ref}"
-
+    method.estimator.seed(cfg.seed, p.device)
+    study = _study(p)
     tracker = tracker if tracker is not None else make_tracker(cfg.tracking)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    # the hash covers the command: a bias run never stands in for a `train` run (sweep.skip_finished)
-    hashes = config_hashes(OmegaConf.create({**config, "gpdlm_command": "bias"}))
-    chash = hashes[0]
-    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", hashes):
+    made = _tracked_run(p, study, output_dir, tracker, overrides, skip_finished)
+    if made is None:
         return None
-    tags = run_tags(
-        "bias",
-        overrides=overrides,
-        output_dir=output_dir,
-        device=device,
-        fingerprint=splits.fingerprint,
-        chash=chash,
-        **{"gpdlm.bias_reference": reference_kind},
-    )
-    L = getattr(estimator, "num_samples", None)
-    run = TrackedRun(
-        output_dir,
-        tracker,
-        cfg.tracking.get("run_name") or f"bias-{estimator.name}-L{L}-{cfg.dataset.name}-s{cfg.seed}",
-    )
-
-    with run.started(cfg, tags, parent_run_id=parent_run_id, table=p.table, fingerprint=splits.fingerprint):
+    run, tags = made
+    with run.started(cfg, tags, parent_run_id=parent_run_id, table=p.table, fingerprint=p.splits.fingerprint):
         with run.interruptible():  # a kill during the study leaves a self-explaining folder
-            # 2. SVGP fit (beta = 1, deterministic expectations), then freeze and reset q(u)
-            # (the fixed variant's SVGP stage: deterministic E_q[log p], collapsed for Gaussian full batch)
-            fit = train(
-                svgp_stage.objective,
-                svgp_stage.groups,
-                data.x_train,
-                data.y_train,
-                settings,
-                generator=generator,
-                evaluate=None,
-                log_steps=tracker.log_steps,
-                desc="svgp",
-                hooks=svgp_stage.hooks,
-                stochastic=svgp_stage.stochastic,
-            )
+            fit = _fit_svgp(p, generator, tracker.log_steps)  # 2. fit, then freeze and reset q(u)
+            dlm_stage = next(s for s in method.stages if s.name == "dlm")
             dlm_stage.prepare()
-            flat = _Flattener(model)
-            params, objective, beta = flat.params, dlm_stage.objective, float(cfg.objective.beta)
-
-            # 3. references
-            t0 = time.perf_counter()
-            work = 1 if closed else int(b.reference_nodes)
-            g_ref = flat(_chunked_gradient(model, likelihood, reference, xb, yb, n, beta, params, work))
-            _sync(device)
-            reference_ms = 1000 * (time.perf_counter() - t0)
-            extra = {}
-            if not closed:  # the quadrature reference's own accuracy: halve the nodes
-                half = QuadratureEstimator(num_nodes=max(2, int(b.reference_nodes) // 2), adaptive=True)
-                g_half = flat(_chunked_gradient(model, likelihood, half, xb, yb, n, beta, params, work // 2))
-                extra["reference_check_rel"] = float((g_half - g_ref).norm() / g_ref.norm())
-            g_bmc = None
-            if L_ref:
-                bmc = BMCEstimator(num_samples=L_ref)
-                bmc.seed(cfg.seed + 7919, device)  # a stream of its own, not the studied estimator's
-                t0 = time.perf_counter()
-                g_bmc = flat(_chunked_gradient(model, likelihood, bmc, xb, yb, n, beta, params, L_ref))
-                _sync(device)
-                extra["bmc_reference_ms"] = 1000 * (time.perf_counter() - t0)
-                extra[f"bmc{L_ref}_vs_reference_rel"] = float((g_bmc - g_ref).norm() / g_ref.norm())
-
-            # 4. R estimates, each a forward/backward pass of the objective as in training
-            G = torch.empty((R, flat.size), dtype=g_ref.dtype, device=g_ref.device)
-            ms = []
-            for r in range(R):
-                _sync(device)
-                t0 = time.perf_counter()
-                loss = objective(xb, yb)
-                grads = torch.autograd.grad(loss, params)
-                _sync(device)
-                ms.append(1000 * (time.perf_counter() - t0))
-                G[r] = flat(grads)
-
-            # 5. statistics: against the reference and against the bMC reference; all variational
-            # parameters, and the mean block alone (the paper's Fig. 9 shows the mean parameters)
-            M = flat.num_mean
-            refs = {"": g_ref} if g_bmc is None else {"": g_ref, bmc_suffix: g_bmc}
-            metrics = {}
-            per_repetition, per_coordinate = {}, {}
-            for suffix, g in refs.items():
-                for k, v in gradient_statistics(G, g).items():
-                    if not (suffix and k == "repetitions"):
-                        metrics[f"{k}{suffix}"] = v
-                for k, v in gradient_statistics(G[:, :M], g[:M]).items():
-                    if k != "repetitions":
-                        metrics[f"mean_block_{k}{suffix}"] = v
-                c1, c2 = condition_statistics(G, g)
-                per_repetition[f"cond_i{suffix}"] = c1.tolist()
-                per_repetition[f"cond_ii{suffix}"] = c2.tolist()
-                per_coordinate[f"bias{suffix}"] = coordinate_bias(G, g).tolist()
+            flat = _Flattener(method.model)
+            refs, reference_ms, extra = _reference_gradients(study, flat, float(cfg.objective.beta))  # 3.
+            R, g_ref = int(cfg.bias.repetitions), refs[""]
+            G, ms = _estimates(dlm_stage.objective, study.xb, study.yb, flat, R, g_ref, p.device)  # 4.
+            metrics, per_repetition, per_coordinate = _statistics(G, refs, flat.num_mean)  # 5.
             metrics.update(extra)
-            metrics.update(
-                {
-                    "ms_per_estimate": float(sorted(ms)[len(ms) // 2]),
-                    "reference_ms": reference_ms,
-                    "num_params": flat.size,
-                    "num_mean_params": M,
-                    "batch_rows": int(xb.shape[0]),
-                    "n_train": n,
-                    "svgp_iterations": fit.iterations,
-                    "svgp_converged": int(fit.converged),
-                    "svgp_final_loss": fit.losses[-1] if fit.losses else float("nan"),
-                    "svgp_train_seconds": fit.train_seconds,
-                }
-            )
-            metrics.update(estimator.statistics())
-
-        # 6. results to disk first, then to MLflow
-        stats = {
-            "estimator": OmegaConf.to_container(cfg.estimator, resolve=True),
-            "likelihood": likelihood.name,
-            "reference": reference_kind if closed else f"quadrature ({int(b.reference_nodes)} nodes)",
-            "bmc_reference_samples": L_ref,
-            "metrics": {k: (v if math.isfinite(v) else None) for k, v in metrics.items()},
-            "per_repetition": per_repetition,
-            "per_coordinate": {**per_coordinate, "num_mean_params": M},
-        }
-        run.save_metrics(metrics)
-        run.save("bias_stats.json", lambda path: write_atomic(path, json.dumps(stats, indent=2, sort_keys=True)))
-        title = f"{estimator.name}" + (f" L={L}" if L else "") + f", {likelihood.name} on {cfg.dataset.name}, R={R}"
-        labels = {"": "reference: " + stats["reference"], bmc_suffix: f"reference: bMC, {L_ref} samples"}
-        run.save(
-            "bias_histograms.png",
-            lambda path: _plot_histograms(per_repetition, per_coordinate, M, list(refs), labels, path, title),
-        )
-        run.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
-        run.close(("config.yaml", "metrics.json", "bias_stats.json", "bias_histograms.png"), metrics)
+            metrics.update(_run_facts(ms, reference_ms, flat, int(study.xb.shape[0]), p.splits.n_train, fit))
+            metrics.update(method.estimator.statistics())
+        _save_results(run, study, metrics, per_repetition, per_coordinate, refs, flat.num_mean)  # 6.
     run.report(metrics)
     return metrics
 

@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from ..exceptions import ResultsNotSaved
 from ..files import write_atomic
@@ -107,10 +108,12 @@ class TrackedRun:
         """``config.yaml`` in the folder, then the MLflow run (params, tags, the dataset input)."""
         from omegaconf import OmegaConf
 
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = cast(dict, OmegaConf.to_container(cfg, resolve=True))  # a DictConfig's container
         write_atomic(self.output_dir / "config.yaml", OmegaConf.to_yaml(cfg))
         with self.tracker.run(run_name=self.run_name, params=flatten(config), tags=tags, parent_run_id=parent_run_id):
             if table is not None:
+                if fingerprint is None:  # the dataset input's digest (MLflow requires one)
+                    raise ValueError("TrackedRun.started: a table needs its split's fingerprint")
                 self.tracker.log_dataset(**dataset_input(table, fingerprint))
             yield self
 

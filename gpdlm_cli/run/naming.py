@@ -130,7 +130,7 @@ def ui_hint(uri: str | None, experiment_id: str | None, run_id: str | None) -> s
     """How to open a run in the MLflow UI: the command and the run's address."""
     from ..tracking.tracker import default_tracking_uri, run_page
 
-    if not uri or not run_id:
+    if not uri or not run_id or experiment_id is None:  # a tracked run always has both ids
         return ""
     page = run_page(experiment_id, run_id)
     if uri.startswith(("http://", "https://")):

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import mlflow.pyfunc
+from mlflow.pyfunc.model import PythonModel  # its home (mlflow.pyfunc does not re-export it)
 
 from .serving import DEFAULT_LEVEL, output_columns, predict_rows
 
@@ -28,7 +29,7 @@ REQUIREMENTS = (
 )
 
 
-class GpdlmPyfunc(mlflow.pyfunc.PythonModel):
+class GpdlmPyfunc(PythonModel):
     """A gpdlm run as a pyfunc model: ``predict(DataFrame of the training table's feature columns,
     params={"level": 0.9})`` -> DataFrame of ``serving.output_columns`` (original units)."""
 

@@ -173,6 +173,8 @@ def _fit(cfg, p, history, evaluate, generator, checkpoint, record):
             from ..training.reuse import loadmodule_state
 
             loadmodule_state(p.method.modules, batched.state)
+            if batched.restore is not None:  # e.g. the RKHS family's hook states (MINIMAX's mu)
+                batched.restore(p.method)
             history.log_steps(batched.steps)
             record.on_end(None, batched.fit)
             return batched.fit

@@ -3,8 +3,8 @@ keys, ``objective``, ``sweep``, ``bias``, ``dataset`` (the keys every dataset ha
 ``kernel``, ``likelihood``, ``estimator`` and ``features``.
 
 Each is a frozen dataclass whose fields declare the key's type, range, choices and meaning once
-(``schema.keys``); ``parse`` turns a config node into it. What a loader or a builder checks itself
-(a dataset's own options, an estimator's constructor arguments) travels in ``extra``.
+(``schema.keys``); ``parse`` turns a config node into it. A dataset's own options and an estimator's
+constructor arguments travel in ``extra``, checked against their schemas (``schema.options``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from typing import Any
 
 from ..exceptions import param_error
 from ..validation import is_int, is_number
-from .keys import anything, choice, flag, integer, listing, real, text
+from .keys import anything, choice, flag, integer, listing, parse, real, text
+
+#: the published test masks of a dataset that has them (``data.splits.N_MASKS``; a test keeps them equal)
+N_MASKS = 10
 
 
 def _threads_ok(v) -> bool:
@@ -122,16 +125,37 @@ class SplitSpec:
 
     val_fraction: float = real(0.0, lo=0, hi=1, hi_open=True, help="share of the rows for validation")
     test_fraction: float = real(0.0, lo=0, hi=1, hi_open=True, help="share of the rows for testing")
-    train_size: int | None = anything(None, help="subsample the training part to this many rows")
-    test_size: int | None = anything(None, help="a fixed number of test rows instead of test_fraction")
-    mask: int | None = anything(None, help="0..9: test on published test mask k")
-    mask_val_fraction: float = anything(0.0, help="with mask: share of the training rows held out for validation")
+    train_size: int | None = integer(
+        None,
+        lo=0,
+        null=True,
+        allowed="a non-negative integer or null",
+        help="subsample the training part to this many rows",
+    )
+    test_size: int | None = integer(
+        None,
+        lo=0,
+        null=True,
+        allowed="a non-negative integer or null",
+        help="a fixed number of test rows instead of test_fraction",
+    )
+    mask: int | None = integer(
+        None,
+        lo=0,
+        hi=N_MASKS - 1,
+        null=True,
+        allowed=f"an integer in 0..{N_MASKS - 1} (one of the {N_MASKS} published test masks) or null",
+        help="0..9: test on published test mask k",
+    )
+    mask_val_fraction: float = real(
+        0.0, lo=0, hi=1, hi_open=True, help="with mask: share of the training rows held out for validation"
+    )
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
     """The ``dataset`` group: its name, the keys every dataset has, and (``extra``) the dataset's own
-    options, which its loader checks."""
+    options, checked against its loader's schema (``schema.options.DATASET_OPTIONS``)."""
 
     name: str = text("concrete", help="a registered dataset (`gpdlm datasets list`)")
     standardize_y: bool | None = anything(
@@ -145,9 +169,12 @@ class DatasetSpec:
     extra: dict = field(default_factory=dict)
 
     def check(self) -> None:
-        from ..data.splits import check_split_values
+        from .options import check_options, dataset_options
 
-        check_split_values(self.split)
+        parse(self.split, SplitSpec, "dataset.split")  # its keys' types and ranges (rows: data.splits)
+        schema = dataset_options(self.name)
+        if schema is not None:  # the loader's own options (a loader registered from code checks its own)
+            check_options(self.extra, schema, f"dataset={self.name}")
 
     @property
     def options(self) -> dict:
@@ -255,11 +282,20 @@ class LikelihoodSpec:
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """The ``estimator`` group: its name and (``options``) its constructor's keys (the estimator
-    checks them: ``num_samples``, ``num_nodes``, ...)."""
+    """The ``estimator`` group: its name and (``options``) its constructor's keys, checked against the
+    estimator's schema (``schema.options.ESTIMATOR_OPTIONS``: ``num_samples``, ``num_nodes``, ...)."""
 
     name: str = text("auto", help="auto | exact | quadrature | bmc | smooth_bmc | ups")
     extra: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        """The estimator's options against its schema (``schema.options``); an estimator without one
+        (registered from code) checks its own."""
+        from .options import ESTIMATOR_OPTIONS, check_options
+
+        schema = ESTIMATOR_OPTIONS.get(self.name)
+        if schema is not None:
+            check_options(self.extra, schema, f"estimator={self.name}")
 
     @property
     def options(self) -> dict:

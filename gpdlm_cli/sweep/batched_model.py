@@ -235,93 +235,118 @@ def train_batched(
     if not isinstance(rule, (ConvergenceRule, NeverStop)):
         raise NotBatchable(f"stop rule {rule.name} has no batched form")
     batch = BatchedSVGP(members)
-    B = len(members)
     lr_scale = lr_scale or {}
     groups = [{"params": ps, "lr": lr * lr_scale.get(g, 1.0), "name": g} for g, ps in batch.parameter_groups()]
     if not groups:
         raise NotBatchable("no trainable parameter")
     opt = torch.optim.Adam(groups, **({} if eps is None else {"eps": eps}))
     params = [p for g in groups for p in g["params"]]
-    dtype, device = batch.x.dtype, batch.x.device
-    losses = torch.empty(B, max_iters, dtype=dtype, device=device)
-    active = [True] * B
-    iterations = [0] * B
-    converged = [False] * B
-    seconds = [0.0] * B
-    steps: list[dict] = [{} for _ in range(B)]
-    eval_hooks = [[h for h in m.hooks if hasattr(h, "before_evaluate")] for m in members]
+    state = _Progress(members, max_iters, batch.x, step_offsets)
     chunks = batch.chunks()
-    offsets = list(step_offsets) if step_offsets is not None else [0] * B
     it = 0
     t = time.perf_counter()
-    while it < max_iters and any(active):
-        mask = torch.tensor(active, device=device)
-        frozen = None if all(active) else [p.detach().clone() for p in params]
-        opt.zero_grad(set_to_none=True)
-        parts = []
-        for sl in chunks:  # one backward per chunk: its graph is freed before the next one is built
-            part = batch.losses(sl)
-            part.sum().backward()
-            parts.append(part.detach())
-        loss = torch.cat(parts)
-        opt.step()
-        if frozen is not None:  # stopped members keep their parameters
-            with torch.no_grad():
-                for p, old in zip(params, frozen):
-                    p.copy_(torch.where(mask.view(-1, *([1] * (p.dim() - 1))), p, old))
-        losses[:, it] = loss
+    while it < max_iters and any(state.active):
+        state.losses[:, it] = _adam_step(batch, opt, params, chunks, state.active)
         it += 1
-        now = time.perf_counter()
-        share = (now - t) / sum(active)
-        t = now
-        for b in range(B):
-            if active[b]:
-                seconds[b] += share
-                iterations[b] = it
+        t = state.account(it, t)
         if it % check_every == 0 or it == max_iters:
-            for b in range(B):
-                if not active[b]:
-                    continue
-                window = losses[b, :it]
-                if not bool(torch.isfinite(window[-check_every:]).all()):
-                    raise NotBatchable(f"member {b}'s loss became non-finite (its separate run reports where)")
-                converged[b] = rule.converged(window)
-        for b in range(B):
-            if not active[b]:
+            state.check(it, rule, check_every)
+        t = state.evaluate(batch, it, eval_every, eval_every_epochs, max_iters, t)
+    return [state.fit(batch, b, rule) for b in range(len(members))]
+
+
+def _adam_step(batch: BatchedSVGP, opt, params: list, chunks: list[slice], active: list[bool]) -> torch.Tensor:
+    """One Adam step of the batch (one backward per chunk of members); stopped members keep their values.
+    Returns the members' losses (B)."""
+    frozen = None if all(active) else [p.detach().clone() for p in params]
+    opt.zero_grad(set_to_none=True)
+    parts = []
+    for sl in chunks:  # one backward per chunk: its graph is freed before the next one is built
+        part = batch.losses(sl)
+        part.sum().backward()
+        parts.append(part.detach())
+    opt.step()
+    if frozen is not None:  # stopped members keep their parameters
+        mask = torch.tensor(active, device=batch.x.device)
+        with torch.no_grad():
+            for p, old in zip(params, frozen):
+                p.copy_(torch.where(mask.view(-1, *([1] * (p.dim() - 1))), p, old))
+    return torch.cat(parts)
+
+
+class _Progress:
+    """Each member's training so far: losses, iterations, stopping, time share and learning curves."""
+
+    def __init__(self, members: list[Member], max_iters: int, x: torch.Tensor, step_offsets: list[int] | None):
+        B = len(members)
+        self.members = members
+        self.losses = torch.empty(B, max_iters, dtype=x.dtype, device=x.device)
+        self.active = [True] * B
+        self.iterations = [0] * B
+        self.converged = [False] * B
+        self.seconds = [0.0] * B
+        self.steps: list[dict] = [{} for _ in range(B)]
+        self.eval_hooks = [[h for h in m.hooks if hasattr(h, "before_evaluate")] for m in members]
+        self.offsets = list(step_offsets) if step_offsets is not None else [0] * B
+
+    def account(self, it: int, t: float) -> float:
+        """Share the iteration's time among the active members; the new start time."""
+        now = time.perf_counter()
+        share = (now - t) / sum(self.active)
+        for b, on in enumerate(self.active):
+            if on:
+                self.seconds[b] += share
+                self.iterations[b] = it
+        return now
+
+    def check(self, it: int, rule, check_every: int) -> None:
+        """Each active member's stopping rule on its own losses (non-finite: ``NotBatchable``)."""
+        for b, on in enumerate(self.active):
+            if not on:
                 continue
-            last = converged[b] or it == max_iters
-            due = bool(eval_every and it % eval_every == 0) or bool(eval_every_epochs and it % eval_every_epochs == 0)
-            if members[b].evaluate is not None and due and not last:
+            window = self.losses[b, :it]
+            if not bool(torch.isfinite(window[-check_every:]).all()):
+                raise NotBatchable(f"member {b}'s loss became non-finite (its separate run reports where)")
+            self.converged[b] = rule.converged(window)
+
+    def evaluate(self, batch: BatchedSVGP, it: int, eval_every: int, eval_every_epochs, max_iters: int, t: float):
+        """The members' evaluations when due (their time is not training time); members that converged stop.
+        Returns the start time of the next iteration."""
+        due = bool(eval_every and it % eval_every == 0) or bool(eval_every_epochs and it % eval_every_epochs == 0)
+        for b, m in enumerate(self.members):
+            if not self.active[b]:
+                continue
+            last = self.converged[b] or it == max_iters
+            if m.evaluate is not None and due and not last:
                 t_eval = time.perf_counter()
                 batch.write_member(b)
-                for h in eval_hooks[b]:
+                for h in self.eval_hooks[b]:
                     h.before_evaluate()
-                for k, v in members[b].evaluate().items():
-                    steps[b].setdefault(k, []).append((offsets[b] + it, v))
+                for k, v in m.evaluate().items():
+                    self.steps[b].setdefault(k, []).append((self.offsets[b] + it, v))
                 t += time.perf_counter() - t_eval  # evaluation time is not training time
-            if converged[b]:
-                active[b] = False
-    out = []
-    for b, m in enumerate(members):
+            if self.converged[b]:
+                self.active[b] = False
+        return t
+
+    def fit(self, batch: BatchedSVGP, b: int, rule) -> MemberFit:
+        """Member b written back into its own modules (its ``training_end`` hooks run) and its ``MemberFit``."""
         batch.write_member(b)
-        for h in m.hooks:
+        for h in self.members[b].hooks:
             if hasattr(h, "training_end"):
                 h.training_end()
-        n_it = iterations[b]
-        vals = losses[b, :n_it].tolist()
-        steps[b]["train_loss"] = [(offsets[b] + i + 1, v) for i, v in enumerate(vals)]
-        out.append(
-            MemberFit(
-                losses=vals,
-                iterations=n_it,
-                converged=converged[b],
-                train_seconds=seconds[b],
-                iter_ms=1000 * seconds[b] / max(n_it, 1),
-                steps=steps[b],
-                stop_rule=rule.name,
-            )
+        n_it = self.iterations[b]
+        vals = self.losses[b, :n_it].tolist()
+        self.steps[b]["train_loss"] = [(self.offsets[b] + i + 1, v) for i, v in enumerate(vals)]
+        return MemberFit(
+            losses=vals,
+            iterations=n_it,
+            converged=self.converged[b],
+            train_seconds=self.seconds[b],
+            iter_ms=1000 * self.seconds[b] / max(n_it, 1),
+            steps=self.steps[b],
+            stop_rule=rule.name,
         )
-    return out
 
 
 __all__ = ["KINDS", "BatchedSVGP", "Member", "MemberFit", "NotBatchable", "train_batched"]

@@ -31,6 +31,9 @@ class SweepPlan:
     batched: bool = False  # sweep.batched
     batch_sizes: list[int] = field(default_factory=list)  # sweep.batched: the members of each batch (sweep.batched)
     separate: int = 0  # sweep.batched: jobs trained one by one (out of scope, or alone in their shape)
+    timed_shapes: int = 0  # --dry-run: the job shapes timed (or reused from an earlier plan's probe)
+    extrapolated: dict = field(default_factory=dict)  # shape -> stage rows taken from a timed shape (budget spent)
+    probe_s: float = 0.0  # seconds spent timing
 
     def batching(self) -> str:
         """``not batched``, or ``batched: K groups of B members`` (and how many jobs train separately)."""
@@ -43,6 +46,11 @@ class SweepPlan:
         line = f"batched: {k} group{'s' if k > 1 else ''} of {lo if lo == hi else f'{lo}-{hi}'} members"
         return line + (f", {self.separate} jobs separately" if self.separate else "")
 
+    def probe_note(self) -> str:
+        """How many job shapes were timed, and that the others were extrapolated (the probe budget spent)."""
+        n = self.timed_shapes + len(self.extrapolated)
+        return f"{self.timed_shapes} of {n} job shapes timed, the others from a timed shape of the same model"
+
     def summary(self) -> str:
         shared = "shared beta-free stages" if self.share_stages else "no shared stages"
         warm = ", warm-started beta paths" if self.warm_start else ""
@@ -52,6 +60,8 @@ class SweepPlan:
         )
         if self.estimate_s is not None:
             line += f"; estimated wall time on this machine: {_duration(self.estimate_s)} (an upper bound)"
+            if self.extrapolated:
+                line += f" ({self.probe_note()})"
         return line
 
 
@@ -96,7 +106,13 @@ def sweep_jobs(overrides: list[str], params) -> list[list[str]]:
     return collapse_beta_free(jobs)[0]  # gpdlm's sweeper launches a beta-free model once per configuration
 
 
-def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int = 5) -> SweepPlan:
+def plan(
+    overrides: list[str], *, estimate: bool = False, sample_iterations: int = 2, probe_budget_s: float | None = None
+) -> SweepPlan:
+    """The sweep of ``overrides`` (``gpdlm train -m``'s command line): its jobs, protocol, sharing, launcher,
+    batching and, with ``estimate``, its wall time from probes of every job shape (``sample_iterations``: the
+    least steps timed after a probe's first; ``probe_budget_s``: the
+    probes' time budget, ``PROBE_BUDGET_S`` by default; the shapes left are extrapolated)."""
     jobs, cfg = job_overrides(overrides)
     launcher = str(cfg.hydra.launcher.get("_target_", "basic")).rsplit(".", 1)[-1].replace("Launcher", "").lower()
     n_jobs = cfg.hydra.launcher.get("n_jobs") or 1
@@ -112,7 +128,7 @@ def plan(overrides: list[str], *, estimate: bool = False, sample_iterations: int
         p.batched = True
         p.batch_sizes, p.separate = batch_groups(jobs)
     if estimate:
-        p.estimate_s = _estimate(p, sample_iterations)
+        p.estimate_s = _estimate(p, sample_iterations, probe_budget_s)
     return p
 
 
@@ -134,116 +150,302 @@ def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
     return sizes, separate + sum(n for n in shapes.values() if n == 1)
 
 
-def _estimate(p: SweepPlan, k: int) -> float:
+#: the probes' time budget per plan (seconds): job shapes left when it is spent are not timed but take the
+#: timings of a timed shape (``_extrapolate``); the first shape of a plan is always timed
+PROBE_BUDGET_S = 10.0
+#: the job overrides that may change a job's shape (``_shape``): a config group's choice (``model=``,
+#: ``dataset=``, ``trainer=``: a key without a dot) but ``NEUTRAL``'s, and these keys; jobs that differ only
+#: in others (seed, mask, beta, ``dataset.mode``, ...) are composed once (a paper's sweep: thousands of jobs,
+#: a few dozen shapes), the first of them standing for all (its iteration cap, its probe)
+NEUTRAL = ("seed", "threads", "progress", "device")
+SHAPE_KEYS = (
+    "dataset.name",
+    "dataset.split.train_size",
+    "trainer.batch_size",
+    "model.name",
+    "model.variant",
+    "model.num_inducing",
+    "estimator.name",
+    "estimator.num_samples",
+)
+_PROBES: dict = {}  # (shape, the config it was timed with) -> its stage rows: reused by later plans (reproduce)
+_LOADED: dict = {}  # the data of the last probes' configs (``load_data``): reused by later probes
+_LOADED_KEEP = 3
+
+
+def _estimate(p: SweepPlan, k: int, budget_s: float | None = None) -> float:
     """The sweep's estimated seconds; the probes run at each job's torch threads, and the calling process's
     thread count is put back after (a test process or a reproduce that goes on to run the jobs)."""
     import torch
 
     threads = torch.get_num_threads()
     try:
-        return _estimate_at_job_threads(p, k)
+        return _estimate_at_job_threads(p, k, PROBE_BUDGET_S if budget_s is None else budget_s)
     finally:
         torch.set_num_threads(threads)
 
 
-def _estimate_at_job_threads(p: SweepPlan, k: int) -> float:
+def _estimate_at_job_threads(p: SweepPlan, k: int, budget_s: float) -> float:
+    """Time one job of every shape (``_probe_order``, until ``budget_s`` is spent; the others extrapolated;
+    a shape timed by an earlier plan with the same config is not timed again), then add up every job's
+    stages (a shareable stage once per key)."""
+    jobs = _job_configs(p.jobs)
+    counts: dict[tuple, int] = {}
+    for _job, cfg, _seed in jobs:
+        counts[_shape(cfg)] = counts.get(_shape(cfg), 0) + 1
+    first = {}
+    for _job, cfg, _seed in jobs:
+        first.setdefault(_shape(cfg), cfg)
+    t0 = time.perf_counter()
+    for shape in _probe_order(counts):
+        if shape in p.per_shape:
+            continue
+        cached = _PROBES.get((shape, _probe_key(first[shape], p.parallel)))
+        if cached is None and p.per_shape and time.perf_counter() - t0 >= budget_s:
+            continue  # over the budget: extrapolated below
+        if cached is None:
+            cached = _PROBES[(shape, _probe_key(first[shape], p.parallel))] = _probe_shape(first[shape], k, p.parallel)
+        p.per_shape[shape] = cached
+    p.timed_shapes, p.probe_s = len(p.per_shape), time.perf_counter() - t0
+    p.extrapolated = {sh: _extrapolate(sh, p.per_shape) for sh in counts if sh not in p.per_shape}
+    total, shared_seen = 0.0, set()
+    for _job, cfg, seed in jobs:
+        shape = _shape(cfg)
+        rows = p.per_shape[shape] if shape in p.per_shape else p.extrapolated[shape]
+        for name, shareable, _cap, _ms, _, seconds in rows:
+            key = (shape, name, seed, cfg.dataset.split.get("train_size"))
+            if shareable and p.share_stages:
+                if key in shared_seen:
+                    continue
+                shared_seen.add(key)
+            total += seconds
+    return total / max(1, p.parallel)
+
+
+def _shape_override(o: str) -> bool:
+    key = o.split("=", 1)[0].lstrip("+~")
+    return key in SHAPE_KEYS or ("." not in key and key not in NEUTRAL)
+
+
+def _probe_order(counts: dict[tuple, int]) -> list[tuple]:
+    """The shapes in the order they are timed: every model's most frequent shape first (so that a shape left
+    untimed by the budget has a timed one of its model), then every model's second, ...; by job count within."""
+    rank: dict[str, int] = {}
+    order = []
+    for sh in sorted(counts, key=lambda sh: -counts[sh]):
+        rank[sh[0]] = rank.get(sh[0], -1) + 1
+        order.append((rank[sh[0]], -counts[sh], sh))
+    return [sh for *_, sh in sorted(order, key=lambda t: t[:2])]
+
+
+def _job_configs(jobs: list[list[str]]) -> list[tuple]:
+    """(job, its config, its seed) of every job, composing once the jobs whose shape overrides
+    (``_shape_override``) are the same."""
     from hydra import compose
 
-    from ..build import configure_threads
-    from ..prepare import prepare
-    from ..training import run_stages, stage_settings
-    from ..training.stages import first_order_prefix, uses_lbfgs
     from .compose import config_module
 
-    total, shared_seen = 0.0, set()
+    composed: dict[tuple, object] = {}
+    out = []
     with config_module():
-        for job in p.jobs:
-            cfg = compose(config_name="config", overrides=list(job))
-            shape = (
-                f"{cfg.model.name}" + (f"_{cfg.model.variant}" if cfg.model.get("variant") else ""),
-                cfg.dataset.name,
-                cfg.dataset.split.get("train_size"),
-                cfg.trainer.batch_size,
-                cfg.model.get("num_inducing"),
+        for job in jobs:
+            rest = tuple(o for o in job if _shape_override(o))
+            if rest not in composed:
+                composed[rest] = compose(config_name="config", overrides=list(job))
+            cfg = composed[rest]
+            seed = next((o.split("=", 1)[1] for o in job if o.split("=", 1)[0].lstrip("+") == "seed"), cfg.seed)
+            out.append((job, cfg, str(seed)))
+    return out
+
+
+def _shape(cfg) -> tuple:
+    """What a job's step time depends on: model (and variant), data set, training size, batch size,
+    inducing points, the gradient estimator and its samples."""
+    est = cfg.get("estimator") or {}
+    return (
+        f"{cfg.model.name}" + (f"_{cfg.model.variant}" if cfg.model.get("variant") else ""),
+        cfg.dataset.name,
+        cfg.dataset.split.get("train_size"),
+        cfg.trainer.batch_size,
+        cfg.model.get("num_inducing"),
+        f"{est.get('name', '')}" + (f"-{est.get('num_samples')}" if est.get("num_samples") is not None else ""),
+    )
+
+
+def _probe_key(cfg, parallel: int) -> str:
+    """The config a shape is timed with (all but its seed, mask, beta and learning rate) and the launcher's
+    parallel jobs: a later plan's shape with the same key reuses the timing."""
+    from omegaconf import OmegaConf
+
+    keep = ("model", "kernel", "likelihood", "trainer", "estimator", "features", "dataset", "threads", "dtype")
+    d = {k: OmegaConf.to_container(cfg, resolve=False).get(k) for k in keep}
+    if isinstance(d.get("dataset"), dict):
+        d["dataset"] = {**d["dataset"], "split": {**d["dataset"].get("split", {}), "mask": None}}
+    return f"{parallel}|{OmegaConf.to_yaml(OmegaConf.create(d))}"
+
+
+def _extrapolate(shape: tuple, timed: dict) -> list:
+    """The stage rows of a shape that was not timed: those of a timed shape of the same model (another
+    data set or size), else of the timed shape whose jobs take longest (an upper bound among them)."""
+    same = [rows for sh, rows in timed.items() if sh[0] == shape[0]]
+    if same:
+        return max(same, key=lambda rows: sum(r[-1] for r in rows))
+    return max(timed.values(), key=lambda rows: sum(r[-1] for r in rows))
+
+
+def _load_data(cfg):
+    """``build.load_data``, reusing the data of an earlier probe with the same data set, split and seed
+    (the 2M-row airline table took ~12 s a probe)."""
+    from omegaconf import OmegaConf
+
+    from ..build import load_data
+
+    key = OmegaConf.to_yaml(
+        OmegaConf.create(
+            {
+                "dataset": OmegaConf.to_container(cfg.dataset),
+                "seed": cfg.seed,
+                "lik": cfg.likelihood.name,
+                "device": str(cfg.device),
+                "dtype": str(cfg.dtype),
+            }
+        )
+    )
+    if key not in _LOADED:
+        while len(_LOADED) >= _LOADED_KEEP:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = load_data(cfg)
+    return _LOADED[key]
+
+
+def _probe_config(cfg):
+    """The config a shape is timed with: what only its setup or its predictions need made cheap, its training
+    step unchanged -- random initial inducing points instead of k-means (the same M points; k-means on
+    200,000 airline rows took ~60 s a probe), and one prediction cell where k-means cells serve predictions
+    only (sVBSSGP with random training blocks: ``train_partitions`` keeps their size; SSGP's
+    ``predict=local``): 2,000 k-means cells of the airline rows took minutes a probe."""
+    from omegaconf import OmegaConf, open_dict
+
+    m = cfg.model
+    kmeans_init = m.get("inducing_init") == "kmeans"
+    cells_for_predictions = m.get("partitions") is not None and (
+        (m.name == "svbssgp" and m.get("train_blocks") == "random" and m.get("block_rows") is None)
+        or (m.name == "ssgp" and m.get("predict") == "local")
+    )
+    if not (kmeans_init or cells_for_predictions):
+        return cfg
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    with open_dict(cfg):
+        if kmeans_init:
+            cfg.model.inducing_init = "random"
+        if cells_for_predictions:
+            if cfg.model.name == "svbssgp":
+                cfg.model.train_partitions = cfg.model.get("train_partitions") or cfg.model.partitions
+            cfg.model.partitions = 1
+    return cfg
+
+
+def _probe_shape(cfg, k: int, parallel: int) -> list:
+    """Time one job of a shape: per iterative stage (name, shareable, iteration cap, ms per iteration,
+    fast L-BFGS, seconds) -- the cap times the ms, plus the fast protocol's first-order prefix."""
+    from ..build import configure_threads
+    from ..prepare import prepare
+    from ..training import stage_settings
+    from ..training.stages import first_order_prefix, uses_lbfgs
+
+    # the job's own torch threads (``threads``, shared among the launcher's parallel jobs): timed at the
+    # process default (every core) on a loaded machine, a minibatch step took ~13x longer
+    configure_threads(cfg.get("threads", "auto"), parallel)
+    prepared = prepare(_probe_config(cfg), load_data=_load_data)
+    splits, data, settings = prepared.splits, prepared.data, prepared.settings
+    quick = dataclasses.replace(
+        settings,
+        max_iters=2,
+        max_epochs=None,
+        eval_every=0,
+        fast_adam_iters=0,
+        eval_every_epochs=None,
+        keep_best=None,
+        stop_rule="none",
+        progress=False,
+    )
+    rows = []
+    for stage in prepared.method.stages:
+        if stage.solve is not None:
+            continue
+        s = stage_settings(settings, stage, splits.n_train)
+        cap = s.max_iters or (s.max_epochs or 1) * max(1, splits.n_train // (s.batch_size or splits.n_train))
+        ms = _ms_per_iteration(stage, data, quick, k)
+        seconds = cap * ms / 1000
+        prefix = first_order_prefix(settings, stage, splits.n_train)
+        if prefix is not None:  # the fast protocol's first-order start, at the paper optimiser's speed
+            seconds += (
+                prefix.max_iters
+                * _ms_per_iteration(stage, data, dataclasses.replace(quick, protocol="paper"), k)
+                / 1000
             )
-            if shape not in p.per_shape:
-                # the job's own torch threads (``threads``, shared among the launcher's parallel jobs): timed
-                # at the process default (every core) on a loaded machine, a minibatch step took ~13x longer
-                configure_threads(cfg.get("threads", "auto"), p.parallel)
-                prepared = prepare(cfg)
-                splits, data, method, settings = prepared.splits, prepared.data, prepared.method, prepared.settings
-                stages = []
-                for stage in method.stages:
-                    if stage.solve is not None:
-                        continue
-                    s = stage_settings(settings, stage, splits.n_train)
-                    cap = s.max_iters or (s.max_epochs or 1) * max(
-                        1, splits.n_train // (s.batch_size or splits.n_train)
-                    )
-                    quick = dataclasses.replace(
-                        settings,
-                        max_iters=2,
-                        max_epochs=None,
-                        eval_every=0,
-                        fast_adam_iters=0,
-                        eval_every_epochs=None,
-                        keep_best=None,
-                        stop_rule="none",
-                        progress=False,
-                    )
+        lbfgs = uses_lbfgs(stage, settings, splits.n_train) and s.protocol == "fast"
+        rows.append((stage.name, bool(getattr(stage, "shareable", False)), cap, ms, lbfgs, seconds))
+    return rows
 
-                    def ms_per_iteration(q, stage=stage, data=data):
-                        """ms per iteration from two timed probes of k and 3k iterations: their difference
-                        leaves out what every call of run_stages costs once (building the stage's optimiser
-                        and state: ~0.2 s for an RKHS stage, whose minibatch step is ~3 ms -- timing k = 5
-                        steps alone made it 40 ms, and a 100-epoch job's estimate 8-50x too long)."""
 
-                        def timed(iters: int) -> float:
-                            t0 = time.perf_counter()
-                            run_stages(
-                                [stage],
-                                data.x_train,
-                                data.y_train,
-                                dataclasses.replace(q, max_iters=iters),
-                                generator=_gen(),
-                            )
-                            return time.perf_counter() - t0
+def _ms_per_iteration(stage, data, q, k: int) -> float:
+    """ms per iteration of ``stage``: the mean step of one ``run_stages`` call after its first step, timed
+    step by step (``_StepClock``), so that what the call costs once is left out (building the stage's
+    optimiser and state: ~0.2 s for an RKHS stage, whose minibatch step is ~3 ms -- timing a whole call of
+    5 steps made it 40 ms, and a 100-epoch job's estimate 8-50x too long; ~4 s for a GP-LSTM theta stage
+    of 30 ms steps). The call ends once at least ``k`` steps after the first took ``STEP_SPAN_S`` (a 1 s
+    step: 2 steps after the first) or after ``MAX_PROBE_STEPS``; a first step over ``SLOW_STEP_S`` is timed
+    alone."""
+    from ..training import run_stages
 
-                        run_stages(
-                            [stage], data.x_train, data.y_train, q, generator=_gen()
-                        )  # warm-up: caches, first calls
-                        short, long = timed(k), timed(3 * k)
-                        per = (long - short) / (2 * k)
-                        if per <= 0:  # timing noise (a loaded machine): the long probe's mean, an upper bound
-                            per = long / (3 * k)
-                        return 1000 * per
+    clock = _step_clock(data.x_train.device.type == "cuda", max(1, k))
+    run_stages(
+        [stage],
+        data.x_train,
+        data.y_train,
+        dataclasses.replace(q, max_iters=MAX_PROBE_STEPS + 1),
+        generator=_gen(),
+        callbacks=[clock],
+    )
+    steps = [b - a for a, b in zip(clock.stamps[1:], clock.stamps[2:])]
+    if not steps:  # a stage of one step, or a slow first step timed alone
+        steps = [clock.stamps[-1] - clock.stamps[0]]
+    return 1000 * sum(steps) / len(steps)
 
-                    ms = ms_per_iteration(quick)
-                    seconds = cap * ms / 1000
-                    prefix = first_order_prefix(settings, stage, splits.n_train)
-                    if prefix is not None:  # the fast protocol's first-order start, at the paper optimiser's speed
-                        seconds += (
-                            prefix.max_iters * ms_per_iteration(dataclasses.replace(quick, protocol="paper")) / 1000
-                        )
-                    stages.append(
-                        (
-                            stage.name,
-                            bool(getattr(stage, "shareable", False)),
-                            cap,
-                            ms,
-                            uses_lbfgs(stage, settings, splits.n_train) and s.protocol == "fast",
-                            seconds,
-                        )
-                    )
-                p.per_shape[shape] = stages
-            for name, shareable, _cap, _ms, _, seconds in p.per_shape[shape]:
-                key = (shape, name, cfg.seed, cfg.dataset.split.get("train_size"))
-                if shareable and p.share_stages:
-                    if key in shared_seen:
-                        continue
-                    shared_seen.add(key)
-                total += seconds
-    return total / max(1, p.parallel)
+
+#: a probe call ends once its steps after the first took this long (s) ...
+STEP_SPAN_S = 0.3
+#: ... or after this many steps; a first step at least SLOW_STEP_S long ends it at once, and is the step time
+#: (a full-batch L-BFGS step on the 1.9M airline rows: ~20 s)
+MAX_PROBE_STEPS = 200
+SLOW_STEP_S = 2.0
+
+
+def _step_clock(sync: bool, min_steps: int):
+    """A training-loop callback of the probes: the time at the start of each ``train`` call and after each
+    of its steps (after a device sync on a GPU); it ends the call (``loop.converged``) once at least
+    ``min_steps`` steps after the first took ``STEP_SPAN_S`` in all."""
+    from ..training.callbacks import Callback
+
+    class StepClock(Callback):
+        stamps: list = []
+
+        def on_train_start(self, loop) -> None:
+            self.stamps = [time.perf_counter()]
+
+        def on_step(self, loop) -> None:
+            if sync:
+                import torch
+
+                torch.cuda.synchronize()
+            self.stamps.append(time.perf_counter())
+            if len(self.stamps) == 2 and self.stamps[1] - self.stamps[0] >= SLOW_STEP_S:
+                loop.converged = True  # a first step this slow is the step (its first-call costs are small)
+            elif len(self.stamps) - 2 >= min_steps and self.stamps[-1] - self.stamps[1] >= STEP_SPAN_S:
+                loop.converged = True
+
+    return StepClock()
 
 
 def _gen():

@@ -50,7 +50,7 @@ class Checkpointer:
         every: int,
         run_state: Callable[[], dict],
         state: dict | None = None,
-        on_failure: Callable[[OSError, int], None] | None = None,
+        on_failure: Callable[[OSError, int | None], None] | None = None,
     ):
         self.path, self.every, self.run_state = Path(path), int(every), run_state
         self.state = state  # the checkpoint to resume from (consumed by callbacks.Checkpointing)
@@ -60,7 +60,7 @@ class Checkpointer:
         self.writes = 0
         self.on_failure = on_failure
         self.failures = 0  # checkpoints that could not be written
-        self.last_written = None  # the iteration of the last checkpoint written (None: none yet)
+        self.last_written: int | None = None  # the iteration of the last checkpoint written (None: none yet)
 
     def after_evaluation(self, loop_state: Callable[[], dict]) -> None:
         self.evaluations += 1

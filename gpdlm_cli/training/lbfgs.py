@@ -152,13 +152,62 @@ class CompactLBFGS(torch.optim.LBFGS):
         return torch.addmv(g, SY.T, coef, beta=-gamma)  # r0 + S^T (a - b) = -gamma g + [S; Y]^T coef
 
     # ----- one step (torch's LBFGS.step with the direction above) ------------------------------
+    def _forget_if_resized(self, state: dict, flat_grad: torch.Tensor) -> None:
+        """A state saved over another flat vector (a checkpoint from before ``free_entries``): start the
+        curvature history afresh from steepest descent instead of failing on the resume."""
+        if state.get("prev_flat_grad") is not None and state["prev_flat_grad"].numel() != flat_grad.numel():
+            for key in ("d", "t", "H_diag", "prev_flat_grad", "prev_loss", "SY"):
+                state.pop(key, None)
+            state["n_iter"] = 0
+
+    def _next_direction(self, state: dict, flat_grad, prev_flat_grad, d, t, gamma: float):
+        """``(d, gamma)``: steepest descent on the first iteration (the history cleared), else the
+        curvature pair of the last move stored when y^T s > 1e-10 (gamma = y^T s / y^T y) and -H g."""
+        if state["n_iter"] == 1:
+            state["order"].clear()
+            return flat_grad.neg(), 1.0
+        y = flat_grad.sub(prev_flat_grad)
+        s = d.mul(t)
+        ys = float(y.dot(s))
+        Hg = None
+        if ys > 1e-10:
+            Hg = self._push(state, s, y, ys, flat_grad)
+            gamma = ys / float(y.dot(y))
+        return self._direction(state, flat_grad, gamma, Hg), gamma
+
+    def _move(self, closure, d, t: float, loss: float, flat_grad, gtd: float, max_ls: int, last: bool):
+        """Move along ``d``: ``(loss, flat_grad, t, evaluations, converged)``. With the strong-Wolfe line
+        search (at most ``max_ls`` evaluations), else a fixed step of ``t`` (evaluated unless ``last``)."""
+        group = self.param_groups[0]
+        line_search_fn, tolerance_grad = group["line_search_fn"], group["tolerance_grad"]
+        if line_search_fn is not None:
+            if line_search_fn != "strong_wolfe":
+                raise RuntimeError("only 'strong_wolfe' is supported")
+            x_init = self._clone_param()
+
+            def obj_func(x, t, d):
+                return self._directional_evaluate(closure, x, t, d)
+
+            loss, flat_grad, t, ls_func_evals = _strong_wolfe(
+                obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_ls
+            )
+            t = float(t)
+            self._add_grad(t, d)
+            return loss, flat_grad, t, ls_func_evals, flat_grad.abs().max() <= tolerance_grad
+        self._add_grad(t, d)
+        if last:
+            return loss, flat_grad, t, 0, False
+        with torch.enable_grad():
+            loss = float(closure())
+        flat_grad = self._gather_flat_grad()
+        return loss, flat_grad, t, 1, flat_grad.abs().max() <= tolerance_grad
+
     @torch.no_grad()
     def step(self, closure):  # type: ignore[override]
         closure = torch.enable_grad()(closure)
         group = self.param_groups[0]
         lr, max_iter, max_eval = float(group["lr"]), group["max_iter"], group["max_eval"]
         tolerance_grad, tolerance_change = group["tolerance_grad"], group["tolerance_change"]
-        line_search_fn = group["line_search_fn"]
         state = self.state[self._params[0]]
         state.setdefault("func_evals", 0)
         state.setdefault("n_iter", 0)
@@ -170,12 +219,7 @@ class CompactLBFGS(torch.optim.LBFGS):
         flat_grad = self._gather_flat_grad()
         if flat_grad.abs().max() <= tolerance_grad:
             return orig_loss
-        if state.get("prev_flat_grad") is not None and state["prev_flat_grad"].numel() != flat_grad.numel():
-            # a state saved over another flat vector (a checkpoint from before ``free_entries``): start the
-            # curvature history afresh from steepest descent instead of failing on the resume
-            for key in ("d", "t", "H_diag", "prev_flat_grad", "prev_loss", "SY"):
-                state.pop(key, None)
-            state["n_iter"] = 0
+        self._forget_if_resized(state, flat_grad)
         self._history(state, flat_grad)
         d, t, gamma = state.get("d"), state.get("t"), float(state.get("H_diag", 1.0))
         prev_flat_grad, prev_loss = state.get("prev_flat_grad"), state.get("prev_loss")
@@ -184,19 +228,7 @@ class CompactLBFGS(torch.optim.LBFGS):
         while n_iter < max_iter:
             n_iter += 1
             state["n_iter"] += 1
-            if state["n_iter"] == 1:
-                d = flat_grad.neg()
-                state["order"].clear()
-                gamma = 1.0
-            else:
-                y = flat_grad.sub(prev_flat_grad)
-                s = d.mul(t)
-                ys = float(y.dot(s))
-                Hg = None
-                if ys > 1e-10:
-                    Hg = self._push(state, s, y, ys, flat_grad)
-                    gamma = ys / float(y.dot(y))
-                d = self._direction(state, flat_grad, gamma, Hg)
+            d, gamma = self._next_direction(state, flat_grad, prev_flat_grad, d, t, gamma)
             if prev_flat_grad is None:
                 prev_flat_grad = flat_grad.clone(memory_format=torch.contiguous_format)
             else:
@@ -207,29 +239,9 @@ class CompactLBFGS(torch.optim.LBFGS):
             gtd = float(flat_grad.dot(d))
             if gtd > -tolerance_change:
                 break
-            ls_func_evals = 0
-            if line_search_fn is not None:
-                if line_search_fn != "strong_wolfe":
-                    raise RuntimeError("only 'strong_wolfe' is supported")
-                x_init = self._clone_param()
-
-                def obj_func(x, t, d):
-                    return self._directional_evaluate(closure, x, t, d)
-
-                loss, flat_grad, t, ls_func_evals = _strong_wolfe(
-                    obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals
-                )
-                t = float(t)
-                self._add_grad(t, d)
-                opt_cond = flat_grad.abs().max() <= tolerance_grad
-            else:
-                self._add_grad(t, d)
-                if n_iter != max_iter:
-                    with torch.enable_grad():
-                        loss = float(closure())
-                    flat_grad = self._gather_flat_grad()
-                    opt_cond = flat_grad.abs().max() <= tolerance_grad
-                    ls_func_evals = 1
+            loss, flat_grad, t, ls_func_evals, opt_cond = self._move(
+                closure, d, t, loss, flat_grad, gtd, max_eval - current_evals, n_iter == max_iter
+            )
             current_evals += ls_func_evals
             state["func_evals"] += ls_func_evals
             if n_iter == max_iter or current_evals >= max_eval or opt_cond:

@@ -89,13 +89,15 @@ class _Snapshot:
             if id(t) not in seen:
                 seen.add(id(t))
                 self.tensors.append(t)
-        self.copies = None
+        self.copies: list[torch.Tensor] | None = None
 
     def save(self) -> None:
         with torch.no_grad():
             self.copies = [t.detach().clone() for t in self.tensors]
 
     def restore(self) -> None:
+        if self.copies is None:
+            raise RuntimeError("_Snapshot.restore needs a save first")
         with torch.no_grad():
             for t, c in zip(self.tensors, self.copies):
                 t.copy_(c)
@@ -136,7 +138,8 @@ class Loop:
         self.modules = list(modules)
         self.generators = [generator, *generators]
         self.settings = settings
-        self.desc, self.it, self.cap, self.step_offset, self.losses = "train", 0, 0, 0, None
+        self.desc, self.it, self.cap, self.step_offset = "train", 0, 0, 0
+        self.losses: torch.Tensor = torch.empty(0)  # one slot per iteration of the stage (allocated by start)
         self.checked = self.converged = self.done = self.checkpointable = False
 
     def notify(self, hook: str, *args) -> None:
@@ -226,6 +229,12 @@ class Loop:
 
     def _iteration(self) -> None:
         """One step of the optimiser, the stopping test every ``check_every`` steps, the evaluation when due."""
+        self._before_step()
+        self._after_step(self._step().detach())
+
+    def _before_step(self) -> None:
+        """An iteration up to its step: the epoch's ``epoch_start`` hooks, the batch, the learning rate.
+        (``sweep.batched_rkhs`` drives several loops this way, with one batched step between the halves.)"""
         s, spe = self.settings, self.steps_per_epoch
         epoch = self.it // spe
         if self.it % spe == 0:
@@ -237,7 +246,12 @@ class Loop:
             f = s.schedule.factor(self.it, epoch)
             for g in self.opt.param_groups:
                 g["lr"] = g["base_lr"] * f
-        self.losses[self.it] = self._step().detach()
+
+    def _after_step(self, loss: torch.Tensor) -> None:
+        """An iteration after its step (``loss``: the step's value, detached): the loss recorded, the
+        ``after_step`` hooks, the stopping test, the evaluation when due, the callbacks."""
+        s, epoch = self.settings, self.it // self.steps_per_epoch
+        self.losses[self.it] = loss
         self.it += 1
         for h in self.hooks:
             if hasattr(h, "after_step"):

@@ -131,6 +131,39 @@ class FlatAdadelta(torch.optim.Adadelta):
         return loss
 
 
+class StackedAdadelta:
+    """AdaDelta for B members trained together (``sweep.batched=true``): ``params`` are leaves with a leading
+    member dimension whose storage is the columns of one flat B x P tensor ``flat`` (member b's trainable
+    values are row b); ``lr`` (B x P) holds each element's step size (its member's lr times its group's
+    scale). Torch's arithmetic in ``FlatAdadelta``'s order, element by element, so each row moves as its
+    member's ``FlatAdadelta`` moves it (up to the rounding of the last multiply-add): one concatenation of
+    the gradients and a dozen operations on B x P per step. ``step(active)``: rows whose ``active`` entry is
+    False (stopped members) keep their values exactly."""
+
+    def __init__(self, params, flat: torch.Tensor, lr: torch.Tensor, rho: float = 0.9, eps: float = 1e-6):
+        self.params, self.flat, self.rho, self.eps = list(params), flat, float(rho), float(eps)
+        self.neg_lr = -lr.to(flat)
+        self.square = torch.zeros_like(flat)
+        self.acc = torch.zeros_like(flat)
+        # the step's temporaries, allocated once: B x P buffers are large (32 x 20k doubles: 5 MB), and fresh
+        # ones at every step cost page faults
+        self.grad, self.std, self.delta = (torch.empty_like(flat) for _ in range(3))
+
+    @torch.no_grad()
+    def step(self, active: torch.Tensor | None = None) -> None:
+        rho, B = self.rho, self.flat.shape[0]
+        grad, std, delta = self.grad, self.std, self.delta
+        torch.cat([p.grad.reshape(B, -1) for p in self.params], 1, out=grad)
+        self.square.mul_(rho).addcmul_(grad, grad, value=1 - rho)
+        torch.add(self.square, self.eps, out=std).sqrt_()
+        torch.add(self.acc, self.eps, out=delta).sqrt_().div_(std).mul_(grad)
+        self.acc.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+        delta.mul_(self.neg_lr)
+        if active is not None:
+            delta.masked_fill_(~active.unsqueeze(-1), 0.0)
+        self.flat.add_(delta)
+
+
 def make_optimizer(
     name: str,
     groups: list[dict],
@@ -204,4 +237,4 @@ class Schedule:
             raise ValueError("robbins_monro needs kappa in (0.5, 1] and t0 > 0")
 
 
-__all__ = ["FlatAdadelta", "OPTIMIZERS", "SCHEDULES", "Schedule", "default_lr", "make_optimizer"]
+__all__ = ["FlatAdadelta", "OPTIMIZERS", "StackedAdadelta", "SCHEDULES", "Schedule", "default_lr", "make_optimizer"]

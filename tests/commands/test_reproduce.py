@@ -63,9 +63,28 @@ def count_jobs(preset: str, overrides: list[str], beta_grid: bool) -> int:
     return sum(len(grid_of(int(n))) for n in sizes) * math.prod(len(v) for v in grid.values())
 
 
+def preset_dataset(preset: str) -> str | None:
+    """The preset's data set from its YAML (``override /dataset: X`` in it or its parent presets)."""
+    raw = yaml.safe_load((PRESETS / f"{preset}.yaml").read_text())
+    found = None
+    for d in raw.get("defaults", []):
+        if isinstance(d, dict) and "override /dataset" in d:
+            found = d["override /dataset"]
+        elif isinstance(d, str) and d != "_self_" and (PRESETS / f"{d}.yaml").is_file():
+            found = preset_dataset(d) or found
+    return found
+
+
+def without_preset_data(preset: str, overrides) -> tuple:
+    """The overrides, sorted, less a ``dataset=X`` naming the preset's own (unswept) data set X."""
+    own = None if "dataset" in sweep_params(preset) else preset_dataset(preset)
+    return tuple(sorted(o for o in overrides if o != f"dataset={own}"))
+
+
 def expected_multiruns(paper: str) -> dict:
     """(preset, sorted overrides) -> jobs, from the claims file alone: each claim's table preset (or its
-    own), its overrides, the table's arms; beta grids where the table selects beta."""
+    own), its overrides, the table's arms; beta grids where the table selects beta. A multirun whose only
+    difference is ``dataset=`` the preset's own data set is the same multirun."""
     raw = yaml.safe_load(Path(claims.CLAIMS_DIR, f"{paper}.yaml").read_text())
     tables = {t["id"]: t for t in raw["tables"]}
     out = {}
@@ -81,7 +100,7 @@ def expected_multiruns(paper: str) -> dict:
             ov = dict(o.split("=", 1) for o in [*t.get("overrides", []), *c.get("overrides", []), *rest])
             overrides = [f"{k}={v}" for k, v in ov.items()]
             beta = "objective.beta" in (t.get("select") or {}).get("over", [])
-            out[(preset, tuple(sorted(overrides)))] = count_jobs(preset, overrides, beta)
+            out[(preset, without_preset_data(preset, overrides))] = count_jobs(preset, overrides, beta)
     return out
 
 
@@ -92,14 +111,14 @@ def test_paper_scale_dry_run_counts_match_the_claims_files(paper, total, capsys,
     monkeypatch.delenv("GPDLM_DATA_MIRROR")
     plans = []  # the plan the command expands and prints (expanding it costs a compose per multirun: once)
     expand = rp.expand
-    monkeypatch.setattr(rp, "expand", lambda plan, **kw: (plans.append(plan), expand(plan, **kw))[1])
+    monkeypatch.setattr(rp, "expand", lambda plan, *a, **kw: (plans.append(plan), expand(plan, *a, **kw))[1])
     assert cli.main(["reproduce", paper, "--dry-run", "--no-estimate"]) == 0
     out = capsys.readouterr().out
     expected = expected_multiruns(paper)
     (plan,) = plans
     assert plan.scale == plan.protocol == "paper" and plan.multiruns
-    got = {(m.preset, tuple(sorted(m.overrides))): m.jobs for m in plan.multiruns}
-    assert got == expected
+    got = {(m.preset, without_preset_data(m.preset, m.overrides)): m.jobs for m in plan.multiruns}
+    assert got == expected and len(plan.multiruns) == len(expected)
     n = sum(expected.values())
     if total is not None:
         assert n == total  # rkhs: 8 sets x 5 masks x 3 batch sizes x 3 lr x (6 + 6 methods + svgp, bsgd on rbf)
@@ -457,9 +476,9 @@ def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
 
     seen = []
 
-    def fake_plan(overrides, *, estimate=False, sample_iterations=5):
+    def fake_plan(overrides, *, estimate=False, sample_iterations=2, probe_budget_s=None):
         seen.append(list(overrides))
-        return types.SimpleNamespace(estimate_s=12.0)
+        return types.SimpleNamespace(estimate_s=12.0, timed_shapes=3, extrapolated={})
 
     monkeypatch.setattr(run_plan, "plan", fake_plan)
     monkeypatch.setattr(rp, "data_status", lambda name: "offline (mirror)" if name == "pol" else "download")
@@ -495,3 +514,178 @@ def test_every_svgp_job_of_the_rkhs_smoke_plan_builds(monkeypatch):
                 assert p.cfg.model.num_inducing == 32 and p.n_train == 200
                 built += 1
     assert built == 3  # the linear, rff and rbf kernels
+
+
+# ----- the plan's data: dataset options, duplicates, the mirror (issue 42 review) -------------------------
+def test_dataset_options_are_checked_under_their_registry_names():
+    """``dataset=airline_nyc_class`` is a config of the registry's ``airline_nyc`` (target delayed): the plan
+    printed it as '[unknown dataset]'."""
+    assert [rp.dataset_name(o) for o in ("airline_nyc_class", "airline_reg", "pol", "no_such_set")] == [
+        "airline_nyc",
+        "airline",
+        "pol",
+        "no_such_set",
+    ]
+    assert [rp.data_label(o) for o in ("airline_nyc_class", "pol")] == ["airline_nyc_class (airline_nyc)", "pol"]
+
+
+@pytest.mark.slow
+def test_the_plan_checks_a_dataset_option_under_its_registry_name():
+    plan = rp.derive(claims.load("dlm"), ["D9-recover-exact-nyc"], "paper", "paper")
+    rp.expand(plan)
+    assert [m.datasets for m in plan.multiruns] == [{"airline_nyc_class": rp.data_status("airline_nyc")}] * 3
+    assert rp.data_status("airline_nyc") != "unknown dataset"
+    text = rp.describe(plan)
+    assert "unknown dataset" not in text
+    assert text.count(f"data airline_nyc_class (airline_nyc) [{rp.data_status('airline_nyc')}]") == 3
+
+
+@pytest.mark.slow
+def test_a_multirun_shared_by_tables_is_planned_once_with_all_its_tables():
+    """Fig. 10's sampling table names ``dataset=airline`` (its claims' overrides), its time table nothing: the
+    same jobs (the preset's data is airline), listed twice before."""
+    plan = rp.derive(claims.load("dlm"), ["D9-recover-exact", "D10-ups-slower"], "paper", "paper")
+    assert len(plan.multiruns) == 6  # 3 presets x (dataset=airline, no override)
+    rp.merge_equivalent(plan)
+    assert [(m.preset, m.overrides, m.tables, m.claims) for m in plan.multiruns] == [
+        (p, ["dataset=airline"], ["fig10_sampling", "fig10_time"], ["D9-recover-exact", "D10-ups-slower"])
+        for p in ("sampling_methods", "sampling_methods_exact", "sampling_methods_smooth")
+    ]
+    nyc = rp.derive(claims.load("dlm"), ["D9-recover-exact-nyc", "D10-ups-slower"], "paper", "paper")
+    rp.merge_equivalent(nyc)
+    assert len(nyc.multiruns) == 6  # the NYC stand-in is other data: nothing merged
+
+
+def test_what_a_preset_already_sets_is_no_override():
+    from gpdlm_cli.sweep.plan import job_overrides
+
+    base = job_overrides(["+experiment=sampling_methods"])[1]
+    assert [
+        rp.preset_sets(base, o)
+        for o in (
+            "dataset=airline",  # the preset's choice of the dataset group
+            "dataset=airline_nyc_class",
+            "objective.beta=0.1",  # the preset's value
+            "objective.beta=0.10",  # the same float
+            "objective.beta=1",
+            "trainer.batch_size=1000",
+            "trainer.batch_size=1000.0",  # another type: a different config
+            "seed=0",  # swept by the preset: an override replaces the sweep
+            "+objective.beta=0.1",
+            "trainer=paper",
+            "kernel=rbf",
+        )
+    ] == [True, False, True, True, False, True, False, False, False, True, True]
+
+
+def test_a_dry_run_prints_one_line_per_timed_multirun_and_shares_its_probe_budget(monkeypatch, capsys):
+    """The probes of a plan share PLAN_PROBE_S (at least MIN_PROBE_S a multirun); every timed multirun says so
+    on stderr when its estimate is done (a paper's dry run printed nothing for > 5 minutes)."""
+    import types
+
+    from gpdlm_cli.sweep import plan as run_plan
+
+    budgets = []
+
+    def fake_plan(overrides, *, estimate=False, sample_iterations=2, probe_budget_s=None):
+        budgets.append(probe_budget_s)
+        return types.SimpleNamespace(estimate_s=600.0, timed_shapes=2, extrapolated={("x",): []})
+
+    monkeypatch.setattr(run_plan, "plan", fake_plan)
+    p = rp.derive(claims.load("svbssgp"), ["T1-aimpeak"], "paper", "paper")
+    rp.expand(p, estimate=True)
+    assert len(p.multiruns) == 3 and budgets == [rp.PLAN_PROBE_S / 3] * 3
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("gpdlm reproduce: timed")]
+    assert [re.sub(r"\(\d+ s\)$", "(T)", ln) for ln in err] == [
+        "gpdlm reproduce: timed multirun 1/3 (+experiment=svbssgp_aimpeak): estimated 10 min (T)",
+        "gpdlm reproduce: timed multirun 2/3 (+experiment=svbssgp_aimpeak model=ssgp): estimated 10 min (T)",
+        "gpdlm reproduce: timed multirun 3/3 (+experiment=svbssgp_aimpeak model=vssgp): estimated 10 min (T)",
+    ]
+    assert p.multiruns[0].note == "2 of 3 job shapes timed, the others from a timed shape"
+
+
+def _thyroid_mirror(tmp_path) -> Path:
+    """A mirror holding only thyroid's file, copied from the shared one."""
+    import os
+    import shutil
+
+    from gpdlm_cli.data import get_dataset_info
+    from gpdlm_cli.data.download import mirror_path
+
+    shared = Path(os.environ.get("GPDLM_DATA_MIRROR") or ROOT.parent / "shared" / "datasets" / "mirror")
+    mirror = tmp_path / "mirror"
+    for f in get_dataset_info("thyroid").files:
+        if not mirror_path(shared, f.url).is_file():
+            pytest.skip(f"the shared mirror has no {f.url}")
+        mirror_path(mirror, f.url).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(mirror_path(shared, f.url), mirror_path(mirror, f.url))
+    return mirror
+
+
+def test_data_a_mirror_holds_is_offline_and_fetched_before_the_first_job(tmp_path, monkeypatch, capsys):
+    """The RKHS plan showed its UCI sets as '[download]' though a mirror held them, and a reproduce failed on
+    them half-way: --mirror makes them '[offline (mirror)]', and they are copied into the cache before any job;
+    data that cannot be fetched is one line naming the command, before any job."""
+    mirror = _thyroid_mirror(tmp_path)
+    monkeypatch.setenv("GPDLM_DATA", str(tmp_path / "cache"))
+    monkeypatch.setenv("GPDLM_DATA_MIRROR", "")  # restored after the test (use_mirror sets it)
+    monkeypatch.setenv("GPDLM_OFFLINE", "1")
+
+    def plan():
+        return rp.Plan(
+            "dlm", "paper", "paper", [rp.Multirun("p", [], datasets={"thyroid": rp.data_status("thyroid")})], []
+        )
+
+    assert rp.data_status("thyroid") == "download"
+    text = rp.describe(plan())
+    assert (
+        "data not offline (downloaded before the first job): thyroid; to fetch it now: "
+        "gpdlm datasets fetch thyroid (--mirror DIR: from a local mirror)"
+    ) in text
+    with pytest.raises(rp.AnalysisError, match=r"run `gpdlm datasets fetch thyroid` \(with --mirror DIR"):
+        rp.fetch_data(plan())
+    with pytest.raises(rp.AnalysisError, match="does not exist"):
+        rp.use_mirror(str(tmp_path / "nowhere"))
+    rp.use_mirror(str(mirror))
+    assert rp.data_status("thyroid") == "offline (mirror)"
+    assert "data copied from the mirror into the cache before the first job: thyroid" in rp.describe(plan())
+    rp.fetch_data(plan())
+    assert rp.data_status("thyroid") == "offline (cached)"
+    assert "fetching thyroid into the data cache first" in capsys.readouterr().err
+    rp.fetch_data(plan())  # nothing left to fetch: no line
+    assert "fetching" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_rkhs_plan_with_a_mirror_says_its_uci_sets_are_offline(tmp_path, monkeypatch, capsys):
+    import os
+
+    shared = Path(os.environ.get("GPDLM_DATA_MIRROR") or ROOT.parent / "shared" / "datasets" / "mirror")
+    if not shared.is_dir():
+        pytest.skip("no shared mirror")
+    monkeypatch.setenv("GPDLM_DATA", str(tmp_path / "cache"))  # nothing cached
+    monkeypatch.setenv("GPDLM_DATA_MIRROR", "")
+    argv = ["reproduce", "rkhs", "--claims", "T2-scgd-beats-bsgd-b32", "--dry-run", "--no-estimate"]
+    assert cli.main(argv) == 0
+    assert "bike [download]" in capsys.readouterr().out
+    assert cli.main([*argv, "--mirror", str(shared)]) == 0
+    out = capsys.readouterr().out
+    sets = ("bike", "elevators", "keggdirected", "keggundirected", "kin40k", "pol", "protein", "tamielectric")
+    assert all(f"{s} [offline (mirror)]" in out for s in sets), out
+    assert "data copied from the mirror into the cache before the first job: bike, elevators" in out
+
+
+def test_the_reproduce_and_plan_functions_are_short():
+    """`run` (119 lines) and `_estimate_at_job_threads` (98) were split: no function of the reproduce command
+    or the sweep plan is longer than 80 lines."""
+    import ast
+
+    from gpdlm_cli.sweep import plan as plan_mod
+
+    long = [
+        (Path(mod.__file__).name, f.name, f.end_lineno - f.lineno + 1)
+        for mod in (rp, plan_mod)
+        for f in ast.walk(ast.parse(Path(mod.__file__).read_text()))
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.end_lineno - f.lineno + 1 > 80
+    ]
+    assert long == []

@@ -71,8 +71,11 @@ def test_generators_are_deterministic_per_seed(gen):
 
 
 def test_generator_options_are_checked():
-    with pytest.raises(DataError, match="option n must be an integer"):
-        load_table("ringnorm", n=-5)
+    from gpdlm_cli.exceptions import ConfigError
+    from gpdlm_cli.schema import DatasetSpec, parse
+
+    with pytest.raises(ConfigError, match="^the 'n' parameter of dataset=ringnorm must be an integer >= 2; got -5"):
+        parse({"name": "ringnorm", "n": -5}, DatasetSpec, "dataset")
     with pytest.raises(DataError, match="has no option 'dims'"):
         load_table("twonorm", dims=3)
 

@@ -183,8 +183,13 @@ def test_concrete_download_alternative_reads_the_benchmark_copy():
     assert t.n == 4 and t.test_masks[:, 5].tolist() == [False, True, False, False]  # mask k tests row k % 4
     package = load_table("concrete")
     assert package.n == 1030 and package.test_masks is None
-    with pytest.raises(DataError, match="source must be"):
-        load_table("concrete", source="web")
+    from gpdlm_cli.exceptions import ConfigError
+    from gpdlm_cli.schema import DatasetSpec, parse
+
+    with pytest.raises(
+        ConfigError, match="^the 'source' parameter of dataset=concrete must be one of package, download"
+    ):
+        parse({"name": "concrete", "source": "web"}, DatasetSpec, "dataset")
 
 
 def test_libsvm_round_trip():

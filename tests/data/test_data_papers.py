@@ -126,10 +126,13 @@ def test_gef_wind_first_hours_and_farms(mirror):
     np.testing.assert_allclose(t.X[0, :4], [2.34, -0.79, 2.47, 108.68])
     np.testing.assert_allclose(t.y[:3], [0.085, 0.02, 0.06])
     assert load_table("gef_wind", mode="regression", lag=1, n=100, farms=[1, 2]).X.shape == (198, 16)
-    with pytest.raises(DataError, match=r"option farms must list farm numbers in 1\.\.7"):
-        load_table("gef_wind", farms=[8])
-    with pytest.raises(DataError, match=r"option gaps must be one of split, join"):
-        load_table("gef_wind", gaps="fill")
+    from gpdlm_cli.exceptions import ConfigError
+    from gpdlm_cli.schema import DatasetSpec, parse
+
+    with pytest.raises(ConfigError, match=r"'farms' parameter of dataset=gef_wind must be a non-empty list of farm"):
+        parse({"name": "gef_wind", "farms": [8]}, DatasetSpec, "dataset")
+    with pytest.raises(ConfigError, match=r"'gaps' parameter of dataset=gef_wind must be one of split, join"):
+        parse({"name": "gef_wind", "gaps": "fill"}, DatasetSpec, "dataset")
 
 
 def test_airline_parquet_route_on_one_part(mirror, registry_guard):

@@ -1,5 +1,6 @@
-"""The bmc / smooth_bmc / ups YAML files build the right objects, and bad kwargs are one-line
-ConfigErrors in scikit-learn's shape."""
+"""The bmc / smooth_bmc / ups YAML files build the right objects, and bad options are one-line
+ConfigErrors in scikit-learn's shape (from the config schema, ``schema.options``, as the estimator
+is built from its config node)."""
 
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_yaml_builds_the_estimator_with_its_defaults(name, cls, expected):
 )
 def test_bad_kwargs_raise_one_line_config_errors(cls, kwargs, param):
     with pytest.raises(ConfigError) as err:
-        cls(**kwargs)
+        build_estimator({"name": cls.name, **kwargs})
     msg = str(err.value)
     assert f"'{param}' parameter of estimator={cls.name}" in msg and "\n" not in msg
 

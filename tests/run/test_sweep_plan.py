@@ -3,6 +3,8 @@ their wall time without running them; every multirun announces its plan in one l
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from gpdlm_cli import cli
@@ -115,3 +117,122 @@ def test_a_sweep_dry_run_with_a_bad_option_is_one_line(capsys):
     assert cli.main(["sweep", "beta", "dataset.split.train_size=200,400", "model=nonexistent", "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpdlm: error: unknown model 'nonexistent' (choose from: bsgd, dlm,")
+
+
+# ----- the probes' budget, their reuse, their step clock (issue 42 review: a paper's dry run took > 5 min) ----
+def _fake_probes(monkeypatch, seconds_per_probe: float):
+    """``_probe_shape`` replaced: each probe advances a fake clock by ``seconds_per_probe`` and gives one stage
+    of 100 iterations at 10 ms per model letter (dlm: 30 ms, svgp: 40 ms)."""
+    from gpdlm_cli.sweep import plan as plan_mod
+
+    clock = [0.0]
+    probed = []
+
+    def probe(cfg, k, parallel):
+        probed.append((cfg.model.name, cfg.dataset.split.train_size))
+        clock[0] += seconds_per_probe
+        ms = 10.0 * len(cfg.model.name)
+        return [("main", False, 100, ms, False, ms / 10)]
+
+    monkeypatch.setattr(plan_mod, "_probe_shape", probe)
+    monkeypatch.setattr(plan_mod.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(plan_mod, "_PROBES", {})
+    return probed
+
+
+@pytest.mark.slow
+def test_probes_stop_at_their_budget_and_the_other_shapes_take_a_timed_shape_of_their_model(monkeypatch):
+    probed = _fake_probes(monkeypatch, seconds_per_probe=4.0)
+    sweep = ["model=dlm,svgp", "dataset.split.train_size=100,200,300", "seed=0,1", "threads=1"]
+    p = plan(sweep, estimate=True, probe_budget_s=6.0)
+    # every model's first shape before any model's second: dlm and svgp timed, then the budget (6 s) is spent
+    assert [m for m, _ in probed] == ["dlm", "svgp"] and p.timed_shapes == 2 and len(p.extrapolated) == 4
+    timed = {sh[0]: rows for sh, rows in p.per_shape.items()}
+    assert all(rows == timed[sh[0]] for sh, rows in p.extrapolated.items())  # the same model's timing
+    # 6 dlm jobs x 100 x 30 ms, 6 svgp jobs x 100 x 40 ms, on the launcher's parallel jobs
+    assert p.estimate_s == pytest.approx((6 * 3.0 + 6 * 4.0) / p.parallel)
+    assert "(2 of 6 job shapes timed, the others from a timed shape of the same model)" in p.summary()
+    # a later plan with the same configs reuses the timings (gpdlm reproduce plans many multiruns in one process)
+    again = plan(sweep, estimate=True, probe_budget_s=100.0)
+    assert len(probed) == 2 + 4 and again.timed_shapes == 6 and not again.extrapolated
+    probed.clear()
+    plan(sweep, estimate=True, probe_budget_s=0.0)
+    assert probed == []  # every shape timed before
+
+
+def test_jobs_that_differ_only_outside_their_shape_are_composed_once(monkeypatch):
+    from gpdlm_cli.sweep import plan as plan_mod
+
+    jobs = [
+        [f"model={m}", f"seed={s}", f"objective.beta={b}", "threads=1"]
+        for m in ("dlm", "svgp")
+        for s in (0, 1, 2)
+        for b in (0.5, 1)
+    ]
+    out = plan_mod._job_configs(jobs)
+    assert len({id(cfg) for _, cfg, _ in out}) == 2  # one config per model: 12 jobs, 2 composed
+    assert [seed for _, _, seed in out] == ["0", "0", "1", "1", "2", "2"] * 2  # each job's own seed
+    assert plan_mod._shape_override("model=dlm") and plan_mod._shape_override("trainer.batch_size=32")
+    assert not any(plan_mod._shape_override(o) for o in ("seed=1", "objective.beta=2", "dataset.mode=regression"))
+
+
+def test_the_step_clock_leaves_out_the_calls_overhead_and_ends_the_call(monkeypatch):
+    """A probe call is timed step by step: what the call costs before its first step and the first step (first
+    calls, caches) are left out; it ends once the steps after the first took STEP_SPAN_S."""
+    from types import SimpleNamespace
+
+    from gpdlm_cli.sweep import plan as plan_mod
+
+    now = [0.0]
+    monkeypatch.setattr(plan_mod.time, "perf_counter", lambda: now[0])
+    clock = plan_mod._step_clock(False, 2)
+    loop = SimpleNamespace(converged=False)
+    now[0] = 4.0  # 4 s of setup before the loop's train call (a GP-LSTM theta stage)
+    clock.on_train_start(loop)
+    now[0] += 1.0  # the first step: 1 s
+    clock.on_step(loop)
+    steps = 0
+    while not loop.converged:
+        now[0] += 0.0625  # steps of 62.5 ms (exact in binary)
+        clock.on_step(loop)
+        steps += 1
+    assert steps == math.ceil(plan_mod.STEP_SPAN_S / 0.0625) == 5
+    assert [b - a for a, b in zip(clock.stamps[1:], clock.stamps[2:])] == [0.0625] * steps
+
+
+def test_probes_skip_the_setup_that_serves_predictions_only():
+    """k-means inducing points become random ones, and sVBSSGP's 2,000 k-means prediction cells of the airline
+    rows one cell (its random training blocks kept: train_partitions) -- the training step is the same."""
+    from gpdlm_cli.sweep import plan as plan_mod
+    from gpdlm_cli.sweep.compose import compose_jobs
+
+    sv, sv_kmeans, dlm, ssgp = compose_jobs(
+        [
+            ["+experiment=svbssgp_airline"],
+            ["+experiment=svbssgp_airline", "model.train_blocks=kmeans"],
+            ["model=dlm"],
+            ["model=ssgp", "model.predict=local"],
+        ]
+    )
+    probe = plan_mod._probe_config(sv).model
+    assert (probe.partitions, probe.train_partitions, probe.train_blocks) == (1, 2000, "random")
+    assert sv.model.partitions == 2000 and sv.model.train_partitions is None  # the job's config untouched
+    assert plan_mod._probe_config(sv_kmeans) is sv_kmeans  # k-means training blocks: the cells are the blocks
+    assert plan_mod._probe_config(dlm).model.inducing_init == "random" and dlm.model.inducing_init == "kmeans"
+    assert plan_mod._probe_config(ssgp).model.partitions == 1
+
+
+def test_a_slow_first_step_is_timed_alone(monkeypatch):
+    """A full-batch L-BFGS step on the 1.9M airline rows takes ~20 s: the probe call ends after it."""
+    from types import SimpleNamespace
+
+    from gpdlm_cli.sweep import plan as plan_mod
+
+    now = [0.0]
+    monkeypatch.setattr(plan_mod.time, "perf_counter", lambda: now[0])
+    clock = plan_mod._step_clock(False, 2)
+    loop = SimpleNamespace(converged=False)
+    clock.on_train_start(loop)
+    now[0] += plan_mod.SLOW_STEP_S + 0.5
+    clock.on_step(loop)
+    assert loop.converged and clock.stamps == [0.0, plan_mod.SLOW_STEP_S + 0.5]

@@ -73,18 +73,20 @@ def test_held_out_segments_and_slot_windows():
     assert not np.array_equal(win, holdout_mask(segment, slot, "slots", 0.05, 1))
 
 
-def test_bad_holdout_options_are_one_line_data_errors():
+def test_bad_holdout_options_are_one_line_config_errors():
     from types import SimpleNamespace
 
     from gpdlm_cli.data.aimpeak import load_aimpeak
-    from gpdlm_cli.exceptions import DataError
+    from gpdlm_cli.exceptions import ConfigError
+    from gpdlm_cli.schema import DatasetSpec, parse
 
-    info = SimpleNamespace(name="aimpeak")
     with pytest.raises(
-        DataError, match=r"^dataset 'aimpeak': option holdout must be one of random, segments, slots; got 'time'$"
+        ConfigError,
+        match=r"^the 'holdout' parameter of dataset=aimpeak must be one of random, segments, slots; got 'time' instead$",
     ):
-        load_aimpeak(info, n_segments=8, holdout="time")
-    with pytest.raises(DataError, match=r"option holdout_fraction must be in \(0, 1\); got 1.5$"):
-        load_aimpeak(info, n_segments=8, holdout="slots", holdout_fraction=1.5)
+        parse({"name": "aimpeak", "n_segments": 8, "holdout": "time"}, DatasetSpec, "dataset")
+    with pytest.raises(ConfigError, match=r"must be a float in \(0, 1\); got 1.5 instead$"):
+        parse({"name": "aimpeak", "holdout": "slots", "holdout_fraction": 1.5}, DatasetSpec, "dataset")
+    info = SimpleNamespace(name="aimpeak")
     table = load_aimpeak(info, n_segments=8, holdout="segments", holdout_fraction=0.25)
     assert table.test_mask.sum() == 2 * 54

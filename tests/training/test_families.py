@@ -54,6 +54,7 @@ NOT_A_MODEL = {
     ("features/recurrent.py", "gru"),
     ("features/recurrent.py", "rnn"),
     ("features/recurrent.py", "narx"),  # the recurrent cells
+    ("schema/options.py", "exact"),  # estimator=exact and the ups sampler's choices
 }
 # the one study defined on one family: `gpdlm bias` (DLM paper Fig. 1(g,h)) compares the DLM stage's
 # gradient estimators with the exact one, after the SVGP stage that dlm's fixed variant trains first
