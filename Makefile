@@ -48,13 +48,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gpdlm train
 
-# the whole suite (~12 minutes on 2 cores)
+# the whole suite (its budget: 12 minutes on 2 cores; CONTRIBUTING.md#tests). --dist loadgroup: tests/conftest.py
+# keeps a module that shares a module-scoped fixture on one worker and starts the modules with slow tests first
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # the fast lane: everything but the tests marked slow (subprocesses, smoke presets, runs over ~3 s)
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 # ruff (lint + format check) and mypy on the library; .ci/run runs it before the tests
 lint: $(STAMP)

@@ -35,6 +35,7 @@ def test_cfg_job_with_multirun_prints_every_jobs_config(capsys):
     assert "Traceback" not in captured.err
 
 
+@pytest.mark.slow
 def test_cfg_all_and_a_bad_cfg_type_with_multirun(capsys):
     rc = cli.main(["train", "--multirun", "model=dlm,svgp", "--cfg=all"])
     captured = capsys.readouterr()

@@ -1,31 +1,13 @@
-"""Fixtures of the analysis-command tests: an MLflow SQLite schema built once per session and
-copied for each test module (creating the schema costs seconds), and synthetic training runs."""
+"""Fixtures of the analysis-command tests: a store per test module (a copy of the session's template store,
+tests/conftest.py: creating the schema costs seconds), and synthetic training runs."""
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import pytest
 
-
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory):
-    """An empty MLflow SQLite store with its schema (copied, never used directly)."""
-    from mlflow.tracking import MlflowClient
-
-    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
-    client = MlflowClient(f"sqlite:///{path}")
-    client.search_experiments()  # creates the schema
-    return path
-
-
-def copy_store(template, directory) -> str:
-    """A fresh store in ``directory`` (a copy of the template); its URI."""
-    directory.mkdir(parents=True, exist_ok=True)
-    dest = directory / "mlflow.db"
-    shutil.copyfile(template, dest)
-    return f"sqlite:///{dest}"
+from ..conftest import copy_store  # noqa: F401 (the command tests import it from here)
 
 
 @pytest.fixture(scope="module")

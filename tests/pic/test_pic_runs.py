@@ -151,6 +151,7 @@ def _preset(name, *overrides):
     return compose([f"+experiment={name}", *overrides], hydra=True)
 
 
+@pytest.mark.slow
 def test_pic_aimpeak_preset_runs_both_baselines_on_svbssgp_aimpeaks_data_and_protocol():
     """Table 1 (AIMPEAK): 250 inducing inputs, 30 epochs, the same dataset, split and split seeds
     as svbssgp_aimpeak; DTC++'s minibatch = sVBSSGP's block size N / p, so an epoch is p = 200 steps

@@ -95,6 +95,7 @@ class _GradientRecorder:
         self.grads.append(torch.cat([p.grad.reshape(-1) for p in self.params]).double().clone())
 
 
+@pytest.mark.slow
 def test_the_trainers_minibatch_steps_are_unbiased_for_dl_dw():
     """The real estimator, drawn as training draws it: ``training.loop.train`` runs the production
     ``CotangentSurrogate`` (wants_index, as Algorithm 2's stage) on batches of N_B = 32 from its own

@@ -138,6 +138,7 @@ def test_production_kiss_matches_the_exact_gp_at_500_windows(E):
     assert model.is_dense(500)
 
 
+@pytest.mark.slow
 def test_structured_kiss_predictions_match_the_exact_gp():
     """KISS on the structured operator (as above 2,000 windows; forced here at N = 500): gpytorch's mean
     cache (CG) and LOVE variances under fast_pred_var, with gpdlm's tolerances, within 1e-3 of the exact
@@ -201,6 +202,7 @@ def test_a_reversed_kronecker_order_is_refused_at_build_time(monkeypatch):
     assert deep_kernel.check_kiss_kronecker_order(2) < 1e-3
 
 
+@pytest.mark.slow
 def test_kiss_nlml_after_predictions_sees_new_hyperparameters():
     """Predictions leave the GP in eval mode, where the grid kernel caches K_UU with its graph; the
     NLML must not reuse it (stale hyperparameters, a second backward through a freed graph). Dense:

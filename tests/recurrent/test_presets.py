@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from ..conftest import compose, sweep_grid
 
 PRESETS = (
@@ -47,6 +49,7 @@ def sweep_jobs(preset: str):
     return [[f"{k}={v}" for k, v in zip(params, combo)] for combo in itertools.product(*params.values())]
 
 
+@pytest.mark.slow
 def test_presets_set_the_papers_protocol():
     s = compose(["+experiment=gplstm_sysid", "dataset=sysid_drives", "dataset.mode=regression", "model=narx"])
     assert (s.dataset.lag, s.model.network.units, s.model.network.dropout) == (16, 128, 0.5)  # Table 4, Drives
@@ -81,6 +84,7 @@ def test_presets_set_the_papers_protocol():
     assert len(jobs) == 4 * 3 * 5 and all("trainer.algorithm=delayed" in j for j in jobs)
 
 
+@pytest.mark.slow
 def test_table_2_and_3_presets_run_on_the_real_sets_and_the_stand_ins_stay_by_name():
     """Issue 39: gplstm_sysid sweeps the real actuator/drives (Table 4's lags and units by name, the
     generated sysid_* still composing to the same), Fig. 4 runs on the real Actuator, and the GEF

@@ -21,6 +21,7 @@ def test_sysid_generators_have_the_statistics_of_table_1(gen, lag, corr, snr):
     assert np.mean(snrs) == pytest.approx(snr, rel=0.15)
 
 
+@pytest.mark.slow
 def test_table1_snr_is_the_kernel_ridge_signal_to_residual_ratio():
     """A noise-free smooth function of the inputs has a large SNR; adding noise of a known variance
     to it gives SNR ~ var(signal) / var(noise)."""

@@ -235,6 +235,7 @@ def test_features_none_keeps_existing_runs_bit_identical(tmp_path, model, extra)
         assert metrics[k] == pytest.approx(v, rel=1e-6), k
 
 
+@pytest.mark.slow
 def test_svgp_and_dlm_on_network_features(tmp_path):
     """`model=svgp features=nn trainer.batch_size=16 model.num_inducing=16` (the paper's SVGP column,
     here with a 16-16 network): the GP sees g(x), its inducing points live in feature space (M x 16,
@@ -337,6 +338,7 @@ def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(
     assert tracker.tags["gpdlm.train_nlml_kernel"] == "linear (d=16)"
 
 
+@pytest.mark.slow
 def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
     """`model=minimax features=nn kernel=rff` logs penalty_gap and mu (here, with
     model.exact_penalty=false, mu doubles every epoch from 2: 2, 4, 8 over 3 epochs), and
@@ -404,6 +406,7 @@ def test_minimax_and_bsgd_on_rff_log_the_exact_kernel_nlml(tmp_path):
     assert math.isfinite(metrics["train_nlml"]) and "train_nlml_exact_kernel" in metrics
 
 
+@pytest.mark.slow
 def test_minimax_default_is_an_exact_penalty_and_the_papers_mu_is_labelled_and_warns(tmp_path, capsys):
     """`model=minimax` with its defaults (features=nn 8-8, kernel=rff d = 24, batch 16, 3 epochs): mu starts
     at exact_penalty_bound(F(theta_0)) and at every epoch start is the bound of the current F (numpy's

@@ -9,6 +9,7 @@ import csv
 import inspect
 import math
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from ..conftest import compose, sweep_grid
@@ -16,6 +17,7 @@ from ..conftest import compose, sweep_grid
 PAPER_SETS = ["bike", "elevators", "keggdirected", "keggundirected", "kin40k", "pol", "protein", "tamielectric"]
 
 
+@pytest.mark.slow
 def test_full_preset_composes_the_papers_grid():
     """rkhs_batch_study (Tables 2 and 4, NN + linear kernel): the 8 mirrored sets of the paper x the
     uci_datasets masks 0-4 x 6 methods x the paper's batch sizes 32/64/128 x 3 learning rates, AdaDelta,
@@ -100,6 +102,7 @@ GAUSSIAN_ARMS = {  # arm -> (model.name, kernel.name, the model option)
 ARM_KEY = "experiment/rkhs_arm@_global_"
 
 
+@pytest.mark.slow
 def test_gaussian_preset_composes_the_papers_arms():
     """rkhs_gaussian_study (Tables 3 and 5): the same sets, masks and protocol as rkhs_batch_study, the
     paper's batch sizes 16/32/64, and six arms, each method on the kernel the paper gave it: SCGD (gpdlm's

@@ -48,6 +48,7 @@ def run(model, objective, groups, hooks):
     return curve + [model.nlml()]
 
 
+@pytest.mark.slow
 def test_scgd_stays_at_the_optimum_and_bsgd_drifts():
     """SCGD (b_t = (t + 1)^-1/2, F~_0 = F(theta_0), w_0 = w*): every per-epoch NLML within 0.005 nats
     per point of NLML* (measured: max +0.003). BSGD: the final NLML more than 0.03 above (measured

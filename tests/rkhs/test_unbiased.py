@@ -11,6 +11,7 @@ component is beyond 5 SE.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from gpdlm_cli.objectives import SCGD, BatchNLML, Minimax
@@ -52,6 +53,7 @@ def non_optimal_scgd():
     return model, scgd
 
 
+@pytest.mark.slow
 def test_scgd_step_with_the_exact_F_is_unbiased_at_a_non_optimal_point_and_bsgd_is_not():
     """SCGD with F~ = F(theta) held fixed, at a non-optimal (theta, w) where the full gradient is far
     from 0: the mean of the 500 per-point steps (batch calls of one row) equals the gradient of l/(2n)
@@ -107,6 +109,7 @@ def scgd_chain(schedule: dict, steps=1000, burn=50):
     return batch_means_z(G)
 
 
+@pytest.mark.slow
 def test_scgd_with_the_papers_constant_weight_is_biased_and_the_default_schedule_is_not():
     """Chains of 1,000 steps after 50 of burn-in at theta*, z by batch means (20 blocks of 50: the chain is
     autocorrelated, so an i.i.d. SE would be wrong): b_t = 0.9 (the paper) is > 5 SE from 0 in some

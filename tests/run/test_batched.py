@@ -209,6 +209,7 @@ def test_the_batched_losses_are_the_dense_formulas(model):
     assert len(set(np.round(got, 6))) == 3  # three different members, not one copied
 
 
+@pytest.mark.slow
 def test_out_of_scope_configs_say_why_and_the_shape_ignores_only_seed_and_beta():
     from gpdlm_cli.sweep.batched import SWEEP_CONTEXT
     from gpdlm_cli.sweep.callback import SWEEP_FILE
@@ -320,6 +321,7 @@ def test_a_batch_that_fails_falls_back_to_separate_runs(tmp_path, capsys, mlflow
         assert run.data.metrics["test_nll"] == separate[key].data.metrics["test_nll"]  # bit for bit: the same path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["svgp", "dlm"])
 def test_the_ordinary_objective_evaluates_a_batch_of_members(model):
     """Issue 46, item 4: the members' own objective (``CollapsedELBO``, ``DLM``) run once on their stacked

@@ -18,6 +18,7 @@ def test_the_job_list_is_the_product_of_preset_params_and_command_line_sweeps():
     assert {o for j in jobs for o in j if o.startswith("model=")} == {"model=dlm", "model=sq_dlm_fixed", "model=fitc"}
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     code = cli.main(
@@ -62,6 +63,7 @@ def test_the_estimate_counts_a_shared_stage_once_per_key():
     assert not p_off.share_stages and len(p_off.jobs) == 3
 
 
+@pytest.mark.slow
 def test_the_fast_estimate_adds_the_first_order_start_of_each_lbfgs_stage():
     common = [
         "model=svgp",

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from gpdlm_cli.commands.sweep import beta_grid
 from gpdlm_cli.exceptions import ConfigError
 
-from ..conftest import SmokeRuns, compose, gpdlm_subprocess, run_cli, sweep_grid
+from ..conftest import SmokeRuns, compose, copy_store, gpdlm_subprocess, run_cli, sweep_grid
 from ..recurrent import test_presets as recurrent_presets
 from ..rkhs import test_preset as rkhs_preset
 
@@ -57,8 +57,9 @@ def test_beta_grid_bad_input(kwargs, msg):
 
 
 @pytest.mark.slow
-def test_joblib_sweep_gives_children_under_one_parent_and_resumes(tmp_path):
+def test_joblib_sweep_gives_children_under_one_parent_and_resumes(tmp_path, template_db):
     db = tmp_path / "mlflow.db"
+    copy_store(template_db, tmp_path)  # the sweep, not the store's creation, is checked here
     args = [
         "train",
         "-m",
@@ -88,10 +89,11 @@ def test_joblib_sweep_gives_children_under_one_parent_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_failing_job_does_not_stop_the_others(tmp_path):
+def test_failing_job_does_not_stop_the_others(tmp_path, template_db):
     """A job that fails on its data (a training size larger than the set) is reported and the
     others go on; the parent run ends FAILED with a failure_reason that names the job and why."""
     db = tmp_path / "mlflow.db"
+    copy_store(template_db, tmp_path)  # the sweep, not the store's creation, is checked here
     tiny = [a for a in TINY if not a.startswith("dataset.split.train_size")]
     proc = gpdlm_subprocess(
         [
@@ -129,8 +131,9 @@ def test_a_bad_value_in_a_sweep_is_rejected_before_any_job(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_submitit_local_launcher(tmp_path):
+def test_submitit_local_launcher(tmp_path, template_db):
     db = tmp_path / "mlflow.db"
+    copy_store(template_db, tmp_path)  # the sweep, not the store's creation, is checked here
     proc = gpdlm_subprocess(
         [
             "train",
@@ -151,8 +154,9 @@ def test_submitit_local_launcher(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_beta_builds_the_grid_from_the_training_size(tmp_path):
+def test_sweep_beta_builds_the_grid_from_the_training_size(tmp_path, template_db):
     db = tmp_path / "mlflow.db"
+    copy_store(template_db, tmp_path)  # the sweep, not the store's creation, is checked here
     proc = gpdlm_subprocess(
         ["sweep", "beta", "sweep.grid_min=10", f"tracking.uri=sqlite:///{db}", "tracking.experiment=sb", *TINY],
         tmp_path,
@@ -198,8 +202,9 @@ def test_each_training_size_gets_its_own_grid():
 
 
 @pytest.mark.slow
-def test_sweep_beta_over_two_sizes_runs_each_grid(tmp_path):
+def test_sweep_beta_over_two_sizes_runs_each_grid(tmp_path, template_db):
     db = tmp_path / "mlflow.db"
+    copy_store(template_db, tmp_path)  # the sweep, not the store's creation, is checked here
     tiny = [o for o in TINY if not o.startswith("dataset.split.train_size")]
     proc = gpdlm_subprocess(
         [
@@ -269,11 +274,9 @@ SMOKE_BATCHES = [SMOKE_PRESETS[i::6] for i in range(6)]
 
 
 @pytest.fixture(scope="module")
-def empty_store(tmp_path_factory):
-    """An empty MLflow SQLite store with its schema, copied for each preset."""
-    path = tmp_path_factory.mktemp("smoke_template") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
+def empty_store(template_db):
+    """An empty MLflow SQLite store with its schema (the session's template), copied for each preset."""
+    return template_db
 
 
 def check_smoke_preset(preset: str, folder: Path) -> None:

@@ -66,6 +66,7 @@ def test_default_dlm_run_is_tracked_finished(tmp_path, mlflow_uri):
     assert {"config.yaml", "metrics.json", "learning_curve.png"} <= arts
 
 
+@pytest.mark.slow
 def test_same_seed_same_metrics(tmp_path, mlflow_uri):
     over = ["tracking.enabled=false", "trainer.batch_size=128", "model.inducing_init=random", "seed=3"]
     a = _run(tmp_path / "a", mlflow_uri, over)
@@ -96,6 +97,7 @@ def test_every_method_trains_and_predicts(tmp_path, mlflow_uri, overrides, metri
     assert math.isfinite(m["test_nll"]) and m[metric] < bound
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -266,6 +268,7 @@ def test_gpdlm_log_holds_the_protocol_the_stages_their_stops_and_warnings(tmp_pa
     assert any(ln.startswith("RuntimeWarning: a test warning from the evaluation (") for ln in lines)
 
 
+@pytest.mark.slow
 def test_every_run_reports_its_peak_resident_memory(tmp_path):
     """Issue 39: peak_rss_mb is the run's resident-set high-water mark (Linux VmHWM, reset when the run
     starts), logged with the final metrics; the process's own mark is at least as high."""

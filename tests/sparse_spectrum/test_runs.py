@@ -241,6 +241,7 @@ def test_baseline_metrics_are_the_dense_predictive_of_the_trained_model(name):
     assert rmse < 0.45 * y_std  # trained: the constant predictor scores ~y_std
 
 
+@pytest.mark.slow
 def test_ssgp_and_vssgp_default_to_lbfgs_with_fixed_lengthscales_and_the_optimal_q_s():
     """The model configs select trainer=lbfgs (the command line still wins), other families keep Adam,
     and the Table 1 baselines preset runs both models with these defaults on svbssgp_aimpeak's data."""

@@ -124,6 +124,7 @@ def _poisson(tmp_path_factory, *overrides):
     return _CACHE[overrides]
 
 
+@pytest.mark.slow
 def test_ups_is_unbiased_against_quadrature(tmp_path_factory):
     m = _poisson(tmp_path_factory, "estimator=ups")
     assert m["repetitions"] == 100 and m["num_params"] == 65 and m["batch_rows"] == 200
@@ -143,6 +144,7 @@ def test_ups_is_unbiased_against_quadrature(tmp_path_factory):
     assert m["bias_rel_vs_bmc10000"] > 0.2
 
 
+@pytest.mark.slow
 def test_bmc_bias_shrinks_with_the_number_of_samples(tmp_path_factory):
     m1 = _poisson(tmp_path_factory, "estimator=bmc", "estimator.num_samples=1")
     m100 = _poisson(tmp_path_factory, "estimator=bmc", "estimator.num_samples=100")
@@ -156,6 +158,7 @@ def test_bmc_bias_shrinks_with_the_number_of_samples(tmp_path_factory):
 
 
 # ----- probit: closed-form reference, MLflow -------------------------------------------------------
+@pytest.mark.slow
 def test_probit_run_uses_the_closed_form_and_is_tracked(tmp_path, mlflow_uri):
     over = [
         "dataset=breast_cancer",

@@ -26,6 +26,7 @@ def _run(tmp_path, overrides):
     return run_train(cfg, tmp_path, tracker=tracker), tracker
 
 
+@pytest.mark.slow
 def test_collapsed_svgp_follows_sgpr_exactly(tmp_path):
     """At beta = 1 the collapsed ELBO is Titsias' bound of the same parameters (Z, kernel, noise)
     with the same initialisation, so Adam takes SGPR's path and ends on SGPR's predictive."""
@@ -38,6 +39,7 @@ def test_collapsed_svgp_follows_sgpr_exactly(tmp_path):
     assert t.tags["gpdlm.elbo_form"] == "uncollapsed"
 
 
+@pytest.mark.slow
 def test_square_loss_completion_fits_the_residuals():
     """Realistic regime: the conditional variances k_i (~1) exceed the residual variance (0.09), where
     the old completion N(mu_i, K_ii + s2) put s2 on its floor. residual: s2 = mean r^2; scaled
@@ -54,6 +56,7 @@ def test_square_loss_completion_fits_the_residuals():
     assert c == pytest.approx(0.3, rel=0.15) and s2 == pytest.approx(0.05, abs=0.03)
 
 
+@pytest.mark.slow
 def test_sq_dlm_reports_the_completed_predictive_and_beats_the_prior_completion(tmp_path):
     m, _ = _run(tmp_path, ["model=sq_dlm_fixed", "model.predictive=residual"])
     cfg = compose(fast(["model=sq_dlm_fixed", "trainer.max_iters=100"]))

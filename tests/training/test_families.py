@@ -260,6 +260,7 @@ def test_lbfgs_trains_sgpr_to_a_lower_objective_than_adam_and_converges():
     assert lbfgs <= adam + 1e-6, (lbfgs, adam)
 
 
+@pytest.mark.slow
 def test_keep_best_val_nll_on_an_exact_gp_ends_on_the_best_logged_iterate(tmp_path):
     """Full-batch Adam at lr 0.3 on a 150-point exact GP overfits the validation NLL after a while:
     the run ends on the evaluation point with the lowest val_nll, whose metrics it reports."""

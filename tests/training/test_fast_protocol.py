@@ -181,6 +181,7 @@ def _fit(overrides, warm=None):
     return fit
 
 
+@pytest.mark.slow
 def test_a_cold_lbfgs_stage_first_follows_the_paper_protocol_for_fast_adam_iters_steps():
     """The first-order start is the paper protocol's own path: its 50 losses equal the first 50 of a
     trainer=paper run from the same seed, and L-BFGS continues from there (optimizers tag adam50+lbfgs)."""
@@ -194,6 +195,7 @@ def test_a_cold_lbfgs_stage_first_follows_the_paper_protocol_for_fast_adam_iters
     assert none.losses[1] != pytest.approx(paper.losses[1], rel=1e-6)  # L-BFGS from the first step
 
 
+@pytest.mark.slow
 def test_a_warm_started_stage_skips_the_first_order_start():
     from gpdlm_cli.training.reuse import WarmStart, clear_warm_starts
 
@@ -262,6 +264,7 @@ def test_lbfgs_answers_the_repeated_start_of_each_step_from_its_last_evaluation(
     assert counts["gpdlm"] <= counts["plain"] - 30, counts  # about one evaluation saved per iteration
 
 
+@pytest.mark.slow
 def test_a_run_whose_lbfgs_budget_ends_a_stage_says_so(tmp_path, capsys):
     """trainer=fast: an L-BFGS stage stopped by fast_max_iters (its tests not met) is named on the console,
     in gpdlm.log and in the tag gpdlm.lbfgs_budget_hit; one that converges is not."""

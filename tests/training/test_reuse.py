@@ -57,6 +57,7 @@ def test_shared_svgp_stage_is_restored_bit_for_bit(tmp_path, protocol):
     assert reused["iterations"] == cold["iterations"]  # the learning curve includes the restored stage
 
 
+@pytest.mark.slow
 def test_the_key_ignores_beta_and_bookkeeping_but_nothing_else():
     a = compose(BASE + ["objective.beta=0.5", "tracking.experiment=x", "sweep.cache_dir=/tmp/a"])
     assert reuse_key(a) == reuse_key(compose(BASE + ["objective.beta=8"]))
@@ -71,6 +72,7 @@ def test_the_key_ignores_beta_and_bookkeeping_but_nothing_else():
         assert reuse_key(compose(BASE + [change])) != reuse_key(a), change
 
 
+@pytest.mark.slow
 def test_a_corrupt_cache_file_is_retrained_not_trusted(tmp_path):
     _run(tmp_path, ["objective.beta=2.0"], "first")
     for f in (tmp_path / "cache" / "stages").glob("*-svgp.pt"):
@@ -146,6 +148,7 @@ def test_a_multi_stage_run_reports_each_stages_final_objective(tmp_path):
     assert not any(k.startswith("final_loss_") for k in svgp)
 
 
+@pytest.mark.slow
 def test_a_sweep_job_computes_its_own_kmeans_centres(tmp_path):
     """Issue 46: the k-means cache of sweep jobs is gone (it saved < 1% of a sweep's time,
     docs/training.md); a sweep job writes no centres, carries no tag, and ends as it did with the cache."""
