@@ -105,6 +105,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
+@pytest.fixture(autouse=True)
+def _logging_handlers_restored():
+    """Each test leaves the logging handlers as it found them: an in-process Hydra run attaches console
+    handlers to the test's captured stdout, which is closed after that test, and a later log record
+    through them printed '--- Logging error ---' into another test's captured stderr."""
+    import logging
+
+    loggers = [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
+    before = {id(lg): list(lg.handlers) for lg in loggers}
+    yield
+    for lg in [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]:
+        kept = before.get(id(lg), [])
+        for handler in list(lg.handlers):
+            if handler not in kept:
+                lg.removeHandler(handler)
+
+
 @pytest.fixture(scope="session")
 def device():
     """The torch device the suite trains on (``--device``; CPU by default, as in CI)."""

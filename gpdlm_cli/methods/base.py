@@ -183,6 +183,9 @@ DECLARATIONS: dict[str, Any] = {
     # whether its training reads objective.beta (false: a sweep over beta repeats one run;
     # gpdlm's sweeper launches it once, sweep/beta_free.py)
     "USES_BETA": True,
+    # a function of the model's config giving the model keys that make a timing probe's set-up cheap without
+    # changing its training step (cells that serve predictions only), or None (sweep/plan.py's dry-run probes)
+    "PROBE_MODEL_OVERRIDES": None,
 }
 
 

@@ -46,6 +46,24 @@ TAKES_FEATURES = False  # declarations: base.DECLARATIONS (the others keep their
 #: over 45 epochs) while diag(M) random-walked (||M||_F 0.24 -> 1.28); 1e-3 also ends with the higher
 #: ELBO on the AIMPEAK-like generator (docs/sparse_spectrum.md, "Learning rate").
 SVBSSGP_LR = 1e-3
+
+
+def _svbssgp_probe_overrides(model) -> dict:
+    """A dry-run probe's model keys: with random training blocks the k-means cells serve predictions only
+    (2,000 cells of the airline rows took minutes a probe), so one cell, the training blocks' count kept."""
+    if model.get("partitions") is None or model.get("train_blocks") != "random" or model.get("block_rows") is not None:
+        return {}
+    return {"train_partitions": model.get("train_partitions") or model.partitions, "partitions": 1}
+
+
+def _ssgp_probe_overrides(model) -> dict:
+    """A dry-run probe's model keys: SSGP's ``predict=local`` cells serve predictions only: one cell."""
+    if model.get("partitions") is None or model.get("predict") != "local":
+        return {}
+    return {"partitions": 1}
+
+
+PROBE_MODEL_OVERRIDES = {"svbssgp": _svbssgp_probe_overrides, "ssgp": _ssgp_probe_overrides}
 OFFDIAG_LR_SCALE = 1e-2
 
 

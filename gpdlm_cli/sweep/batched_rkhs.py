@@ -100,15 +100,15 @@ def _kind(objective) -> str:
     from ..objectives.rkhs import SCGD, BatchNLML, Minimax
 
     if _svgp_kind(objective):
-        return "svgp"
+        return "svgp_step"
     if not isinstance(getattr(objective, "model", None), BayesianLinearGP):
         raise NotBatchable("the model is not the finite-feature GP (kernel=linear|rff)")
     if isinstance(objective, SCGD) and objective.fused:
-        return "scgd"
+        return "scgd_step"
     if isinstance(objective, Minimax) and objective.fused:
-        return "minimax"
+        return "minimax_step"
     if isinstance(objective, BatchNLML) and objective.nearest is None:
-        return "bsgd"
+        return "bsgd_step"
     raise NotBatchable(f"objective {type(objective).__name__} has no batched form")
 
 
@@ -210,7 +210,7 @@ class StackedRKHS:
     def invalidate(self, b: int) -> None:
         """Member b's cached posterior is stale (its tensors changed through the stacked storage, which does
         not bump their version counters)."""
-        if self.kind != "svgp":
+        if self.kind != "svgp_step":
             self.models[b]._post = None
 
     # ----- the batched step ---------------------------------------------------------------------------------
@@ -245,21 +245,21 @@ class StackedRKHS:
         """The members' step values (B), differentiable in the leaves; sets the objectives' per-step state."""
         from ..objectives.rkhs_batched import MinimaxStepBatched, SCGDStepBatched, bsgd_values
 
-        if self.kind == "svgp":
+        if self.kind == "svgp_step":
             return self._svgp_values(x, y)
         phi, s2 = self.features(x)
         y = y.to(torch.float64)
         objs = self.objectives
         n = None
-        if self.kind != "bsgd":  # each member's own n (two 90/10 masks of a set can differ by a row)
+        if self.kind != "bsgd_step":  # each member's own n (two 90/10 masks of a set can differ by a row)
             n = torch.tensor([float(o.num_data) for o in objs], dtype=torch.float64, device=phi.device)
-        if self.kind == "scgd":
+        if self.kind == "scgd_step":
             L = self.cholesky(self.tensor("F_tilde"), "F~ (SCGD)", active)
             values, F_batch = SCGDStepBatched.apply(phi, self.tensor("w"), s2, y, L, n)
             for b, o in enumerate(objs):
                 o._F_batch = F_batch[b]
             return values
-        if self.kind == "minimax":
+        if self.kind == "minimax_step":
             phi_bar = self._dual_features(phi, active)
             mu = torch.tensor([float(o.mu) for o in objs], dtype=torch.float64, device=phi.device)
 

@@ -326,22 +326,20 @@ def _probe_config(cfg):
     ``predict=local``): 2,000 k-means cells of the airline rows took minutes a probe."""
     from omegaconf import OmegaConf, open_dict
 
+    from ..methods import declaration
+
     m = cfg.model
     kmeans_init = m.get("inducing_init") == "kmeans"
-    cells_for_predictions = m.get("partitions") is not None and (
-        (m.name == "svbssgp" and m.get("train_blocks") == "random" and m.get("block_rows") is None)
-        or (m.name == "ssgp" and m.get("predict") == "local")
-    )
-    if not (kmeans_init or cells_for_predictions):
+    probe_overrides = declaration(m.name, "PROBE_MODEL_OVERRIDES")
+    cell_overrides = probe_overrides(m) if probe_overrides is not None else {}
+    if not (kmeans_init or cell_overrides):
         return cfg
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     with open_dict(cfg):
         if kmeans_init:
             cfg.model.inducing_init = "random"
-        if cells_for_predictions:
-            if cfg.model.name == "svbssgp":
-                cfg.model.train_partitions = cfg.model.get("train_partitions") or cfg.model.partitions
-            cfg.model.partitions = 1
+        for key, value in cell_overrides.items():
+            cfg.model[key] = value
     return cfg
 
 

@@ -126,7 +126,9 @@ def test_a_bad_value_in_a_sweep_is_rejected_before_any_job(tmp_path, capsys):
         capsys,
     )
     assert rc == 2
-    assert lines == ["gpdlm: error: the 'beta' parameter of objective must be a finite number >= 0; got -1 instead"]
+    assert lines == [
+        "gpdlm: error: the 'beta' parameter of objective must be a finite float in (0, inf); got -1 instead"
+    ]
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
