@@ -112,14 +112,13 @@ def _logging_handlers_restored():
     through them printed '--- Logging error ---' into another test's captured stderr."""
     import logging
 
-    loggers = [logging.getLogger()] + [
-        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
-    ]
-    before = {id(lg): list(lg.handlers) for lg in loggers}
+    def loggers() -> list[logging.Logger]:
+        named = logging.Logger.manager.loggerDict.values()
+        return [logging.getLogger()] + [lg for lg in named if isinstance(lg, logging.Logger)]
+
+    before = {id(lg): list(lg.handlers) for lg in loggers()}
     yield
-    for lg in [logging.getLogger()] + [
-        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
-    ]:
+    for lg in loggers():
         kept = before.get(id(lg), [])
         for handler in list(lg.handlers):
             if handler not in kept:
