@@ -102,7 +102,7 @@ def convergence():
                     "+experiment=gplstm_convergence",
                     "model.network.units=16",
                     "seed=0",
-                    f"trainer.algorithm={algorithm}",
+                    f"model.training.algorithm={algorithm}",
                     "progress=false",
                     "tracking.enabled=false",
                 ],

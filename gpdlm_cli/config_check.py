@@ -212,14 +212,16 @@ def _override_values(o) -> list:
 def _check_values(base, values, later, command: str | None = "train") -> str | None:
     from omegaconf import OmegaConf
 
+    from .tracking.identity import RENAMED
+
     first: list[tuple[str, Any]] = []  # (key, value) of the first job
     checked: list[tuple[str, Any, Any]] = []  # (key, default, value) of every job
     for o in values:
         key, added = o.key_or_group, o.is_add() or o.is_force_add()
         default = OmegaConf.select(base, key, default=MISSING)
-        if default is MISSING and not added:
-            return _unknown_key(key, _flat_keys(base))
         vals = _override_values(o)
+        if default is MISSING and (not added or key in RENAMED):  # `+trainer.algorithm=...` is an old name too
+            return _unknown_key(key, _flat_keys(base), vals[0] if len(vals) == 1 else ...)
         if not added:
             if OmegaConf.is_config(default):
                 default = OmegaConf.to_container(default, resolve=False)
@@ -388,7 +390,12 @@ def _non_finite(value) -> bool:
     return False
 
 
-def _unknown_key(key: str, known: list[str]) -> str:
+def _unknown_key(key: str, known: list[str], value=...) -> str:
+    from .tracking.identity import renamed_message
+
+    renamed = renamed_message(key.lstrip("+~"), value)
+    if renamed:
+        return renamed
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.8)
     msg = f"unknown config key '{key}'"
     if close:

@@ -36,7 +36,7 @@ def declared(cls, prefix: str = "") -> set[str]:
 def keys_of(node, prefix: str = "") -> set[str]:
     out = set()
     for k, v in node.items():
-        if isinstance(v, dict) and v and prefix + k in ("network", "gp"):
+        if isinstance(v, dict) and v and prefix + k in ("network", "gp", "training"):
             out |= keys_of(v, f"{prefix}{k}.")
         else:
             out.add(prefix + k)

@@ -114,11 +114,17 @@ class RunRecord:
 
     @classmethod
     def from_run(cls, run) -> RunRecord:
+        """The record of an MLflow run (or of an export line read back, ``analysis.export.as_run``), its
+        params in today's names: a run logged before config-hash version 3 has its recurrent protocol
+        keys ``trainer.<key>`` read as ``model.training.<key>`` (``tracking.identity.canonical_params``,
+        the one place that renaming lives), so claims, ``--by`` and ``--filter``-free grouping see one name."""
+        from ..tracking.identity import canonical_params
+
         return cls(
             run.info.run_id,
             run.info.run_name or "",
             int(run.info.start_time or 0),
-            dict(run.data.params),
+            canonical_params(dict(run.data.params)),
             dict(run.data.metrics),
             dict(run.data.tags),
         )

@@ -505,7 +505,8 @@ def predict_series(run, inp: Path, output: Path, level: float) -> int:
 
 # ----- gpdlm resume ------------------------------------------------------------------------------
 def load_run_config(folder: Path):
-    """The run's ``config.yaml``; a missing, unreadable or foreign file is one line."""
+    """The run's ``config.yaml`` (in today's key names: ``run.lifecycle.canonical_run_config``); a
+    missing, unreadable or foreign file is one line."""
     from omegaconf import DictConfig, OmegaConf
 
     path = folder / "config.yaml"
@@ -522,7 +523,9 @@ def load_run_config(folder: Path):
     ]
     if missing:
         raise AnalysisError(f"{path} is not a gpdlm run config (no {missing[0]!r} section); retrain the run")
-    return cfg
+    from ..run.lifecycle import canonical_run_config
+
+    return canonical_run_config(cfg)  # a run of gpdlm before config-hash version 3: today's key names
 
 
 def resume_store(a_uri: str | None, state: dict, cfg) -> str:
@@ -560,7 +563,7 @@ def resume_main(argv: list[str]) -> int:
     from ..files import folder_holder
     from ..run.lifecycle import make_tracker
     from ..run.train import run_train
-    from ..tracking.identity import config_hash
+    from ..tracking.identity import config_hash, config_hashes
     from ..training.checkpoint import FILE, read_checkpoint
 
     folder, rid = run_folder(a.run, a.tracking_uri)
@@ -580,7 +583,7 @@ def resume_main(argv: list[str]) -> int:
             f"{folder} has no readable {FILE}: the run was stopped before its first checkpoint, "
             f"or ran with trainer.checkpoint_every=0; retrain it"
         )
-    if state.get("config_hash") != config_hash(cfg):
+    if state.get("config_hash") not in config_hashes(cfg):  # a checkpoint of config-hash version 2 or 1 too
         raise AnalysisError(
             f"{folder}/{FILE} belongs to another configuration than {folder}/config.yaml "
             f"(config hash {state.get('config_hash')} != {config_hash(cfg)}); retrain the run"

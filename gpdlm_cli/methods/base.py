@@ -170,8 +170,6 @@ DECLARATIONS: dict[str, Any] = {
     "VARIANTS": ("joint",),
     # whether the family puts `features=` (an input map, e.g. features=nn) in front of its kernel
     "TAKES_FEATURES": False,
-    # keys of the trainer config group that only this family reads (its training protocol)
-    "PROTOCOL_KEYS": (),
     # whether it trains on several outputs (multi-output targets are refused otherwise)
     "MULTI_OUTPUT": False,
     # whether its predictions need the training data (a collapsed or exact posterior, feature-space

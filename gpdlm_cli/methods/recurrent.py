@@ -3,7 +3,7 @@ structure", JMLR 2017): GPs with recurrent deep kernels -- GP-LSTM, GP-GRU, GP-R
 and the network baselines LSTM, GRU, RNN, NARX trained with MSE on the same windows.
 
 A GP model is k(phi_W(x_bar), phi_W(x_bar')) on windows x_bar of a sequence dataset
-(``gpdlm_cli.models.deep_kernel``); its training protocol (``trainer.algorithm``):
+(``gpdlm_cli.models.deep_kernel``); its training protocol (``model.training.algorithm``; every protocol key is ``model.training.*``):
 
 * ``full``: joint full-batch descent of NLML(W, theta)/N (Wilson et al. 2016a);
 * ``delayed``: Algorithm 2 (Sec. 4.1), semi-stochastic with delayed kernel updates, in its unbiased
@@ -11,10 +11,10 @@ A GP model is k(phi_W(x_bar), phi_W(x_bar')) on windows x_bar of a sequence data
   minibatch steps (null: one epoch) a refresh embeds all training windows, checks whether the NLML
   rose during the stale steps by more than the rises' own minibatch noise (then lr_W is halved, at
   most 4 times net, and restored once the rises are calm: :class:`RefreshGuard`;
-  ``trainer.refresh_check``; both NLMLs on the same probe vectors for structured KISS, and under the
+  ``refresh_check``; both NLMLs on the same probe vectors for structured KISS, and under the
   same dropout masks), runs
   ``theta_steps`` full-data steps on the kernel hyperparameters and noise, and recomputes the
-  cotangents; the W steps in between use lr_W = lr / tau (``trainer.lr_over_tau``, Theorem 2's
+  cotangents; the W steps in between use lr_W = lr / tau (``lr_over_tau``, Theorem 2's
   scaling). With dropout a refresh draws one mask set per window, used by its embedding, theta steps
   and cotangents and by the batch Jacobians until the next refresh;
 * ``alternating``: Algorithm 1, i.e. Algorithm 2 with tau = 1.
@@ -46,7 +46,6 @@ from typing import Any
 import torch
 
 from ..exceptions import UnsupportedCombination
-from ..schema import ALGORITHMS as TRAINER_ALGORITHMS
 from ..schema import ModelSpec, RunSpec, as_run_spec
 from ..schema.keys import choice, flag, integer, listing, nested, real
 from . import components as C
@@ -69,16 +68,8 @@ USES_BETA = False  # objective.beta is not read: a beta sweep repeats one run (s
 PREDICTS_FROM_TRAINING_DATA = {m: True for m in ("gp_lstm", "gp_gru", "gp_rnn", "gp_narx")}
 MULTI_OUTPUT = True  # independent GPs (or linear outputs) sharing one network
 TAKES_FEATURES = False  # the network is the model's own (model.network), not `features=`
-#: the trainer-group keys only this family reads (conf/trainer/*.yaml; base.DECLARATIONS)
-PROTOCOL_KEYS = (
-    "algorithm",
-    "kernel_refresh_every",
-    "theta_steps",
-    "final_theta_steps",
-    "lr_over_tau",
-    "refresh_check",
-)
-ALGORITHMS = TRAINER_ALGORITHMS  # trainer.algorithm's choices (declared in schema.TrainerSpec)
+#: model.training.algorithm's choices (Algorithms 1-2 of the paper, and joint full-batch descent)
+ALGORITHMS = ("full", "alternating", "delayed")
 # trainer.keep_best=auto: the iterate with the lowest validation RMSE (App. E: "best models were selected
 # on 25% of the training data used for validation"; the authors' examples stop early on val_mse). Without
 # it, full-batch joint training overfits the 376 Actuator windows: val NLL 27.8 after 1000 steps, -0.08 at best.
@@ -125,6 +116,23 @@ class GPSpec:
     kiss_dense_below: int = integer(2000, lo=0, help="kiss: fewer training windows are evaluated densely")
 
 
+@dataclass(frozen=True)
+class TrainingSpec:
+    """``model.training``: the GP models' training protocol (Sec. 4.1; ``trainer.*`` before config-hash
+    version 3: ``tracking.identity.PROTOCOL_KEYS`` lists these fields). The baselines ignore it."""
+
+    algorithm: str = choice("full", ALGORITHMS, help="full | alternating (Algorithm 1) | delayed (Algorithm 2)")
+    kernel_refresh_every: int | None = integer(
+        None, lo=1, null="one epoch", help="delayed: W minibatch steps between kernel refreshes (tau)"
+    )
+    theta_steps: int = integer(10, lo=0, help="alternating/delayed: kernel + noise steps at every refresh")
+    final_theta_steps: int = integer(100, lo=0, help="kernel + noise steps after training with W fixed (0 = none)")
+    lr_over_tau: bool = flag(True, help="alternating/delayed: the network's lr is trainer.lr / tau (Theorem 2)")
+    refresh_check: bool = flag(
+        True, help="alternating/delayed: halve the network's lr when the NLML rose during stale steps"
+    )
+
+
 def _horizons_ok(hz) -> bool:
     return all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hz)
 
@@ -135,6 +143,7 @@ class Spec(ModelSpec):
 
     network: NetworkSpec = nested(NetworkSpec, "network", help="the network phi_W")
     gp: GPSpec = nested(GPSpec, "gp", help="the GP on the embedding (GP models)")
+    training: TrainingSpec = nested(TrainingSpec, "training", help="the GP models' training protocol")
     init: str = choice(
         "random",
         ("random", "pretrained"),
@@ -168,16 +177,16 @@ def validate(spec: RunSpec) -> None:
             f"model.gp.inference=kiss interpolates on a grid of grid_size^embed_dim points: it needs "
             f"model.network.embed_dim <= 3 (the paper uses 1-2); got embed_dim={m.network.embed_dim}"
         )
-    algorithm, tau = t.algorithm, t.kernel_refresh_every
+    algorithm, tau = m.training.algorithm, m.training.kernel_refresh_every
     if algorithm == "alternating" and tau not in (None, 1):
         raise UnsupportedCombination(
-            f"trainer.algorithm=alternating (Algorithm 1) refreshes the kernel after every minibatch; "
-            f"trainer.kernel_refresh_every={tau} is trainer.algorithm=delayed (Algorithm 2)"
+            f"model.training.algorithm=alternating (Algorithm 1) refreshes the kernel after every minibatch; "
+            f"model.training.kernel_refresh_every={tau} is model.training.algorithm=delayed (Algorithm 2)"
         )
     if t.optimizer == "lbfgs" and algorithm != "full":
         raise UnsupportedCombination(
             f"trainer.optimizer=lbfgs needs a deterministic objective; "
-            f"trainer.algorithm={algorithm} takes stochastic minibatch steps"
+            f"model.training.algorithm={algorithm} takes stochastic minibatch steps"
         )
 
 
@@ -260,7 +269,7 @@ def build(spec: RunSpec, data, task: str) -> Method:
     parts = GPStages(spec, model, pretrainer, x, y, lr=lr, masks=masks, timer=timer)
     for stage in parts.stages:
         stage.hooks = [*stage.hooks, schedule]
-    tags.update({"gpdlm.algorithm": t.algorithm, "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init})
+    tags.update({"gpdlm.algorithm": m.training.algorithm, "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init})
     if m.gp.inference == "kiss":
         tags["gpdlm.kiss_evaluation"] = kiss_tag(model, n)
 

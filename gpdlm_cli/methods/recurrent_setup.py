@@ -160,7 +160,7 @@ def kiss_tag(model, n: int) -> str:
 
 # ----- the GP models' stages ------------------------------------------------------------------------------
 class GPStages:
-    """The stages of a GP model (pre-training, then ``trainer.algorithm``, then final theta steps) and the
+    """The stages of a GP model (pre-training, then ``model.training.algorithm``, then final theta steps) and the
     ``KernelRefresh`` of Algorithms 1-2 (``refresh``; None for ``full``). ``lr``: the trainer overrides
     that set the family's default learning rate; ``masks``: the dropout-mask generator."""
 
@@ -172,9 +172,9 @@ class GPStages:
         self.noisy_gp = not model.is_dense(self.n)  # KISS on the structured operator: stochastic Lanczos
         self.refresh: KernelRefresh | None = None
         self.stages = [] if pretrainer is None else [self._pretrain(pretrainer)]
-        algorithm = spec.trainer.algorithm
+        algorithm = spec.model.training.algorithm
         self.stages.append(self._full() if algorithm == "full" else self._semi_stochastic(algorithm))
-        final_steps = int(spec.trainer.final_theta_steps)
+        final_steps = int(spec.model.training.final_theta_steps)
         if final_steps > 0:
             self.stages.append(self._theta(final_steps))
 
@@ -203,10 +203,10 @@ class GPStages:
         from ..objectives.recurrent import CotangentSurrogate
         from ..training.kernel_refresh import KernelRefresh
 
-        t, n = self.spec.trainer, self.n
+        t, protocol, n = self.spec.trainer, self.spec.model.training, self.n
         bs = t.batch_size if t.batch_size and t.batch_size < n else None
         steps_per_epoch = n // bs if bs else 1
-        tau = 1 if algorithm == "alternating" else int(t.kernel_refresh_every or steps_per_epoch)
+        tau = 1 if algorithm == "alternating" else int(protocol.kernel_refresh_every or steps_per_epoch)
         base_lr = float(t.lr) if t.lr is not None else DEFAULT_LR
         scales = {"kernel": 1.0, "likelihood": 1.0, **{str(k): float(v) for k, v in t.scales.items()}}
         surrogate = CotangentSurrogate(self.model, n)
@@ -216,9 +216,9 @@ class GPStages:
             self.x,
             self.y,
             tau=tau,
-            theta_steps=int(t.theta_steps),
+            theta_steps=int(protocol.theta_steps),
             theta_lr={k: base_lr * scales[k] for k in ("kernel", "likelihood")},
-            check=bool(t.refresh_check),
+            check=bool(protocol.refresh_check),
             probe_seed=self.spec.seed if self.model.inference == "kiss" else None,
             masks=self.masks if self.stochastic_net else None,
         )
@@ -229,7 +229,7 @@ class GPStages:
             prepare=self.refresh.refresh,
             stochastic=True,
             hooks=[self.timer, self.refresh],
-            lr_scale={"network": 1.0 / tau} if t.lr_over_tau else {},
+            lr_scale={"network": 1.0 / tau} if protocol.lr_over_tau else {},
             overrides=self.lr,
             wants_index=True,
         )

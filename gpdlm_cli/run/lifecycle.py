@@ -27,6 +27,7 @@ from typing import cast
 from ..exceptions import ResultsNotSaved
 from ..files import write_atomic
 from ..tracking import MlflowTracker, NullTracker, flatten, resolve_tracking_uri
+from ..tracking.identity import PROTOCOL_KEYS, VERSION, VERSION_TAG, canonical_config
 from ..tracking.liveness import process_tags
 from .artifacts import last_evaluation, unsaved_message, write_partial_results
 from .naming import report_run
@@ -52,10 +53,22 @@ def run_tags(command: str, *, overrides, output_dir: Path, device, fingerprint: 
         "gpdlm.dataset_fingerprint": fingerprint,
         "gpdlm.command": command,
         "gpdlm.config_hash": chash,
-        "gpdlm.config_hash_version": "2",  # tracking.identity: threads, device ... left out
+        VERSION_TAG: VERSION,  # tracking.identity: threads, device ... left out; version 3: model.training.*
         **process_tags(),  # host, PID, process start: `gpdlm runs --stale` finds orphaned runs
         **extra,
     }
+
+
+def canonical_run_config(cfg):
+    """A stored run's config (its folder's ``config.yaml``, a saved model's) in today's key names: one written
+    before config-hash version 3 has its recurrent protocol keys moved from ``trainer`` to ``model.training``
+    (``tracking.identity.canonical_config``); ``cfg`` itself when there is nothing to move. Interpolations stay."""
+    from omegaconf import OmegaConf
+
+    trainer = cfg.get("trainer")
+    if trainer is None or not any(k in trainer for k in PROTOCOL_KEYS):
+        return cfg
+    return OmegaConf.create(canonical_config(cast(dict, OmegaConf.to_container(cfg, resolve=False))))
 
 
 def make_tracker(tcfg, base_dir=None):

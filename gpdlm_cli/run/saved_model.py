@@ -133,7 +133,9 @@ def load_run(run_dir: str | os.PathLike, *, device: str | None = None) -> Loaded
     from ..prepare import prepare
 
     meta, state = read_model_file(Path(run_dir) / MODEL_FILE)
-    cfg = OmegaConf.create(meta["config"])
+    from .lifecycle import canonical_run_config
+
+    cfg = canonical_run_config(OmegaConf.create(meta["config"]))  # a model saved before config-hash version 3
     if device is not None:
         cfg.device = device
 

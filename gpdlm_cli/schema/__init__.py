@@ -16,7 +16,7 @@ config.
 docs/configuration.md from these schemas.
 
 Importing the package imports no torch: ``trainer`` (whose choices come from ``gpdlm_cli.training``)
-is imported on first use of ``TrainerSpec``, ``ALGORITHMS`` or ``GROUPS`` (PEP 562), so that
+is imported on first use of ``TrainerSpec`` or ``GROUPS`` (PEP 562), so that
 ``config_check`` can read the other groups' rules in a multirun's launcher (``rule_of_key``).
 """
 
@@ -44,7 +44,7 @@ from .groups import (
 from .keys import Rule, as_spec, describe, parse, plain, rule_of
 
 if TYPE_CHECKING:  # at run time: __getattr__ imports them on first use (they import torch)
-    from .trainer import ALGORITHMS, TrainerSpec
+    from .trainer import TrainerSpec
 
 #: the groups whose schema imports no torch (all but ``trainer``; ``model``: ``ModelSpec`` only)
 LIGHT_GROUPS: dict[str, type] = {
@@ -70,8 +70,8 @@ def _groups() -> dict[str, type]:
 
 
 def __getattr__(name: str):
-    """``TrainerSpec``, ``ALGORITHMS`` and ``GROUPS``, made on first use (PEP 562): they import torch."""
-    if name in ("TrainerSpec", "ALGORITHMS"):
+    """``TrainerSpec`` and ``GROUPS``, made on first use (PEP 562): they import torch."""
+    if name == "TrainerSpec":
         from . import trainer
 
         value = getattr(trainer, name)
@@ -185,7 +185,6 @@ def as_run_spec(value, model_schema: type = ModelSpec) -> RunSpec:
 
 
 __all__ = [
-    "ALGORITHMS",
     "GROUPS",
     "BiasSpec",
     "DatasetSpec",

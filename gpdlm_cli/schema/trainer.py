@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..exceptions import UnsupportedCombination, param_error
+from ..exceptions import ConfigError, UnsupportedCombination, param_error
+from ..tracking.identity import RENAMED, renamed_message
 from ..training import OPTIMIZERS, SCHEDULES, STOP_RULES
 from ..validation import is_number
-from .keys import choice, flag, integer, mapping, real, text
-
-#: the recurrent family's training algorithms (DLM's recurrent protocol keys; Algorithms 1-2)
-ALGORITHMS = ("full", "alternating", "delayed")
+from .keys import choice, integer, mapping, real, text
 
 
 def _scales_ok(scales) -> bool:
@@ -136,18 +134,12 @@ class TrainerSpec:
         allowed="'auto', 'min' or 'max'",
         help="auto: min unless the family says higher is better",
     )
-    # the recurrent family's protocol (model=gp_lstm|gp_gru|gp_rnn|gp_narx; the others ignore them)
-    algorithm: str = choice(
-        "full", ALGORITHMS, help="recurrent: full | alternating (Algorithm 1) | delayed (Algorithm 2)"
-    )
-    kernel_refresh_every: int | None = integer(
-        None, lo=1, null="one epoch", help="recurrent, delayed: W minibatch steps between kernel refreshes (tau)"
-    )
-    theta_steps: int = integer(10, lo=0, help="recurrent, alternating/delayed: kernel + noise steps at every refresh")
-    final_theta_steps: int = integer(100, lo=0, help="recurrent: kernel + noise steps after training (0 = none)")
-    lr_over_tau: bool = flag(True, help="recurrent, alternating/delayed: the network's lr is trainer.lr / tau")
-    refresh_check: bool = flag(True, help="recurrent: halve the network's lr when the NLML rose during stale steps")
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key in self.extra:  # an old name (a preset, `+trainer.algorithm=...`): never silently ignored
+            if f"trainer.{key}" in RENAMED:
+                raise ConfigError(renamed_message(f"trainer.{key}", self.extra[key]))
 
     def check(self) -> None:
         """The rules that tie keys together."""
@@ -179,4 +171,4 @@ class TrainerSpec:
         return dict(self.lr_scale or {})
 
 
-__all__ = ["ALGORITHMS", "TrainerSpec"]
+__all__ = ["TrainerSpec"]

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from ..tracking.identity import config_hash, legacy_config_hash
+from ..tracking.identity import config_hash, config_hashes
 
 
 @dataclass
@@ -187,7 +187,7 @@ def batched_member(cfg, evaluator, tracker=None, stage_cache=None) -> BatchedOut
             k != key
             and cfg.sweep.get("skip_finished", False)
             and tracker is not None
-            and tracker.has_finished_run("gpdlm.config_hash", (k, legacy_config_hash(c)))
+            and tracker.has_finished_run("gpdlm.config_hash", config_hashes(c))
         ):
             continue  # its job will be skipped: no need to train it
         seen.add(k)

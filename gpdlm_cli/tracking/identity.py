@@ -2,15 +2,32 @@
 reruns and the analysis commands compare (tag ``gpdlm.config_hash``). Low in the layers: the run
 lifecycle (``run/``), the sweep callbacks (``sweep.callback``) and ``analysis.store`` use it.
 
-Two versions exist. Version 2 (``config_hash``, tag ``gpdlm.config_hash_version=2``) hashes only
+Three versions exist. Version 3 (``config_hash``, tag ``gpdlm.config_hash_version=3``) hashes only
 what determines a run's result: the config without where it is tracked (``tracking``), how it shows
 progress, how its sweep is organised (``sweep``, ``hydra``), the torch thread count, the device,
 the checkpoint interval and, outside ``gpdlm bias``, the ``bias`` block. It is computed from the
 flattened config with every value as the string MLflow stores as the run's param, so the same hash
 can be recomputed from any run's params (``params_hash``) -- also for runs of stores written before
-version 2. Version 1 (``legacy_config_hash``) also hashed ``threads``, ``device`` and the rest:
-one seed trained at two thread counts counted as two runs. Runs tagged with it are still found
-(``config_hashes`` gives both for ``sweep.skip_finished``) and regrouped from their params.
+version 3.
+
+Version 3 is version 2 with the recurrent GP models' protocol keys under their model's config:
+``trainer.<key>`` became ``model.training.<key>`` for the six ``PROTOCOL_KEYS`` (issue 46). Old params
+are read in the new names by ``canonical_params`` -- the one place the renaming lives; the analysis
+commands (``analysis.records``), ``run_identity`` and ``params_hash`` go through it -- and an old run
+folder's config by ``canonical_config`` (``run.lifecycle.canonical_run_config``). Which runs own the
+keys is decided from the params alone, without importing the model families (this layer sits below
+them): **a run owns them when its params carry ``model.gp.*``** (the recurrent GP models, the only
+models with a ``gp`` block); every other run carried them as ignored trainer defaults (or, under the
+recurrent presets, the network baselines as ignored preset values), so they are dropped from its
+identity, old or new: a baseline's ``model.training.*`` never makes it another run.
+
+Version 2 (``gpdlm.config_hash_version=2``, gpdlm before issue 46) hashed the same config with the keys
+still under ``trainer`` (every run had them); version 1 (``legacy_config_hash``, no version tag) also
+hashed ``threads``, ``device`` and the rest. Runs tagged with either are still found:
+``config_hashes`` gives all three of a config for ``sweep.skip_finished`` and checkpoints (the old
+ones computed on the config put back in the old shape, ``_as_version_2``: exact for every config
+whose non-GP runs left the keys at their defaults), and ``run_identity`` regroups them from their
+params.
 """
 
 from __future__ import annotations
@@ -24,9 +41,52 @@ IGNORED_KEYS = ("tracking", "progress", "sweep", "hydra")
 #: version 2 also leaves out these dotted keys (and ``bias.*`` outside ``gpdlm bias``): they change
 #: how fast or where a run trains, or how often it writes a checkpoint, not what it learns
 RESULT_NEUTRAL = ("threads", "device", "trainer.checkpoint_every")
-VERSION = "2"
+VERSION = "3"
 VERSION_TAG = "gpdlm.config_hash_version"
 COMMAND_KEY = "gpdlm_command"  # ``gpdlm bias`` adds it to the config it hashes
+#: the recurrent GP models' protocol keys: ``trainer.<key>`` up to version 2, ``model.training.<key>`` since
+#: version 3 (methods/recurrent.py's ``TrainingSpec`` declares them; a test keeps the two lists equal)
+PROTOCOL_KEYS = (
+    "algorithm",
+    "kernel_refresh_every",
+    "theta_steps",
+    "final_theta_steps",
+    "lr_over_tau",
+    "refresh_check",
+)
+#: old dotted name -> new dotted name
+RENAMED = {f"trainer.{k}": f"model.training.{k}" for k in PROTOCOL_KEYS}
+#: the values every version-2 config carried for them (conf/trainer/paper.yaml before version 3)
+VERSION_2_DEFAULTS = {
+    "algorithm": "full",
+    "kernel_refresh_every": None,
+    "theta_steps": 10,
+    "final_theta_steps": 100,
+    "lr_over_tau": True,
+    "refresh_check": True,
+}
+_NEW_NAMES = frozenset(RENAMED.values())
+
+
+def renamed_message(key: str, value=...) -> str:
+    """The one line for a dotted key that version 3 renamed (``RENAMED``; '' for any other key), with
+    the value the user gave (``...``: not known)."""
+    new = RENAMED.get(key)
+    if new is None:
+        return ""
+    shown = (
+        "..."
+        if value is ...
+        else "null"
+        if value is None
+        else str(value).lower()
+        if isinstance(value, bool)
+        else str(value)
+    )
+    return (
+        f"'{key}' is now '{new}': the recurrent GP models' protocol keys moved from trainer to the model's "
+        f"config (see CHANGELOG.md); write {new}={shown}"
+    )
 
 
 def _param_str(v) -> str:
@@ -51,11 +111,66 @@ def _neutral(key: str, bias: bool) -> bool:
     return top in IGNORED_KEYS or key in RESULT_NEUTRAL or (top == "bias" and not bias)
 
 
+def owns_protocol_keys(keys) -> bool:
+    """Whether a run with these (flattened, dotted) config keys is a recurrent GP model's: it has
+    ``model.gp.*`` (module docstring)."""
+    return any(str(k).startswith("model.gp.") for k in keys)
+
+
+def canonical_params(params: dict) -> dict:
+    """A run's flattened params in version 3's names: ``trainer.<key>`` of ``PROTOCOL_KEYS`` read as
+    ``model.training.<key>`` when the run owns them (``owns_protocol_keys``), and dropped otherwise, in
+    either name (they never changed its result). Params already in the new names pass unchanged, so
+    applying it twice is applying it once."""
+    owner = owns_protocol_keys(params)
+    out = {}
+    for k, v in params.items():
+        name = RENAMED.get(k, k)
+        if name in _NEW_NAMES and not owner:
+            continue
+        out[name] = v
+    return out
+
+
+def canonical_config(config: dict) -> dict:
+    """A run's config (nested plain dicts, e.g. an old run folder's ``config.yaml``) in version 3's
+    shape: the protocol keys of an old ``trainer`` group moved to ``model.training`` when the model owns
+    them (``model.gp``), else removed. A version-3 config comes back equal. A new dict; ``config``
+    is not changed."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
+    trainer, model = out.get("trainer"), out.get("model")
+    if not isinstance(trainer, dict) or not any(k in trainer for k in PROTOCOL_KEYS):
+        return out
+    moved = {k: trainer.pop(k) for k in PROTOCOL_KEYS if k in trainer}
+    if isinstance(model, dict) and isinstance(model.get("gp"), dict):
+        model["training"] = {**moved, **dict(model.get("training") or {})}
+    return out
+
+
+def _as_version_2(config: dict) -> dict:
+    """The version-2 shape of a version-3 config (nested plain dicts): ``model.training`` back under
+    ``trainer``, and the keys a model does not own at their version-2 defaults, as every run carried
+    them then."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
+    model = out.get("model")
+    training = model.pop("training", None) if isinstance(model, dict) else None
+    trainer = out.get("trainer")
+    if isinstance(trainer, dict):
+        trainer.update(training or {})
+        for k, v in VERSION_2_DEFAULTS.items():
+            trainer.setdefault(k, v)
+    return out
+
+
 def params_hash(params: dict, command: str | None = None) -> str:
-    """Version 2 of the hash from a run's flattened params ({'model.name': 'svgp', ...}, values as
-    strings); ``command='bias'`` for a ``gpdlm bias`` run. Equals ``config_hash`` of the config the
-    run logged."""
-    items = {str(k): str(v) for k, v in params.items()}
+    """Version 3 of the hash from a run's flattened params ({'model.name': 'svgp', ...}, values as
+    strings; old names are read as ``canonical_params`` says); ``command='bias'`` for a ``gpdlm bias``
+    run. Equals ``config_hash`` of the config the run logged."""
+    return _hash({str(k): str(v) for k, v in canonical_params(params).items()}, command)
+
+
+def _hash(items: dict, command: str | None) -> str:
+    """SHA-256 (16 hex) of the result-determining part of flattened params (versions 2 and 3)."""
     if command == "bias":
         items[COMMAND_KEY] = "bias"
     bias = items.get(COMMAND_KEY) == "bias"
@@ -74,7 +189,7 @@ def _resolved(cfg) -> dict:
 
 
 def config_hash(cfg, without: tuple[str, ...] = ()) -> str:
-    """SHA-256 (16 hex) of what determines the result of a run of ``cfg`` (version 2, module
+    """SHA-256 (16 hex) of what determines the result of a run of ``cfg`` (version 3, module
     docstring): two runs with the same hash trained the same thing, whatever the tracking target,
     output folder, thread count or device. ``without``: dotted keys also left out (``sweep.batched``
     groups jobs by the hash without seed and objective.beta)."""
@@ -84,23 +199,31 @@ def config_hash(cfg, without: tuple[str, ...] = ()) -> str:
     return params_hash({k: _param_str(v) for k, v in flat.items()})
 
 
+def _version_2_hash(config: dict) -> str:
+    """Version 2 of the hash of a (version-3) resolved config: hashed in the old shape and old names."""
+    flat = _flatten(_as_version_2(config))
+    return _hash({k: _param_str(v) for k, v in flat.items()}, None)
+
+
 def legacy_config_hash(cfg) -> str:
-    """Version 1 of the hash (gpdlm before ``gpdlm.config_hash_version``): the resolved config
-    without ``IGNORED_KEYS`` only. Kept to find the runs of existing stores."""
-    d = _resolved(cfg)
+    """Version 1 of the hash (gpdlm before ``gpdlm.config_hash_version``): the resolved config, in
+    version 2's shape, without ``IGNORED_KEYS`` only. Kept to find the runs of existing stores."""
+    d = _as_version_2(_resolved(cfg))
     for k in IGNORED_KEYS:
         d.pop(k, None)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def config_hashes(cfg) -> tuple[str, str]:
-    """(version 2, version 1) of ``cfg``'s hash: a FINISHED run tagged with either is this config's."""
-    return config_hash(cfg), legacy_config_hash(cfg)
+def config_hashes(cfg) -> tuple[str, str, str]:
+    """(version 3, version 2, version 1) of ``cfg``'s hash: a FINISHED run (or a checkpoint) tagged
+    with any of them is this config's."""
+    return config_hash(cfg), _version_2_hash(_resolved(cfg)), legacy_config_hash(cfg)
 
 
 def run_identity(params: dict, tags: dict) -> str | None:
-    """The version-2 hash of a logged run: its ``gpdlm.config_hash`` tag when the run carries
-    version 2, else recomputed from its params (runs of older stores); None without the tag."""
+    """The version-3 hash of a logged run: its ``gpdlm.config_hash`` tag when the run carries
+    version 3, else recomputed from its params (runs of older stores, their old names read as
+    ``canonical_params`` says); None without the tag."""
     h = tags.get("gpdlm.config_hash")
     if not h:
         return None

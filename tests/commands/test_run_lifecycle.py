@@ -306,7 +306,7 @@ def test_the_learning_curve_shows_the_lr_the_family_trains_with(tmp_path, monkey
                 "dataset.n=128",
                 "model.network.units=4",
                 "trainer.max_iters=2",
-                "trainer.final_theta_steps=1",
+                "model.training.final_theta_steps=1",
                 "trainer.eval_every=0",
                 "progress=false",
                 "tracking.enabled=false",

@@ -205,7 +205,7 @@ def test_reloaded_models_of_every_family_evaluate_identically(tmp_path):
             "trainer.max_epochs=2",
             "trainer.max_iters=null",
         ],
-        ["model=gp_lstm", "dataset=sysid_actuator", "trainer.final_theta_steps=2", "trainer.max_iters=15"],
+        ["model=gp_lstm", "dataset=sysid_actuator", "model.training.final_theta_steps=2", "trainer.max_iters=15"],
     ):
         cfg = compose(
             [o for o in BASE if "train_size" not in o and "max_iters" not in o]
@@ -266,7 +266,7 @@ SEQ = [
     "dataset.n=200",
     "model.network.units=4",
     "trainer.max_iters=15",
-    "trainer.final_theta_steps=2",
+    "model.training.final_theta_steps=2",
     "trainer.eval_every=0",
     "progress=false",
     "threads=1",

@@ -116,7 +116,7 @@ DETERMINISTIC = {
         "model.network.dtype=float64",
         "trainer.max_iters=30",
         "trainer.eval_every=0",
-        "trainer.final_theta_steps=5",
+        "model.training.final_theta_steps=5",
     ],
     "gp_lstm_kiss": [
         "model=gp_lstm",
@@ -126,7 +126,7 @@ DETERMINISTIC = {
         "model.network.dtype=float64",
         "trainer.max_iters=20",
         "trainer.eval_every=0",
-        "trainer.final_theta_steps=0",
+        "model.training.final_theta_steps=0",
     ],
     "lstm": [
         "model=lstm",
@@ -185,7 +185,7 @@ STOCHASTIC = {
         "model.network.dtype=float64",
         "trainer.max_iters=30",
         "trainer.eval_every=0",
-        "trainer.final_theta_steps=0",
+        "model.training.final_theta_steps=0",
     ],
 }
 

@@ -24,8 +24,8 @@ BAD = [
         "model.gp.inference=kiss interpolates on a grid of grid_size^embed_dim points: it needs model.network.embed_dim <= 3",
     ),
     (
-        ["trainer.algorithm=delayed", "trainer.kernel_refresh_every=0"],
-        "the 'kernel_refresh_every' parameter of trainer must be an integer >= 1 or null (one epoch); got 0",
+        ["model.training.algorithm=delayed", "model.training.kernel_refresh_every=0"],
+        "the 'kernel_refresh_every' parameter of model=gp_lstm (training) must be an integer >= 1 or null (one epoch); got 0",
     ),
     (
         ["model.network.dropout=1.0"],
@@ -35,10 +35,18 @@ BAD = [
         ["model=lstm", "model.network.rec_dropout=-0.1"],
         "the 'rec_dropout' parameter of model=lstm (network) must be a float in [0, 1); got -0.1",
     ),
-    (["trainer.algorithm=sgd"], "the 'algorithm' parameter of trainer must be one of full, alternating, delayed"),
     (
-        ["trainer.algorithm=alternating", "trainer.kernel_refresh_every=4"],
-        "trainer.algorithm=alternating (Algorithm 1)",
+        ["model.training.algorithm=sgd"],
+        "the 'algorithm' parameter of model=gp_lstm (training) must be one of full, alternating, delayed",
+    ),
+    (  # an old name added to the config (a preset's trainer block, +trainer.<key>): refused, never ignored
+        ["+trainer.theta_steps=3"],
+        "'trainer.theta_steps' is now 'model.training.theta_steps': the recurrent GP models' protocol keys "
+        "moved from trainer to the model's config (see CHANGELOG.md); write model.training.theta_steps=3",
+    ),
+    (
+        ["model.training.algorithm=alternating", "model.training.kernel_refresh_every=4"],
+        "model.training.algorithm=alternating (Algorithm 1)",
     ),
     (["model.gp.max_exact=50"], "model=gp_lstm with model.gp.inference=exact refuses n_train="),
     (
@@ -86,3 +94,25 @@ def test_bad_input_fails_in_one_line_before_any_run(tmp_path, overrides, message
     line = str(e.value)
     assert "\n" not in line and message in line, line
     assert not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.parametrize(
+    "override,new",
+    [
+        ("trainer.algorithm=delayed", "model.training.algorithm=delayed"),
+        ("trainer.lr_over_tau=false", "model.training.lr_over_tau=false"),
+        ("+trainer.final_theta_steps=0", "model.training.final_theta_steps=0"),
+    ],
+)
+def test_an_old_protocol_key_names_its_new_name_in_one_line(tmp_path, capsys, override, new):
+    """The keys config-hash version 3 moved from trainer to model.training: one line naming the new key,
+    exit 2, before Hydra makes a run folder."""
+    from ..conftest import run_cli
+
+    rc, err = run_cli(["train", "model=gp_lstm", "dataset=sysid_actuator", override], tmp_path, capsys)
+    old = override.lstrip("+").split("=")[0]
+    assert rc == 2 and err == [
+        f"gpdlm: error: '{old}' is now '{new.split('=')[0]}': the recurrent GP models' protocol keys moved from "
+        f"trainer to the model's config (see CHANGELOG.md); write {new}"
+    ], err
+    assert list(tmp_path.iterdir()) == []

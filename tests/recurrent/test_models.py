@@ -95,8 +95,8 @@ def fit(overrides, stages=None):
             "trainer.max_epochs=2",
             "trainer.batch_size=32",
             "trainer.eval_every=0",
-            "trainer.theta_steps=2",
-            "trainer.final_theta_steps=3",
+            "model.training.theta_steps=2",
+            "model.training.final_theta_steps=3",
             "model.horizons=[1,5]",
             "progress=false",
             "tracking.enabled=false",
@@ -113,8 +113,8 @@ def fit(overrides, stages=None):
 @pytest.mark.parametrize("model", recurrent.MODELS)
 def test_every_model_trains_and_predicts(model):
     extra = {
-        "gp_gru": ["trainer.algorithm=delayed", "trainer.batch_size=16"],
-        "gp_rnn": ["trainer.algorithm=alternating", "trainer.batch_size=16"],
+        "gp_gru": ["model.training.algorithm=delayed", "trainer.batch_size=16"],
+        "gp_rnn": ["model.training.algorithm=alternating", "trainer.batch_size=16"],
         "gp_narx": ["model.gp.inference=kiss", "model.gp.grid_size=16"],
     }.get(model, [])
     extra += ["model.network.rec_dropout=0.1", "model.network.dropout=0.1"] if model in ("rnn", "gp_rnn") else []

@@ -54,7 +54,7 @@ def test_presets_set_the_papers_protocol():
     s = compose(["+experiment=gplstm_sysid", "dataset=sysid_drives", "dataset.mode=regression", "model=narx"])
     assert (s.dataset.lag, s.model.network.units, s.model.network.dropout) == (16, 128, 0.5)  # Table 4, Drives
     s = compose(["+experiment=gplstm_sysid", "dataset.mode=free_simulation", "model=gp_lstm"])
-    assert (s.dataset.lag, s.model.network.units, s.model.network.rec_dropout, s.trainer.algorithm) == (
+    assert (s.dataset.lag, s.model.network.units, s.model.network.rec_dropout, s.model.training.algorithm) == (
         10,
         256,
         0.05,
@@ -74,14 +74,19 @@ def test_presets_set_the_papers_protocol():
     assert compose(["+experiment=gplstm_convergence"]).trainer.keep_best is None  # curves: the last epoch
     # Figure 4 (right): Algorithm 2 alone, batch (tau) x lr x 5 seeds, the paper's fixed lr_W, no lr halving
     dl = compose(["+experiment=gplstm_delay"])
-    assert (dl.trainer.algorithm, dl.trainer.lr_over_tau, dl.trainer.refresh_check, dl.model.network.units) == (
+    assert (
+        dl.model.training.algorithm,
+        dl.model.training.lr_over_tau,
+        dl.model.training.refresh_check,
+        dl.model.network.units,
+    ) == (
         "delayed",
         False,
         False,
         16,
     )
     jobs = sweep_jobs("gplstm_delay")
-    assert len(jobs) == 4 * 3 * 5 and all("trainer.algorithm=delayed" in j for j in jobs)
+    assert len(jobs) == 4 * 3 * 5 and all("model.training.algorithm=delayed" in j for j in jobs)
 
 
 @pytest.mark.slow

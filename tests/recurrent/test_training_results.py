@@ -35,13 +35,13 @@ REGRESSION = [
     "threads=1",
 ]
 LSTM = ["model=lstm", "trainer.batch_size=32", "trainer.max_epochs=60"]
-FULL = ["model=gp_lstm", "trainer.algorithm=full", "trainer.max_epochs=100"]
+FULL = ["model=gp_lstm", "model.training.algorithm=full", "trainer.max_epochs=100"]
 DELAYED = [
     "model=gp_lstm",
-    "trainer.algorithm=delayed",
+    "model.training.algorithm=delayed",
     "trainer.batch_size=32",
     "trainer.max_epochs=100",
-    "trainer.theta_steps=5",
+    "model.training.theta_steps=5",
 ]
 SEEDS = (0, 1, 2)
 

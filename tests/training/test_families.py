@@ -327,15 +327,12 @@ def test_declared_features_and_variants_are_what_validate_accepts(model):
             assert _validates(base + [f"model.variant={variant}"]) == (variant in variants), variant
 
 
-def test_declarations_have_their_types_and_protocol_keys_exist():
-    trainer = compose([]).trainer
+def test_declarations_have_their_types():
     for family in methods.FAMILIES:
         for model in family.MODELS:
             assert methods.selection_metric(model).startswith("val_")
             beta = methods.declaration(model, "REFERENCE_BETA")
             assert beta is None or beta > 0
             assert set(methods.declaration(model, "VARIANTS")) >= {"joint"}
-        for key in methods.declaration(family.MODELS[0], "PROTOCOL_KEYS"):
-            assert key in trainer, key
     assert methods.selection_metric("sq_dlm") == "val_mse" and methods.has_variants("dlm")
     assert not methods.has_variants("svgp") and methods.declaration("svgp", "REFERENCE_BETA") == 1.0

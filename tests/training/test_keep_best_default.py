@@ -51,7 +51,7 @@ def test_default_gp_lstm_run_on_actuator_ends_on_its_best_validation_iterate(tmp
         "dataset.n=512",
         "trainer.max_iters=600",
         "trainer.eval_every=25",
-        "trainer.final_theta_steps=0",
+        "model.training.final_theta_steps=0",
         "progress=false",
         "tracking.enabled=false",
         "threads=1",
