@@ -167,6 +167,14 @@ def check_keys(records: list[RunRecord], keys: Iterable[str], option: str = "--b
         if key in ALIASES or key in DERIVED:
             continue
         if not any(r.raw(key) is not None for r in records):
+            from ..tracking.identity import RENAMED
+
+            name = key.removeprefix("params.")
+            if name in RENAMED:  # runs are read in today's names, old ones too
+                raise AnalysisError(
+                    f"{option} {key}: the key is now '{RENAMED[name]}' (config-hash version 3; runs logged "
+                    f"with the old name are read in the new one): use {option} {RENAMED[name]}"
+                )
             short = ", ".join(list(ALIASES) + list(DERIVED))
             raise AnalysisError(
                 f"unknown {option} key '{key}': not a short name ({short}) and no run has a "

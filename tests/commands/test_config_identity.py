@@ -274,3 +274,21 @@ def test_a_checkpoint_of_version_2_resumes(template_db, tmp_path, capsys, monkey
     assert tags["gpdlm.resumed_from"] == tracker.run_id and new[0].data.metrics["iterations"] == 30
     assert tags["gpdlm.config_hash"] == config_hash(cfg) and tags["gpdlm.config_hash_version"] == "3"
     assert "trainer.algorithm" not in params and "model.training.algorithm" not in params
+
+
+def test_an_old_grouping_key_names_the_new_one():
+    """``--by trainer.algorithm`` over runs read in today's names (old runs too): one line naming the new key."""
+    from types import SimpleNamespace
+
+    from gpdlm_cli.analysis.records import AnalysisError, RunRecord, check_keys
+
+    run = store_v2()["gp_lstm"]
+    record = RunRecord.from_run(
+        SimpleNamespace(
+            info=SimpleNamespace(run_id="r", run_name="", start_time=0),
+            data=SimpleNamespace(params=run["params"], metrics={}, tags=run["tags"]),
+        )
+    )
+    check_keys([record], ["model.training.algorithm", "params.model.training.theta_steps"])
+    with pytest.raises(AnalysisError, match=r"^--by trainer.algorithm: the key is now 'model.training.algorithm'"):
+        check_keys([record], ["trainer.algorithm"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -83,6 +84,9 @@ def test_dropout_masks_are_per_sequence_seeded_and_off_for_predictions():
     torch.testing.assert_close(net(x), plain(x), rtol=0, atol=0)  # no dropout when predicting
 
 
+GP = re.compile(r"model=gp_")
+
+
 def fit(overrides, stages=None):
     cfg = compose(
         [
@@ -95,13 +99,13 @@ def fit(overrides, stages=None):
             "trainer.max_epochs=2",
             "trainer.batch_size=32",
             "trainer.eval_every=0",
-            "model.training.theta_steps=2",
-            "model.training.final_theta_steps=3",
             "model.horizons=[1,5]",
             "progress=false",
             "tracking.enabled=false",
             *overrides,
         ]
+        # the GP models' protocol keys (the network baselines have none)
+        + (["model.training.theta_steps=2", "model.training.final_theta_steps=3"] if GP.search(str(overrides)) else [])
     )
     prepared = prepare(cfg)
     splits, data, method, settings = prepared.splits, prepared.data, prepared.method, prepared.settings
