@@ -7,8 +7,10 @@ schema), vacuumed and gzipped (25 kB), made with::
         tracking.experiment=main_store tracking.system_metrics=null
 
 The config the schema checks is the config Hydra composes (the schema validates it, it does not
-rewrite it), so the hash is version 2 still; this test fails the day a schema change moves a key,
-changes a default's type or adds a key to the hashed config without a new hash version."""
+rewrite it); this test fails the day a schema change moves a key, changes a default's type or adds a key
+to the hashed config without a new hash version. Version 3 (issue 46) moved the recurrent GP models'
+protocol keys from ``trainer`` to ``model.training``: the store's version-2 hash is found among the config's
+hashes (``config_hashes``), and its run's identity recomputed from its params is today's hash."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpdlm_cli.tracking.identity import VERSION, config_hash, config_hashes
+from gpdlm_cli.tracking.identity import VERSION, config_hash, config_hashes, run_identity
 
 from ..conftest import compose
 
@@ -60,8 +62,9 @@ def test_skip_finished_recognises_the_runs_of_a_store_written_before_the_schema(
     validate_config(cfg)  # the schema accepts the config main ran
     tracker = _tracker(store)
     [run] = tracker.client.search_runs([tracker.experiment_id])
-    assert run.data.tags["gpdlm.config_hash_version"] == VERSION == "2"
-    assert run.data.tags["gpdlm.config_hash"] == MAIN_HASH == config_hash(cfg)
+    assert run.data.tags["gpdlm.config_hash_version"] == "2" and VERSION == "3"
+    assert run.data.tags["gpdlm.config_hash"] == MAIN_HASH == config_hashes(cfg)[1] != config_hash(cfg)
+    assert run_identity(run.data.params, run.data.tags) == config_hash(cfg)
     assert tracker.has_finished_run("gpdlm.config_hash", config_hashes(cfg))
     # and a different config is not mistaken for it
     other = compose(OVERRIDES + [f"tracking.uri={store}", "trainer.max_iters=4"])
