@@ -95,14 +95,18 @@ def pytest_collection_modifyitems(config, items):
     * the modules holding slow tests run first (each module's tests stay together and in order), so the
       suite ends on sub-second tests and no worker idles while the other finishes a minute-long run;
     * a module whose tests share a module-scoped fixture (trained runs, a populated store) is one
-      xdist group: one worker builds the fixture once, instead of each worker building it.
+      xdist group: one worker builds the fixture once, instead of each worker building it; these
+      groups (the largest units of work) are handed out next, before the single tests that balance
+      the workers at the end.
     """
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
+    grouped = set()
     for item in items:
         defs = getattr(item, "_fixtureinfo", None)
         if defs and any(d.scope == "module" for fds in defs.name2fixturedefs.values() for d in fds):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            grouped.add(item.path)
+    items.sort(key=lambda item: (item.path not in slow, item.path not in grouped))
 
 
 @pytest.fixture(autouse=True)
@@ -132,6 +136,19 @@ def device():
 
     name = os.environ.get("GPDLM_DEVICE", "cpu")
     return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
+
+
+def exhaustive(cases, *, fast, ids=None) -> list:
+    """The cases of an exhaustive table (every option, every preset, every key's bad values) as
+    ``pytest.param``s: those for which ``fast(case)`` is true run in both lanes, the others only in
+    ``make test`` (marked ``slow``). The fast lane checks each kind of case once; the full suite checks
+    every case. ``ids``: a function of the case (default: pytest's own)."""
+    out = []
+    for case in cases:
+        values = case if isinstance(case, tuple) else (case,)
+        marks = () if fast(case) else (pytest.mark.slow,)
+        out.append(pytest.param(*values, marks=marks, id=ids(case) if ids else None))
+    return out
 
 
 _COMPOSED: dict = {}

@@ -9,13 +9,14 @@ import pytest
 
 from gpdlm_cli import build
 
-from .conftest import compose
+from .conftest import compose, exhaustive
 
 CONF = Path(build.__file__).resolve().parent / "conf"
 GROUPS = sorted(
     p.name for p in CONF.iterdir() if p.is_dir() and not p.name.startswith("_") and p.name != "experiment"
 )  # presets: test_sweeps
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
+FIRST_DATASET = next(c for c in OPTIONS if c[0] == "dataset")
 
 
 def test_conf_is_shipped_inside_the_package():
@@ -23,7 +24,11 @@ def test_conf_is_shipped_inside_the_package():
     assert {"model", "likelihood", "estimator", "dataset", "trainer", "kernel", "tracking"} <= set(GROUPS)
 
 
-@pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+@pytest.mark.parametrize(
+    "group,option",
+    # the fast lane: every option but the datasets' (52; tests/data/test_data_configs.py checks each) and the first dataset
+    exhaustive(OPTIONS, fast=lambda c: c[0] != "dataset" or c == FIRST_DATASET, ids=lambda c: f"{c[0]}={c[1]}"),
+)
 def test_option_composes(group, option):
     from gpdlm_cli.methods import recurrent
 

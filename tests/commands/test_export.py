@@ -13,6 +13,7 @@ import pytest
 from gpdlm_cli import cli
 from gpdlm_cli.analysis import export
 
+from ..conftest import exhaustive
 from .conftest import one_line_error
 from .test_report import EXP, store  # noqa: F401 (the synthetic experiment of test_report)
 
@@ -64,7 +65,7 @@ def test_the_file_holds_every_run_with_step_summaries_and_a_checksum(records, st
     assert all("points" not in s for r in _lines(lean)[1:-1] for s in r["steps"].values())
 
 
-@pytest.mark.parametrize("fmt", ["md", "latex", "html"])
+@pytest.mark.parametrize("fmt", exhaustive(["md", "latex", "html"], fast=lambda f: f == "md"))  # fast lane: md
 def test_the_report_from_the_file_is_the_report_from_the_store(records, store, tmp_path, capsys, fmt):  # noqa: F811
     a, b = tmp_path / "store", tmp_path / "file"
     base = ["report", "--claims", store["claims"], "--no-log", "--format", fmt]

@@ -81,6 +81,7 @@ def full_disk_for(monkeypatch):
     return install
 
 
+@pytest.mark.slow  # ~5 s: a run, then its result files on a full disk
 def test_disk_full_at_the_end_keeps_the_metrics_in_mlflow_and_says_what_was_saved(
     template_db, tmp_path, capsys, full_disk_for
 ):
@@ -277,13 +278,13 @@ def test_the_server_check_bounds_mlflow_http_retries(monkeypatch):
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3" and os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
 
 
-def test_the_retrying_client_travels_to_sweep_jobs(tmp_path):
+def test_the_retrying_client_travels_to_sweep_jobs(template_db, tmp_path):
     """The sweep callback (and its client) is pickled to joblib and submitit jobs."""
     import pickle
 
     from gpdlm_cli.tracking.tracker import RetryingClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = copy_store(template_db, tmp_path)
     client = pickle.loads(pickle.dumps(RetryingClient(MlflowClient(uri), uri)))
     assert client.search_experiments()[0].name == "Default"
 

@@ -18,7 +18,7 @@ from gpdlm_cli.run.lifecycle import make_tracker
 from gpdlm_cli.run.saved_model import MODEL_FILE, load_run
 from gpdlm_cli.run.train import run_train
 
-from ..conftest import compose
+from ..conftest import compose, exhaustive
 from .conftest import copy_store, one_line_error
 
 BASE = ["dataset.split.train_size=150", "trainer.max_iters=25", "trainer.eval_every=0", "progress=false", "threads=1"]
@@ -38,16 +38,29 @@ CASES = {
 }
 
 
+class TrainedOnDemand(dict):
+    """{name: (run folder, metrics, config)}: each case is trained the first time a test asks for it,
+    so the fast lane, which asks for a few, trains only those (``make test`` trains all)."""
+
+    def __init__(self, train):
+        super().__init__()
+        self._train = train
+
+    def __missing__(self, name):
+        self[name] = self._train(name)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def trained(template_db, tmp_path_factory):
     d = tmp_path_factory.mktemp("saved")
     uri = copy_store(template_db, d)
-    out = {}
-    for name, ov in CASES.items():
-        cfg = compose(BASE + ov + [f"tracking.uri={uri}", "tracking.experiment=saved"])
-        metrics = run_train(cfg, d / name, tracker=make_tracker(cfg.tracking))
-        out[name] = (d / name, metrics, cfg)
-    return uri, out
+
+    def train(name):
+        cfg = compose(BASE + CASES[name] + [f"tracking.uri={uri}", "tracking.experiment=saved"])
+        return d / name, run_train(cfg, d / name, tracker=make_tracker(cfg.tracking)), cfg
+
+    return uri, TrainedOnDemand(train)
 
 
 def _test_rows_csv(cfg, path):
@@ -58,7 +71,8 @@ def _test_rows_csv(cfg, path):
     return splits.y_test * splits.y_std + splits.y_mean
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+# the fast lane: a regression, a classification and a count model; make test, every family
+@pytest.mark.parametrize("name", exhaustive(sorted(CASES), fast=lambda n: n in {"dlm", "probit", "count"}))
 def test_predict_on_the_test_rows_reproduces_the_test_metrics(name, trained, tmp_path, capsys):
     uri, runs = trained
     folder, metrics, cfg = runs[name]
@@ -139,7 +153,7 @@ def test_predict_and_eval_take_the_short_id_gpdlm_runs_prints(trained, tmp_path,
     assert capsys.readouterr().out.startswith(f"gpdlm eval: {rid}: 1 reproduced")
 
 
-@pytest.mark.parametrize("name", ["dlm", "probit", "count"])
+@pytest.mark.parametrize("name", exhaustive(["dlm", "probit", "count"], fast=lambda n: n == "dlm"))
 def test_the_mlflow_model_predicts_what_gpdlm_predict_writes(name, trained, tmp_path, capsys):
     """Every run logs an MLflow Model (pyfunc): `mlflow.pyfunc.load_model("runs:/<id>/model")` takes a
     DataFrame of the training columns and returns gpdlm predict's columns, value for value; its
@@ -279,11 +293,12 @@ def sequence_runs(tmp_path_factory):
     from gpdlm_cli.tracking import NullTracker
 
     d = tmp_path_factory.mktemp("seq")
-    out = {}
-    for mode in ("regression", "autoregression", "free_simulation"):
+
+    def train(mode):
         cfg = compose(SEQ + [f"dataset.mode={mode}"])
-        out[mode] = (d / mode, run_train(cfg, d / mode, tracker=NullTracker()), cfg)
-    return out
+        return d / mode, run_train(cfg, d / mode, tracker=NullTracker()), cfg
+
+    return TrainedOnDemand(train)
 
 
 def _test_series(cfg):
@@ -297,7 +312,10 @@ def _test_series(cfg):
     return df.iloc[cut - lag :].reset_index(drop=True), lag
 
 
-@pytest.mark.parametrize("mode", ["regression", "autoregression", "free_simulation"])
+# the fast lane: autoregression (the mode the bad-series cases use); make test, all three
+@pytest.mark.parametrize(
+    "mode", exhaustive(["regression", "autoregression", "free_simulation"], fast=lambda m: m == "autoregression")
+)
 def test_predict_on_the_test_series_reproduces_the_sequence_test_metrics(mode, sequence_runs, tmp_path):
     folder, metrics, cfg = sequence_runs[mode]
     series, lag = _test_series(cfg)

@@ -14,7 +14,7 @@ import pytest
 from gpdlm_cli import build
 from gpdlm_cli.data import all_datasets
 
-from ..conftest import compose, sweep_grid
+from ..conftest import compose, exhaustive, sweep_grid
 
 # the DLM paper's Table 2 (App. D), typed in from the paper: dataset -> M
 PAPER_TABLE2_M = {
@@ -77,7 +77,13 @@ def test_the_registry_records_table2():
     assert recorded["airline_nyc"] == 200  # the stand-in of airline, at airline's M
 
 
-@pytest.mark.parametrize("preset", sorted(DLM_PRESETS))
+# the fast lane: one preset per task (regression, classification, counts, airline); make test, all 17
+@pytest.mark.parametrize(
+    "preset",
+    exhaustive(
+        sorted(DLM_PRESETS), fast=lambda p: p in {"regression_logloss", "classification", "count", "airline_curves"}
+    ),
+)
 def test_every_dlm_preset_trains_with_the_papers_m(preset):
     default = compose([f"+experiment={preset}"])
     paper_name = {"airline_nyc": "airline"}.get(default.dataset.name, default.dataset.name)
