@@ -156,8 +156,7 @@ def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
 
 
 #: the probes' time budget per plan (seconds): job shapes left when it is spent are not timed but scaled from
-#: the nearest timed shape of their model (``_extrapolate``); every model's first shape (per data set where its
-#: size is unknown: ``_anchor``) is timed whatever the budget
+#: the nearest timed shape of their model (``_extrapolate``); every model's first shape is timed whatever the budget
 PROBE_BUDGET_S = 10.0
 #: the wall time of a job outside its training steps (seconds): composing its config, its MLflow run, loading
 #: its data from the parsed cache, its evaluations -- measured 0.6-1.0 s a job for the small GP-LSTM baselines
@@ -251,7 +250,15 @@ def _estimate_at_job_threads(p: SweepPlan, k: int, budget_s: float) -> float:
             cached = _PROBES[(shape, _probe_key(first[shape], p.parallel))] = _probe_shape(first[shape], k, p.parallel)
         p.per_shape[shape] = cached
     p.timed_shapes, p.probe_s = len(p.per_shape), time.perf_counter() - t0
-    p.extrapolated = {sh: _extrapolate(sh, p.per_shape) for sh in counts if sh not in p.per_shape}
+    sizes: dict = {}
+
+    def n_train(shape: Shape) -> int | None:
+        """The training rows of a shape whose size is the whole data set (its data loaded, not trained)."""
+        if shape not in sizes:
+            sizes[shape] = _n_train(first[shape])
+        return sizes[shape]
+
+    p.extrapolated = {sh: _extrapolate(sh, p.per_shape, n_train) for sh in counts if sh not in p.per_shape}
     return _total([(_shape(cfg), seed) for _job, cfg, seed in jobs], {**p.per_shape, **p.extrapolated}, p)
 
 
@@ -277,15 +284,13 @@ def _shape_override(o: str) -> bool:
     return key in SHAPE_KEYS or ("." not in key and key not in NEUTRAL)
 
 
-def _anchor(shape: Shape) -> tuple:
-    """The shapes one timed shape can be scaled to (``_extrapolate``): a model's shapes, and per data set
-    where the training size is the whole data set (unknown here: its iteration cap cannot be scaled)."""
-    return (shape.model, shape.dataset if shape.train_size is None else None)
+def _anchor(shape: Shape) -> str:
+    """The shapes one timed shape can be scaled to (``_extrapolate``): its model's."""
+    return shape.model
 
 
 def _probe_order(counts: dict[Shape, int]) -> list[Shape]:
-    """The shapes in the order they are timed: every anchor's (``_anchor``: a model, or a model on a data set
-    of unknown size) most frequent shape first -- these are timed whatever the budget, so that every shape
+    """The shapes in the order they are timed: every anchor's (``_anchor``: a model) most frequent shape first -- these are timed whatever the budget, so that every shape
     left untimed has a timed one to be scaled from -- then every anchor's second, ...; by job count within."""
     rank: dict[tuple, int] = {}
     order = []
@@ -352,10 +357,11 @@ def _probe_key(cfg, parallel: int) -> str:
     return f"{parallel}|{OmegaConf.to_yaml(OmegaConf.create(d))}"
 
 
-def _extrapolate(shape: Shape, timed: dict) -> list:
+def _extrapolate(shape: Shape, timed: dict, n_train=None) -> list:
     """The stage rows of a shape that was not timed: those of the nearest timed shape of the same model (the
     same data set, the most fields of ``NEIGHBOUR_FIELDS`` equal, then the smallest size ratio), each stage's ms per step scaled
-    by ``_step_ratio`` and its iteration cap by ``_cap_ratio``. Without a timed shape of its model (every
+    by ``_step_ratio`` and its iteration cap by ``_cap_ratio`` (a shape on another data set of the whole data
+    set's size: the training rows of both from ``n_train(shape)``). Without a timed shape of its model (every
     anchor's first shape is timed, so only when a caller passes such a table): the timed shape of the median
     job time, unscaled -- neither the slowest nor the fastest of the others."""
     same = [sh for sh in timed if sh.model == shape.model]
@@ -365,17 +371,27 @@ def _extrapolate(shape: Shape, timed: dict) -> list:
     ref = min(
         same,
         key=lambda sh: (
-            sh.dataset != shape.dataset,  # its size may be unknown here (train_size None): the same data first
+            sh.dataset != shape.dataset,  # the same data first (its size, its steps)
             _differences(shape, sh),
             abs(math.log(_step_ratio(shape, sh))),
             repr(sh),
         ),
     )
+    rows = timed[ref]
+    if ref.dataset != shape.dataset and n_train is not None and None in (shape.train_size, ref.train_size):
+        # another data set of the whole-data size: its training rows, from its data (loaded, not trained)
+        shape = shape._replace(train_size=shape.train_size or n_train(shape))
+        ref = ref._replace(train_size=ref.train_size or n_train(ref))
     step, caps = _step_ratio(shape, ref), _cap_ratio(shape, ref)
     return [
         (name, shareable, max(1, round(cap * caps)), ms * step, lbfgs, seconds * step * caps)
-        for name, shareable, cap, ms, lbfgs, seconds in timed[ref]
+        for name, shareable, cap, ms, lbfgs, seconds in rows
     ]
+
+
+def _n_train(cfg) -> int | None:
+    """A config's training rows: its data loaded (``_load_data``, as a probe would) and split, nothing trained."""
+    return int(_load_data(cfg)[1].n_train)
 
 
 def _differences(a: Shape, b: Shape) -> int:

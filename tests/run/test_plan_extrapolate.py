@@ -52,7 +52,7 @@ def test_the_nearest_timed_shape_is_the_one_on_the_same_data_with_the_most_equal
     assert _extrapolate(_gplstm("gp_lstm", "free_simulation", 10), timed) == [
         ("delayed", False, 500, 40.0, False, 20.0)
     ]
-    # drives at lag 16: the drives shape (its cap of 200 is that data set's), its step x 16/10
+    # drives at lag 16: the drives shape first (its cap of 200 is that data set's), its step x 16/10
     ((_, _, cap, ms, _, seconds),) = _extrapolate(
         _gplstm("gp_lstm", "regression", 16, units=128, dataset="drives"), timed
     )
@@ -74,17 +74,37 @@ def test_a_model_without_any_timed_shape_takes_the_median_timed_job_not_the_slow
     assert _extrapolate(_gplstm("gru", "regression", 32), TIMED) == TIMED[_gplstm("gp_lstm", "regression", 32)]
 
 
-def test_every_model_and_every_data_set_of_unknown_size_is_probed_first():
+def test_another_data_set_of_whole_data_size_is_scaled_by_its_training_rows():
+    """drives (250 training rows) from actuator (512): the cap of epochs x batches and the step (lag, width)."""
+    sizes = {"actuator": 512, "drives": 250}
+    seen = []
+
+    def n_train(shape):
+        seen.append(shape.dataset)
+        return sizes[shape.dataset]
+
+    drives = _gplstm("gp_lstm", "regression", 16, units=128, dataset="drives")
+    ((_, _, cap, ms, _, seconds), (_, _, theta_cap, _, _, _)) = _extrapolate(drives, TIMED, n_train)
+    assert sorted(seen) == ["actuator", "drives"]
+    assert (cap, theta_cap) == (round(500 * 250 / 512), round(100 * 250 / 512))
+    assert ms == pytest.approx(100.0 * 16 / 32 * 128 / 256)
+    assert seconds == pytest.approx(50.0 * (16 / 32 * 128 / 256) * (250 / 512))
+    # on the same data set nothing is loaded
+    seen.clear()
+    _extrapolate(_gplstm("gp_lstm", "autoregression", 10), TIMED, n_train)
+    assert seen == []
+
+
+def test_every_models_first_shape_is_probed_before_any_models_second():
     counts = {
         _gplstm("gp_lstm", "regression", 32): 5,
-        _gplstm("gp_lstm", "autoregression", 10): 5,
+        _gplstm("gp_lstm", "autoregression", 10): 6,
         _gplstm("gp_lstm", "regression", 16, 128, "drives"): 5,
         _gplstm("narx", "regression", 32): 5,
     }
     order = _probe_order(counts)
-    # the first of each anchor (a model on a data set whose size is not known here) before any second
-    assert order[-1] == _gplstm("gp_lstm", "autoregression", 10)
-    assert set(order[:3]) == set(counts) - {order[-1]}
+    # gp_lstm's most frequent shape and narx's first (these two are timed whatever the budget), then the others
+    assert order[:2] == [_gplstm("gp_lstm", "autoregression", 10), _gplstm("narx", "regression", 32)]
 
 
 def test_the_total_adds_each_jobs_stages_a_shared_stage_once_and_the_fixed_cost_over_parallel_jobs():
