@@ -207,8 +207,9 @@ class Shape(NamedTuple):
     epochs: bool = False  # the iteration cap is epochs x batches (trainer.max_epochs, no max_iters)
 
 
-#: the fields of a shape a step's cost is taken to grow in proportion to (``_step_ratio``): rows per step (the
-#: batch, else the training size), sequence length, network width, inducing points, random features, samples
+#: the fields of a shape a step's cost is taken to be proportional to (``_step_ratio``; with the rows per step --
+#: the batch, else the training size -- where they grow): sequence length, width, inducing points, random
+#: features, samples
 SCALED = ("lag", "units", "num_inducing", "num_features", "samples")
 #: the fields compared to find a timed shape's nearest neighbour (``_extrapolate``)
 NEIGHBOUR_FIELDS = ("dataset", "mode", "lag", "units", "train_size", "batch_size", "num_inducing", "estimator")
@@ -413,11 +414,12 @@ def _ratio(a, b) -> float:
 
 
 def _step_ratio(shape: Shape, ref: Shape) -> float:
-    """How much longer a step of ``shape`` is taken to be than one of ``ref``: proportional to the rows per
-    step and to every field of ``SCALED`` (sequence length, width, inducing points, features, samples) --
-    a first-order model (a recurrent step is linear in its sequence length; a width or M enters squared in
-    parts of a step, linearly where per-row work dominates)."""
-    r = _ratio(_rows(shape), _rows(ref))
+    """How much longer a step of ``shape`` is taken to be than one of ``ref``: proportional to every field of
+    ``SCALED`` (sequence length, width, inducing points, features, samples) -- a first-order model (a
+    recurrent step is linear in its sequence length; a width or M enters squared in parts of a step, linearly
+    where per-row work dominates) -- and to the rows per step where they grow; a step of fewer rows is taken
+    to be as long (an upper bound: the fixed cost of a minibatch step does not shrink with its rows)."""
+    r = max(1.0, _ratio(_rows(shape), _rows(ref)))  # fewer rows: no faster (a minibatch step's fixed cost)
     for f in SCALED:
         r *= _ratio(getattr(shape, f), getattr(ref, f))
     return r

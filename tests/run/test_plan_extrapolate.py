@@ -64,6 +64,9 @@ def test_epoch_caps_scale_with_batches_per_epoch_and_steps_with_rows():
     timed = {ref: [("svgp", False, 1000, 10.0, False, 10.0)]}  # 100 epochs x 10 batches
     bigger = ref._replace(train_size=4000, batch_size=200)  # 20 batches an epoch of twice the rows
     assert _extrapolate(bigger, timed) == [("svgp", False, 2000, pytest.approx(20.0), False, pytest.approx(40.0))]
+    # fewer rows a step: as many more steps, each as long (a minibatch step's fixed cost dominates it)
+    smaller = ref._replace(batch_size=25)
+    assert _extrapolate(smaller, timed) == [("svgp", False, 4000, pytest.approx(10.0), False, pytest.approx(40.0))]
     fixed = ref._replace(epochs=False, train_size=4000, num_inducing=200)  # max_iters: the same cap; M x 2
     assert _extrapolate(fixed, {fixed._replace(num_inducing=100): [("svgp", False, 300, 10.0, False, 3.0)]}) == [
         ("svgp", False, 300, pytest.approx(20.0), False, pytest.approx(6.0))
