@@ -132,3 +132,19 @@ def test_a_gplstm_jobs_mode_and_lag_make_its_shape(monkeypatch):
     assert [(sh.mode, sh.lag, sh.units) for sh in shapes] == [("regression", 32, 256)] * 2 + [
         ("autoregression", 10, 256)
     ] * 2
+
+
+def test_the_dry_run_lines_name_a_shapes_mode_lag_and_width(monkeypatch, capsys):
+    from gpdlm_cli import cli
+    from gpdlm_cli.sweep.plan import SweepPlan
+
+    shape = _gplstm("gp_lstm", "regression", 32)
+    fake = SweepPlan([["model=gp_lstm"]], "paper", True, False, "basic", 1, per_shape={shape: TIMED[shape]})
+    fake.estimate_s = 51.8
+    monkeypatch.setattr(plan_mod, "plan", lambda *a, **k: fake)
+    assert cli.main(["train", "-m", "model=dlm,svgp", "threads=1", "--dry-run"]) == 0  # the plan: the fake
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (
+        "  gp_lstm on actuator (train_size None, batch 64, M None, mode regression, lag 32, units 256): "
+        "delayed: 500 it x 100.0 ms, theta: 100 it x 8.0 ms"
+    )
