@@ -257,7 +257,7 @@ def _dry_run(name: str, rest: list[str]) -> int:
     for p in plans:
         print(p.summary())
         for shape, stages in p.per_shape.items():
-            model, dataset, n, batch, m, est = shape
+            model, dataset, n, batch, m, est = shape[:6]
             parts = ", ".join(
                 f"{s}: {cap} it x {ms:.1f} ms"
                 + (" (L-BFGS)" if lb else "")
@@ -266,6 +266,11 @@ def _dry_run(name: str, rest: list[str]) -> int:
                 for s, sh, cap, ms, lb, secs in stages
             )
             how = "" if est in ("", "auto") else f", estimator {est}"
+            how += "".join(
+                f", {label} {getattr(shape, f)}"
+                for f, label in (("mode", "mode"), ("lag", "lag"), ("units", "units"), ("num_features", "features"))
+                if getattr(shape, f, None) is not None
+            )
             print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}{how}): {parts}")
         if p.extrapolated:
             print(f"  ({p.probe_note()})")

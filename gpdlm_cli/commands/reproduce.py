@@ -404,7 +404,7 @@ def _estimate(m: Multirun, budget_s: float) -> None:
         m.estimate_s = sum(p.estimate_s or 0.0 for p in plans)
         timed, extrapolated = sum(p.timed_shapes for p in plans), sum(len(p.extrapolated) for p in plans)
         if extrapolated:
-            notes.append(f"{timed} of {timed + extrapolated} job shapes timed, the others from a timed shape")
+            notes.append(f"{timed} of {timed + extrapolated} job shapes timed, the others scaled from a timed shape")
     except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
         notes.append(f"no estimate ({str(e).strip().splitlines()[0][:80]})")
     if pins and m.estimate_s is not None:

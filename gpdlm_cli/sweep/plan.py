@@ -12,8 +12,10 @@ meets the window rule earlier, docs/performance.md), the fast protocol's ``fast_
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass
@@ -32,7 +34,7 @@ class SweepPlan:
     batch_sizes: list[int] = field(default_factory=list)  # sweep.batched: the members of each batch (sweep.batched)
     separate: int = 0  # sweep.batched: jobs trained one by one (out of scope, or alone in their shape)
     timed_shapes: int = 0  # --dry-run: the job shapes timed (or reused from an earlier plan's probe)
-    extrapolated: dict = field(default_factory=dict)  # shape -> stage rows taken from a timed shape (budget spent)
+    extrapolated: dict = field(default_factory=dict)  # shape -> stage rows scaled from a timed shape (budget spent)
     probe_s: float = 0.0  # seconds spent timing
 
     def batching(self) -> str:
@@ -49,7 +51,10 @@ class SweepPlan:
     def probe_note(self) -> str:
         """How many job shapes were timed, and that the others were extrapolated (the probe budget spent)."""
         n = self.timed_shapes + len(self.extrapolated)
-        return f"{self.timed_shapes} of {n} job shapes timed, the others from a timed shape of the same model"
+        return (
+            f"{self.timed_shapes} of {n} job shapes timed, the others scaled from the nearest timed shape "
+            "of the same model"
+        )
 
     def summary(self) -> str:
         shared = "shared beta-free stages" if self.share_stages else "no shared stages"
@@ -150,27 +155,65 @@ def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
     return sizes, separate + sum(n for n in shapes.values() if n == 1)
 
 
-#: the probes' time budget per plan (seconds): job shapes left when it is spent are not timed but take the
-#: timings of a timed shape (``_extrapolate``); the first shape of a plan is always timed
+#: the probes' time budget per plan (seconds): job shapes left when it is spent are not timed but scaled from
+#: the nearest timed shape of their model (``_extrapolate``); every model's first shape is timed whatever the budget
 PROBE_BUDGET_S = 10.0
+#: the wall time of a job outside its training steps (seconds): composing its config, its MLflow run, loading
+#: its data from the parsed cache, its evaluations -- measured 0.6-1.0 s a job for the small GP-LSTM baselines
+#: in one process (docs/reproduce.md, "How good are the estimates"); added once per job
+JOB_OVERHEAD_S = 1.0
 #: the job overrides that may change a job's shape (``_shape``): a config group's choice (``model=``,
 #: ``dataset=``, ``trainer=``: a key without a dot) but ``NEUTRAL``'s, and these keys; jobs that differ only
-#: in others (seed, mask, beta, ``dataset.mode``, ...) are composed once (a paper's sweep: thousands of jobs,
+#: in others (seed, mask, beta, learning rate, ...) are composed once (a paper's sweep: thousands of jobs,
 #: a few dozen shapes), the first of them standing for all (its iteration cap, its probe)
 NEUTRAL = ("seed", "threads", "progress", "device")
 SHAPE_KEYS = (
     "dataset.name",
+    "dataset.mode",
+    "dataset.lag",
     "dataset.split.train_size",
     "trainer.batch_size",
     "model.name",
     "model.variant",
     "model.num_inducing",
+    "model.network.units",
+    "model.network.layers",
+    "kernel.name",
+    "kernel.num_features",
     "estimator.name",
     "estimator.num_samples",
 )
 _PROBES: dict = {}  # (shape, the config it was timed with) -> its stage rows: reused by later plans (reproduce)
 _LOADED: dict = {}  # the data of the last probes' configs (``load_data``): reused by later probes
 _LOADED_KEEP = 3
+
+
+class Shape(NamedTuple):
+    """What a job's cost depends on (``_shape``): its model (and variant) first, then its data and sizes.
+    Jobs of one shape differ only in seed, mask, beta, learning rate and the like: one probe times them all."""
+
+    model: str
+    dataset: str
+    train_size: int | None
+    batch_size: int | None
+    num_inducing: int | None
+    estimator: str
+    mode: str | None = None  # dataset.mode (the GP-LSTM presets' regression | autoregression | free_simulation)
+    lag: int | None = None  # dataset.lag: the length of every training sequence
+    units: int | None = None  # model.network.units
+    kernel: str | None = None  # kernel.name
+    num_features: int | None = None  # kernel.num_features (random features)
+    samples: int | None = None  # estimator.num_samples
+    epochs: bool = False  # the iteration cap is epochs x batches (trainer.max_epochs, no max_iters)
+
+
+#: the fields of a shape a step's cost is taken to be proportional to (``_step_ratio``; with the rows per step --
+#: the batch, else the training size -- where they grow): sequence length, width, inducing points, random
+#: features, samples
+SCALED = ("lag", "units", "num_inducing", "num_features", "samples")
+#: the fields compared to find a timed shape's nearest neighbour (``_extrapolate``)
+NEIGHBOUR_FIELDS = ("dataset", "mode", "lag", "units", "train_size", "batch_size", "num_inducing", "estimator")
+NEIGHBOUR_FIELDS += ("kernel", "num_features", "samples")
 
 
 def _estimate(p: SweepPlan, k: int, budget_s: float | None = None) -> float:
@@ -186,34 +229,49 @@ def _estimate(p: SweepPlan, k: int, budget_s: float | None = None) -> float:
 
 
 def _estimate_at_job_threads(p: SweepPlan, k: int, budget_s: float) -> float:
-    """Time one job of every shape (``_probe_order``, until ``budget_s`` is spent; the others extrapolated;
-    a shape timed by an earlier plan with the same config is not timed again), then add up every job's
-    stages (a shareable stage once per key)."""
+    """Time one job of every shape (``_probe_order``; every anchor's first shape, then the others until
+    ``budget_s`` is spent, those left scaled from a timed one: ``_extrapolate``; a shape timed by an earlier
+    plan with the same config is not timed again), then add up every job's stages (``_total``)."""
     jobs = _job_configs(p.jobs)
-    counts: dict[tuple, int] = {}
-    for _job, cfg, _seed in jobs:
-        counts[_shape(cfg)] = counts.get(_shape(cfg), 0) + 1
+    counts: dict[Shape, int] = {}
     first = {}
     for _job, cfg, _seed in jobs:
-        first.setdefault(_shape(cfg), cfg)
+        shape = _shape(cfg)
+        counts[shape] = counts.get(shape, 0) + 1
+        first.setdefault(shape, cfg)
     t0 = time.perf_counter()
     for shape in _probe_order(counts):
         if shape in p.per_shape:
             continue
         cached = _PROBES.get((shape, _probe_key(first[shape], p.parallel)))
-        if cached is None and p.per_shape and time.perf_counter() - t0 >= budget_s:
-            continue  # over the budget: extrapolated below
+        anchored = any(_anchor(sh) == _anchor(shape) for sh in p.per_shape)
+        if cached is None and anchored and time.perf_counter() - t0 >= budget_s:
+            continue  # over the budget, and a shape of its anchor is timed: scaled from it below
         if cached is None:
             cached = _PROBES[(shape, _probe_key(first[shape], p.parallel))] = _probe_shape(first[shape], k, p.parallel)
         p.per_shape[shape] = cached
     p.timed_shapes, p.probe_s = len(p.per_shape), time.perf_counter() - t0
-    p.extrapolated = {sh: _extrapolate(sh, p.per_shape) for sh in counts if sh not in p.per_shape}
+    sizes: dict = {}
+
+    def n_train(shape: Shape) -> int | None:
+        """The training rows of a shape whose size is the whole data set (its data loaded, not trained)."""
+        if shape not in sizes:
+            sizes[shape] = _n_train(first[shape])
+        return sizes[shape]
+
+    p.extrapolated = {sh: _extrapolate(sh, p.per_shape, n_train) for sh in counts if sh not in p.per_shape}
+    return _total([(_shape(cfg), seed) for _job, cfg, seed in jobs], {**p.per_shape, **p.extrapolated}, p)
+
+
+def _total(jobs: list[tuple], rows_of: dict, p: SweepPlan) -> float:
+    """The sweep's seconds from its jobs' (shape, seed) and every shape's stage rows: each job's stages (a
+    shareable stage once per shape, seed and training size when ``p.share_stages``) plus ``JOB_OVERHEAD_S``,
+    over the launcher's parallel jobs."""
     total, shared_seen = 0.0, set()
-    for _job, cfg, seed in jobs:
-        shape = _shape(cfg)
-        rows = p.per_shape[shape] if shape in p.per_shape else p.extrapolated[shape]
-        for name, shareable, _cap, _ms, _, seconds in rows:
-            key = (shape, name, seed, cfg.dataset.split.get("train_size"))
+    for shape, seed in jobs:
+        total += JOB_OVERHEAD_S
+        for name, shareable, _cap, _ms, _, seconds in rows_of[shape]:
+            key = (shape, name, seed, shape.train_size)
             if shareable and p.share_stages:
                 if key in shared_seen:
                     continue
@@ -227,14 +285,19 @@ def _shape_override(o: str) -> bool:
     return key in SHAPE_KEYS or ("." not in key and key not in NEUTRAL)
 
 
-def _probe_order(counts: dict[tuple, int]) -> list[tuple]:
-    """The shapes in the order they are timed: every model's most frequent shape first (so that a shape left
-    untimed by the budget has a timed one of its model), then every model's second, ...; by job count within."""
-    rank: dict[str, int] = {}
+def _anchor(shape: Shape) -> str:
+    """The shapes one timed shape can be scaled to (``_extrapolate``): its model's."""
+    return shape.model
+
+
+def _probe_order(counts: dict[Shape, int]) -> list[Shape]:
+    """The shapes in the order they are timed: every anchor's (``_anchor``: a model) most frequent shape first -- these are timed whatever the budget, so that every shape
+    left untimed has a timed one to be scaled from -- then every anchor's second, ...; by job count within."""
+    rank: dict[tuple, int] = {}
     order = []
     for sh in sorted(counts, key=lambda sh: -counts[sh]):
-        rank[sh[0]] = rank.get(sh[0], -1) + 1
-        order.append((rank[sh[0]], -counts[sh], sh))
+        rank[_anchor(sh)] = rank.get(_anchor(sh), -1) + 1
+        order.append((rank[_anchor(sh)], -counts[sh], sh))
     return [sh for *_, sh in sorted(order, key=lambda t: t[:2])]
 
 
@@ -258,17 +321,28 @@ def _job_configs(jobs: list[list[str]]) -> list[tuple]:
     return out
 
 
-def _shape(cfg) -> tuple:
-    """What a job's step time depends on: model (and variant), data set, training size, batch size,
-    inducing points, the gradient estimator and its samples."""
+def _shape(cfg) -> Shape:
+    """What a job's step time and iteration cap depend on: model (and variant), data set and its mode and
+    lag, training size, batch size, network width, inducing points, kernel and its random features, the
+    gradient estimator and its samples, and whether its cap counts epochs."""
     est = cfg.get("estimator") or {}
-    return (
+    network = cfg.model.get("network") or {}
+    kernel = cfg.get("kernel") or {}
+    trainer = cfg.trainer
+    return Shape(
         f"{cfg.model.name}" + (f"_{cfg.model.variant}" if cfg.model.get("variant") else ""),
         cfg.dataset.name,
         cfg.dataset.split.get("train_size"),
-        cfg.trainer.batch_size,
+        trainer.batch_size,
         cfg.model.get("num_inducing"),
         f"{est.get('name', '')}" + (f"-{est.get('num_samples')}" if est.get("num_samples") is not None else ""),
+        cfg.dataset.get("mode"),
+        cfg.dataset.get("lag"),
+        network.get("units"),
+        kernel.get("name"),
+        kernel.get("num_features"),
+        est.get("num_samples"),
+        trainer.get("max_iters") is None and trainer.get("max_epochs") is not None,
     )
 
 
@@ -284,13 +358,81 @@ def _probe_key(cfg, parallel: int) -> str:
     return f"{parallel}|{OmegaConf.to_yaml(OmegaConf.create(d))}"
 
 
-def _extrapolate(shape: tuple, timed: dict) -> list:
-    """The stage rows of a shape that was not timed: those of a timed shape of the same model (another
-    data set or size), else of the timed shape whose jobs take longest (an upper bound among them)."""
-    same = [rows for sh, rows in timed.items() if sh[0] == shape[0]]
-    if same:
-        return max(same, key=lambda rows: sum(r[-1] for r in rows))
-    return max(timed.values(), key=lambda rows: sum(r[-1] for r in rows))
+def _extrapolate(shape: Shape, timed: dict, n_train=None) -> list:
+    """The stage rows of a shape that was not timed: those of the nearest timed shape of the same model (the
+    same data set, the most fields of ``NEIGHBOUR_FIELDS`` equal, then the smallest size ratio), each stage's ms per step scaled
+    by ``_step_ratio`` and its iteration cap by ``_cap_ratio`` (a shape on another data set of the whole data
+    set's size: the training rows of both from ``n_train(shape)``). Without a timed shape of its model (every
+    anchor's first shape is timed, so only when a caller passes such a table): the timed shape of the median
+    job time, unscaled -- neither the slowest nor the fastest of the others."""
+    same = [sh for sh in timed if sh.model == shape.model]
+    if not same:
+        by_cost = sorted(timed, key=lambda sh: (sum(r[-1] for r in timed[sh]), repr(sh)))
+        return list(timed[by_cost[(len(by_cost) - 1) // 2]])
+    ref = min(
+        same,
+        key=lambda sh: (
+            sh.dataset != shape.dataset,  # the same data first (its size, its steps)
+            _differences(shape, sh),
+            abs(math.log(_step_ratio(shape, sh))),
+            repr(sh),
+        ),
+    )
+    rows = timed[ref]
+    if ref.dataset != shape.dataset and n_train is not None and None in (shape.train_size, ref.train_size):
+        # another data set of the whole-data size: its training rows, from its data (loaded, not trained)
+        shape = shape._replace(train_size=shape.train_size or n_train(shape))
+        ref = ref._replace(train_size=ref.train_size or n_train(ref))
+    step, caps = _step_ratio(shape, ref), _cap_ratio(shape, ref)
+    return [
+        (name, shareable, max(1, round(cap * caps)), ms * step, lbfgs, seconds * step * caps)
+        for name, shareable, cap, ms, lbfgs, seconds in rows
+    ]
+
+
+def _n_train(cfg) -> int | None:
+    """A config's training rows: its data loaded (``_load_data``, as a probe would) and split, nothing trained."""
+    return int(_load_data(cfg)[1].n_train)
+
+
+def _differences(a: Shape, b: Shape) -> int:
+    return sum(getattr(a, f) != getattr(b, f) for f in NEIGHBOUR_FIELDS)
+
+
+def _rows(shape: Shape):
+    """Rows per training step: the batch, else the training size (None: the whole data set, size unknown)."""
+    return shape.batch_size or shape.train_size
+
+
+def _ratio(a, b) -> float:
+    """a / b for two positive sizes; 1 where either is unknown (None) or not a positive number."""
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        return 1.0
+    return a / b if a > 0 and b > 0 else 1.0
+
+
+def _step_ratio(shape: Shape, ref: Shape) -> float:
+    """How much longer a step of ``shape`` is taken to be than one of ``ref``: proportional to every field of
+    ``SCALED`` (sequence length, width, inducing points, features, samples) -- a first-order model (a
+    recurrent step is linear in its sequence length; a width or M enters squared in parts of a step, linearly
+    where per-row work dominates) -- and to the rows per step where they grow; a step of fewer rows is taken
+    to be as long (an upper bound: the fixed cost of a minibatch step does not shrink with its rows)."""
+    r = max(1.0, _ratio(_rows(shape), _rows(ref)))  # fewer rows: no faster (a minibatch step's fixed cost)
+    for f in SCALED:
+        r *= _ratio(getattr(shape, f), getattr(ref, f))
+    return r
+
+
+def _cap_ratio(shape: Shape, ref: Shape) -> float:
+    """How many more iterations ``shape``'s cap is than ``ref``'s: for caps in epochs (both), the ratio of
+    batches per epoch (training size over batch size, where both are known); else 1 (the same max_iters)."""
+    if not (shape.epochs and ref.epochs):
+        return 1.0
+    if shape.batch_size and ref.batch_size:
+        return _ratio(shape.train_size, ref.train_size) * _ratio(ref.batch_size, shape.batch_size)
+    return 1.0
 
 
 def _load_data(cfg):

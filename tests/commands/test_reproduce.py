@@ -601,7 +601,7 @@ def test_a_dry_run_prints_one_line_per_timed_multirun_and_shares_its_probe_budge
         "gpdlm reproduce: timed multirun 2/3 (+experiment=svbssgp_aimpeak model=ssgp): estimated 10 min (T)",
         "gpdlm reproduce: timed multirun 3/3 (+experiment=svbssgp_aimpeak model=vssgp): estimated 10 min (T)",
     ]
-    assert p.multiruns[0].note == "2 of 3 job shapes timed, the others from a timed shape"
+    assert p.multiruns[0].note == "2 of 3 job shapes timed, the others scaled from a timed shape"
 
 
 def _thyroid_mirror(tmp_path) -> Path:

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from gpdlm_cli import cli
-from gpdlm_cli.sweep.plan import job_overrides, plan
+from gpdlm_cli.sweep.plan import JOB_OVERHEAD_S, job_overrides, plan
 
 
 def test_the_job_list_is_the_product_of_preset_params_and_command_line_sweeps():
@@ -58,6 +58,7 @@ def test_the_estimate_counts_a_shared_stage_once_per_key():
     (stages,) = p.per_shape.values()
     by_name = {name: (cap, ms) for name, _, cap, ms, _, _ in stages}
     expected = (by_name["svgp"][0] * by_name["svgp"][1] + 3 * by_name["dlm"][0] * by_name["dlm"][1]) / 1000
+    expected += 3 * JOB_OVERHEAD_S  # every job's fixed cost
     assert p.estimate_s == pytest.approx(expected)
     p_off = plan(["model=dlm_fixed", "objective.beta=0.5,1,2", "sweep.share_stages=false"])
     assert not p_off.share_stages and len(p_off.jobs) == 3
@@ -81,7 +82,7 @@ def test_the_fast_estimate_adds_the_first_order_start_of_each_lbfgs_stage():
             assert seconds == pytest.approx(cap * ms / 1000)
         else:
             assert seconds > cap * ms / 1000  # plus 50 Adam iterations at their own measured speed
-        assert p.estimate_s == pytest.approx(2 * seconds)
+        assert p.estimate_s == pytest.approx(2 * seconds + 2 * JOB_OVERHEAD_S)
 
 
 def test_dry_run_needs_a_multirun(capsys):
@@ -141,17 +142,22 @@ def _fake_probes(monkeypatch, seconds_per_probe: float):
 
 
 @pytest.mark.slow
-def test_probes_stop_at_their_budget_and_the_other_shapes_take_a_timed_shape_of_their_model(monkeypatch):
+def test_probes_stop_at_their_budget_and_the_other_shapes_are_scaled_from_a_timed_shape_of_their_model(monkeypatch):
     probed = _fake_probes(monkeypatch, seconds_per_probe=4.0)
     sweep = ["model=dlm,svgp", "dataset.split.train_size=100,200,300", "seed=0,1", "threads=1"]
     p = plan(sweep, estimate=True, probe_budget_s=6.0)
     # every model's first shape before any model's second: dlm and svgp timed, then the budget (6 s) is spent
-    assert [m for m, _ in probed] == ["dlm", "svgp"] and p.timed_shapes == 2 and len(p.extrapolated) == 4
-    timed = {sh[0]: rows for sh, rows in p.per_shape.items()}
-    assert all(rows == timed[sh[0]] for sh, rows in p.extrapolated.items())  # the same model's timing
-    # 6 dlm jobs x 100 x 30 ms, 6 svgp jobs x 100 x 40 ms, on the launcher's parallel jobs
-    assert p.estimate_s == pytest.approx((6 * 3.0 + 6 * 4.0) / p.parallel)
-    assert "(2 of 6 job shapes timed, the others from a timed shape of the same model)" in p.summary()
+    assert probed == [("dlm", 100), ("svgp", 100)] and p.timed_shapes == 2 and len(p.extrapolated) == 4
+    # the others: the timed shape of their model, its full-batch step scaled by the training size (100 -> 200,
+    # 300 rows a step), the same 100 iterations (trainer.max_iters)
+    for sh, rows in p.extrapolated.items():
+        ((name, _, cap, ms, _, seconds),) = rows
+        assert (name, cap) == ("main", 100)
+        assert ms == pytest.approx({"dlm_joint": 30.0, "svgp_joint": 40.0}[sh.model] * sh.train_size / 100)
+        assert seconds == pytest.approx(cap * ms / 1000)
+    # dlm: 2 seeds x (3 + 6 + 9) s, svgp: 2 x (4 + 8 + 12) s, and each of the 12 jobs' fixed cost
+    assert p.estimate_s == pytest.approx((2 * 18.0 + 2 * 24.0 + 12 * JOB_OVERHEAD_S) / p.parallel)
+    assert "(2 of 6 job shapes timed, the others scaled from the nearest timed shape of the same model)" in p.summary()
     # a later plan with the same configs reuses the timings (gpdlm reproduce plans many multiruns in one process)
     again = plan(sweep, estimate=True, probe_budget_s=100.0)
     assert len(probed) == 2 + 4 and again.timed_shapes == 6 and not again.extrapolated
@@ -173,7 +179,9 @@ def test_jobs_that_differ_only_outside_their_shape_are_composed_once(monkeypatch
     assert len({id(cfg) for _, cfg, _ in out}) == 2  # one config per model: 12 jobs, 2 composed
     assert [seed for _, _, seed in out] == ["0", "0", "1", "1", "2", "2"] * 2  # each job's own seed
     assert plan_mod._shape_override("model=dlm") and plan_mod._shape_override("trainer.batch_size=32")
-    assert not any(plan_mod._shape_override(o) for o in ("seed=1", "objective.beta=2", "dataset.mode=regression"))
+    # a GP-LSTM job's mode sets its lag (32 or 10 steps a sequence): it makes the shape (not until 2026-11-28)
+    assert plan_mod._shape_override("dataset.mode=regression") and plan_mod._shape_override("kernel.num_features=500")
+    assert not any(plan_mod._shape_override(o) for o in ("seed=1", "objective.beta=2", "trainer.lr=0.1"))
 
 
 def test_the_step_clock_leaves_out_the_calls_overhead_and_ends_the_call(monkeypatch):
