@@ -140,13 +140,15 @@ def device():
 
 def exhaustive(cases, *, fast, ids=None) -> list:
     """The cases of an exhaustive table (every option, every preset, every key's bad values) as
-    ``pytest.param``s: those for which ``fast(case)`` is true run in both lanes, the others only in
-    ``make test`` (marked ``slow``). The fast lane checks each kind of case once; the full suite checks
-    every case. ``ids``: a function of the case (default: pytest's own)."""
+    ``pytest.param``s: those for which ``fast(case)`` is true (or, ``fast`` an int, the first ``fast``
+    cases) run in both lanes, the others only in ``make test`` (marked ``slow``). The fast lane checks
+    each kind of case once; the full suite checks every case. ``ids``: a function of the case (default:
+    pytest's own)."""
     out = []
-    for case in cases:
+    for i, case in enumerate(cases):
         values = case if isinstance(case, tuple) else (case,)
-        marks = () if fast(case) else (pytest.mark.slow,)
+        in_fast = i < fast if isinstance(fast, int) else fast(case)
+        marks = () if in_fast else (pytest.mark.slow,)
         out.append(pytest.param(*values, marks=marks, id=ids(case) if ids else None))
     return out
 

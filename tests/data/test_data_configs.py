@@ -13,6 +13,7 @@ from gpdlm_cli.data import all_datasets, get_dataset_info
 from gpdlm_cli.data.registry import check_options
 from gpdlm_cli.data.splits import check_split
 from gpdlm_cli.exceptions import DataError
+from tests.conftest import exhaustive
 
 CONF = Path(build.__file__).resolve().parent / "conf" / "dataset"
 NAMES = sorted(p.stem for p in CONF.glob("*.yaml"))
@@ -37,7 +38,12 @@ def test_every_registry_entry_has_a_config():
     assert set(all_datasets()) <= set(NAMES)
 
 
-@pytest.mark.parametrize("conf", NAMES)
+# the fast lane: one set of each kind (masked regression, classification, counts, sequences, real mirror);
+# make test, every set
+FAST_SETS = {"pol", "bike", "thyroid", "abalone", "sysid_actuator", "actuator"}
+
+
+@pytest.mark.parametrize("conf", exhaustive(NAMES, fast=lambda n: n in FAST_SETS))
 def test_dataset_config(conf, hydra_conf):
     cfg = cfg_for(conf, HEAVY.get(conf, ()))
     d = cfg.dataset

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from gpdlm_cli.config_check import check_overrides
 from gpdlm_cli.run.train import run_train
 
-from ..conftest import compose, sweep_grid
+from ..conftest import compose, exhaustive, sweep_grid
 
 MIRRORED = ("pol", "elevators", "bike", "kin40k")
 PROTOCOL = {
@@ -35,7 +35,7 @@ PROTOCOL = {
 }
 
 
-@pytest.mark.parametrize("dataset", MIRRORED)
+@pytest.mark.parametrize("dataset", exhaustive(MIRRORED, fast=1))  # the fast lane: pol; make test, all four
 @pytest.mark.parametrize("model,m", [("sgpr", 512), ("svgp", 1024)])
 def test_preset_sets_the_whole_protocol_for_any_mirrored_set(dataset, model, m):
     overrides = ["+experiment=published_sgpr_table", f"dataset={dataset}", f"model={model}"]

@@ -20,7 +20,7 @@ from gpdlm_cli.run.bias import run_bias
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.tracking.identity import config_hash
 
-from ..conftest import compose, run_cli
+from ..conftest import compose, exhaustive, run_cli
 
 # doctor visits: Poisson counts up to 53; 200 training rows, M = 10 (P = 10 + 55 = 65 parameters)
 POISSON = [
@@ -234,7 +234,8 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(o) for o, _ in BAD])
+# the fast lane: the table's first 3 cases; make test, all
+@pytest.mark.parametrize("overrides,message", exhaustive(BAD, fast=3, ids=lambda c: " ".join(c[0])))
 def test_bad_input_is_caught_before_any_run(tmp_path, overrides, message):
     tracker = NullTracker()
     with pytest.raises(GpdlmError) as info:

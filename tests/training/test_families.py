@@ -18,7 +18,7 @@ from gpdlm_cli.prepare import prepare
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 
-from ..conftest import NoRunTracker, compose, fast
+from ..conftest import NoRunTracker, compose, exhaustive, fast
 
 CONF = Path(build.__file__).resolve().parent / "conf" / "model"
 
@@ -311,8 +311,15 @@ def _validates(overrides) -> bool:
     return True
 
 
+NON_RECURRENT = [m for m in methods.MODELS if methods.family_of(m).__name__ != "gpdlm_cli.methods.recurrent"]
+FIRST_OF_FAMILY = {}
+for _m in NON_RECURRENT:
+    FIRST_OF_FAMILY.setdefault(methods.family_of(_m).__name__, _m)
+
+
+# the fast lane: the first model of each family; make test, every model
 @pytest.mark.parametrize(
-    "model", [m for m in methods.MODELS if methods.family_of(m).__name__ != "gpdlm_cli.methods.recurrent"]
+    "model", exhaustive(NON_RECURRENT, fast=lambda m: FIRST_OF_FAMILY[methods.family_of(m).__name__] == m)
 )
 def test_declared_features_and_variants_are_what_validate_accepts(model):
     """TAKES_FEATURES: features=nn is accepted exactly by the families that declare it; VARIANTS: a

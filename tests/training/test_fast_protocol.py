@@ -13,7 +13,7 @@ from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 from gpdlm_cli.training import stage_settings
 
-from ..conftest import compose
+from ..conftest import compose, exhaustive
 
 BASE = ["dataset.split.train_size=200", "trainer.eval_every=0", "progress=false", "threads=1", "tracking.enabled=false"]
 
@@ -29,20 +29,23 @@ def _stage_optimizers(overrides):
     return {s.name: stage_settings(settings, s, splits.n_train).optimizer for s in method.stages if s.solve is None}
 
 
+LBFGS_CASES = [
+    (["model=dlm"], {"dlm": "lbfgs"}),
+    (["model=dlm_fixed"], {"svgp": "lbfgs", "dlm": "lbfgs"}),
+    (["model=svgp"], {"svgp": "lbfgs"}),
+    (["model=sgpr"], {"sgpr": "lbfgs"}),
+    (["model=exact"], {"exact": "lbfgs"}),
+    (["model=dlm", "dataset=doctor_visits", "estimator=quadrature"], {"dlm": "lbfgs"}),
+    (["model=dlm", "dataset=doctor_visits", "estimator=bmc"], {"dlm": "adam"}),  # sampling: stochastic
+    (["model=dlm", "trainer.batch_size=50"], {"dlm": "adam"}),  # minibatches: stochastic
+    (["model=dlm", "features=nn"], {"dlm": "adam"}),  # a network: first-order
+    (["model=scgd", "features=nn", "trainer.batch_size=32"], {"scgd": "adam"}),
+]
+
+
+# the fast lane: one closed-form, a two-stage, a sampling and a minibatch case; make test, all
 @pytest.mark.parametrize(
-    "overrides, expected",
-    [
-        (["model=dlm"], {"dlm": "lbfgs"}),
-        (["model=dlm_fixed"], {"svgp": "lbfgs", "dlm": "lbfgs"}),
-        (["model=svgp"], {"svgp": "lbfgs"}),
-        (["model=sgpr"], {"sgpr": "lbfgs"}),
-        (["model=exact"], {"exact": "lbfgs"}),
-        (["model=dlm", "dataset=doctor_visits", "estimator=quadrature"], {"dlm": "lbfgs"}),
-        (["model=dlm", "dataset=doctor_visits", "estimator=bmc"], {"dlm": "adam"}),  # sampling: stochastic
-        (["model=dlm", "trainer.batch_size=50"], {"dlm": "adam"}),  # minibatches: stochastic
-        (["model=dlm", "features=nn"], {"dlm": "adam"}),  # a network: first-order
-        (["model=scgd", "features=nn", "trainer.batch_size=32"], {"scgd": "adam"}),
-    ],
+    "overrides, expected", exhaustive(LBFGS_CASES, fast=lambda c: LBFGS_CASES.index(c) in {0, 1, 6, 7})
 )
 def test_fast_uses_lbfgs_exactly_on_deterministic_full_batch_stages(overrides, expected):
     assert _stage_optimizers(overrides + ["trainer=fast"]) == expected
