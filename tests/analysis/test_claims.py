@@ -294,7 +294,7 @@ DIAGNOSED = {
     "gplstm": {
         "T2-gplstm-beats-lstm": "data-specific",
         "T2-gprnn-beats-rnn": "gpdlm defect (fixed)",
-        "T2-gpnarx-beats-narx": "data-specific",
+        "T2-gpnarx-beats-narx": "robust",
     },
 }
 
