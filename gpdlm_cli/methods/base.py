@@ -48,6 +48,10 @@ class Stage:
       to use instead of shuffled minibatches: each epoch visits every block once, in a random order,
       so a step's block is uniform over the blocks (e.g. the sparse-spectrum paper's k-means
       blocks, Theorem 1). ``trainer.batch_size`` is then unused.
+    * ``keep_start``: with ``trainer.keep_best``, the stage's starting point competes with its final
+      iterate on the selection metric (one evaluation before its first step), and the better one is
+      kept: a refinement stage after a selected iterate (the recurrent family's final theta steps)
+      cannot silently replace the selected model by one that is worse on the selection metric.
     """
 
     name: str
@@ -63,6 +67,7 @@ class Stage:
     blocks: list | None = None
     lbfgs_ok: bool = False
     shareable: bool = False
+    keep_start: bool = False
 
     @property
     def params(self) -> list:

@@ -251,6 +251,7 @@ class GPStages:
             {"kernel": groups["kernel"], "likelihood": groups["likelihood"]},
             prepare=fix_embedding,
             stochastic=self.noisy_gp,
+            keep_start=True,  # keep_best's selected iterate stays unless the refit improves the selection metric
             overrides={
                 **self.lr,
                 "batch_size": None,

@@ -166,12 +166,17 @@ class Loop:
         blocks: list | None = None,
         checkpoint: bool = True,
         resume: dict | None = None,
+        consider_start: bool = False,
     ) -> TrainResult:
         """Minimise ``objective(x_batch, y_batch)`` (``(x_batch, y_batch, index)`` with ``wants_index``)
         over ``params`` (see ``train``); ``hooks``: the stage's own (``methods.base.Stage``); ``checkpoint``:
-        whether this call may be checkpointed; ``resume``: a ``state()`` to continue from."""
+        whether this call may be checkpointed; ``resume``: a ``state()`` to continue from;
+        ``consider_start``: with ``keep_best`` and ``evaluate``, the starting point is evaluated before the
+        first step and competes too (``Stage.keep_start``); if it wins, it is restored and the result's
+        ``best_iteration`` is None (the call kept where it started)."""
         self._begin(objective, params, settings, evaluate, step_offset, desc, stochastic, hooks, wants_index, blocks)
         self.checkpointable = checkpoint and all(hasattr(h, "checkpoint_state") for h in self.hooks)
+        self.start_competes = consider_start and self.snapshot is not None and evaluate is not None
         try:
             if resume is not None:
                 self._load(resume)
@@ -179,6 +184,8 @@ class Loop:
             if resume is not None:
                 for cb in self.callbacks:
                     cb.load_state(resume)
+            elif self.start_competes:
+                self._evaluate()  # the starting point: logged at step_offset, and the first candidate
             while self.it < self.cap:
                 self._iteration()
                 if self.converged:
@@ -218,6 +225,7 @@ class Loop:
                 h.bind_optimizer(self.opt)
         self.snapshot = _Snapshot(self.modules, self.trained) if settings.keep_best else None
         self.best_value = self.best_iteration = None
+        self.start_competes = False
         self.losses = torch.empty(self.cap, dtype=self.x.dtype, device=self.x.device)
         self.chunk_ms, self.perm, self.pos, self.order = [], None, n, None
         self.it = self.it_chunk = 0
@@ -395,7 +403,9 @@ class Loop:
             epochs=it / self.steps_per_epoch,
             stop_rule=self.rule.name,
             optimizer=s.optimizer,
-            best_iteration=self.best_iteration,
+            best_iteration=(
+                None if self.start_competes and self.best_iteration == self.step_offset else self.best_iteration
+            ),
             best_value=self.best_value,
             grad_max_abs=self.grad_max_abs,
         )

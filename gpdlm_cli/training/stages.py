@@ -3,7 +3,7 @@
 Each iterative stage gets the run's ``TrainerSettings`` updated with the stage's own ``overrides``,
 its named parameter groups, its hooks and its stochastic flag; step numbers continue across stages
 so learning curves of multi-stage protocols (SVGP then DLM) read left to right. With
-``keep_best``, each stage ends on its own best iterate.
+``keep_best``, each stage ends on its own best iterate (a ``keep_start`` stage: its starting point included).
 """
 
 from __future__ import annotations
@@ -206,7 +206,8 @@ class StageLoop(Loop):
                 stage.objective, params, prefix, step_offset=fit.iterations, desc=desc, checkpoint=False, **common
             )
             fit.add(run.first)
-        evaluate = self.evaluate_fn if (s.eval_every or s.eval_every_epochs) else None
+        keep_start = bool(getattr(stage, "keep_start", False) and s.keep_best and self.evaluate_fn is not None)
+        evaluate = self.evaluate_fn if (s.eval_every or s.eval_every_epochs or keep_start) else None
         run.result = self.train(
             stage.objective,
             params,
@@ -216,6 +217,7 @@ class StageLoop(Loop):
             desc=stage.name,
             blocks=getattr(stage, "blocks", None),
             resume=run.resume,
+            consider_start=keep_start,
             **common,
         )
         fit.add_stage(stage.name, s, run)

@@ -277,8 +277,8 @@ def test_svbssgp_table_equals_the_paper_text():
     assert t1.paper[(("AIMPEAK",), ("PIC++",))].mean == 6.15 and "6.156.156.15" in text
 
 
-# the published "fails" of the DLM and RKHS studies and the causes their diagnoses decided (issue 40:
-# docs/results/diagnoses/dlm.md, rkhs.md)
+# the published "fails" of the DLM, RKHS and GP-LSTM studies and the causes their diagnoses decided (issue 40:
+# docs/results/diagnoses/dlm.md, rkhs.md, gplstm.md: Table 2 on the real Actuator data)
 DIAGNOSED = {
     "dlm": {
         "D1-pol": "underpowered",
@@ -291,6 +291,11 @@ DIAGNOSED = {
         "D13-bmc100-exact-pol": "underpowered",
     },
     "rkhs": {"T2-minimax-beats-bsgd-b32": "protocol-bound"},
+    "gplstm": {
+        "T2-gplstm-beats-lstm": "data-specific",
+        "T2-gprnn-beats-rnn": "gpdlm defect (fixed)",
+        "T2-gpnarx-beats-narx": "robust",
+    },
 }
 
 

@@ -312,3 +312,62 @@ def test_interrupted_training_flushes_the_losses_so_far():
         )
     assert [st for st, _ in logged["train_loss"]] == list(range(1, 16))
     assert math.isfinite(logged["train_loss"][-1][1])
+
+
+# ----- keep_best across a refinement stage (issue 40) --------------------------------------------------
+def _two_stages(refine_target: float, keep_start: bool):
+    """Stage 'fit' (SGD on 1/2 (w - 1)^2 from w = 0, lr 0.5: w_t = 1 - 0.5^t) evaluated every step
+    under keep_best on the validation metric |w - 1.2|, then a 'refine' stage of 10 SGD steps on
+    1/2 (w - refine_target)^2 that is not evaluated periodically (like the recurrent family's final
+    theta steps). Returns (w, FitResult, the logged (step, metric) pairs)."""
+    from gpdlm_cli.methods.base import Stage
+    from gpdlm_cli.training import run_stages
+
+    w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    logged: list[tuple[int, float]] = []
+
+    def log_steps(pending):
+        logged.extend(pending.get("val_dist", []))
+
+    stages = [
+        Stage("fit", lambda xb, yb: 0.5 * ((w - 1.0) ** 2).sum(), {"w": [w]}, overrides={"max_iters": 8}),
+        Stage(
+            "refine",
+            lambda xb, yb: 0.5 * ((w - refine_target) ** 2).sum(),
+            {"w": [w]},
+            overrides={"max_iters": 10, "eval_every": 0},
+            keep_start=keep_start,
+        ),
+    ]
+    s = settings(optimizer="sgd", lr=0.5, eval_every=1, keep_best="val_dist", stop_rule="none")
+    fit = run_stages(
+        stages,
+        X,
+        Y,
+        s,
+        generator=GEN,
+        evaluate=lambda: {"val_dist": abs(float(w.detach()[0]) - 1.2)},
+        log_steps=log_steps,
+    )
+    return float(w.detach()[0]), fit, logged
+
+
+def test_a_keep_start_stage_cannot_undo_the_selected_iterate():
+    """The refinement moves w from the selected 1 - 0.5^8 to 3 - (3 - w_8) 0.5^10 (val |w - 1.2| 1.80):
+    without keep_start (the old behaviour) the run ends there; with it the selected iterate is kept,
+    with its step (8) as best_iteration, and the starting point's evaluation is logged at step 8."""
+    w8 = 1.0 - 0.5**8
+    w_refined = 3.0 - (3.0 - w8) * 0.5**10
+    w, fit, _ = _two_stages(3.0, keep_start=False)
+    assert w == pytest.approx(w_refined, rel=1e-12)
+    w, fit, logged = _two_stages(3.0, keep_start=True)
+    assert w == pytest.approx(w8, rel=1e-12) and fit.best_iteration == 8 and fit.iterations == 18
+    assert logged[-1] == (8, pytest.approx(abs(w8 - 1.2), rel=1e-12))
+
+
+def test_a_keep_start_stage_keeps_its_end_when_it_improves_the_metric():
+    """A refinement towards 1.2 (the validation optimum) improves |w - 1.2|: its last iterate is kept and
+    becomes best_iteration (step 18)."""
+    w8 = 1.0 - 0.5**8
+    w, fit, _ = _two_stages(1.2, keep_start=True)
+    assert w == pytest.approx(1.2 - (1.2 - w8) * 0.5**10, rel=1e-12) and fit.best_iteration == 18
