@@ -152,6 +152,7 @@ def test_two_runs_started_together_get_two_folders_and_one_store(tmp_path):
     assert sorted(r.data.params["seed"] for r in runs) == ["1", "2"] and {r.info.status for r in runs} == {"FINISHED"}
 
 
+@pytest.mark.slow  # ~1.5-2.5 s: the fast lane stays under 2 minutes
 def test_store_lock_is_exclusive_across_processes(tmp_path):
     from gpdlm_cli.tracking.tracker import store_lock
 
@@ -290,6 +291,7 @@ def test_the_retrying_client_travels_to_sweep_jobs(template_db, tmp_path):
 
 
 # ----- issue 45: a store locked while the run trains is waited out, not a FAILED run -------------------
+@pytest.mark.slow  # ~1.5-2.5 s: the fast lane stays under 2 minutes
 def test_a_store_locked_during_the_run_is_waited_out_beyond_the_start_limit(template_db, tmp_path, capsys, monkeypatch):
     """Before the run exists a locked store is waited for LOCK_WAIT_S (then one line); once it trains, its
     calls wait RUN_LOCK_WAIT_S: a lock longer than LOCK_WAIT_S (here 0.3 s vs a 1.5 s lock) delays the

@@ -320,6 +320,7 @@ def test_a_failing_claims_cause_is_shown(store, tmp_path):
     assert '<td class="fails">fails</td><td>budget-bound</td>' in (tmp_path / "html" / "report.html").read_text()
 
 
+@pytest.mark.slow  # ~1.5-2.5 s: the fast lane stays under 2 minutes
 def test_latex_and_html(store, tmp_path):
     assert _report(store, tmp_path / "tex", "--no-log", "--format", "latex") == 0
     tex = (tmp_path / "tex" / "report.tex").read_text()

@@ -290,6 +290,7 @@ def test_learning_curve_labels_give_settings_and_units():
     assert "lr=0.01/0.1," in seq["subtitle"]
 
 
+@pytest.mark.slow  # ~1.5-2.5 s: the fast lane stays under 2 minutes
 def test_the_learning_curve_shows_the_lr_the_family_trains_with(tmp_path, monkeypatch):
     """gp_lstm trains its network with Adam(0.01) (App. E) when trainer.lr is null, not the trainer's
     full-batch default 0.1: the subtitle says so."""

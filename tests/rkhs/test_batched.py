@@ -156,6 +156,7 @@ def test_members_with_different_training_sizes_equal_their_separate_runs(model):
         _assert_equal_stop(a, b)
 
 
+@pytest.mark.slow  # ~1.5-2.5 s: the fast lane stays under 2 minutes
 def test_out_of_scope_rkhs_configs_say_why_in_one_line():
     base = ["model=scgd", "kernel=linear", *SMALL]
     assert out_of_scope(compose(base)) is None

@@ -150,6 +150,7 @@ def test_sampling_methods_has_an_exact_gradient_arm_in_its_experiment():
         assert compose([f"+experiment={preset}"]).tracking.experiment == "sampling_methods_smoke"
 
 
+@pytest.mark.slow  # ~1.5-2.5 s: the fast lane stays under 2 minutes
 def test_airline_curves_runs_on_the_real_2008_data():
     cfg, grid = compose_sweep("airline_curves")
     assert (cfg.dataset.name, cfg.dataset.target, cfg.dataset.split.test_size) == ("airline", "delayed", 100000)
@@ -169,7 +170,9 @@ def test_airline_curves_runs_on_the_real_2008_data():
     "preset,experiment,estimators,samples",
     [
         ("count_curves", "count_curves", ["bmc", "ups", "smooth_bmc"], ["1", "10", "100"]),  # Figs. 14-15
-        ("regression_bmc", "regression_bmc", None, ["1", "10", "100"]),  # Fig. 16
+        pytest.param(
+            "regression_bmc", "regression_bmc", None, ["1", "10", "100"], marks=pytest.mark.slow
+        ),  # Fig. 16 (make test)
     ],
 )
 def test_the_appendix_learning_curve_presets(preset, experiment, estimators, samples):
@@ -194,6 +197,7 @@ def test_the_appendix_learning_curve_presets(preset, experiment, estimators, sam
         build.validate_config(job)
 
 
+@pytest.mark.slow  # ~1.5-2.5 s: the fast lane stays under 2 minutes
 def test_the_studies_run_on_the_real_sets_and_their_smoke_variants_too():
     """Issue 39: the count, bias, thyroid, airline and BLOG studies and their CI-sized variants read the
     mirrored real sets (abalone, thyroid, airline with target delayed / delay, blog)."""

@@ -74,7 +74,9 @@ def test_the_recurrent_final_theta_steps_compete_with_the_selected_iterate():
     raised the selected GP models' val RMSE in 13 of 16 measurable regression runs and 11 of 16
     autoregression runs: docs/results/diagnoses/gplstm.md)."""
     cfg = compose(
-        ["model=gp_lstm", "model.training.final_theta_steps=7"] + SMALL_SEQ + ["progress=false", "tracking.enabled=false"]
+        ["model=gp_lstm", "model.training.final_theta_steps=7"]
+        + SMALL_SEQ
+        + ["progress=false", "tracking.enabled=false"]
     )
     p = prepare(cfg)
     last = p.method.stages[-1]

@@ -137,6 +137,7 @@ def test_a_restored_stage_keeps_its_learning_curve_and_its_convergence(tmp_path)
     assert restored_log["train_loss"] == trained_log["train_loss"] and len(trained_log["train_loss"]) == 7
 
 
+@pytest.mark.slow  # ~1.5-2.5 s: the fast lane stays under 2 minutes
 def test_a_multi_stage_run_reports_each_stages_final_objective(tmp_path):
     """dlm_fixed logs final_loss_svgp and final_loss_dlm: its first stage is the SVGP model at beta = 1
     (same objective, initialisation and stopping), so final_loss_svgp equals that model's final_loss; a
