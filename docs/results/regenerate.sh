@@ -1,7 +1,8 @@
 #!/bin/bash
 # Regenerate the reports of docs/results/.
 #
-# 1. Reports with committed run records (docs/results/smoke/<paper>/runs.jsonl.gz, written by `gpdlm export`):
+# 1. Reports with committed run records (docs/results/smoke/<paper>/runs.jsonl.gz and the studies'
+#    docs/results/<paper>_<what>_<date>/runs.jsonl.gz, written by `gpdlm export` or `gpdlm reproduce`):
 #    rebuilt from those files alone -- on any clone, no MLflow store needed -- byte-identically
 #    (tests/commands/test_reproduce.py checks it). `--records-only` stops after these.
 # 2. The four papers' study reports and the two later ones, from the MLflow stores that made them
@@ -17,6 +18,14 @@ for d in docs/results/smoke/*/; do
   [ -f "$d/runs.jsonl.gz" ] || continue
   paper=$(basename "$d")
   gpdlm report --no-log --claims "$paper" --from "$d/runs.jsonl.gz" --study "$d/study.md" --out "$OUT/$paper" \
+     --output "$d/report.md" > /dev/null
+  echo "regenerated ${d}report.md from ${d}runs.jsonl.gz"
+done
+# the studies' reports with committed run records (docs/results/<paper>_<what>_<date>/runs.jsonl.gz)
+for d in docs/results/*_20*/; do
+  [ -f "$d/runs.jsonl.gz" ] || continue
+  paper=$(basename "$d" | cut -d_ -f1)
+  gpdlm report --no-log --claims "$paper" --from "$d/runs.jsonl.gz" --study "$d/study.md" --out "$OUT/$(basename "$d")" \
      --output "$d/report.md" > /dev/null
   echo "regenerated ${d}report.md from ${d}runs.jsonl.gz"
 done

@@ -386,6 +386,11 @@ def test_budget_and_interruption_resume_without_rerunning(tmp_path, monkeypatch,
 # ----- the committed evidence ---------------------------------------------------------------------------
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = sorted(p.parent for p in (ROOT / "docs" / "results" / "smoke").glob("*/runs.jsonl.gz"))
+# the studies' reports with run records (docs/results/<paper>_<what>_<date>/): the paper is the name's first word
+STUDIES = sorted(p.parent for p in (ROOT / "docs" / "results").glob("*/runs.jsonl.gz"))
+REBUILT = [pytest.param(p, p.name, id=p.name) for p in PUBLISHED] + [
+    pytest.param(p, p.name.split("_")[0], id=p.name, marks=pytest.mark.slow) for p in STUDIES
+]
 
 
 def test_committed_smoke_reports_have_their_records():
@@ -394,15 +399,19 @@ def test_committed_smoke_reports_have_their_records():
     )
 
 
-@pytest.mark.parametrize("folder", PUBLISHED, ids=lambda p: p.name)
-def test_a_committed_report_is_rebuilt_from_its_records_byte_for_byte(folder, tmp_path, capsys):
+def test_the_studies_with_run_records_include_the_real_gplstm_table2():
+    assert "gplstm_real_2026-11-28" in [p.name for p in STUDIES]
+
+
+@pytest.mark.parametrize("folder,paper", REBUILT)
+def test_a_committed_report_is_rebuilt_from_its_records_byte_for_byte(folder, paper, tmp_path, capsys):
     assert (
         cli.main(
             [
                 "report",
                 "--no-log",
                 "--claims",
-                folder.name,
+                paper,
                 "--from",
                 str(folder / "runs.jsonl.gz"),
                 "--study",
