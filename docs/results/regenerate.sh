@@ -14,18 +14,12 @@ set -e
 cd "$(dirname "$0")/../.."
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-for d in docs/results/smoke/*/; do
+# the smoke reports (docs/results/smoke/<paper>/) and the studies' reports with committed run records
+# (docs/results/<paper>_<what>_<date>/): the paper is the folder name's first word
+for d in docs/results/smoke/*/ docs/results/*_20*/; do
   [ -f "$d/runs.jsonl.gz" ] || continue
-  paper=$(basename "$d")
-  gpdlm report --no-log --claims "$paper" --from "$d/runs.jsonl.gz" --study "$d/study.md" --out "$OUT/$paper" \
-     --output "$d/report.md" > /dev/null
-  echo "regenerated ${d}report.md from ${d}runs.jsonl.gz"
-done
-# the studies' reports with committed run records (docs/results/<paper>_<what>_<date>/runs.jsonl.gz)
-for d in docs/results/*_20*/; do
-  [ -f "$d/runs.jsonl.gz" ] || continue
-  paper=$(basename "$d" | cut -d_ -f1)
-  gpdlm report --no-log --claims "$paper" --from "$d/runs.jsonl.gz" --study "$d/study.md" --out "$OUT/$(basename "$d")" \
+  name=$(basename "$d")
+  gpdlm report --no-log --claims "${name%%_*}" --from "$d/runs.jsonl.gz" --study "$d/study.md" --out "$OUT/$name" \
      --output "$d/report.md" > /dev/null
   echo "regenerated ${d}report.md from ${d}runs.jsonl.gz"
 done
