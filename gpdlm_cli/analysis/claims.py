@@ -31,7 +31,8 @@ Each table names the ``preset`` (conf/experiment) that measures it, with ``overr
 runs belong to the same table (``[model=ssgp]``; a list starting with ``+experiment=NAME`` is another
 preset, e.g. an arm preset writing into the same experiment). A table that cannot be run here says
 why (``unavailable``) instead. A claim may name its own ``preset``/``overrides`` (the paper's data
-set rather than the table's default). Top-level keys starting with ``x-`` hold YAML anchors.
+set rather than the table's default) and its own ``arms`` (replacing the table's: the baselines that
+the claim's data set needs, e.g. a per-data-set preset of inducing-point baselines). Top-level keys starting with ``x-`` hold YAML anchors.
 
 ``load(name_or_path)`` returns a checked ``Paper``; every problem is one line (``AnalysisError``).
 """
@@ -173,6 +174,7 @@ class Claim:
     note: str = ""
     cause: str = ""  # one of CAUSES, or "" (not diagnosed)
     cause_evidence: str = ""
+    arms: list[list[str]] | None = None  # the claim's own arms (replace the table's); None: the table's
 
 
 @dataclass
@@ -333,7 +335,7 @@ def _table(t: dict) -> Table:
         title=t.get("title", tid),
         preset=t.get("preset"),
         overrides=list(t.get("overrides", []) or []),
-        arms=[list(a) for a in t.get("arms", []) or []],
+        arms=_arms(t.get("arms", []) or [], f"{where}, arms"),
         unavailable=t.get("unavailable"),
         metric=str(_need(t, "metric", where)),
         goal=goal,
@@ -492,6 +494,7 @@ _CLAIM_KEYS = frozenset(
         "require",
         "note",
         "cause",
+        "arms",
     }
 )
 
@@ -625,7 +628,17 @@ def _claim(c: dict, paper: Paper) -> Claim:
         note=c.get("note", ""),
         cause=str(cause.get("label", "")),
         cause_evidence=" ".join(str(cause.get("evidence", "")).split()),
+        arms=_arms(c["arms"], f"{where}, arms") if "arms" in c else None,
     )
+
+
+def _arms(arms, where: str) -> list[list[str]]:
+    """A list of override lists (``[[model=ssgp], [+experiment=pic_airline]]``), checked."""
+    if not isinstance(arms, list) or not all(
+        isinstance(a, list) and all(isinstance(o, str) and "=" in o for o in a) for a in arms
+    ):
+        raise AnalysisError(f"{where}: must be a list of override lists, e.g. [[model=ssgp], [+experiment=NAME]]")
+    return [list(a) for a in arms]
 
 
 def condition_holds(condition: tuple[str, Any], label: str) -> bool:

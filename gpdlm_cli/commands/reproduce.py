@@ -140,7 +140,8 @@ def derive(paper, claim_ids: list[str], scale: str, protocol: str, extra: list[s
             return not any(key == d or key.startswith(d + ".") for d in drop)
 
         own = [o for o in [*table.overrides, *(claim.overrides if sc.get("claim_overrides", True) else [])] if keep(o)]
-        arms = [[]] + [[o for o in a if keep(o) or o.startswith("+experiment=")] for a in table.arms]
+        claim_arms = table.arms if claim.arms is None else claim.arms
+        arms = [[]] + [[o for o in a if keep(o) or o.startswith("+experiment=")] for a in claim_arms]
         for arm in arms:
             base = preset
             if arm and arm[0].startswith("+experiment="):

@@ -56,6 +56,7 @@ def test_reduced_airline_presets_have_the_documented_budget():
     doc = _documented()
     assert sorted(doc) == [
         "airline_curves_reduced",
+        "pic_airline_reduced",
         "sampling_methods_exact_reduced",
         "sampling_methods_reduced",
         "sampling_methods_smooth_reduced",
@@ -80,13 +81,13 @@ def test_the_reduced_scale_maps_the_airline_presets():
         ("sampling_methods_reduced", ("dataset=airline", "seed=0,1")),
         ("sampling_methods_exact_reduced", ("dataset=airline", "seed=0,1")),
         ("sampling_methods_smooth_reduced", ("dataset=airline", "seed=0,1")),
-        ("sampling_methods_smooth_reduced", ("seed=0,1",)),  # D11's own preset and its table's arms: no dataset
-        ("sampling_methods_exact_reduced", ("seed=0,1",)),  # override (the same jobs: skip_finished runs them once)
+        ("sampling_methods_smooth_reduced", ("seed=0,1",)),  # D11's own preset and its own arm (the bMC runs): no
+        ("sampling_methods_reduced", ("seed=0,1",)),  # dataset override (the same jobs: skip_finished runs them once)
         ("svbssgp_airline_reduced", ("seed=0,1",)),
-        ("svbssgp_airline_reduced", ("model=ssgp", "seed=0,1")),
-        ("svbssgp_airline_reduced", ("model=vssgp", "seed=0,1")),
+        ("svbssgp_airline_reduced", ("model=vssgp", "seed=0,1")),  # T1-airline's own arms: no SSGP (the paper has
+        ("pic_airline_reduced", ("seed=0,1",)),  # none on AIRLINE), DTC++ and PIC++
     }
     for p, row in doc.items():
         assert rp.load_scales()["reduced"]["presets"][row["base"]] == p
     rp.expand(sv)  # the scale's seed=0,1 and the preset's agree: 2 jobs per arm
-    assert [m.jobs for m in sv.multiruns] == [2, 2, 2]
+    assert [m.jobs for m in sv.multiruns] == [2, 2, 4]  # pic_airline_reduced: DTC++ and PIC++

@@ -132,37 +132,12 @@ def test_paper_scale_dry_run_counts_match_the_claims_files(paper, total, capsys,
 def test_the_smoke_scale_is_data(monkeypatch):
     plan = rp.derive(claims.load("rkhs"), [], "smoke", "fast", ["threads=1"])
     keys = [(m.preset, m.overrides) for m in plan.multiruns]
-    assert keys == [  # rkhs_batch_study_pol -> rkhs_batch_study_smoke (scales.yaml), the paper's data sets dropped
-        (
-            "rkhs_batch_study_smoke",
-            ["kernel=linear", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"],
-        ),
-        (
-            "rkhs_batch_study_smoke",
-            ["kernel=rff", "dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"],
-        ),
-        (
-            "rkhs_batch_study_smoke",
-            [
-                "kernel=rbf",
-                "model=svgp",
-                "dataset.split.mask=0,1",
-                "trainer.batch_size=32",
-                "trainer.protocol=fast",
-                "threads=1",
-            ],
-        ),
-        (
-            "rkhs_batch_study_smoke",
-            [
-                "kernel=rbf",
-                "model=bsgd",
-                "dataset.split.mask=0,1",
-                "trainer.batch_size=32",
-                "trainer.protocol=fast",
-                "threads=1",
-            ],
-        ),
+    smoke = ["dataset.split.mask=0,1", "trainer.batch_size=32", "trainer.protocol=fast", "threads=1"]
+    assert keys == [  # rkhs_batch_study_pol -> rkhs_batch_study_smoke (scales.yaml), the paper's data sets dropped;
+        ("rkhs_batch_study_smoke", ["kernel=linear", *smoke]),  # Tables 3/5: rkhs_gaussian_study's own arms,
+        ("rkhs_gaussian_study_smoke", smoke),  # and gpdlm's same-kernel (RFF) columns as the tables' arms
+        ("rkhs_gaussian_study_smoke", ["experiment/rkhs_arm@_global_=svgp_rff", *smoke]),
+        ("rkhs_gaussian_study_smoke", ["experiment/rkhs_arm@_global_=bsgd_rff", *smoke]),
     ]
     dlm = rp.derive(claims.load("dlm"), ["D2-pol", "D1-song", "D14-ups-less-bias-L1"], "smoke", "paper")
     assert [(m.preset, m.overrides, m.command) for m in dlm.multiruns] == [
@@ -517,12 +492,15 @@ def test_every_svgp_job_of_the_rkhs_smoke_plan_builds(monkeypatch):
     for m in plan.multiruns:
         jobs, _ = job_overrides([f"+experiment={m.preset}", *m.overrides])
         for job in jobs:
-            if "model=svgp" in job and "dataset.split.mask=0" in job:
+            svgp = "model=svgp" in job or any(
+                o.endswith(("_arm@_global_=svgp_rbf", "_arm@_global_=svgp_rff")) for o in job
+            )
+            if svgp and "dataset.split.mask=0" in job:
                 (cfg,) = compose_jobs([job])
                 p = prepare(cfg)  # builds the method: raised UnsupportedCombination for kernel=linear
                 assert p.cfg.model.num_inducing == 32 and p.n_train == 200
                 built += 1
-    assert built == 3  # the linear, rff and rbf kernels
+    assert built == 3  # the linear kernel (Table 2), rbf and rff (Table 3's rkhs_gaussian_study arms)
 
 
 # ----- the plan's data: dataset options, duplicates, the mirror (issue 42 review) -------------------------
@@ -603,12 +581,13 @@ def test_a_dry_run_prints_one_line_per_timed_multirun_and_shares_its_probe_budge
     monkeypatch.setattr(run_plan, "plan", fake_plan)
     p = rp.derive(claims.load("svbssgp"), ["T1-aimpeak"], "paper", "paper")
     rp.expand(p, estimate=True)
-    assert len(p.multiruns) == 3 and budgets == [rp.PLAN_PROBE_S / 3] * 3
+    assert len(p.multiruns) == 4 and budgets == [rp.PLAN_PROBE_S / 4] * 4
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("gpdlm reproduce: timed")]
     assert [re.sub(r"\(\d+ s\)$", "(T)", ln) for ln in err] == [
-        "gpdlm reproduce: timed multirun 1/3 (+experiment=svbssgp_aimpeak): estimated 10 min (T)",
-        "gpdlm reproduce: timed multirun 2/3 (+experiment=svbssgp_aimpeak model=ssgp): estimated 10 min (T)",
-        "gpdlm reproduce: timed multirun 3/3 (+experiment=svbssgp_aimpeak model=vssgp): estimated 10 min (T)",
+        "gpdlm reproduce: timed multirun 1/4 (+experiment=svbssgp_aimpeak): estimated 10 min (T)",
+        "gpdlm reproduce: timed multirun 2/4 (+experiment=svbssgp_aimpeak model=ssgp): estimated 10 min (T)",
+        "gpdlm reproduce: timed multirun 3/4 (+experiment=svbssgp_aimpeak model=vssgp): estimated 10 min (T)",
+        "gpdlm reproduce: timed multirun 4/4 (+experiment=pic_aimpeak): estimated 10 min (T)",  # DTC++, PIC++
     ]
     assert p.multiruns[0].note == "2 of 3 job shapes timed, the others scaled from a timed shape"
 
