@@ -24,7 +24,10 @@ A claims file holds, for one paper,
   ``mirror`` of it, a ``stand-in`` or a ``generator``. A claim that fails may say why: ``cause:
   {label: LABEL, evidence: "..."}`` (or just the label), LABEL one of ``CAUSES``, the evidence the
   ablation that decided it (numbers, commands, where it is written up); the report shows it next to
-  a "fails" verdict only.
+  a "fails" verdict only. ``scales`` (default ``[paper]``) lists the ``gpdlm reproduce --scale`` values
+  the diagnosis holds for: a verdict other than "holds" whose table's runs are tagged (param
+  ``sweep.scale``) with a smaller scale than it covers reads ``smoke scale (not evidence)`` /
+  ``reduced scale (not evidence)`` instead (``SCALE_CAUSES``); runs without the tag count as paper scale.
 
 Each table names the ``preset`` (conf/experiment) that measures it, with ``overrides`` (added to
 ``gpdlm train -m +experiment=PRESET``; ``k=a,b`` sweeps) and ``arms``: further override lists whose
@@ -66,6 +69,12 @@ CAUSES = (
     "gpdlm defect (open)",
     "underpowered",  # the measured effect has the claim's sign, but the units run cannot resolve it (a power computation)
 )
+#: the scales of ``gpdlm reproduce --scale`` (param ``sweep.scale`` of its runs), smallest first
+SCALES = ("smoke", "reduced", "paper")
+#: the cause a verdict other than "holds" gets when its table's runs are of a reduced scale (and the
+#: claim's own diagnosis does not cover that scale): such runs (few seeds, a tiny budget) cannot decide
+#: a claim, so a "fails" there is no evidence against it
+SCALE_CAUSES = {"smoke": "smoke scale (not evidence)", "reduced": "reduced scale (not evidence)"}
 TESTS = ("ttest", "wilcoxon")
 CONDITIONS = ("gt", "ge", "lt", "le", "in")
 SEP = " / "  # joins the labels of several column dimensions in a paper entry
@@ -174,6 +183,7 @@ class Claim:
     note: str = ""
     cause: str = ""  # one of CAUSES, or "" (not diagnosed)
     cause_evidence: str = ""
+    cause_scales: tuple[str, ...] = ("paper",)  # the reproduce scales the cause was diagnosed for
     arms: list[list[str]] | None = None  # the claim's own arms (replace the table's); None: the table's
 
 
@@ -576,13 +586,17 @@ def _requirement(c: dict, table: Table, tid: str, named: set, where: str) -> tup
 
 
 def _cause(c: dict, where: str) -> dict:
-    """The claim's ``cause``: {label, evidence} (a bare value is the label), the label one of CAUSES."""
+    """The claim's ``cause``: {label, evidence, scales} (a bare value is the label), the label one of CAUSES,
+    the scales (default [paper]) a list of SCALES."""
     cause = c.get("cause") or {}
     if not isinstance(cause, dict):
         cause = {"label": cause}
-    _only(cause, {"label", "evidence"}, f"{where}, cause")
+    _only(cause, {"label", "evidence", "scales"}, f"{where}, cause")
     if cause and cause.get("label") not in CAUSES:
         raise AnalysisError(f"{where}: cause label {cause.get('label')!r}: choose from {', '.join(CAUSES)}")
+    scales = cause.get("scales", ["paper"])
+    if not isinstance(scales, list) or not scales or any(s not in SCALES for s in scales):
+        raise AnalysisError(f"{where}: cause scales {scales!r}: a list of {', '.join(SCALES)}")
     return cause
 
 
@@ -628,6 +642,7 @@ def _claim(c: dict, paper: Paper) -> Claim:
         note=c.get("note", ""),
         cause=str(cause.get("label", "")),
         cause_evidence=" ".join(str(cause.get("evidence", "")).split()),
+        cause_scales=tuple(cause.get("scales", ["paper"])),
         arms=_arms(c["arms"], f"{where}, arms") if "arms" in c else None,
     )
 

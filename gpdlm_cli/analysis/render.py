@@ -17,7 +17,7 @@ import math
 from . import records as R
 from . import stats
 from . import tables as T
-from .claims import SEP, is_number
+from .claims import SCALE_CAUSES, SEP, is_number
 from .report import FAILS, HOLDS, NOT_MEASURED, Report, TableReport, Verdict, counts
 
 DAGGER = "\u2020"
@@ -63,9 +63,53 @@ def key_label(key: tuple) -> str:
     return SEP.join(map(str, key))
 
 
+def _scale_bound(v: Verdict) -> bool:
+    """Is a verdict other than "holds" read from reduced-scale runs its claim's diagnosis does not cover?"""
+    return v.verdict != HOLDS and v.scale in SCALE_CAUSES and v.scale not in v.claim.cause_scales
+
+
 def cause_of(v: Verdict) -> str:
-    """The claim's cause label (``claims.CAUSES``) when its verdict is "fails", else ""."""
+    """The verdict's cause label: ``claims.SCALE_CAUSES[scale]`` ("smoke scale (not evidence)") for a verdict
+    other than "holds" whose table's runs are of a reduced ``gpdlm reproduce`` scale that the claim's own
+    diagnosis does not cover; else the claim's cause label (``claims.CAUSES``) when its verdict is "fails";
+    else ""."""
+    if _scale_bound(v):
+        return SCALE_CAUSES[v.scale]
     return v.claim.cause if v.verdict == FAILS else ""
+
+
+def cause_evidence_of(v: Verdict) -> str:
+    """What decided ``cause_of(v)``: the claim's ``cause.evidence``, or for a scale label the scale and the
+    claim's diagnosis at the scales it covers (if any)."""
+    c = v.claim
+    if _scale_bound(v):
+        text = (
+            f"Table {c.table}'s runs are `gpdlm reproduce --scale {v.scale}` runs (param sweep.scale): "
+            f"{SCALE_RUNS[v.scale]}, too small to decide the claim; rerun at `--scale paper` for a verdict"
+        )
+        if c.cause:
+            text += f". gpdlm's diagnosis at scale {', '.join(c.cause_scales)}: {c.cause}" + (
+                f" ({c.cause_evidence})" if c.cause_evidence else ""
+            )
+        return text
+    return c.cause_evidence if cause_of(v) else ""
+
+
+#: what the runs of a reduced ``gpdlm reproduce`` scale are (``claims/reproduce/scales.yaml``)
+SCALE_RUNS = {
+    "smoke": "a check that the pipeline runs (the smoke presets: a small offline grid, 2 epochs, two seeds or masks)",
+    "reduced": "the paper's presets with two seeds (masks) and fewer epochs",
+}
+
+
+def scale_legend(report: Report) -> list[str]:
+    """The report's legend line of each scale cause label its verdicts carry (none at paper scale)."""
+    scales = sorted({v.scale for v in report.verdicts if _scale_bound(v)}, key=list(SCALE_CAUSES).index)
+    return [
+        f"cause '{SCALE_CAUSES[s]}': the claim's table was run by `gpdlm reproduce --scale {s}`, {SCALE_RUNS[s]}: "
+        "a test that cannot resolve the claim, so its 'fails' or 'not measured' is no evidence against it"
+        for s in scales
+    ]
 
 
 def verdict_rows(report: Report) -> tuple[list[str], list[list[str]]]:
@@ -170,8 +214,12 @@ def markdown(report: Report) -> str:
     out += ["## Claims", ""]
     header, rows = verdict_rows(report)
     out.append(T.markdown_table(header, rows))
+    legend = scale_legend(report)
+    if legend:
+        out += [f"> {line}." for line in legend] + [""]
     for v in report.verdicts:
         cause = cause_of(v)
+        evidence = cause_evidence_of(v)
         out += [
             f"### {v.claim.id}: {v.verdict}" + (f" ({cause})" if cause else ""),
             "",
@@ -179,7 +227,7 @@ def markdown(report: Report) -> str:
             "",
         ]
         if cause:
-            out += [f"Cause: **{cause}**" + (f". {v.claim.cause_evidence}" if v.claim.cause_evidence else ""), ""]
+            out += [f"Cause: **{cause}**" + (f". {evidence}" if evidence else ""), ""]
         table = next(tr.table for tr in report.tables if tr.table.id == v.claim.table)
         out += [f"* {comparison_text(comp, table)}" for comp in v.comparisons] + [""]
     out += ["## Tables", ""]
@@ -367,7 +415,9 @@ def latex(report: Report) -> str:
     ]
     for row in rows:
         out.append(" & ".join(tex(x) for h, x in zip(header, row) if h != "preset") + r" \\")
-    out += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    out += [r"\bottomrule", r"\end{tabular}"]
+    out += [r"\par\footnotesize " + tex(line) + "." for line in scale_legend(report)]
+    out += [r"\end{table}", ""]
     return "\n".join(out)
 
 
@@ -564,6 +614,7 @@ def html_page(report: Report, figs: dict | None = None) -> str:
             tds.append(f"<td{klass}>{_h(x)}</td>")
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</table>")
+    out += [f'<p class="note">{_h(line)}.</p>' for line in scale_legend(report)]
     out.append("<details><summary>every comparison</summary><ul>")
     for v in report.verdicts:
         table = next(tr.table for tr in report.tables if tr.table.id == v.claim.table)
@@ -681,7 +732,7 @@ def verdicts_csv_rows(report: Report) -> tuple[list[str], list[list]]:
                 c.data,
                 c.preset or "",
                 v.detail,
-                c.cause_evidence if cause else "",
+                cause_evidence_of(v),
                 c.statement,
             ]
         )

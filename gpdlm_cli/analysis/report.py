@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from . import records as R
 from . import stats
-from .claims import Claim, Paper, PaperValue, Table, condition_holds, label_name
+from .claims import SCALES, Claim, Paper, PaperValue, Table, condition_holds, label_name
 
 HOLDS, FAILS, NOT_MEASURED = "holds", "fails", "not measured"
 
@@ -65,6 +65,12 @@ class TableReport:
     paper_ranked_rows: int
     n_runs: int
     notes: list = field(default_factory=list)
+    scales: dict = field(default_factory=dict)  # param sweep.scale (gpdlm reproduce) -> runs; untagged runs absent
+
+    @property
+    def scale(self) -> str:
+        """The smallest ``gpdlm reproduce`` scale among the table's runs ("" when none is tagged)."""
+        return next((s for s in SCALES if s in self.scales), "")
 
     def cell(self, assign: dict) -> Cell | None:
         t = self.table
@@ -89,6 +95,7 @@ class Verdict:
     comparisons: list
     p: float | None
     detail: str
+    scale: str = ""  # the smallest reproduce scale of its table's runs ("" when untagged); see render.cause_of
 
     @property
     def n_range(self) -> tuple[int, int]:
@@ -268,8 +275,12 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
             f"{', '.join(table.select_over) or 'the selection'}: {shown}"
         )
     method_keys, ranks, ranked, pranks, pranked = _best_and_ranks(table, cells, row_keys, col_keys)
+    scales: dict[str, int] = {}
+    for r in mine:
+        if r.run_id in used and (sc := r.params.get("sweep.scale")) in SCALES:
+            scales[sc] = scales.get(sc, 0) + 1
     return TableReport(
-        table, labels, row_keys, col_keys, cells, method_keys, ranks, ranked, pranks, pranked, len(used), notes
+        table, labels, row_keys, col_keys, cells, method_keys, ranks, ranked, pranks, pranked, len(used), notes, scales
     )
 
 
@@ -439,6 +450,9 @@ def build(
     tables = [build_table(t, records, paper.units) for t in paper.tables.values()]
     by_id = {tr.table.id: tr for tr in tables}
     verdicts = [evaluate(c, by_id.get(c.table)) for c in paper.claims]
+    for v in verdicts:
+        if (tr := by_id.get(v.claim.table)) is not None:
+            v.scale = tr.scale
     notes = []
     if records and not any(tr.n_runs for tr in tables):
         notes.append(f"no run matches any table of the {paper.name} claims: is this the right paper?")

@@ -41,12 +41,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analysis.claims import SCALES
 from ..analysis.records import AnalysisError
 from . import _cli
 
 SCALES_FILE = Path(__file__).resolve().parents[1] / "claims" / "reproduce" / "scales.yaml"
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "conf" / "experiment"
-SCALES = ("smoke", "reduced", "paper")
 PROTOCOLS = ("paper", "fast")
 FORMATS = {"md": "report.md", "latex": "report.tex", "html": "report.html"}
 

@@ -10,6 +10,9 @@ The loop (``training.loop.Loop``) owns stages, steps, stopping and evaluation; w
   (a stage's training; the fast protocol's first-order start is a call of its own);
 * ``on_step(loop)`` -- at the end of every iteration, after its stopping test and its evaluation (if due);
 * ``on_evaluate(loop, metrics)`` -- a periodic evaluation happened (its metrics at step ``loop.step``);
+* ``on_final_evaluate(loop, metrics)`` -- with ``keep_best``, the call's final iterate was evaluated (at step
+  ``loop.step``, before the best iterate is restored): a point of the learning curves like any evaluation,
+  but not a periodic one (no checkpoint is written for it);
 * ``on_stage_end(loop, run)`` -- a family stage ended (``run.result``: its ``TrainResult``, None if not trained);
 * ``on_end(loop, fit)`` -- every stage is done (``fit``: the ``FitResult``);
 * ``on_exception(loop, error)`` -- the step loop is left by an exception (a kill, a numerical failure);
@@ -64,6 +67,8 @@ class Callback:
 
     def on_evaluate(self, loop, metrics: dict) -> None: ...
 
+    def on_final_evaluate(self, loop, metrics: dict) -> None: ...
+
     def on_train_end(self, loop, result) -> None: ...
 
     def on_stage_end(self, loop, run: StageRun) -> None: ...
@@ -79,8 +84,8 @@ class Callback:
 
 
 class StepLog(Callback):
-    """Tracking: the step metrics (``train_loss`` per iteration, each evaluation's metrics) handed to
-    ``log_steps`` in batches -- at every evaluation and when a call of the step loop ends or fails -- so the
+    """Tracking: the step metrics (``train_loss`` per iteration, each evaluation's metrics, the final iterate's
+    under ``keep_best`` too) handed to ``log_steps`` in batches -- at every evaluation and when a call of the step loop ends or fails -- so the
     losses, kept on the device, are read once per batch (``state``: how many were handed over)."""
 
     def __init__(self, log_steps):
@@ -95,6 +100,9 @@ class StepLog(Callback):
         for k, v in metrics.items():
             self.pending.setdefault(k, []).append((loop.step, v))
         self.flush(loop)
+
+    def on_final_evaluate(self, loop, metrics: dict) -> None:
+        self.on_evaluate(loop, metrics)
 
     def on_train_end(self, loop, result) -> None:
         self.flush(loop)

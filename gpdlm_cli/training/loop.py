@@ -382,7 +382,9 @@ class Loop:
         return NumericalError(f"non-positive-definite matrix at iteration {self.step + 1}: {str(e).splitlines()[0]}")
 
     def _finish(self) -> TrainResult:
-        """The call's end: ``training_end`` hooks, the gradient test's last value, ``keep_best``'s restore."""
+        """The call's end: ``training_end`` hooks, the gradient test's last value, ``keep_best``'s restore.
+        With ``keep_best`` the final iterate is evaluated (it competes too) and its metrics go to
+        ``on_final_evaluate`` (the learning curves), not ``on_evaluate`` (which also checkpoints)."""
         s, it = self.settings, self.it
         for h in self.hooks:
             if hasattr(h, "training_end"):
@@ -391,7 +393,9 @@ class Loop:
             self.grad_max_abs = gradient_max_abs(self._call(), self.trained)
         seconds = self.prior_seconds + time.perf_counter() - self.t_start - self.eval_seconds  # every segment
         if self.snapshot is not None and self.evaluate is not None:
-            self._consider(self.evaluate())  # the final iterate competes too
+            metrics = self.evaluate()
+            self._consider(metrics)  # the final iterate competes too
+            self.notify("on_final_evaluate", metrics)  # its point on the learning curves (no checkpoint)
             if self.best_iteration is not None and self.best_iteration != self.step:
                 self.snapshot.restore()
         result = TrainResult(

@@ -98,7 +98,8 @@ def _assert_equal(separate, batched):
     assert sorted(s) == sorted(state)
     for k in state:
         torch.testing.assert_close(s[k], state[k], rtol=1e-8, atol=1e-8, msg=k)
-    assert [pt[0] for pt in f.steps["train_nlml"]] == list(range(7, 7 * 3, 7))  # epochs 1 and 2 (3: the end)
+    # epochs 1 and 2, and the final iterate's evaluation (epoch 3: keep_best=train_nlml, Loop._finish)
+    assert [pt[0] for pt in f.steps["train_nlml"]] == [7, 14, 21]
 
 
 @pytest.mark.slow  # ~3 s each (3 separate runs and their batch)

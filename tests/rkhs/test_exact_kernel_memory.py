@@ -126,7 +126,8 @@ def test_gaussian_study_bsgd_arm_evaluates_every_5_epochs(tmp_path):
         run_train(cfg, tmp_path, tracker=tracker)
     finally:
         exact_kernel.kernel_cholesky = original
-    assert [s for s, _ in tracker.steps["train_nlml"]] == [40]  # the in-training evaluation (epoch 10: the final)
+    # the in-training evaluation (epoch 5) and the final iterate's (epoch 10: Loop._finish under keep_best)
+    assert [s for s, _ in tracker.steps["train_nlml"]] == [40, 80]
     assert len(calls) in (2, 3)  # epochs 5 and 10 (+ 1 when the restored best iterate is epoch 5's), never per epoch
     rff = compose([*common, "experiment/rkhs_arm@_global_=scgd_rff"])
     assert rff.trainer.eval_every_epochs == 1

@@ -325,15 +325,17 @@ def test_scgd_run_logs_train_nlml_in_target_units_and_restores_its_best_iterate(
     )
     _, splits, _ = build.load_data(cfg)
     assert metrics["train_nlml"] == pytest.approx(metrics["train_nlml_norm"] + math.log(splits.y_std), rel=1e-12)
-    curve = dict(tracker.steps["train_nlml"])  # the in-loop evaluations (epochs 1-5)
+    curve = dict(tracker.steps["train_nlml"])  # the in-loop evaluations (epochs 1-5), the final iterate's (6)
     last = metrics["iterations"]
-    assert len(curve) == 5 and last == 6 * (splits.n_train // 32) and last not in curve
+    assert len(curve) == 6 and last == 6 * (splits.n_train // 32) and max(curve) == last
+    in_loop = {s: v for s, v in curve.items() if s != last}
     assert metrics["train_nlml"] <= min(curve.values()) + 1e-12
     if restored:
-        assert metrics["best_iteration"] in curve and metrics["best_iteration"] < last
+        assert metrics["best_iteration"] in in_loop and metrics["best_iteration"] < last
         assert metrics["train_nlml"] == pytest.approx(curve[metrics["best_iteration"]], rel=1e-12)
-    else:
-        assert metrics["best_iteration"] == last and metrics["train_nlml"] < min(curve.values())
+    else:  # the selected last step is on the curve, with the run's value
+        assert metrics["best_iteration"] == last and metrics["train_nlml"] < min(in_loop.values())
+        assert metrics["train_nlml"] == pytest.approx(curve[last], rel=1e-12)
     assert metrics["feature_dim"] == 16 and metrics["iter_ms"] > 0 and metrics["peak_memory_mb"] > 0
     assert "ftilde_gap" in tracker.steps and 0 <= metrics["ftilde_gap"] < (1 if lr < 0.1 else math.inf)
     assert tracker.tags["gpdlm.train_nlml_kernel"] == "linear (d=16)"

@@ -355,14 +355,18 @@ def _two_stages(refine_target: float, keep_start: bool):
 def test_a_keep_start_stage_cannot_undo_the_selected_iterate():
     """The refinement moves w from the selected 1 - 0.5^8 to 3 - (3 - w_8) 0.5^10 (val |w - 1.2| 1.80):
     without keep_start (the old behaviour) the run ends there; with it the selected iterate is kept,
-    with its step (8) as best_iteration, and the starting point's evaluation is logged at step 8."""
+    with its step (8) as best_iteration, and the starting point's evaluation is logged at step 8 (then the
+    refined iterate's, step 18, a point of the curve though not selected)."""
     w8 = 1.0 - 0.5**8
     w_refined = 3.0 - (3.0 - w8) * 0.5**10
     w, fit, _ = _two_stages(3.0, keep_start=False)
     assert w == pytest.approx(w_refined, rel=1e-12)
     w, fit, logged = _two_stages(3.0, keep_start=True)
     assert w == pytest.approx(w8, rel=1e-12) and fit.best_iteration == 8 and fit.iterations == 18
-    assert logged[-1] == (8, pytest.approx(abs(w8 - 1.2), rel=1e-12))
+    assert logged[-2:] == [
+        (8, pytest.approx(abs(w8 - 1.2), rel=1e-12)),
+        (18, pytest.approx(abs(w_refined - 1.2), rel=1e-12)),
+    ]
 
 
 def test_a_keep_start_stage_keeps_its_end_when_it_improves_the_metric():
