@@ -84,7 +84,7 @@ def stage_rules(prepared) -> list[StageRule]:
         s = stage_settings(settings, stage, n)
         cap = s.max_iters or (s.max_epochs or 1) * max(1, n // (s.batch_size or n))
         prefix = first_order_prefix(settings, stage, n)
-        out.append(StageRule(stage.name, int(cap), s.stop_rule != "none", prefix.max_iters if prefix else 0))
+        out.append(StageRule(stage.name, int(cap), s.stop_rule != "none", int(prefix.max_iters or 0) if prefix else 0))
     return out
 
 
