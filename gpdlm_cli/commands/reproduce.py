@@ -69,6 +69,7 @@ class Multirun:
     datasets: dict = field(default_factory=dict)  # dataset name -> offline status
     estimate_s: float | None = None
     note: str = ""
+    upper_bound: bool = True  # the estimate counts every stopping-rule stage at its cap (sweep.plan.SweepPlan.bound)
 
     @property
     def key(self) -> tuple:
@@ -416,9 +417,10 @@ def _estimate(m: Multirun, budget_s: float, store_uri: str | None = None) -> Non
         timed, extrapolated = sum(p.timed_shapes for p in plans), sum(len(p.extrapolated) for p in plans)
         if extrapolated:
             notes.append(f"{timed} of {timed + extrapolated} job shapes timed, the others scaled from a timed shape")
-        sources = [e.source for p in plans for e in getattr(p, "iterations", {}).values()]
-        if sources:
-            notes.append(_iteration_note(sources))
+        expected = [e for p in plans for e in getattr(p, "iterations", {}).values()]
+        if expected:
+            notes.append(_iteration_note(expected))
+        m.upper_bound = all(e.upper_bound for e in expected)
     except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
         notes.append(f"no estimate ({str(e).strip().splitlines()[0][:80]})")
     if pins and m.estimate_s is not None:
@@ -429,12 +431,13 @@ def _estimate(m: Multirun, budget_s: float, store_uri: str | None = None) -> Non
     m.note = "; ".join([m.note, *notes] if m.note else notes)
 
 
-def _iteration_note(sources: list[str]) -> str:
-    """How the timed shapes' stopping-rule iterations were counted (``sweep.iterations.Expected.source``)."""
+def _iteration_note(expected: list) -> str:
+    """How the timed shapes' stopping-rule iterations were counted (``sweep.iterations.Expected``)."""
     kinds = {
-        "observed": sum(s.startswith("observed") and "upper bound" not in s for s in sources),
-        "from finished runs": sum(s.startswith("from ") for s in sources),
-        "at their cap (upper bound)": sum("upper bound" in s for s in sources),
+        "observed": sum(e.complete and e.source.startswith("observed") for e in expected),
+        "from finished runs": sum(e.source.startswith("from ") for e in expected),
+        "observed with jobs cut short at their cap": sum(e.partial for e in expected),
+        "at their cap (upper bound)": sum(e.upper_bound for e in expected),
     }
     return "iterations: " + ", ".join(f"{n} shapes {k}" for k, n in kinds.items() if n)
 
@@ -489,8 +492,10 @@ def describe(plan: Plan) -> str:
     known = [m.estimate_s for m in plan.multiruns if m.estimate_s is not None]
     if known:
         missing = sum(m.estimate_s is None for m in plan.multiruns)
+        bound = all(m.upper_bound for m in plan.multiruns if m.estimate_s is not None)
         out.append(
-            f"estimated wall time on this machine: {duration(sum(known))} (an upper bound"
+            f"estimated wall time on this machine: {duration(sum(known))} "
+            + ("(an upper bound" if bound else "(expected: the notes say how each multirun's iterations were counted")
             + (f"; {missing} multiruns without an estimate" if missing else "")
             + ")"
         )

@@ -68,7 +68,17 @@ class Expected:
 
     @property
     def upper_bound(self) -> bool:
-        return CAP in self.source
+        """Every stage with a rule at its cap (nothing observed or read)."""
+        return self.source == CAP
+
+    @property
+    def partial(self) -> bool:
+        """Observed, but some jobs cut short by the probe budget and counted at the cap."""
+        return "cut short" in self.source
+
+    @property
+    def complete(self) -> bool:
+        return not (self.upper_bound or self.partial)
 
 
 def stage_rules(prepared) -> list[StageRule]:

@@ -62,13 +62,18 @@ class SweepPlan:
 
     def bound(self) -> str:
         """What the estimate is: ``an upper bound`` when every timed shape's stopping-rule stages are counted at
-        their cap, ``expected`` when none is, else how many shapes are at their cap."""
+        their cap, ``expected`` when none is, else how many shapes are at their cap or partly (some jobs cut short
+        by the probe budget)."""
+        n = len(self.iterations)
         capped = sum(e.upper_bound for e in self.iterations.values())
-        if not self.iterations or capped == len(self.iterations):
+        partial = sum(e.partial for e in self.iterations.values())
+        if not self.iterations or capped == n:
             return "an upper bound"
-        if capped == 0:
+        if capped == partial == 0:
             return "expected: stopping rules' iterations observed or from finished runs"
-        return f"expected, {capped} of {len(self.iterations)} timed shapes at their cap (upper bound)"
+        parts = [f"{capped} of {n} timed shapes at their cap"] if capped else []
+        parts += [f"{partial} of {n} with jobs cut short at it"] if partial else []
+        return f"expected; {' and '.join(parts)} (upper bounds there)"
 
     def summary(self) -> str:
         shared = "shared beta-free stages" if self.share_stages else "no shared stages"
@@ -299,7 +304,7 @@ def _estimate_at_job_threads(p: SweepPlan, k: int, budgets: tuple, store_uri: st
 
 #: the expected iterations' time budget per plan (seconds): probe runs of the timed shapes to their stopping
 #: rules (``iterations.observe``); a shape reached when it is spent, or a stage it cuts short, keeps its cap
-ITERATION_BUDGET_S = 45.0
+ITERATION_BUDGET_S = 60.0
 #: no probe run to the stopping rules on more training rows than this (a full-batch L-BFGS step on the 1.9M
 #: airline rows: ~20 s): those shapes' stopping-rule stages keep their cap, unless the store has finished runs
 OBSERVE_MAX_ROWS = 50_000
@@ -312,26 +317,23 @@ _OBSERVED: dict = {}  # (shape, the config observed) -> its iterations.Expected:
 def _iteration_model(p: SweepPlan, first: dict, members: dict, budget_s: float, store_uri: str | None) -> None:
     """Count each timed shape's stages with a stopping rule at their expected iterations (``iterations``:
     from the finished runs of its shape in the store, else observed by probe runs of ``OBSERVE_JOBS`` of its
-    jobs, spread over its list -- its seeds and beta grid -- to their stopping rules within ``budget_s``, the
-    shapes of the most jobs first, then the cheapest at their caps; else the cap), in ``p.iterations`` and
-    ``p.per_shape``'s rows."""
+    jobs to their stopping rules within ``budget_s`` (``_observe_shapes``), else the cap), in ``p.iterations``
+    and ``p.per_shape``'s rows."""
     from ..prepare import prepare
     from . import iterations as itm
 
     if not p.per_shape:
         return
     runs = _finished_runs(p, first, store_uri)
-    t0 = time.perf_counter()
-    order = sorted(p.per_shape, key=lambda sh: (-len(members[sh]), sum(r[-1] for r in p.per_shape[sh])))
-    for shape in order:
-        rows, jobs = p.per_shape[shape], members[shape]
+    pending: dict = {}  # shape -> (cache key, its picks' configs, its stage rules)
+    for shape, rows in p.per_shape.items():
+        jobs = members[shape]
         k = min(OBSERVE_JOBS, len(jobs))
-        picks = [jobs[int((j + 0.5) * len(jobs) / k)] for j in range(k)]
+        picks = [jobs[int((j + 0.5) * len(jobs) / k)] for j in range(k)]  # spread over its seeds and beta grid
         key = (shape, p.parallel, tuple(tuple(j) for j in picks), len(runs.get(shape, ())))
         expected = _OBSERVED.get(key)
         if expected is None:
             cfgs = [_compose(j) for j in picks]
-            big = _n_train(cfgs[0]) > OBSERVE_MAX_ROWS
             rules = itm.stage_rules(prepare(_probe_config(cfgs[0]), load_data=_load_data))
             if len(rules) != len(rows):
                 continue  # rows of another shape (a caller's table): left at their cap
@@ -339,18 +341,43 @@ def _iteration_model(p: SweepPlan, first: dict, members: dict, budget_s: float, 
                 expected = itm.Expected("cap (no stopping rule)", (), tuple(r.cap for r in rules))
             elif runs.get(shape):
                 expected = itm.from_total(sum(runs[shape]) / len(runs[shape]), rules, len(runs[shape]))
+            elif _n_train(cfgs[0]) > OBSERVE_MAX_ROWS:
+                expected = itm.Expected(itm.CAP, (), tuple(r.cap for r in rules))
             else:
-                observed = []
-                for cfg in [] if big else cfgs:
-                    left = budget_s - (time.perf_counter() - t0)
-                    if left <= 0:
-                        break
-                    observed.append(itm.observe(prepare(cfg, load_data=_load_data), left, seed=int(cfg.seed)))
-                expected = itm.combine(observed, rules, k)
-            if not expected.upper_bound:
-                _OBSERVED[key] = expected
+                pending[shape] = (key, cfgs, rules)
+                continue
         p.iterations[shape] = expected
-        p.per_shape[shape] = itm.apply(rows, expected)
+    for shape, expected in _observe_shapes(p, pending, members, budget_s).items():
+        p.iterations[shape] = expected
+        if expected.complete:
+            _OBSERVED[pending[shape][0]] = expected
+    for shape, expected in p.iterations.items():
+        p.per_shape[shape] = itm.apply(p.per_shape[shape], expected)
+
+
+def _observe_shapes(p: SweepPlan, pending: dict, members: dict, budget_s: float) -> dict:
+    """The observed iterations of the ``pending`` shapes (shape -> (key, its picks' configs, its stage rules)):
+    their picks trained to their stopping rules in rounds -- every shape's first pick (the shapes of the most
+    jobs first, then the cheapest at their caps), then every shape's second, ... -- each within an equal share
+    of what is left of ``budget_s`` (a pick cut short counts at the cap: the most a pick that long can take)."""
+    from ..prepare import prepare
+    from . import iterations as itm
+
+    t0 = time.perf_counter()
+    order = sorted(pending, key=lambda sh: (-len(members[sh]), sum(r[-1] for r in p.per_shape[sh])))
+    observed: dict = {shape: [] for shape in pending}
+    left_picks = sum(len(pending[sh][1]) for sh in pending)
+    for r in range(OBSERVE_JOBS):
+        for shape in order:
+            cfgs = pending[shape][1]
+            if r >= len(cfgs):
+                continue
+            share = (budget_s - (time.perf_counter() - t0)) / left_picks
+            left_picks -= 1
+            if share > 0:
+                prepared = prepare(cfgs[r], load_data=_load_data)
+                observed[shape].append(itm.observe(prepared, share, seed=int(cfgs[r].seed)))
+    return {shape: itm.combine(observed[shape], pending[shape][2], len(pending[shape][1])) for shape in pending}
 
 
 def _finished_runs(p: SweepPlan, first: dict, store_uri: str | None) -> dict:

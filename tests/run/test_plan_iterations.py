@@ -36,15 +36,20 @@ def test_expected_iterations_replace_the_cap_in_a_row_and_its_seconds():
 
 def test_jobs_cut_short_by_the_budget_count_at_the_cap_and_say_so():
     all_three = itm.combine([{"svgp": 60, "dlm": 10}, {"svgp": 90, "dlm": 10}, {"svgp": 30, "dlm": 40}], TWO_STAGES, 3)
-    assert all_three == itm.Expected("observed (3 jobs)", (60, 20), (1000, 1000)) and not all_three.upper_bound
+    assert all_three == itm.Expected("observed (3 jobs)", (60, 20), (1000, 1000)) and all_three.complete
     # the second job cut short in its dlm stage, the third not run: each stage's mean counts them at the cap
     partial = itm.combine([{"svgp": 60, "dlm": 10}, {"svgp": 90}], TWO_STAGES, 3)
     assert partial.iterations == (round((60 + 90 + 1000) / 3), round((10 + 1000 + 1000) / 3))
-    assert partial.upper_bound and partial.source == (
-        "observed (1 of 3 jobs; 2 cut short by the probe budget, counted at the cap (upper bound))"
+    assert (
+        partial.partial
+        and not partial.upper_bound
+        and partial.source
+        == ("observed (1 of 3 jobs; 2 cut short by the probe budget, counted at the cap (upper bound))")
     )
     nothing = itm.combine([{"svgp": 60}], TWO_STAGES, 1)  # its dlm stage cut short: no job observed to its end
-    assert nothing == itm.Expected("cap (upper bound)", (), (1000, 1000)) and nothing.upper_bound
+    assert (
+        nothing == itm.Expected("cap (upper bound)", (), (1000, 1000)) and nothing.upper_bound and not nothing.complete
+    )
 
 
 def plan(*args, **kwargs):
@@ -140,3 +145,21 @@ def test_a_store_that_does_not_exist_is_not_created(tmp_path):
     assert itm.store_client(str(tmp_path / "no-folder")) is None
     assert itm.store_client("http://localhost:5000") is None  # a dry run makes no network calls
     assert not (tmp_path / "none.db").exists()
+
+
+def test_the_summary_says_whether_the_estimate_is_expected_or_an_upper_bound():
+    from gpdlm_cli.sweep.plan import SweepPlan
+
+    def summary(*sources: str) -> str:
+        p = SweepPlan([["seed=0"]], "fast", True, False, "basic", 1, estimate_s=60.0)
+        p.iterations = {i: itm.Expected(s) for i, s in enumerate(sources)}
+        return p.summary().split("estimated wall time on this machine: 60 s ")[1]
+
+    cut = "observed (1 of 3 jobs; 2 cut short by the probe budget, counted at the cap (upper bound))"
+    assert summary() == summary(itm.CAP, itm.CAP) == "(an upper bound)"
+    assert summary("observed (3 jobs)", "from 2 finished runs") == (
+        "(expected: stopping rules' iterations observed or from finished runs)"
+    )
+    assert summary("observed (3 jobs)", itm.CAP, cut) == (
+        "(expected; 1 of 3 timed shapes at their cap and 1 of 3 with jobs cut short at it (upper bounds there))"
+    )
