@@ -4,9 +4,11 @@ shared, and -- for ``--dry-run`` -- the estimated wall time on this machine.
 The job list is Hydra's basic sweeper's: the cartesian product of the preset's
 ``hydra.sweeper.params`` and the command line's sweep overrides. The estimate times a few
 iterations of one job of every *shape* (model x training size x batch size) in this process and
-multiplies by each job's iteration budget: the paper protocol's ``max_iters`` per stage (Adam rarely
-meets the window rule earlier, docs/performance.md), the fast protocol's ``fast_max_iters`` for its L-BFGS stages
-(an upper bound: they usually stop earlier). Jobs whose SVGP stage is shared count it once per key.
+multiplies by each job's iterations: a stage without a stopping rule its cap, one with a rule (the fast
+protocol's L-BFGS stages, a paper stage's window rule) its expected iterations (``sweep.iterations``: from the
+finished runs of its shape in the store the plan runs into, else probe runs of a few of its jobs to their rules,
+else its cap -- an upper bound, and the dry run says which per shape). Jobs whose SVGP stage is shared count it
+once per key.
 """
 
 from __future__ import annotations
@@ -318,12 +320,14 @@ def _iteration_model(p: SweepPlan, first: dict, members: dict, budget_s: float, 
     """Count each timed shape's stages with a stopping rule at their expected iterations (``iterations``:
     from the finished runs of its shape in the store, else observed by probe runs of ``OBSERVE_JOBS`` of its
     jobs to their stopping rules within ``budget_s`` (``_observe_shapes``), else the cap), in ``p.iterations``
-    and ``p.per_shape``'s rows."""
+    and ``p.per_shape``'s rows. ``budget_s`` covers reading the store and preparing the jobs as well: a shape
+    reached after it is spent, with no finished runs, is left at its cap without preparing anything."""
     from ..prepare import prepare
     from . import iterations as itm
 
     if not p.per_shape:
         return
+    t0 = time.perf_counter()  # the budget covers reading the store and preparing the jobs too
     runs = _finished_runs(p, first, store_uri)
     pending: dict = {}  # shape -> (cache key, its picks' configs, its stage rules)
     for shape, rows in p.per_shape.items():
@@ -332,6 +336,8 @@ def _iteration_model(p: SweepPlan, first: dict, members: dict, budget_s: float, 
         picks = [jobs[int((j + 0.5) * len(jobs) / k)] for j in range(k)]  # spread over its seeds and beta grid
         key = (shape, p.parallel, tuple(tuple(j) for j in picks), len(runs.get(shape, ())))
         expected = _OBSERVED.get(key)
+        if expected is None and not runs.get(shape) and time.perf_counter() - t0 >= budget_s:
+            expected = itm.Expected(itm.CAP, (), tuple(r[2] for r in rows))  # no time to look: not prepared
         if expected is None:
             cfgs = [_compose(j) for j in picks]
             rules = itm.stage_rules(prepare(_probe_config(cfgs[0]), load_data=_load_data))
@@ -347,7 +353,7 @@ def _iteration_model(p: SweepPlan, first: dict, members: dict, budget_s: float, 
                 pending[shape] = (key, cfgs, rules)
                 continue
         p.iterations[shape] = expected
-    for shape, expected in _observe_shapes(p, pending, members, budget_s).items():
+    for shape, expected in _observe_shapes(p, pending, members, budget_s - (time.perf_counter() - t0)).items():
         p.iterations[shape] = expected
         if expected.complete:
             _OBSERVED[pending[shape][0]] = expected
