@@ -433,11 +433,14 @@ def _estimate(m: Multirun, budget_s: float, store_uri: str | None = None) -> Non
 
 def _iteration_note(expected: list) -> str:
     """How the timed shapes' stopping-rule iterations were counted (``sweep.iterations.Expected``)."""
+    from ..sweep.iterations import NO_RULE
+
     kinds = {
         "observed": sum(e.complete and e.source.startswith("observed") for e in expected),
         "from finished runs": sum(e.source.startswith("from ") for e in expected),
         "observed with jobs cut short at their cap": sum(e.partial for e in expected),
         "at their cap (upper bound)": sum(e.upper_bound for e in expected),
+        "without a stopping rule (their budget)": sum(e.source == NO_RULE for e in expected),
     }
     return "iterations: " + ", ".join(f"{n} shapes {k}" for k, n in kinds.items() if n)
 

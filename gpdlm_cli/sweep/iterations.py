@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 CAP = "cap (upper bound)"
+NO_RULE = "cap (no stopping rule)"  # every stage runs its budget: the cap is exact
 OBSERVED = "observed"
 #: the config keys a finished run must share with a job (as MLflow params) to stand for its iterations: what
 #: its shape is made of (``plan.SHAPE_KEYS``, ``model.name``) and what sets its budget and stopping rules

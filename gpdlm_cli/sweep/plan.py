@@ -72,7 +72,7 @@ class SweepPlan:
         if not self.iterations or capped == n:
             return "an upper bound"
         if capped == partial == 0:
-            return "expected: stopping rules' iterations observed or from finished runs"
+            return "expected: no stage counted at a cap it may stop before"
         parts = [f"{capped} of {n} timed shapes at their cap"] if capped else []
         parts += [f"{partial} of {n} with jobs cut short at it"] if partial else []
         return f"expected; {' and '.join(parts)} (upper bounds there)"
@@ -344,7 +344,7 @@ def _iteration_model(p: SweepPlan, first: dict, members: dict, budget_s: float, 
             if len(rules) != len(rows):
                 continue  # rows of another shape (a caller's table): left at their cap
             if not any(r.rule for r in rules):
-                expected = itm.Expected("cap (no stopping rule)", (), tuple(r.cap for r in rules))
+                expected = itm.Expected(itm.NO_RULE, (), tuple(r.cap for r in rules))
             elif runs.get(shape):
                 expected = itm.from_total(sum(runs[shape]) / len(runs[shape]), rules, len(runs[shape]))
             elif _n_train(cfgs[0]) > OBSERVE_MAX_ROWS:

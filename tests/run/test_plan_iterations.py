@@ -98,7 +98,7 @@ def test_the_plan_counts_the_observed_iterations_and_says_so():
     assert expected.source == "observed (3 jobs)" and expected.caps == (1000,) and (name, lbfgs) == ("svgp", True)
     assert its == expected.iterations[0] < 1000
     assert p.estimate_s == pytest.approx(3 * seconds + 3 * plan_mod.JOB_OVERHEAD_S)
-    assert "(expected: stopping rules' iterations observed or from finished runs)" in p.summary()
+    assert "(expected: no stage counted at a cap it may stop before)" in p.summary()
 
 
 def _store_with_runs(tmp_path, job: list[str], experiment: str, iterations: list[float]) -> str:
@@ -137,7 +137,7 @@ def test_finished_runs_of_the_shape_in_the_store_give_their_mean(tmp_path, capsy
     # mean 400 iterations a job, less its 200 first-order steps: 200 L-BFGS iterations (not the 900 running,
     # nor the 950 of the other size); no probe run spent on them
     assert "svgp: 200 it (cap 1000) x " in out[1] and out[1].endswith("; iterations: from 2 finished runs")
-    assert "(expected: stopping rules' iterations observed or from finished runs)" in out[0]
+    assert "(expected: no stage counted at a cap it may stop before)" in out[0]
 
 
 def test_a_store_that_does_not_exist_is_not_created(tmp_path):
@@ -157,9 +157,20 @@ def test_the_summary_says_whether_the_estimate_is_expected_or_an_upper_bound():
 
     cut = "observed (1 of 3 jobs; 2 cut short by the probe budget, counted at the cap (upper bound))"
     assert summary() == summary(itm.CAP, itm.CAP) == "(an upper bound)"
-    assert summary("observed (3 jobs)", "from 2 finished runs") == (
-        "(expected: stopping rules' iterations observed or from finished runs)"
+    assert summary("observed (3 jobs)", "from 2 finished runs", itm.NO_RULE) == (
+        "(expected: no stage counted at a cap it may stop before)"
     )
     assert summary("observed (3 jobs)", itm.CAP, cut) == (
         "(expected; 1 of 3 timed shapes at their cap and 1 of 3 with jobs cut short at it (upper bounds there))"
+    )
+
+
+def test_a_reproduce_note_counts_its_shapes_by_where_their_iterations_came_from():
+    from gpdlm_cli.commands.reproduce import _iteration_note
+
+    cut = "observed (1 of 3 jobs; 2 cut short by the probe budget, counted at the cap (upper bound))"
+    sources = ["observed (3 jobs)", "observed (2 jobs)", "from 4 finished runs", cut, itm.CAP, itm.NO_RULE]
+    assert _iteration_note([itm.Expected(s) for s in sources]) == (
+        "iterations: 2 shapes observed, 1 shapes from finished runs, 1 shapes observed with jobs cut short at "
+        "their cap, 1 shapes at their cap (upper bound), 1 shapes without a stopping rule (their budget)"
     )
