@@ -43,8 +43,8 @@ MATCH_KEYS = (
     "trainer.fast_window",
     "trainer.fast_adam_iters",
 )
-#: most finished runs read from a store per plan (newest first)
-MAX_RUNS = 20000
+#: most finished runs read from a store (newest first; ~7 ms a run: 5,000 runs ~35 s, once per process)
+MAX_RUNS = 5000
 
 
 @dataclass(frozen=True)
@@ -220,29 +220,49 @@ def store_client(uri: str | None):
     return MlflowClient(tracking_uri=uri)
 
 
-def finished_iterations(client, experiment: str, wanted: dict, keys: tuple) -> dict:
+def finished_iterations(client, experiment: str, wanted: dict, keys: tuple, uri: str = "") -> dict:
     """Per wanted shape (``wanted``: shape -> its job's params, ``job_params``), the ``iterations`` metric of
-    every FINISHED training run of ``experiment`` whose params equal the job's on ``keys``."""
-    exp = client.get_experiment_by_name(experiment)
-    found: dict = {shape: [] for shape in wanted}
-    if exp is None:
-        return found
+    every FINISHED training run of ``experiment`` whose params equal the job's on ``keys``. The runs are read
+    once per store (``uri``, unchanged since), experiment and keys in a process (``_stored_runs``)."""
     index = {tuple(p.get(k, "None") for k in keys): shape for shape, p in wanted.items()}
-    token, seen = None, 0
-    while seen < MAX_RUNS:
+    found: dict = {shape: [] for shape in wanted}
+    for values, its in _stored_runs(client, experiment, keys, uri):
+        shape = index.get(values)
+        if shape is not None:
+            found[shape].append(its)
+    return found
+
+
+def _stored_runs(client, experiment: str, keys: tuple, uri: str) -> list[tuple[tuple, float]]:
+    """(the values of ``keys``, the ``iterations`` metric) of the newest ``MAX_RUNS`` FINISHED training runs of
+    ``experiment`` (MLflow reads ~7 ms a run on this machine: a reproduce plans many multiruns from one read)."""
+    from pathlib import Path
+
+    db = Path(uri[len("sqlite:///") :].split("?", 1)[0]) if uri.startswith("sqlite:///") else None
+    stamp = db.stat().st_mtime_ns if db is not None and db.is_file() else None
+    cache_key = (uri, experiment, keys, stamp)
+    if uri and cache_key in _READ:
+        return _READ[cache_key]
+    exp = client.get_experiment_by_name(experiment)
+    out: list = []
+    token = None
+    while exp is not None and len(out) < MAX_RUNS:
         page = client.search_runs(
             [exp.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=1000, page_token=token
         )
         for run in page:
-            shape = index.get(tuple(run.data.params.get(k, "None") for k in keys))
             its = run.data.metrics.get("iterations")
-            if shape is not None and its is not None and run.data.tags.get("gpdlm.command", "train") == "train":
-                found[shape].append(float(its))
-        seen += len(page)
+            if its is not None and run.data.tags.get("gpdlm.command", "train") == "train":
+                out.append((tuple(run.data.params.get(k, "None") for k in keys), float(its)))
         token = page.token
         if not token:
             break
-    return found
+    if uri:
+        _READ[cache_key] = out
+    return out
+
+
+_READ: dict = {}  # (store, experiment, keys, its file's mtime) -> _stored_runs' list: one read per process
 
 
 __all__ = [

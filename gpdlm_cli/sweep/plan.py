@@ -402,7 +402,7 @@ def _finished_runs(p: SweepPlan, first: dict, store_uri: str | None) -> dict:
         return {}
     keys = tuple(dict.fromkeys(itm.MATCH_KEYS + SHAPE_KEYS))
     wanted = {sh: itm.job_params(first[sh]) for sh in p.per_shape}
-    return itm.finished_iterations(client, str(cfg0.tracking.experiment), wanted, keys)
+    return itm.finished_iterations(client, str(cfg0.tracking.experiment), wanted, keys, store_uri)
 
 
 def _compose(job: list[str]):

@@ -174,3 +174,24 @@ def test_a_reproduce_note_counts_its_shapes_by_where_their_iterations_came_from(
         "iterations: 2 shapes observed, 1 shapes from finished runs, 1 shapes observed with jobs cut short at "
         "their cap, 1 shapes at their cap (upper bound), 1 shapes without a stopping rule (their budget)"
     )
+
+
+@pytest.mark.slow  # ~3 s: a store written
+def test_a_store_is_read_once_per_process_until_it_changes(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = _store_with_runs(tmp_path, SVGP_FAST, "est", [300.0, 500.0])
+    client = MlflowClient(tracking_uri=uri)
+    calls = []
+    search = client.search_runs
+    client.search_runs = lambda *a, **k: calls.append(1) or search(*a, **k)  # type: ignore[method-assign]
+    keys = tuple(dict.fromkeys(itm.MATCH_KEYS + plan_mod.SHAPE_KEYS))
+    wanted = {"svgp": itm.job_params(plan_mod._compose(SVGP_FAST))}
+    assert sorted(itm.finished_iterations(client, "est", wanted, keys, uri)["svgp"]) == [300.0, 500.0]
+    assert sorted(itm.finished_iterations(client, "est", wanted, keys, uri)["svgp"]) == [300.0, 500.0]
+    assert len(calls) == 1  # the second plan of a reproduce reads nothing
+    run = client.create_run(client.get_experiment_by_name("est").experiment_id, tags={"gpdlm.command": "train"})
+    client.log_batch(run.info.run_id, params=[])
+    client.set_terminated(run.info.run_id, "FINISHED")  # the store changed: read again
+    assert sorted(itm.finished_iterations(client, "est", wanted, keys, uri)["svgp"]) == [300.0, 500.0]
+    assert len(calls) == 2
