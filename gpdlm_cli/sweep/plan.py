@@ -366,6 +366,7 @@ def _observe_shapes(p: SweepPlan, pending: dict, members: dict, budget_s: float)
     their picks trained to their stopping rules in rounds -- every shape's first pick (the shapes of the most
     jobs first, then the cheapest at their caps), then every shape's second, ... -- each within an equal share
     of what is left of ``budget_s`` (a pick cut short counts at the cap: the most a pick that long can take)."""
+    from ..build import configure_threads
     from ..prepare import prepare
     from . import iterations as itm
 
@@ -381,6 +382,7 @@ def _observe_shapes(p: SweepPlan, pending: dict, members: dict, budget_s: float)
             share = (budget_s - (time.perf_counter() - t0)) / left_picks
             left_picks -= 1
             if share > 0:
+                configure_threads(cfgs[r].get("threads", "auto"), p.parallel)  # as the job's (a timing probe reused)
                 prepared = prepare(cfgs[r], load_data=_load_data)
                 observed[shape].append(itm.observe(prepared, share, seed=int(cfgs[r].seed)))
     return {shape: itm.combine(observed[shape], pending[shape][2], len(pending[shape][1])) for shape in pending}
