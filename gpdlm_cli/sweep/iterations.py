@@ -11,12 +11,14 @@ in this order (``Expected.source`` says which, per shape):
    ``iterations`` metric, less the fixed iterations (the fast protocol's first-order starts, the stages
    without a stopping rule), shared out over the stages with a rule in proportion to their caps (exact for
    a one-stage job; the run records only its total);
-2. ``observed``: one job of the shape (its middle job: the middle of its beta grid) trained to its stopping
-   rules in the probe (``observe``: its real settings, no evaluations), within the plan's iteration budget;
-3. ``cap (upper bound)``: where neither is available (no such runs; the budget spent, or a stage cut
-   short by it).
+2. ``observed (k jobs)``: a few jobs of the shape (``plan.OBSERVE_JOBS``, spread over its seeds and beta grid)
+   trained to their stopping rules in the probe (``observe``: their real settings, no evaluations) within
+   the plan's iteration budget, their iterations averaged (``combine``); a job cut short by the budget counts
+   at the cap, and the source says how many (``observed (j of k jobs; m cut short ... (upper bound))``);
+3. ``cap (upper bound)``: where neither is available (no such runs; no job observed to its end).
 
-Stages without a stopping rule are counted at their cap (their budget is what they run).
+Stages without a stopping rule are counted at their cap (``cap (no stopping rule)``: their budget is what
+they run).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class StageRule:
 @dataclass(frozen=True)
 class Expected:
     """A shape's expected iterations per stage row (None: the row's cap stands) and where they come from:
-    ``observed``, ``from N finished runs``, ``cap (upper bound)`` (or per stage, ``name: source; ...``)."""
+    ``observed (k jobs)`` (or partly, ``observed (j of k jobs; ...)``), ``from N finished runs``,
+    ``cap (upper bound)``, ``cap (no stopping rule)``."""
 
     source: str
     iterations: tuple = ()
