@@ -258,13 +258,18 @@ def _dry_run(name: str, rest: list[str]) -> int:
         print(p.summary())
         for shape, stages in p.per_shape.items():
             model, dataset, n, batch, m, est = shape[:6]
+            expected = p.iterations.get(shape)
+            caps = list(expected.caps) if expected is not None and expected.caps else [None] * len(stages)
             parts = ", ".join(
-                f"{s}: {cap} it x {ms:.1f} ms"
+                f"{s}: {it} it"
+                + (f" (cap {cap})" if cap is not None and cap != it else "")
+                + f" x {ms:.1f} ms"
                 + (" (L-BFGS)" if lb else "")
                 + (" shared" if sh else "")
-                + (f", {secs:.0f} s with its first-order start" if secs > cap * ms / 1000 + 1e-9 else "")
-                for s, sh, cap, ms, lb, secs in stages
+                + (f", {secs:.0f} s with its first-order start" if secs > it * ms / 1000 + 1e-9 else "")
+                for (s, sh, it, ms, lb, secs), cap in zip(stages, caps)
             )
+            parts += f"; iterations: {expected.source if expected is not None else 'cap (upper bound)'}"
             how = "" if est in ("", "auto") else f", estimator {est}"
             how += "".join(
                 f", {label} {getattr(shape, f)}"
@@ -274,15 +279,33 @@ def _dry_run(name: str, rest: list[str]) -> int:
             print(f"  {model} on {dataset} (train_size {n}, batch {batch or 'full'}, M {m}{how}): {parts}")
         if p.extrapolated:
             print(f"  ({p.probe_note()})")
+        print(f"  (probes: {p.probe_s:.0f} s timing steps, {p.iteration_s:.0f} s on the stopping rules' iterations)")
     if len(plans) > 1:
         from .sweep.plan import _duration
 
         total = sum(p.estimate_s or 0.0 for p in plans)
         print(
             f"gpdlm: {len(plans)} multiruns (one beta grid per dataset configuration), "
-            f"{sum(len(p.jobs) for p in plans)} jobs, estimated wall time {_duration(total)} in all (an upper bound)"
+            f"{sum(len(p.jobs) for p in plans)} jobs, estimated wall time {_duration(total)} in all "
+            f"({_bound(plans)})"
         )
     return 0
+
+
+def _bound(plans) -> str:
+    """What a total of plans' estimates is (``SweepPlan.bound``): an upper bound, expected, or partly at caps."""
+    from .sweep.plan import SweepPlan
+
+    whole = SweepPlan(
+        [],
+        "",
+        False,
+        False,
+        "",
+        1,
+        iterations={(i, k): e for i, p in enumerate(plans) for k, e in p.iterations.items()},
+    )
+    return whole.bound()
 
 
 def _multirun(rest: list[str]) -> bool:

@@ -69,6 +69,7 @@ class Multirun:
     datasets: dict = field(default_factory=dict)  # dataset name -> offline status
     estimate_s: float | None = None
     note: str = ""
+    upper_bound: bool = True  # the estimate counts every stopping-rule stage at its cap (sweep.plan.SweepPlan.bound)
 
     @property
     def key(self) -> tuple:
@@ -321,10 +322,11 @@ PLAN_PROBE_S = 40.0
 MIN_PROBE_S = 2.0
 
 
-def expand(plan: Plan, estimate: bool = False) -> None:
+def expand(plan: Plan, estimate: bool = False, store_uri: str | None = None) -> None:
     """Fill in every multirun's jobs (the beta grids expanded), experiment, data and -- with ``estimate``,
-    for data that loads offline -- the ``sweep.plan`` estimate of its wall time, one progress line per
-    timed multirun on stderr."""
+    for data that loads offline -- the ``sweep.plan`` estimate of its wall time (its stopping rules'
+    iterations from the finished runs of the store at ``store_uri``, the one the plan runs into, where it
+    holds them), one progress line per timed multirun on stderr."""
     merge_equivalent(plan)
     for m in plan.multiruns:
         _expand_jobs(m)
@@ -337,7 +339,7 @@ def expand(plan: Plan, estimate: bool = False) -> None:
             m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
             continue
         t0 = time.perf_counter()
-        _estimate(m, budget)
+        _estimate(m, budget, store_uri)
         print(
             f"gpdlm reproduce: timed multirun {timed.index(m) + 1}/{len(timed)} (+experiment={m.preset} "
             f"{' '.join(m.overrides)}".rstrip()
@@ -386,9 +388,11 @@ def _expand_jobs(m: Multirun) -> None:
         m.argvs = [["gpdlm sweep beta", *argv]]
 
 
-def _estimate(m: Multirun, budget_s: float) -> None:
+def _estimate(m: Multirun, budget_s: float, store_uri: str | None = None) -> None:
     """``m.estimate_s``: the ``sweep.plan`` estimate of the jobs on its offline data (the others counted, not
-    timed; a beta grid of data not offline: none), its probes within ``budget_s`` seconds."""
+    timed; a beta grid of data not offline: none), its timing probes within ``budget_s`` seconds and its
+    probe runs to the stopping rules within as many again (the finished runs in ``store_uri`` first); the
+    note says how many shapes' iterations were observed, taken from finished runs or left at their cap."""
     from ..sweep.plan import plan as sweep_plan
 
     here = [n for n, st in m.datasets.items() if offline(st)]
@@ -399,13 +403,25 @@ def _estimate(m: Multirun, budget_s: float) -> None:
     pins = [] if all_offline else [f"dataset={','.join(here)}"]
     notes = []
     try:
+        share = budget_s / len(m.argvs)
         plans = [
-            sweep_plan(merge_overrides(a, pins), estimate=True, probe_budget_s=budget_s / len(m.argvs)) for a in m.argvs
+            sweep_plan(
+                merge_overrides(a, pins),
+                estimate=True,
+                probe_budget_s=share,
+                iteration_budget_s=share,
+                store_uri=store_uri,
+            )
+            for a in m.argvs
         ]
         m.estimate_s = sum(p.estimate_s or 0.0 for p in plans)
         timed, extrapolated = sum(p.timed_shapes for p in plans), sum(len(p.extrapolated) for p in plans)
         if extrapolated:
             notes.append(f"{timed} of {timed + extrapolated} job shapes timed, the others scaled from a timed shape")
+        expected = [e for p in plans for e in getattr(p, "iterations", {}).values()]
+        if expected:
+            notes.append(_iteration_note(expected))
+        m.upper_bound = all(e.upper_bound for e in expected)
     except Exception as e:  # noqa: BLE001 -- the estimate is advisory (a GpdlmError, a failing step)
         notes.append(f"no estimate ({str(e).strip().splitlines()[0][:80]})")
     if pins and m.estimate_s is not None:
@@ -414,6 +430,20 @@ def _estimate(m: Multirun, budget_s: float) -> None:
             "other data sets not offline"
         )
     m.note = "; ".join([m.note, *notes] if m.note else notes)
+
+
+def _iteration_note(expected: list) -> str:
+    """How the timed shapes' stopping-rule iterations were counted (``sweep.iterations.Expected``)."""
+    from ..sweep.iterations import NO_RULE
+
+    kinds = {
+        "observed": sum(e.complete and e.source.startswith("observed") for e in expected),
+        "from finished runs": sum(e.source.startswith("from ") for e in expected),
+        "observed with jobs cut short at their cap": sum(e.partial for e in expected),
+        "at their cap (upper bound)": sum(e.upper_bound for e in expected),
+        "without a stopping rule (their budget)": sum(e.source == NO_RULE for e in expected),
+    }
+    return "iterations: " + ", ".join(f"{n} shapes {k}" for k, n in kinds.items() if n)
 
 
 def duration(s: float | None) -> str:
@@ -466,8 +496,10 @@ def describe(plan: Plan) -> str:
     known = [m.estimate_s for m in plan.multiruns if m.estimate_s is not None]
     if known:
         missing = sum(m.estimate_s is None for m in plan.multiruns)
+        bound = all(m.upper_bound for m in plan.multiruns if m.estimate_s is not None)
         out.append(
-            f"estimated wall time on this machine: {duration(sum(known))} (an upper bound"
+            f"estimated wall time on this machine: {duration(sum(known))} "
+            + ("(an upper bound" if bound else "(expected: the notes say how each multirun's iterations were counted")
             + (f"; {missing} multiruns without an estimate" if missing else "")
             + ")"
         )
@@ -698,12 +730,20 @@ def main(argv: list[str]) -> int:
             f"nothing to run for {paper.name} at scale {args.scale}: "
             + "; ".join(f"{w}: {y}" for w, y in plan.left_out)
         )
-    expand(plan, estimate=args.dry_run and not args.no_estimate)
+    expand(plan, estimate=args.dry_run and not args.no_estimate, store_uri=_store_uri(plan, args))
     if args.dry_run:
         print(describe(plan))
         return 0
     fetch_data(plan)
     return run(plan, paper, args, budget)
+
+
+def _store_uri(plan: Plan, args) -> str:
+    """The store a reproduce runs into: ``--tracking-uri``, else ``<output>/mlflow.db``."""
+    from ..tracking import resolve_tracking_uri
+
+    outdir = Path(args.output or f"reproduce/{plan.paper}-{plan.scale}")
+    return resolve_tracking_uri(args.tracking_uri or f"sqlite:///{outdir.resolve()}/mlflow.db")
 
 
 def run(plan: Plan, paper, args, budget: float | None) -> int:
@@ -752,9 +792,9 @@ def _parent_run(plan: Plan, args, outdir: Path, settings: dict) -> tuple:
     from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
-    from ..tracking import ensure_experiment, resolve_tracking_uri
+    from ..tracking import ensure_experiment
 
-    uri = resolve_tracking_uri(args.tracking_uri or f"sqlite:///{outdir.resolve()}/mlflow.db")
+    uri = _store_uri(plan, args)
     client = MlflowClient(tracking_uri=uri)
     exp_id = ensure_experiment(client, f"reproduce_{plan.paper}", uri)
     parent = client.create_run(

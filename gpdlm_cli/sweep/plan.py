@@ -4,9 +4,11 @@ shared, and -- for ``--dry-run`` -- the estimated wall time on this machine.
 The job list is Hydra's basic sweeper's: the cartesian product of the preset's
 ``hydra.sweeper.params`` and the command line's sweep overrides. The estimate times a few
 iterations of one job of every *shape* (model x training size x batch size) in this process and
-multiplies by each job's iteration budget: the paper protocol's ``max_iters`` per stage (Adam rarely
-meets the window rule earlier, docs/performance.md), the fast protocol's ``fast_max_iters`` for its L-BFGS stages
-(an upper bound: they usually stop earlier). Jobs whose SVGP stage is shared count it once per key.
+multiplies by each job's iterations: a stage without a stopping rule its cap, one with a rule (the fast
+protocol's L-BFGS stages, a paper stage's window rule) its expected iterations (``sweep.iterations``: from the
+finished runs of its shape in the store the plan runs into, else probe runs of a few of its jobs to their rules,
+else its cap -- an upper bound, and the dry run says which per shape). Jobs whose SVGP stage is shared count it
+once per key.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class SweepPlan:
     timed_shapes: int = 0  # --dry-run: the job shapes timed (or reused from an earlier plan's probe)
     extrapolated: dict = field(default_factory=dict)  # shape -> stage rows scaled from a timed shape (budget spent)
     probe_s: float = 0.0  # seconds spent timing
+    iterations: dict = field(
+        default_factory=dict
+    )  # timed shape -> its stages' expected iterations (iterations.Expected)
+    iteration_s: float = 0.0  # seconds spent on the expected iterations (finished runs read, probe runs)
 
     def batching(self) -> str:
         """``not batched``, or ``batched: K groups of B members`` (and how many jobs train separately)."""
@@ -56,6 +62,21 @@ class SweepPlan:
             "of the same model"
         )
 
+    def bound(self) -> str:
+        """What the estimate is: ``an upper bound`` when every timed shape's stopping-rule stages are counted at
+        their cap, ``expected`` when none is, else how many shapes are at their cap or partly (some jobs cut short
+        by the probe budget)."""
+        n = len(self.iterations)
+        capped = sum(e.upper_bound for e in self.iterations.values())
+        partial = sum(e.partial for e in self.iterations.values())
+        if not self.iterations or capped == n:
+            return "an upper bound"
+        if capped == partial == 0:
+            return "expected: no stage counted at a cap it may stop before"
+        parts = [f"{capped} of {n} timed shapes at their cap"] if capped else []
+        parts += [f"{partial} of {n} with jobs cut short at it"] if partial else []
+        return f"expected; {' and '.join(parts)} (upper bounds there)"
+
     def summary(self) -> str:
         shared = "shared beta-free stages" if self.share_stages else "no shared stages"
         warm = ", warm-started beta paths" if self.warm_start else ""
@@ -64,7 +85,7 @@ class SweepPlan:
             f"launcher {self.launcher}" + (f" x{self.parallel}" if self.parallel > 1 else "") + f", {self.batching()}"
         )
         if self.estimate_s is not None:
-            line += f"; estimated wall time on this machine: {_duration(self.estimate_s)} (an upper bound)"
+            line += f"; estimated wall time on this machine: {_duration(self.estimate_s)} ({self.bound()})"
             if self.extrapolated:
                 line += f" ({self.probe_note()})"
         return line
@@ -112,12 +133,21 @@ def sweep_jobs(overrides: list[str], params) -> list[list[str]]:
 
 
 def plan(
-    overrides: list[str], *, estimate: bool = False, sample_iterations: int = 2, probe_budget_s: float | None = None
+    overrides: list[str],
+    *,
+    estimate: bool = False,
+    sample_iterations: int = 2,
+    probe_budget_s: float | None = None,
+    iteration_budget_s: float | None = None,
+    store_uri: str | None = None,
 ) -> SweepPlan:
     """The sweep of ``overrides`` (``gpdlm train -m``'s command line): its jobs, protocol, sharing, launcher,
     batching and, with ``estimate``, its wall time from probes of every job shape (``sample_iterations``: the
     least steps timed after a probe's first; ``probe_budget_s``: the
-    probes' time budget, ``PROBE_BUDGET_S`` by default; the shapes left are extrapolated)."""
+    probes' time budget, ``PROBE_BUDGET_S`` by default; the shapes left are extrapolated) and the expected
+    iterations of their stages with a stopping rule (``_iteration_model``: the finished runs of the store at
+    ``store_uri`` -- by default the jobs' ``tracking.uri`` -- else probe runs within ``iteration_budget_s``,
+    ``ITERATION_BUDGET_S`` by default)."""
     jobs, cfg = job_overrides(overrides)
     launcher = str(cfg.hydra.launcher.get("_target_", "basic")).rsplit(".", 1)[-1].replace("Launcher", "").lower()
     n_jobs = cfg.hydra.launcher.get("n_jobs") or 1
@@ -133,7 +163,11 @@ def plan(
         p.batched = True
         p.batch_sizes, p.separate = batch_groups(jobs)
     if estimate:
-        p.estimate_s = _estimate(p, sample_iterations, probe_budget_s)
+        budgets = (
+            PROBE_BUDGET_S if probe_budget_s is None else probe_budget_s,
+            ITERATION_BUDGET_S if iteration_budget_s is None else iteration_budget_s,
+        )
+        p.estimate_s = _estimate(p, sample_iterations, budgets, store_uri)
     return p
 
 
@@ -216,29 +250,33 @@ NEIGHBOUR_FIELDS = ("dataset", "mode", "lag", "units", "train_size", "batch_size
 NEIGHBOUR_FIELDS += ("kernel", "num_features", "samples")
 
 
-def _estimate(p: SweepPlan, k: int, budget_s: float | None = None) -> float:
+def _estimate(p: SweepPlan, k: int, budgets: tuple = (PROBE_BUDGET_S, 0.0), store_uri: str | None = None) -> float:
     """The sweep's estimated seconds; the probes run at each job's torch threads, and the calling process's
     thread count is put back after (a test process or a reproduce that goes on to run the jobs)."""
     import torch
 
     threads = torch.get_num_threads()
     try:
-        return _estimate_at_job_threads(p, k, PROBE_BUDGET_S if budget_s is None else budget_s)
+        return _estimate_at_job_threads(p, k, budgets, store_uri)
     finally:
         torch.set_num_threads(threads)
 
 
-def _estimate_at_job_threads(p: SweepPlan, k: int, budget_s: float) -> float:
+def _estimate_at_job_threads(p: SweepPlan, k: int, budgets: tuple, store_uri: str | None = None) -> float:
     """Time one job of every shape (``_probe_order``; every anchor's first shape, then the others until
-    ``budget_s`` is spent, those left scaled from a timed one: ``_extrapolate``; a shape timed by an earlier
-    plan with the same config is not timed again), then add up every job's stages (``_total``)."""
+    ``budgets[0]`` seconds are spent, those left scaled from a timed one: ``_extrapolate``; a shape timed by an
+    earlier plan with the same config is not timed again), count the stopping-rule stages of the timed shapes
+    at their expected iterations (``_iteration_model``, within ``budgets[1]`` seconds), then add up every
+    job's stages (``_total``)."""
+    budget_s, iteration_budget_s = budgets
     jobs = _job_configs(p.jobs)
     counts: dict[Shape, int] = {}
-    first = {}
-    for _job, cfg, _seed in jobs:
+    first, members = {}, {}
+    for job, cfg, _seed in jobs:
         shape = _shape(cfg)
         counts[shape] = counts.get(shape, 0) + 1
         first.setdefault(shape, cfg)
+        members.setdefault(shape, []).append(job)
     t0 = time.perf_counter()
     for shape in _probe_order(counts):
         if shape in p.per_shape:
@@ -251,6 +289,9 @@ def _estimate_at_job_threads(p: SweepPlan, k: int, budget_s: float) -> float:
             cached = _PROBES[(shape, _probe_key(first[shape], p.parallel))] = _probe_shape(first[shape], k, p.parallel)
         p.per_shape[shape] = cached
     p.timed_shapes, p.probe_s = len(p.per_shape), time.perf_counter() - t0
+    t1 = time.perf_counter()
+    _iteration_model(p, first, members, iteration_budget_s, store_uri)
+    p.iteration_s = time.perf_counter() - t1
     sizes: dict = {}
 
     def n_train(shape: Shape) -> int | None:
@@ -261,6 +302,119 @@ def _estimate_at_job_threads(p: SweepPlan, k: int, budget_s: float) -> float:
 
     p.extrapolated = {sh: _extrapolate(sh, p.per_shape, n_train) for sh in counts if sh not in p.per_shape}
     return _total([(_shape(cfg), seed) for _job, cfg, seed in jobs], {**p.per_shape, **p.extrapolated}, p)
+
+
+#: the expected iterations' time budget per plan (seconds): probe runs of the timed shapes to their stopping
+#: rules (``iterations.observe``); a shape reached when it is spent, or a stage it cuts short, keeps its cap
+ITERATION_BUDGET_S = 60.0
+#: no probe run to the stopping rules on more training rows than this (a full-batch L-BFGS step on the 1.9M
+#: airline rows: ~20 s): those shapes' stopping-rule stages keep their cap, unless the store has finished runs
+OBSERVE_MAX_ROWS = 50_000
+#: the jobs of a shape observed to their stopping rules, spread over its jobs (a beta grid's iterations vary
+#: 10-1000 on pol, n = 500: large betas stop in tens of L-BFGS iterations, betas <= 1 at the cap)
+OBSERVE_JOBS = 3
+_OBSERVED: dict = {}  # (shape, the config observed) -> its iterations.Expected: reused by later plans
+
+
+def _iteration_model(p: SweepPlan, first: dict, members: dict, budget_s: float, store_uri: str | None) -> None:
+    """Count each timed shape's stages with a stopping rule at their expected iterations (``iterations``:
+    from the finished runs of its shape in the store, else observed by probe runs of ``OBSERVE_JOBS`` of its
+    jobs to their stopping rules within ``budget_s`` (``_observe_shapes``), else the cap), in ``p.iterations``
+    and ``p.per_shape``'s rows. ``budget_s`` covers reading the store and preparing the jobs as well: a shape
+    reached after it is spent, with no finished runs, is left at its cap without preparing anything."""
+    from ..prepare import prepare
+    from . import iterations as itm
+
+    if not p.per_shape:
+        return
+    t0 = time.perf_counter()  # the budget covers reading the store and preparing the jobs too
+    runs = _finished_runs(p, first, store_uri)
+    pending: dict = {}  # shape -> (cache key, its picks' configs, its stage rules)
+    for shape, rows in p.per_shape.items():
+        jobs = members[shape]
+        k = min(OBSERVE_JOBS, len(jobs))
+        picks = [jobs[int((j + 0.5) * len(jobs) / k)] for j in range(k)]  # spread over its seeds and beta grid
+        key = (shape, p.parallel, tuple(tuple(j) for j in picks), len(runs.get(shape, ())))
+        expected = _OBSERVED.get(key)
+        if expected is None and not runs.get(shape) and time.perf_counter() - t0 >= budget_s:
+            expected = itm.Expected(itm.CAP, (), tuple(r[2] for r in rows))  # no time to look: not prepared
+        if expected is None:
+            cfgs = [_compose(j) for j in picks]
+            rules = itm.stage_rules(prepare(_probe_config(cfgs[0]), load_data=_load_data))
+            if len(rules) != len(rows):
+                continue  # rows of another shape (a caller's table): left at their cap
+            if not any(r.rule for r in rules):
+                expected = itm.Expected(itm.NO_RULE, (), tuple(r.cap for r in rules))
+            elif runs.get(shape):
+                expected = itm.from_total(sum(runs[shape]) / len(runs[shape]), rules, len(runs[shape]))
+            elif _n_train(cfgs[0]) > OBSERVE_MAX_ROWS:
+                expected = itm.Expected(itm.CAP, (), tuple(r.cap for r in rules))
+            else:
+                pending[shape] = (key, cfgs, rules)
+                continue
+        p.iterations[shape] = expected
+    for shape, expected in _observe_shapes(p, pending, members, budget_s - (time.perf_counter() - t0)).items():
+        p.iterations[shape] = expected
+        if expected.complete:
+            _OBSERVED[pending[shape][0]] = expected
+    for shape, expected in p.iterations.items():
+        p.per_shape[shape] = itm.apply(p.per_shape[shape], expected)
+
+
+def _observe_shapes(p: SweepPlan, pending: dict, members: dict, budget_s: float) -> dict:
+    """The observed iterations of the ``pending`` shapes (shape -> (key, its picks' configs, its stage rules)):
+    their picks trained to their stopping rules in rounds -- every shape's first pick (the shapes of the most
+    jobs first, then the cheapest at their caps), then every shape's second, ... -- each within an equal share
+    of what is left of ``budget_s`` (a pick cut short counts at the cap: the most a pick that long can take)."""
+    from ..build import configure_threads
+    from ..prepare import prepare
+    from . import iterations as itm
+
+    t0 = time.perf_counter()
+    order = sorted(pending, key=lambda sh: (-len(members[sh]), sum(r[-1] for r in p.per_shape[sh])))
+    observed: dict = {shape: [] for shape in pending}
+    left_picks = sum(len(pending[sh][1]) for sh in pending)
+    for r in range(OBSERVE_JOBS):
+        for shape in order:
+            cfgs = pending[shape][1]
+            if r >= len(cfgs):
+                continue
+            share = (budget_s - (time.perf_counter() - t0)) / left_picks
+            left_picks -= 1
+            if share > 0:
+                configure_threads(cfgs[r].get("threads", "auto"), p.parallel)  # as the job's (a timing probe reused)
+                prepared = prepare(cfgs[r], load_data=_load_data)
+                observed[shape].append(itm.observe(prepared, share, seed=int(cfgs[r].seed)))
+    return {shape: itm.combine(observed[shape], pending[shape][2], len(pending[shape][1])) for shape in pending}
+
+
+def _finished_runs(p: SweepPlan, first: dict, store_uri: str | None) -> dict:
+    """Per timed shape, the ``iterations`` of the FINISHED runs of its shape in the store (``store_uri``, or
+    the jobs' ``tracking.uri``; none with ``tracking.enabled=false`` or a store that does not exist yet)."""
+    from ..tracking import resolve_tracking_uri
+    from . import iterations as itm
+
+    cfg0 = first[next(iter(p.per_shape))]
+    if store_uri is None:
+        if not cfg0.tracking.get("enabled", True):
+            return {}
+        store_uri = resolve_tracking_uri(cfg0.tracking.get("uri"))
+    client = itm.store_client(store_uri)
+    if client is None:
+        return {}
+    keys = tuple(dict.fromkeys(itm.MATCH_KEYS + SHAPE_KEYS))
+    wanted = {sh: itm.job_params(first[sh]) for sh in p.per_shape}
+    return itm.finished_iterations(client, str(cfg0.tracking.experiment), wanted, keys, store_uri)
+
+
+def _compose(job: list[str]):
+    """One job's config."""
+    from hydra import compose
+
+    from .compose import config_module
+
+    with config_module():
+        return compose(config_name="config", overrides=list(job))
 
 
 def _total(jobs: list[tuple], rows_of: dict, p: SweepPlan) -> float:

@@ -460,7 +460,7 @@ def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
 
     seen = []
 
-    def fake_plan(overrides, *, estimate=False, sample_iterations=2, probe_budget_s=None):
+    def fake_plan(overrides, *, estimate=False, sample_iterations=2, probe_budget_s=None, **_kw):
         seen.append(list(overrides))
         return types.SimpleNamespace(estimate_s=12.0, timed_shapes=3, extrapolated={})
 
@@ -574,8 +574,9 @@ def test_a_dry_run_prints_one_line_per_timed_multirun_and_shares_its_probe_budge
 
     budgets = []
 
-    def fake_plan(overrides, *, estimate=False, sample_iterations=2, probe_budget_s=None):
+    def fake_plan(overrides, *, estimate=False, sample_iterations=2, probe_budget_s=None, **kw):
         budgets.append(probe_budget_s)
+        assert kw["iteration_budget_s"] == probe_budget_s and kw["store_uri"] is None
         return types.SimpleNamespace(estimate_s=600.0, timed_shapes=2, extrapolated={("x",): []})
 
     monkeypatch.setattr(run_plan, "plan", fake_plan)

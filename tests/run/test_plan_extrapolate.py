@@ -146,5 +146,5 @@ def test_the_dry_run_lines_name_a_shapes_mode_lag_and_width(monkeypatch, capsys)
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == (
         "  gp_lstm on actuator (train_size None, batch 64, M None, mode regression, lag 32, units 256): "
-        "delayed: 500 it x 100.0 ms, theta: 100 it x 8.0 ms"
+        "delayed: 500 it x 100.0 ms, theta: 100 it x 8.0 ms; iterations: cap (upper bound)"
     )

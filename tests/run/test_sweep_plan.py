@@ -75,9 +75,12 @@ def test_the_fast_estimate_adds_the_first_order_start_of_each_lbfgs_stage():
         "threads=1",
     ]
     for adam in (0, 50):
-        p = plan(common + [f"trainer.fast_adam_iters={adam}"], estimate=True, sample_iterations=3)
+        # no time to observe the stopping rule (iteration_budget_s=0): the L-BFGS stage at its cap, labelled so
+        p = plan(common + [f"trainer.fast_adam_iters={adam}"], estimate=True, sample_iterations=3, iteration_budget_s=0)
         ((name, _, cap, ms, lbfgs, seconds),) = next(iter(p.per_shape.values()))
         assert name == "svgp" and lbfgs and cap == 1000
+        assert [e.source for e in p.iterations.values()] == ["cap (upper bound)"]
+        assert "(an upper bound)" in p.summary()
         if adam == 0:
             assert seconds == pytest.approx(cap * ms / 1000)
         else:
@@ -136,6 +139,7 @@ def _fake_probes(monkeypatch, seconds_per_probe: float):
         return [("main", False, 100, ms, False, ms / 10)]
 
     monkeypatch.setattr(plan_mod, "_probe_shape", probe)
+    monkeypatch.setattr(plan_mod, "_iteration_model", lambda *args: None)  # the fake rows' iterations stand
     monkeypatch.setattr(plan_mod.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(plan_mod, "_PROBES", {})
     return probed
