@@ -232,12 +232,14 @@ def spread(*datasets: str) -> None:
     from scipy.spatial.distance import cdist
 
     from gpdlm_cli.prepare import prepare
-    from tests.conftest import compose
+    from gpdlm_cli.sweep.compose import compose_jobs
 
     for ds in datasets:
-        cfg = compose(
-            ["+experiment=gplstm_sysid", f"dataset={ds}", "dataset.mode=regression", "model=lstm"]
-            + ["progress=false", "tracking.enabled=false", "threads=1"]
+        (cfg,) = compose_jobs(
+            [
+                ["+experiment=gplstm_sysid", f"dataset={ds}", "dataset.mode=regression", "model=lstm"]
+                + ["progress=false", "tracking.enabled=false", "threads=1"]
+            ]
         )
         D = prepare(cfg).data
         flat = {
