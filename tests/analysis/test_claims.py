@@ -292,8 +292,8 @@ DIAGNOSED = {
     },
     "rkhs": {"T2-minimax-beats-bsgd-b32": "protocol-bound"},
     "gplstm": {
-        "T2-gplstm-beats-lstm": "data-specific",
-        "T2-gprnn-beats-rnn": "gpdlm defect (fixed)",
+        "T2-gplstm-beats-lstm": "robust",
+        "T2-gprnn-beats-rnn": "robust",
         "T2-gpnarx-beats-narx": "robust",
     },
 }
