@@ -111,6 +111,7 @@ class RunRecord:
     metrics: dict[str, float]
     tags: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
+    end_time: int = 0  # ms since the epoch (0: not ended or not known)
 
     @classmethod
     def from_run(cls, run) -> RunRecord:
@@ -127,6 +128,7 @@ class RunRecord:
             canonical_params(dict(run.data.params)),
             dict(run.data.metrics),
             dict(run.data.tags),
+            end_time=int(getattr(run.info, "end_time", 0) or 0),
         )
 
     def raw(self, key: str):
@@ -146,7 +148,14 @@ class RunRecord:
 
     def with_extra(self, **extra) -> RunRecord:
         return RunRecord(
-            self.run_id, self.run_name, self.start_time, self.params, self.metrics, self.tags, {**self.extra, **extra}
+            self.run_id,
+            self.run_name,
+            self.start_time,
+            self.params,
+            self.metrics,
+            self.tags,
+            {**self.extra, **extra},
+            self.end_time,
         )
 
 

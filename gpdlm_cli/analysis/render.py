@@ -251,6 +251,7 @@ def provenance_rows(report: Report) -> tuple[list[str], list[list[str]]]:
         "first run",
         "last run",
         "training hours",
+        "run hours",
     ]
     rows = [
         [
@@ -262,6 +263,7 @@ def provenance_rows(report: Report) -> tuple[list[str], list[list[str]]]:
             p.first,
             p.last,
             f"{p.train_hours:.2f}",
+            f"{p.run_hours:.2f}",
         ]
         for p in report.provenance
     ]
@@ -277,7 +279,8 @@ def _md_provenance(report: Report) -> list[str]:
             "## The runs read",
             "",
             "Read from the runs' own tags, params and metrics (training hours: the sum "
-            "of their `train_seconds`, one process each).",
+            "of their `train_seconds`, one process each; run hours: the sum of their start-to-end times, "
+            "which adds data loading, evaluation and logging).",
             "",
         ]
         out += [T.markdown_table(*provenance_rows(report)), ""]

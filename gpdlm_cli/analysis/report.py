@@ -128,6 +128,7 @@ class Provenance:
     first: str  # UTC date-times of the first and last run start
     last: str
     train_hours: float  # the sum of the runs' train_seconds, in hours
+    run_hours: float = 0.0  # the sum of the runs' MLflow start-to-end times (adds set-up, evaluation, logging)
 
 
 def provenance(experiment: str, records: list) -> Provenance:
@@ -155,6 +156,7 @@ def provenance(experiment: str, records: list) -> Provenance:
         stamp(starts[0]) if starts else "-",
         stamp(starts[-1]) if starts else "-",
         seconds / 3600.0,
+        sum(max(0, r.end_time - r.start_time) for r in records if r.end_time) / 3.6e6,
     )
 
 

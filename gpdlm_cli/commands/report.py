@@ -302,7 +302,7 @@ def _experiment_section(client, uri, name: str, records, where: Path, outdir: Pa
     made = rep.provenance(name, records)
     about = (
         f"{len(records)} FINISHED training runs of experiment '{name}' ({uri}), {made.first} to {made.last}, "
-        f"{made.train_hours:.2f} h of training; protocol {', '.join(map(str, made.protocols))}; code "
+        f"{made.train_hours:.2f} h of training ({made.run_hours:.2f} h start to end); protocol {', '.join(map(str, made.protocols))}; code "
         f"{', '.join(map(str, made.commits))}. Grouped by {', '.join(by)}: mean ± standard error over seeds."
     )
 
