@@ -58,11 +58,15 @@ def open_store(uri: str | None):
 def get_experiment(client, name: str, uri: str):
     exp = client.get_experiment_by_name(name)
     if exp is None:
-        names = sorted(e.name for e in client.search_experiments())
-        raise AnalysisError(
-            f"experiment '{name}' does not exist in {uri}; experiments there: {', '.join(names) or '(none)'}"
-        )
+        raise no_experiment(name, uri, [e.name for e in client.search_experiments()])
     return exp
+
+
+def no_experiment(name: str, uri: str, names: list[str]) -> AnalysisError:
+    """The error for an experiment ``name`` that is not in the store at ``uri`` (``names``: those that are)."""
+    return AnalysisError(
+        f"experiment '{name}' does not exist in {uri}; experiments there: {', '.join(sorted(names)) or '(none)'}"
+    )
 
 
 def search_all(client, experiment_id: str, filter_string: str = "") -> list:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..analysis.records import AnalysisError, split_list
 from ..analysis.store import get_experiment, is_training_run, open_store, search_all
@@ -95,9 +95,7 @@ def evaluate_folder(
     check_model_belongs(folder, read_model_file(folder / "model.pt")[0], tags)
     run = load_run(folder)
     _, _, splits, _ = loaded_parts(run)
-    # float, or one per output (an array) for a multi-output run: wider than evaluator's annotation says
-    y_std: Any = splits.y_std
-    values = evaluator(run.method, run.data, y_std)()
+    values = evaluator(run.method, run.data, splits.y_std)()
     prefixes = {"val": ("val_",), "test": ("test_",), "all": ("val_", "test_")}[split]
     values = {k: v for k, v in values.items() if k.startswith(prefixes)}
     if metrics:

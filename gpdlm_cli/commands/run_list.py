@@ -223,6 +223,31 @@ def hyperparameter_cells(metrics: dict, columns: list[tuple[str, list[str]]]) ->
     return [" ".join(R.fmt_num(metrics[k]) for k in keys if k in metrics) or "-" for _, keys in columns]
 
 
+def load_runs(tracking_uri: str | None, experiment: str, stale: bool, writes: bool):
+    """(MLflow client or None, uri, the experiment's name, its runs -- only the RUNNING ones if ``stale``).
+
+    A SQLite store is read directly (``analysis.sqlite_runs``: no MLflow import, which was nearly all of the
+    command's time) unless the command ``writes`` (``--mark-failed``, ``--finish``) or the file is not
+    readable that way; then, and for other stores, through MLflow (the client is returned for the writes)."""
+    from ..analysis.sqlite_runs import SqliteRuns, SqliteStoreUnreadable
+
+    uri = store.resolve_uri(tracking_uri)
+    db = store.sqlite_path(uri)
+    if db is not None and db.is_file() and not writes:
+        reader = SqliteRuns(db)
+        try:
+            exp = reader.get_experiment_by_name(experiment)
+            if exp is None:
+                raise store.no_experiment(experiment, uri, reader.experiment_names())
+            return None, uri, exp.name, reader.search_runs(exp.experiment_id, "RUNNING" if stale else None)
+        except SqliteStoreUnreadable:
+            pass  # MLflow says what is wrong (or migrates the schema), as before
+    client, uri = store.open_store(tracking_uri)
+    exp = store.get_experiment(client, experiment, uri)
+    found = store.search_all(client, exp.experiment_id, "attributes.status = 'RUNNING'" if stale else "")
+    return client, uri, exp.name, found
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.mark_failed and not args.stale:
@@ -240,9 +265,9 @@ def main(argv: list[str]) -> int:
     if args.limit < 0:
         raise R.AnalysisError(f"--limit must be >= 0; got {args.limit}")
     after = parse_duration(args.stale_after)
-    client, uri = store.open_store(args.tracking_uri)
-    exp = store.get_experiment(client, args.experiment, uri)
-    found = store.search_all(client, exp.experiment_id, "attributes.status = 'RUNNING'" if args.stale else "")
+    client, uri, exp_name, found = load_runs(
+        args.tracking_uri, args.experiment, args.stale, args.finish or args.mark_failed
+    )
     found = [r for r in found if r.data.tags.get("gpdlm.command") not in ("compare", "select")]
     if args.status:
         found = [r for r in found if r.info.status in args.status]
@@ -278,7 +303,7 @@ def main(argv: list[str]) -> int:
         )
     what = "stale RUNNING runs" if args.stale else "runs"
     shown = f"{len(found)} of {total}" if len(found) < total else f"{total}"
-    T.print_table(f"{exp.name}: {shown} {what} ({uri})", header, rows, numeric_from=5)
+    T.print_table(f"{exp_name}: {shown} {what} ({uri})", header, rows, numeric_from=5)
     for r in found:
         if marks[r.info.run_id].stale:
             print(f"{r.info.run_id[:8]} {r.info.run_name}: stale: {marks[r.info.run_id].why}")

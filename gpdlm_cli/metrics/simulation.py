@@ -30,13 +30,23 @@ class _Precomputed:
         return self.mu[i], self.var[i]
 
 
-def scored(mu, var, y, likelihoods, y_std, prefix: str) -> dict[str, float]:
-    """The standard predictive metrics (target units, log s_y) of every output, pooled: ``nll``
-    and ``nll_norm`` are means over outputs, ``mse`` a mean and ``rmse`` its root; the calibration
-    metrics (coverage, its error, CRPS, MSLL) are means over outputs."""
+def target_sds(y_std: float | np.ndarray, d: int) -> list[float]:
+    """The target sd of each of ``d`` outputs: ``y_std`` is ``DataSplits.y_std``, a float (one output, or
+    the same sd for all) or an array of one sd per output; an array of another length is an error."""
+    sds = np.atleast_1d(np.asarray(y_std, dtype=float))
+    if sds.ndim != 1 or (sds.size != d and np.ndim(y_std) != 0):
+        raise ValueError(f"one target sd per output: {d} outputs, got {sds.size} sd(s) ({y_std!r})")
+    return [float(s) for s in np.broadcast_to(sds, (d,))]
+
+
+def scored(mu, var, y, likelihoods, y_std: float | np.ndarray, prefix: str) -> dict[str, float]:
+    """The standard predictive metrics (target units: each output's errors times its own sd, its NLL
+    plus log of it -- ``y_std``, see :func:`target_sds`) of every output, pooled: ``nll`` and ``nll_norm``
+    are means over outputs, ``mse`` a mean and ``rmse`` its root; the calibration metrics (coverage, its
+    error, CRPS, MSLL) are means over outputs."""
     y = y[:, None] if y.ndim == 1 else y
     d = y.shape[1]
-    stds = [float(y_std)] * d if not hasattr(y_std, "__len__") else [float(s) for s in y_std]
+    stds = target_sds(y_std, d)
     idx = torch.arange(y.shape[0], dtype=mu.dtype, device=mu.device)[:, None]
     per = [
         predictive_metrics(
@@ -134,7 +144,9 @@ def free_simulation(
     return mus, var.to(mus.dtype), (ahead if steps else None)
 
 
-def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ahead=None) -> dict[str, float]:
+def simulation_metrics(
+    mu, var, y, likelihoods, y_std: float | np.ndarray, prefix: str, horizons, ahead=None
+) -> dict[str, float]:
     """Free-simulation metrics, in target units: ``sim_rmse`` and ``sim_nll`` over the whole trajectory
     started at the first window (the paper's free simulation; the NLL from the GP's own one-step
     variances, no propagated uncertainty); ``sim_rmse_h<k>``, the RMSE over the first k simulated
@@ -148,7 +160,7 @@ def simulation_metrics(mu, var, y, likelihoods, y_std, prefix: str, horizons, ah
     }
     y2 = y[:, None] if y.ndim == 1 else y
     n = y2.shape[0]
-    stds = torch.as_tensor(np.atleast_1d(np.asarray(y_std, dtype=float)), dtype=y2.dtype, device=y2.device)
+    stds = torch.as_tensor(target_sds(y_std, y2.shape[1]), dtype=y2.dtype, device=y2.device)
     for h in horizons:
         if ahead is not None and h <= ahead.shape[1] and h <= n:
             starts = torch.arange(n - h + 1, device=y2.device)
@@ -206,8 +218,9 @@ class SequenceEvaluation:
             return True
         return self.simulate_in_training == "val" and prefix == "val_"
 
-    def evaluate(self, xe, ye, prefix: str, y_std) -> dict[str, float]:
-        """The metrics of split (``xe``, ``ye``) under ``prefix`` (``val_``, ``test_``)."""
+    def evaluate(self, xe, ye, prefix: str, y_std: float | np.ndarray) -> dict[str, float]:
+        """The metrics of split (``xe``, ``ye``) under ``prefix`` (``val_``, ``test_``), in target units:
+        ``y_std`` is one sd per output (``DataSplits.y_std``; a float for one output)."""
         if xe.shape[0] == 0:
             return {}
         self.model.condition(self.x, self.y)
@@ -259,4 +272,5 @@ __all__ = [
     "scored",
     "simulate",
     "simulation_metrics",
+    "target_sds",
 ]

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # ----- run names -------------------------------------------------------------------------------------
 # keys the name always shows, and short prefixes for swept keys ("" = the value alone)
@@ -78,9 +82,10 @@ def run_name_for(cfg, swept=()) -> str:
 
 
 # ----- the learning curve's labels ---------------------------------------------------------------------
-def curve_info(cfg, task: str, y_std: float, lr=None) -> dict:
-    """Subtitle (the key settings) and the units of both axes of ``learning_curve.png``. ``lr``: one
-    learning rate, or the distinct ones of the run's stages in order."""
+def curve_info(cfg, task: str, y_std: float | np.ndarray, lr=None) -> dict:
+    """Subtitle (the key settings) and the units of both axes of ``learning_curve.png``. ``y_std``: the
+    target sd (``DataSplits.y_std``: one per output for several). ``lr``: one learning rate, or the
+    distinct ones of the run's stages in order."""
     bits = [f"beta={_fmt(float(cfg.objective.beta))}"]
     from ..methods import declaration
 

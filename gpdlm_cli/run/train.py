@@ -29,6 +29,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..metrics import predictive_metrics
@@ -405,14 +406,19 @@ def reuse_for(cfg):
     return cache, (WarmStart(key, float(cfg.objective.beta)) if warm else None)
 
 
-def evaluator(method, data, y_std: float):
+def evaluator(method, data, y_std: float | np.ndarray):
     """The run's evaluation: predictive metrics on validation and test (the family's own
-    ``evaluate`` if it has one) and the family's monitors."""
+    ``evaluate`` if it has one) and the family's monitors. ``y_std`` puts the metrics in target units:
+    ``DataSplits.y_std``, a float for one output, one sd per output (an array) for a multi-output run --
+    only the families declaring ``MULTI_OUTPUT`` get those, and their own ``evaluate`` scales each output
+    by its sd (``metrics.simulation.scored``)."""
+    from ..metrics.simulation import target_sds
 
     def predictive(x, y, prefix):
         if method.evaluate is not None:
             return method.evaluate(x, y, prefix=prefix, y_std=y_std)
-        return predictive_metrics(method.model, method.likelihood, x, y, y_std=y_std, prefix=prefix)
+        one = target_sds(y_std, 1)[0]  # one output: a float (an array of several sds is refused)
+        return predictive_metrics(method.model, method.likelihood, x, y, y_std=one, prefix=prefix)
 
     def evaluate():
         out = {**predictive(data.x_val, data.y_val, "val_"), **predictive(data.x_test, data.y_test, "test_")}
