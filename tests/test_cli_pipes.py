@@ -87,3 +87,15 @@ def test_rich_tables_raise_broken_pipe_instead_of_exiting_with_1():
 
     with pytest.raises(BrokenPipeError):
         print_table("t", ["a", "b"], [["1", "2"]], file=Closed())
+
+
+def test_a_table_prints_brackets_as_text():
+    """rich read '[sweep]' (the sweep parents' label in `gpdlm runs`) and '[0.1,1]' as markup and dropped them."""
+    import io
+
+    from gpdlm_cli.analysis.tables import print_table
+
+    out = io.StringIO()
+    print_table("runs [x]", ["name", "beta [grid]"], [["sweep-1 [sweep]", "[0.1,1]"]], file=out)
+    text = out.getvalue()
+    assert "sweep-1 [sweep]" in text and "[0.1,1]" in text and "beta [grid]" in text and "runs [x]" in text

@@ -24,7 +24,10 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def print_table(title: str, header: list[str], rows: list[list[str]], numeric_from: int = 0, file=None) -> None:
+    """The table on the terminal (rich), every cell, header and title printed as it is: text in brackets is
+    not read as rich markup (``[sweep]``, a run name's ``[a,b]`` were dropped)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     class _Console(Console):
@@ -34,9 +37,9 @@ def print_table(title: str, header: list[str], rows: list[list[str]], numeric_fr
 
     out = file or sys.stdout
     console = _Console(file=out, width=None if out.isatty() else 200)
-    table = Table(title=title, show_lines=False)
+    table = Table(title=escape(title), show_lines=False)
     for i, h in enumerate(header):
-        table.add_column(h, justify="right" if i >= numeric_from else "left", overflow="fold")
+        table.add_column(escape(str(h)), justify="right" if i >= numeric_from else "left", overflow="fold")
     for row in rows:
-        table.add_row(*[str(c) for c in row])
+        table.add_row(*[escape(str(c)) for c in row])
     console.print(table)
