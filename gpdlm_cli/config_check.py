@@ -213,7 +213,9 @@ def _swept_renamed_key(groups: tuple[str, ...], hydra_args: tuple[str, ...]) -> 
             cfg = compose(config_name="config", overrides=[*groups, *hydra_args], return_hydra_config=True)
     except Exception:  # Hydra reports what it cannot compose
         return None
-    return renamed_sweep_param(OmegaConf.to_container(cfg.hydra.sweeper.get("params") or {}, resolve=False)) or None
+    params = cfg.hydra.sweeper.get("params")  # a mapping, or null (no sweeper params)
+    plain = OmegaConf.to_container(params, resolve=False) if OmegaConf.is_config(params) else None
+    return renamed_sweep_param(plain if isinstance(plain, dict) else None) or None
 
 
 MISSING = "__gpdlm_missing__"

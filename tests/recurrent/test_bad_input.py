@@ -190,3 +190,17 @@ def test_an_old_protocol_key_swept_names_its_new_name_in_one_line(tmp_path, caps
         f"trainer to the model's config (see CHANGELOG.md); write {new}"
     ], err
     assert list(tmp_path.iterdir()) == []  # no sweep folder, no MLflow store (so no run)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["+experiment=gplstm_gef_power_smoke"],  # sweeps model: lstm,gp_lstm and seed
+        ["model=gp_lstm", 'hydra.sweeper.params={model.training.theta_steps:"1,2"}'],
+        ["model=gp_lstm", "hydra.run.dir=elsewhere"],  # Hydra's config with no sweeper params (null)
+    ],
+)
+def test_sweeper_params_in_the_new_names_pass_the_check(args):
+    from gpdlm_cli.config_check import check_overrides
+
+    assert check_overrides(["-m", "dataset=sysid_actuator", *args]) is None
