@@ -12,6 +12,8 @@ per set of choices: ``composed``) and checks every value override against it:
   no nan/inf anywhere, no negative number), every value of a sweep;
 * for a single run, ``build.validate_config`` (the model family's exact ranges) on the config the
   overrides give.
+* a key that config-hash version 3 renamed (``trainer.algorithm``), also swept under
+  ``hydra.sweeper.params`` by an experiment preset or the command line (``_swept_renamed_key``).
 
     gpdlm: error: unknown model 'dlmm'; did you mean 'dlm'? (choose from: dlm, dlm_fixed, ...)
     gpdlm: error: unknown config key 'objective.betta'; did you mean 'objective.beta'?
@@ -105,7 +107,10 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import ConfigCompositionException, MissingConfigException
 
+    from .tracking.identity import renamed_message
+
     groups, values, later = [], [], []  # the first job's group choices; value overrides; keys to look up
+    hydra_args: list[str] = []  # overrides of Hydra's own config (hydra.sweeper.params=..., hydra/sweeper=...)
     with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         try:  # with the config loader: glob(...) expands to a group's options
@@ -134,6 +139,12 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
                     groups.append(f"{o.get_key_element()}={choices[0]}")
                 continue
             if key.startswith("hydra.") or key.startswith("hydra/"):
+                # hydra.sweeper.params.trainer.algorithm=full,delayed: Hydra refuses a sweep of its own
+                # config in a page; the sweep callback reports the other forms (a preset's params too)
+                swept = key.removeprefix("hydra.sweeper.params.") if key.startswith("hydra.sweeper.params.") else ""
+                if renamed_message(swept.lstrip("+~")):
+                    return renamed_message(swept.lstrip("+~"), str(o.input_line).split("=", 1)[1])
+                hydra_args.append(str(o.input_line))
                 continue
             if not o.is_sweep_override() or o.is_discrete_sweep():
                 values.append(o)
@@ -156,7 +167,11 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     except Exception:
         return None
     multirun = any(a in ("-m", "--multirun") for a in argv)
-    return _check_values(base, values, later, None if multirun else command) or _sweep_kind(parsed)
+    return (
+        _check_values(base, values, later, None if multirun else command)
+        or _sweep_kind(parsed)
+        or _swept_renamed_key(tuple(groups), tuple(hydra_args))
+    )
 
 
 def _sweep_kind(parsed) -> str | None:
@@ -177,6 +192,30 @@ def _sweep_kind(parsed) -> str | None:
                 "(a,b / range(0,1,step=0.25) / choice(a,b)) or sample it with hydra/sweeper=optuna"
             )
     return None
+
+
+def _swept_renamed_key(groups: tuple[str, ...], hydra_args: tuple[str, ...]) -> str | None:
+    """One line for a key that config-hash version 3 renamed (``trainer.algorithm``) in the sweeper's
+    ``hydra.sweeper.params`` of the first job's config: an experiment preset's, or the command line's
+    (``hydra.sweeper.params={trainer.algorithm:'full,delayed'}``). Hydra would stop with "Could not
+    override 'trainer.algorithm'" only after the sweep's folder and MLflow parent run exist, and a
+    ``++trainer.<key>`` would fail every job. Composed (with Hydra's config, ~0.2 s) only when a preset
+    is chosen or the command line overrides Hydra's config: conf/config.yaml sweeps nothing."""
+    if not hydra_args and not any(g.lstrip("+~").startswith("experiment") for g in groups):
+        return None
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from .tracking.identity import renamed_sweep_param
+
+    try:
+        with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[*groups, *hydra_args], return_hydra_config=True)
+    except Exception:  # Hydra reports what it cannot compose
+        return None
+    params = cfg.hydra.sweeper.get("params")  # a mapping, or null (no sweeper params)
+    plain = OmegaConf.to_container(params, resolve=False) if OmegaConf.is_config(params) else None
+    return renamed_sweep_param(plain if isinstance(plain, dict) else None) or None
 
 
 MISSING = "__gpdlm_missing__"

@@ -89,6 +89,25 @@ def renamed_message(key: str, value=...) -> str:
     )
 
 
+def renamed_sweep_param(params) -> str:
+    """The one line (``renamed_message``) for the first key of a sweeper's ``params`` (a preset's or
+    the command line's ``hydra.sweeper.params`` as a plain dict: {dotted key: the values to sweep, as
+    Hydra override text}) that version 3 renamed, with ``+``/``++``/``~`` prefixes ignored and nested
+    dicts read as dotted keys (``+hydra.sweeper.params.trainer.algorithm=...`` nests); '' when none is
+    renamed. Hydra would answer such a key with "Could not override 'trainer.algorithm'" only after the
+    sweep had started."""
+    items = list((params or {}).items())
+    while items:
+        key, value = items.pop(0)
+        if isinstance(value, dict):
+            items[:0] = [(f"{key}.{k}", v) for k, v in value.items()]
+            continue
+        message = renamed_message(str(key).lstrip("+~"), value)
+        if message:
+            return message
+    return ""
+
+
 def _param_str(v) -> str:
     """A value as MLflow stores a param (``tracking.tracker._param_str``)."""
     s = "None" if v is None else str(v)

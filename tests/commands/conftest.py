@@ -83,16 +83,17 @@ def ui_server(request, template_db, tmp_path_factory):
     the session so that its slow boot (two Python processes importing MLflow's server) overlaps the
     other tests; the tests poll it. Its store holds experiment ``gpdlm``: two training runs and a
     ``compare`` run (``runs``: {name: run id}); the address ``gpdlm ui`` printed is the first line
-    of ``log``. Stopped (its whole process group) at the end of the session. None when neither
-    test is collected."""
-    import os
+    of ``log``. Started under a guard (``tests/process_guard.py``; ``proc`` is the guard, its pid the
+    group's id): its whole process group is stopped at the end of the session, and also when pytest
+    dies before that (killed, SIGTERM, Ctrl-C) or exits without the teardown. None when neither test
+    is collected."""
     import shutil
-    import signal
     import subprocess
 
     from mlflow.tracking import MlflowClient
 
     from ..conftest import gpdlm_subprocess
+    from ..process_guard import start_guarded, stop_guarded
 
     browser = any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"))
     wanted = UI_TESTS if browser else UI_TESTS[:1]  # the browser test is skipped without a browser
@@ -117,13 +118,12 @@ def ui_server(request, template_db, tmp_path_factory):
         client.set_tag(rid, "mlflow.runName", name)
     port = _free_port()
     log = open(d / "ui.log", "wb")
-    proc = gpdlm_subprocess(
+    proc = gpdlm_subprocess(  # guarded: the server's group ends with this process, however it ends
         ["ui", "--tracking-uri", uri, "--port", str(port)],
         d,
-        runner=subprocess.Popen,
+        runner=start_guarded,
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
     )
     try:
         yield {
@@ -136,12 +136,5 @@ def ui_server(request, template_db, tmp_path_factory):
             "runs": runs,
         }
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server and its worker: the group started above
-            proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        stop_guarded(proc)  # the server and its worker: the guard's process group
         log.close()

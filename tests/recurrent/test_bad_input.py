@@ -117,3 +117,90 @@ def test_an_old_protocol_key_names_its_new_name_in_one_line(tmp_path, capsys, ov
         f"trainer to the model's config (see CHANGELOG.md); write {new}"
     ], err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def user_preset():
+    """A user's preset ``experiment=user_old_sweep`` (as a conf/experiment/user_old_sweep.yaml would be) that
+    sweeps an old protocol key under ``hydra.sweeper.params``; registered in Hydra's ConfigStore for the
+    test only (the config check's caches forget it before and after)."""
+    from hydra.core.config_store import ConfigStore
+
+    from gpdlm_cli import config_check
+
+    def forget():
+        config_check._OPTIONS.pop("experiment", None)
+        config_check.composed.cache_clear()
+
+    store = ConfigStore.instance()
+    store.store(
+        group="experiment",
+        name="user_old_sweep",
+        package="_global_",
+        node={"hydra": {"sweeper": {"params": {"trainer.algorithm": "full,delayed"}}}},
+    )
+    forget()
+    yield "+experiment=user_old_sweep"
+    store.repo["experiment"].pop("user_old_sweep.yaml", None)
+    forget()
+
+
+@pytest.mark.parametrize(
+    "sweep,old,new",
+    [
+        (["trainer.algorithm=full,delayed"], "trainer.algorithm", "model.training.algorithm=..."),
+        (["+trainer.theta_steps=1,2"], "trainer.theta_steps", "model.training.theta_steps=..."),
+        (
+            ["hydra.sweeper.params.trainer.algorithm=full,delayed"],
+            "trainer.algorithm",
+            "model.training.algorithm=full,delayed",
+        ),
+        (
+            ['hydra.sweeper.params={++trainer.theta_steps:"1,2"}'],
+            "trainer.theta_steps",
+            "model.training.theta_steps=1,2",
+        ),
+        (
+            ['+hydra.sweeper.params.trainer.lr_over_tau="false"'],
+            "trainer.lr_over_tau",
+            'model.training.lr_over_tau="false"',
+        ),
+        ("preset", "trainer.algorithm", "model.training.algorithm=full,delayed"),
+    ],
+    ids=[
+        "cli-sweep",
+        "cli-added-sweep",
+        "cli-sweeper-param",
+        "cli-sweeper-params-dict",
+        "cli-sweeper-param-added",
+        "preset",
+    ],
+)
+def test_an_old_protocol_key_swept_names_its_new_name_in_one_line(tmp_path, capsys, request, sweep, old, new):
+    """A multirun that sweeps an old key -- on the command line, or under hydra.sweeper.params (a preset's or
+    the command line's) -- gets the same one line, exit 2, before Hydra makes a sweep folder or MLflow run
+    (Hydra used to stop with "Could not override 'trainer.algorithm'" after both existed)."""
+    from ..conftest import run_cli
+
+    if sweep == "preset":
+        sweep = [request.getfixturevalue("user_preset")]
+    rc, err = run_cli(["train", "-m", "model=gp_lstm", "dataset=sysid_actuator", *sweep], tmp_path, capsys)
+    assert rc == 2 and err == [
+        f"gpdlm: error: '{old}' is now '{new.split('=')[0]}': the recurrent GP models' protocol keys moved from "
+        f"trainer to the model's config (see CHANGELOG.md); write {new}"
+    ], err
+    assert list(tmp_path.iterdir()) == []  # no sweep folder, no MLflow store (so no run)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["+experiment=gplstm_gef_power_smoke"],  # sweeps model: lstm,gp_lstm and seed
+        ["model=gp_lstm", 'hydra.sweeper.params={model.training.theta_steps:"1,2"}'],
+        ["model=gp_lstm", "hydra.run.dir=elsewhere"],  # Hydra's config with no sweeper params (null)
+    ],
+)
+def test_sweeper_params_in_the_new_names_pass_the_check(args):
+    from gpdlm_cli.config_check import check_overrides
+
+    assert check_overrides(["-m", "dataset=sysid_actuator", *args]) is None
