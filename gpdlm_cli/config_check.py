@@ -102,16 +102,20 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     args = override_args(argv)
     if not args:
         return None
-    from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import ConfigCompositionException, MissingConfigException
 
+    from .sweep.compose import config_module, missing_folder, searchpath_of
     from .tracking.identity import renamed_message
 
+    searchpath = searchpath_of(argv)  # the user's own config folders: -cd DIR, hydra.searchpath=[...]
+    missing = missing_folder(searchpath)
+    if missing:
+        return f"config folder '{missing}' (on the config search path: -cd / hydra.searchpath) does not exist"
     groups, values, later = [], [], []  # the first job's group choices; value overrides; keys to look up
     hydra_args: list[str] = []  # overrides of Hydra's own config (hydra.sweeper.params=..., hydra/sweeper=...)
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+    with config_module(searchpath):
         loader = GlobalHydra.instance().config_loader()
         try:  # with the config loader: glob(...) expands to a group's options
             parsed = OverridesParser.create(config_loader=loader).parse_overrides(args)
@@ -121,7 +125,7 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
             if o.is_delete():
                 continue
             key = o.key_or_group
-            options = _group_options(loader, key)
+            options = _group_options(loader, key, searchpath)
             if options:
                 choices = _group_values(o)
                 if o.is_sweep_override() and o.is_discrete_sweep() and not choices:
@@ -130,11 +134,11 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
                         if len(options) <= MAX_LISTED
                         else f"{len(options)} options"
                     )
-                    return f"'{o.input_line}' matches no {key} option ({listed})"
+                    return f"'{o.input_line}' matches no {key} option ({listed}){_looked_in(loader)}"
                 for v in choices:
                     if v not in options and v != "null":
                         more = "; `gpdlm datasets list` shows them" if key == "dataset" else ""
-                        return _suggest(key, v, options, more)
+                        return _suggest(key, v, options, more) + _looked_in(loader)
                 if choices and not key.startswith("hydra"):
                     groups.append(f"{o.get_key_element()}={choices[0]}")
                 continue
@@ -151,7 +155,7 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
             elif not o.is_add() and not o.is_force_add():
                 later.append(key)
     try:
-        base = composed(tuple(groups))
+        base = composed(tuple(groups), searchpath)
     except MissingConfigException:
         return None
     except ConfigCompositionException as e:
@@ -160,7 +164,7 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
             return None
         key = text.split("Could not override '", 1)[1].split("'", 1)[0]
         try:
-            known = composed(tuple(g for g in groups if not g.lstrip("+~").startswith(key)))
+            known = composed(tuple(g for g in groups if not g.lstrip("+~").startswith(key)), searchpath)
         except Exception:
             return None
         return _unknown_key(key, _flat_keys(known))
@@ -170,7 +174,7 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     return (
         _check_values(base, values, later, None if multirun else command)
         or _sweep_kind(parsed)
-        or _swept_renamed_key(tuple(groups), tuple(hydra_args))
+        or _swept_renamed_key(tuple(groups), tuple(hydra_args), searchpath)
     )
 
 
@@ -194,7 +198,7 @@ def _sweep_kind(parsed) -> str | None:
     return None
 
 
-def _swept_renamed_key(groups: tuple[str, ...], hydra_args: tuple[str, ...]) -> str | None:
+def _swept_renamed_key(groups: tuple[str, ...], hydra_args: tuple[str, ...], searchpath=()) -> str | None:
     """One line for a key that config-hash version 3 renamed (``trainer.algorithm``) in the sweeper's
     ``hydra.sweeper.params`` of the first job's config: an experiment preset's, or the command line's
     (``hydra.sweeper.params={trainer.algorithm:'full,delayed'}``). Hydra would stop with "Could not
@@ -203,13 +207,14 @@ def _swept_renamed_key(groups: tuple[str, ...], hydra_args: tuple[str, ...]) -> 
     is chosen or the command line overrides Hydra's config: conf/config.yaml sweeps nothing."""
     if not hydra_args and not any(g.lstrip("+~").startswith("experiment") for g in groups):
         return None
-    from hydra import compose, initialize_config_module
+    from hydra import compose
     from omegaconf import OmegaConf
 
+    from .sweep.compose import config_module
     from .tracking.identity import renamed_sweep_param
 
     try:
-        with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        with config_module(searchpath):
             cfg = compose(config_name="config", overrides=[*groups, *hydra_args], return_hydra_config=True)
     except Exception:  # Hydra reports what it cannot compose
         return None
@@ -219,24 +224,47 @@ def _swept_renamed_key(groups: tuple[str, ...], hydra_args: tuple[str, ...]) -> 
 
 
 MISSING = "__gpdlm_missing__"
-_OPTIONS: dict[str, list[str]] = {}
+_OPTIONS: dict[tuple[str, tuple[str, ...]], list[str]] = {}
 
 
-def _group_options(loader, key: str) -> list[str]:
-    """The options of config group ``key`` (none for a plain key), memoised: Hydra scans the
-    config module on every call (~50 ms)."""
-    if key not in _OPTIONS:
-        _OPTIONS[key] = loader.get_group_options(key)
-    return _OPTIONS[key]
+def _group_options(loader, key: str, searchpath: tuple[str, ...] = ()) -> list[str]:
+    """The options of config group ``key`` (none for a plain key) in every folder of the loader's
+    search path (gpdlm's packaged configs, ``GPDLM_CONFIG_PATH``'s folders and ``searchpath``, which
+    the loader already holds: it is part of the memo's key), memoised: Hydra scans the folders on every
+    call (~50 ms)."""
+    import os
+
+    memo = (key, (*searchpath, os.environ.get("GPDLM_CONFIG_PATH", "")))
+    if memo not in _OPTIONS:
+        _OPTIONS[memo] = loader.get_group_options(key)
+    return _OPTIONS[memo]
+
+
+def _looked_in(loader) -> str:
+    """'' with only gpdlm's packaged configs on the search path, else where the options were looked
+    for: "; looked in gpdlm's packaged configs and file:///home/me/myconf"."""
+    user = [str(s.path) for s in loader.get_sources() if s.provider not in ("hydra", "main", "schema")]
+    return f"; looked in gpdlm's packaged configs and {', '.join(user)}" if user else ""
+
+
+def composed(groups: tuple[str, ...], searchpath: tuple[str, ...] = ()):
+    """The composed config for these group choices (``model=svgp``, ``+experiment=...``) and no
+    value overrides: the defaults every value override replaces, with ``searchpath`` (the user's own
+    config folders, ``sweep.compose.searchpath_of``) and ``GPDLM_CONFIG_PATH``'s on Hydra's search
+    path. Cached (a compose costs ~0.1-0.3 s)."""
+    import os
+
+    return _composed(groups, searchpath, os.environ.get("GPDLM_CONFIG_PATH", ""))
 
 
 @functools.lru_cache(maxsize=32)
-def composed(groups: tuple[str, ...]):
-    """The composed config for these group choices (``model=svgp``, ``+experiment=...``) and no
-    value overrides: the defaults every value override replaces. Cached (a compose costs ~0.1-0.3 s)."""
-    from hydra import compose, initialize_config_module
+def _composed(groups: tuple[str, ...], searchpath: tuple[str, ...], env: str):
+    """``composed``, cached per search path (``env``: GPDLM_CONFIG_PATH, which the search-path plugin reads)."""
+    from hydra import compose
 
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+    from .sweep.compose import config_module
+
+    with config_module(searchpath):
         return compose(config_name="config", overrides=list(groups))
 
 

@@ -4,26 +4,106 @@ callback or one of its jobs), where ``initialize_config_module`` alone refuses: 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from contextlib import contextmanager
+
+#: Hydra's providers of the search-path entries a command line adds (``-cd DIR``, ``hydra.searchpath=[...]``)
+USER_PROVIDERS = ("command-line", "hydra.searchpath in command-line")
+#: the search path of this gpdlm command's own command line (``use_searchpath``), for the composes made
+#: before Hydra runs (the pre-launch check, ``--dry-run``, ``--cfg`` of a multirun)
+_COMMAND_SEARCHPATH: tuple[str, ...] = ()
+
+
+def searchpath_of(argv: Sequence[str]) -> tuple[str, ...]:
+    """The config folders a gpdlm Hydra command line adds to Hydra's search path, in Hydra's order:
+    ``--config-dir/-cd DIR`` (``file://<absolute DIR>``), then the entries of a ``hydra.searchpath=[...]``
+    override as written (``file://myconf``, relative to the working directory; ``pkg://my.module``).
+    An override Hydra's parser refuses adds nothing here (Hydra reports it). ``GPDLM_CONFIG_PATH``'s
+    folders are not listed: the search-path plugin (``hydra_plugins.gpdlm_searchpath``) adds them."""
+    out: list[str] = []
+    args = list(argv)
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if flag in ("-cd", "--config-dir"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value:
+                out.append(f"file://{os.path.abspath(value)}")
+    for a in args:
+        if a.startswith("hydra.searchpath="):
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            try:
+                value = OverridesParser.create().parse_override(a).value()
+            except Exception:
+                continue
+            if isinstance(value, list):
+                out.extend(str(v) for v in value)
+    return tuple(out)
+
+
+def use_searchpath(paths: Sequence[str]) -> None:
+    """Make ``paths`` (``searchpath_of`` this command's argv) the user's search path of every
+    ``config_module()`` this process opens outside a running Hydra app."""
+    global _COMMAND_SEARCHPATH
+    _COMMAND_SEARCHPATH = tuple(paths)
+
+
+def user_searchpath() -> tuple[str, ...]:
+    """The user's config folders of this command: inside a running Hydra app (a job, a sweep callback)
+    the ``-cd`` and ``hydra.searchpath`` entries Hydra itself searched, else ``use_searchpath``'s."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        sources = HydraConfig.get().runtime.get("config_sources") or []
+        return tuple(str(s.path) for s in sources if s.provider in USER_PROVIDERS)
+    return _COMMAND_SEARCHPATH
+
+
+def missing_folder(paths: Sequence[str]) -> str | None:
+    """The first ``file://`` entry of ``paths`` that is not a folder (Hydra only warns about it), else None."""
+    for p in paths:
+        if p.startswith("file://") and not os.path.isdir(p.removeprefix("file://")):
+            return p.removeprefix("file://")
+    return None
 
 
 @contextmanager
-def config_module():
+def config_module(searchpath: Sequence[str] | None = None):
     """``initialize_config_module`` for gpdlm's configs that also works inside a running Hydra app
-    (a multirun's callback or job): Hydra's global state and ``HydraConfig`` are put back after."""
+    (a multirun's callback or job): Hydra's global state and ``HydraConfig`` are put back after. The
+    search path is Hydra's (gpdlm's packaged configs, then ``GPDLM_CONFIG_PATH``'s folders) and then
+    ``searchpath`` (default ``user_searchpath()``: the command's ``-cd`` and ``hydra.searchpath``), so
+    that a user's own presets and group options compose here as in the run."""
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
 
+    extra = user_searchpath() if searchpath is None else tuple(searchpath)
     backup, saved = get_gh_backup(), HydraConfig.instance().cfg
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+            if extra:
+                add_searchpath(extra)
             yield
     finally:
         restore_gh_from_backup(backup)
         HydraConfig.instance().cfg = saved
+
+
+def add_searchpath(paths: Sequence[str]) -> None:
+    """Add ``paths`` to the initialised Hydra's search path, before its structured configs, as Hydra
+    adds ``-cd`` and ``hydra.searchpath``."""
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+    search = loader.get_search_path()
+    for p in paths:
+        search.prepend(provider="gpdlm user config", path=p, anchor=SearchPathQuery(provider="schema"))
+    loader.repository.initialize_sources(search)  # type: ignore[attr-defined]  # ConfigLoaderImpl's
 
 
 def overrides_parser():
@@ -43,4 +123,13 @@ def compose_jobs(jobs: list[list[str]]) -> list:
         return [compose(config_name="config", overrides=list(j)) for j in jobs]
 
 
-__all__ = ["compose_jobs", "config_module", "overrides_parser"]
+__all__ = [
+    "add_searchpath",
+    "compose_jobs",
+    "config_module",
+    "missing_folder",
+    "overrides_parser",
+    "searchpath_of",
+    "use_searchpath",
+    "user_searchpath",
+]

@@ -129,8 +129,8 @@ def user_preset():
     from gpdlm_cli import config_check
 
     def forget():
-        config_check._OPTIONS.pop("experiment", None)
-        config_check.composed.cache_clear()
+        config_check._OPTIONS.clear()
+        config_check._composed.cache_clear()
 
     store = ConfigStore.instance()
     store.store(
