@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except BrokenPipeError:
         return _stdout_closed()
+    finally:  # the command's own config folders (-cd, hydra.searchpath) end with it (a test calls main again)
+        compose = sys.modules.get("gpdlm_cli.sweep.compose")
+        if compose is not None:
+            compose.use_searchpath(())
 
 
 def _broken_pipe(e: BaseException | None) -> bool:
@@ -123,10 +127,14 @@ def _main(argv: list[str] | None = None) -> int:
 
     configure_process_env()  # before torch is imported (runtime.py: speed on a shared machine)
     install_signal_handlers()  # SIGTERM/SIGHUP end the command like Ctrl-C: runs end KILLED
+    if name in HYDRA_SUBCOMMANDS:  # the user's own config folders (-cd, hydra.searchpath) for gpdlm's composes
+        from .sweep.compose import searchpath_of, use_searchpath, without_config_dir
+
+        use_searchpath(searchpath_of(rest))
     if name in ("train", "sweep") and "--dry-run" in rest:
-        return _dry_run(name, [a for a in rest if a != "--dry-run"])
+        return _dry_run(name, [a for a in without_config_dir(rest) if a != "--dry-run"])
     if name in ("train", "sweep") and _cfg_flags(rest) is not None and (name == "sweep" or _multirun(rest)):
-        return _show_sweep_configs(name, rest)
+        return _show_sweep_configs(name, without_config_dir(rest))
     if name in HYDRA_SUBCOMMANDS:  # unknown config options: one line, not Hydra's page
         from .config_check import check_overrides
 

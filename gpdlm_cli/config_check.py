@@ -106,10 +106,11 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import ConfigCompositionException, MissingConfigException
 
-    from .sweep.compose import config_module, missing_folder, searchpath_of
+    from .sweep.compose import config_module, missing_folder, searchpath_of, user_searchpath
     from .tracking.identity import renamed_message
 
-    searchpath = searchpath_of(argv)  # the user's own config folders: -cd DIR, hydra.searchpath=[...]
+    # the user's own config folders: the command's -cd DIR and hydra.searchpath=[...] (cli: use_searchpath), argv's
+    searchpath = tuple(dict.fromkeys((*user_searchpath(), *searchpath_of(argv))))
     missing = missing_folder(searchpath)
     if missing:
         return f"config folder '{missing}' (on the config search path: -cd / hydra.searchpath) does not exist"

@@ -41,10 +41,13 @@ def parallel_jobs(hc) -> int:
 
 
 def compose_config(overrides: list[str]):
-    """The config `gpdlm train <overrides>` would run (Hydra's compose API, no job launched)."""
-    from hydra import compose, initialize_config_module
+    """The config `gpdlm train <overrides>` would run (Hydra's compose API, no job launched), with the
+    command's own config folders on the search path (``sweep.compose.config_module``)."""
+    from hydra import compose
 
-    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+    from .sweep.compose import config_module
+
+    with config_module():
         return compose(config_name="config", overrides=list(overrides))
 
 

@@ -42,6 +42,21 @@ def searchpath_of(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def without_config_dir(argv: Sequence[str]) -> list[str]:
+    """``argv`` without its ``-cd DIR`` / ``--config-dir DIR`` / ``--config-dir=DIR`` (``use_searchpath``
+    holds the folder): the overrides gpdlm's own composes and sweep plans parse."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("-cd", "--config-dir"):
+            skip = True
+        elif not a.startswith("--config-dir="):
+            out.append(a)
+    return out
+
+
 def use_searchpath(paths: Sequence[str]) -> None:
     """Make ``paths`` (``searchpath_of`` this command's argv) the user's search path of every
     ``config_module()`` this process opens outside a running Hydra app."""
@@ -132,4 +147,5 @@ __all__ = [
     "searchpath_of",
     "use_searchpath",
     "user_searchpath",
+    "without_config_dir",
 ]

@@ -1,0 +1,154 @@
+"""A researcher's own presets and group options, in their own folder (docs/configuration.md, "Your own
+presets"): ``-cd DIR`` / ``--config-dir DIR``, ``hydra.searchpath=[file://DIR]`` and ``GPDLM_CONFIG_PATH``
+put the folder on Hydra's search path; gpdlm's pre-launch check looks there too, and the run composes
+and runs the user's preset. A name found nowhere is still one line, exit 2, no MLflow run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpdlm_cli import config_check
+from gpdlm_cli.config_check import check_overrides
+
+from .conftest import assert_no_mlflow_run, run_cli
+
+PRESET = """# @package _global_
+# a user's preset: the packaged CI-sized beta curve, smaller still
+defaults:
+  - /experiment/beta_curve_smoke
+  - _self_
+tracking:
+  experiment: mine
+model:
+  num_inducing: 7
+trainer:
+  max_iters: 5
+"""
+MODEL = """# a user's model option: gpdlm's dlm with random inducing inputs
+defaults:
+  - dlm
+  - _self_
+inducing_init: random
+"""
+
+
+@pytest.fixture
+def myconf(tmp_path, monkeypatch) -> Path:
+    """``tmp_path/myconf`` with ``experiment/mine.yaml`` and ``model/mydlm.yaml``; the check's caches
+    forget every search path before and after; the working directory is ``tmp_path``."""
+    folder = tmp_path / "myconf"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "model").mkdir()
+    (folder / "experiment" / "mine.yaml").write_text(PRESET)
+    (folder / "model" / "mydlm.yaml").write_text(MODEL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPDLM_CONFIG_PATH", raising=False)
+    config_check._OPTIONS.clear()
+    yield folder
+    config_check._OPTIONS.clear()
+
+
+FORMS = {
+    "searchpath": ["hydra.searchpath=[file://myconf]"],
+    "cd": ["-cd", "myconf"],
+    "config-dir": ["--config-dir=myconf"],
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_the_check_accepts_a_user_preset_and_group_option_on_the_search_path(myconf, form):
+    assert check_overrides(["+experiment=mine", "model=mydlm", "model.num_inducing=3", *FORMS[form]]) is None
+    # the user's preset's keys are checked as gpdlm's are
+    bad = check_overrides(["+experiment=mine", "trainer.max_iters=-1", *FORMS[form]])
+    assert bad == "the 'max_iters' parameter of trainer must be an integer >= 1; got -1 instead"
+
+
+def test_the_check_finds_the_folders_of_gpdlm_config_path(myconf, monkeypatch):
+    assert check_overrides(["+experiment=mine"]).startswith("unknown experiment 'mine'")
+    monkeypatch.setenv("GPDLM_CONFIG_PATH", f"/nonexistent{':'}{myconf}")
+    assert check_overrides(["+experiment=mine", "model=mydlm"]) is None
+
+
+def test_a_name_found_nowhere_says_where_it_looked(myconf):
+    message = check_overrides(["+experiment=mien", "hydra.searchpath=[file://myconf]"])
+    assert message.startswith("unknown experiment 'mien'; did you mean 'mine'? (")
+    assert message.endswith("; looked in gpdlm's packaged configs and myconf")
+    message = check_overrides(["model=mydlmm", "-cd", "myconf"])
+    assert message.startswith("unknown model 'mydlmm'; did you mean 'mydlm'")
+    assert message.endswith(f"; looked in gpdlm's packaged configs and {myconf}")
+    # without the folder, the packaged presets only (and no list of places)
+    assert (
+        check_overrides(["+experiment=mine"]) == "unknown experiment 'mine'; did you mean '_dlm_airline'? (76 options)"
+    )
+
+
+def test_a_missing_config_folder_is_one_line(myconf):
+    for form, shown in ((["-cd", "nope"], myconf.parent / "nope"), (["hydra.searchpath=[file://nope]"], "nope")):
+        assert check_overrides(["+experiment=mine", *form]) == (
+            f"config folder '{shown}' (on the config search path: -cd / hydra.searchpath) does not exist"
+        )
+
+
+def _runs(db: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    return [(e.name, r) for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["searchpath", "cd", "GPDLM_CONFIG_PATH"])  # --config-dir: -cd's (check above)
+def test_gpdlm_train_runs_the_users_preset(myconf, form, tmp_path, capsys, monkeypatch):
+    """A FINISHED MLflow run with the preset's values (and, with -cd, the user's model option's); Hydra's
+    flags come before the overrides (its argument parser refuses overrides after a flag)."""
+    args = FORMS.get(form, [])
+    if form == "GPDLM_CONFIG_PATH":
+        monkeypatch.setenv("GPDLM_CONFIG_PATH", "myconf")
+    model = ["model=mydlm"] if form == "cd" else []
+    db = tmp_path / "mlflow.db"
+    rc, lines = run_cli(
+        ["train", *args, "+experiment=mine", *model, "threads=1", "progress=false", f"tracking.uri=sqlite:///{db}"],
+        tmp_path,
+        capsys,
+    )
+    assert rc == 0, lines
+    runs = _runs(db)
+    assert len(runs) == 1
+    experiment, run = runs[0]
+    assert (experiment, run.info.status) == ("mine", "FINISHED")
+    params = run.data.params
+    assert (params["trainer.max_iters"], params["dataset.name"], params["model.name"]) == ("5", "concrete", "dlm")
+    assert params["model.num_inducing"] == "7"
+    assert params["model.inducing_init"] == ("random" if model else "kmeans")
+
+
+@pytest.mark.slow
+def test_a_misspelled_user_preset_is_one_line_exit_2_and_no_run(myconf, tmp_path, capsys):
+    db = tmp_path / "mlflow.db"
+    rc, lines = run_cli(
+        ["train", "-cd", "myconf", "+experiment=mien", f"tracking.uri=sqlite:///{db}"],
+        tmp_path,
+        capsys,
+    )
+    assert rc == 2
+    assert lines == [
+        "gpdlm: error: unknown experiment 'mien'; did you mean 'mine'? (77 options); "
+        f"looked in gpdlm's packaged configs and {myconf}"
+    ]
+    assert_no_mlflow_run(db)
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_multiruns_configs_compose_the_users_preset(myconf, capsys):
+    """``gpdlm train -m -cd DIR +experiment=mine --cfg job``: gpdlm composes every job itself (no Hydra
+    app runs), from the command's own folder too; the folder ends with the command."""
+    from gpdlm_cli import cli
+    from gpdlm_cli.sweep import compose
+
+    assert cli.main(["train", "-m", "-cd", "myconf", "+experiment=mine", "--cfg", "job"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("# job ") == 3 and "# job 1 of 3: model=dlm seed=0 objective.beta=0.1 +experiment=mine" in out
+    assert out.count("num_inducing: 7") == 3 and out.count("experiment: mine") == 3
+    assert compose.user_searchpath() == ()
