@@ -152,3 +152,18 @@ def test_a_multiruns_configs_compose_the_users_preset(myconf, capsys):
     assert out.count("# job ") == 3 and "# job 1 of 3: model=dlm seed=0 objective.beta=0.1 +experiment=mine" in out
     assert out.count("num_inducing: 7") == 3 and out.count("experiment: mine") == 3
     assert compose.user_searchpath() == ()
+
+
+def test_the_search_path_of_a_command_line(tmp_path, monkeypatch):
+    """``-cd``/``--config-dir`` (absolute, first: Hydra's order), then ``hydra.searchpath``'s entries as
+    written; ``gpdlm sweep beta`` hands the -cd flags to each multirun ahead of its overrides."""
+    from gpdlm_cli.sweep.compose import searchpath_of, split_config_dir
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["+experiment=mine", "hydra.searchpath=[file://a,pkg://my.conf]", "-cd", "b", "x=1", "--config-dir=c"]
+    assert searchpath_of(argv) == (f"file://{tmp_path}/b", f"file://{tmp_path}/c", "file://a", "pkg://my.conf")
+    assert split_config_dir(argv) == (
+        ["-cd", "b", "--config-dir=c"],
+        ["+experiment=mine", "hydra.searchpath=[file://a,pkg://my.conf]", "x=1"],
+    )
+    assert searchpath_of(["hydra.searchpath=[unclosed"]) == ()

@@ -108,17 +108,20 @@ def cli() -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    from ..sweep.compose import split_config_dir
+
+    config_dir, overrides = split_config_dir(argv[1:])  # -cd DIR: Hydra's flag, before the overrides
     try:
-        runs = sweep_overrides(argv[0], argv[1:])
+        runs = sweep_overrides(argv[0], overrides)
     except GpdlmError as e:
         report_error(e)
         return 2
     from .train import train_main
 
     for i, args in enumerate(runs):
-        pins = args[2 + len(argv) - 1 :]
+        pins = args[2 + len(overrides) :]
         where = f" ({' '.join(pins)}; multirun {i + 1} of {len(runs)})" if len(runs) > 1 else ""
         print(f"gpdlm: sweeping {args[1]}{where}", file=sys.stderr)
-        sys.argv = ["gpdlm train", *args]
+        sys.argv = ["gpdlm train", *config_dir, *args]
         train_main()
     return 0

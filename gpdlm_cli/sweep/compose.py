@@ -42,19 +42,29 @@ def searchpath_of(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def split_config_dir(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(``argv``'s ``-cd DIR`` / ``--config-dir DIR`` / ``--config-dir=DIR`` flags, the other arguments)."""
+    flags: list[str] = []
+    rest: list[str] = []
+    take = False
+    for a in argv:
+        if take:
+            flags.append(a)
+            take = False
+        elif a in ("-cd", "--config-dir"):
+            flags.append(a)
+            take = True
+        elif a.startswith("--config-dir="):
+            flags.append(a)
+        else:
+            rest.append(a)
+    return flags, rest
+
+
 def without_config_dir(argv: Sequence[str]) -> list[str]:
     """``argv`` without its ``-cd DIR`` / ``--config-dir DIR`` / ``--config-dir=DIR`` (``use_searchpath``
     holds the folder): the overrides gpdlm's own composes and sweep plans parse."""
-    out: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a in ("-cd", "--config-dir"):
-            skip = True
-        elif not a.startswith("--config-dir="):
-            out.append(a)
-    return out
+    return split_config_dir(argv)[1]
 
 
 def use_searchpath(paths: Sequence[str]) -> None:
@@ -145,6 +155,7 @@ __all__ = [
     "missing_folder",
     "overrides_parser",
     "searchpath_of",
+    "split_config_dir",
     "use_searchpath",
     "user_searchpath",
     "without_config_dir",
