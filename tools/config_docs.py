@@ -315,7 +315,8 @@ def render() -> str:
             "",
             "`gpdlm train -m +experiment=<preset>` (or `gpdlm sweep beta +experiment=<preset>`); the studies they",
             "run are described in [sweeps.md](sweeps.md#experiment-presets-the-four-papers-studies). "
-            "Files starting with `_` are shared parts, not presets.",
+            "Files starting with `_` are shared parts, not presets. Your own presets and group options, in your",
+            "own folder: [sweeps.md](sweeps.md#your-own-presets) (`-cd DIR`, `hydra.searchpath`, `GPDLM_CONFIG_PATH`).",
             "",
             "| preset | header of its file |",
             "|---|---|",
