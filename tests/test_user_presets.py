@@ -167,3 +167,32 @@ def test_the_search_path_of_a_command_line(tmp_path, monkeypatch):
         ["+experiment=mine", "hydra.searchpath=[file://a,pkg://my.conf]", "x=1"],
     )
     assert searchpath_of(["hydra.searchpath=[unclosed"]) == ()
+
+
+def test_inside_a_hydra_job_the_users_folders_are_hydras(myconf):
+    """In a job (a batched sweep composes its members there) the folders are those Hydra searched for
+    the command line's -cd and hydra.searchpath, not gpdlm's packaged ones or the plugin's."""
+    from hydra import compose
+    from hydra.conf import ConfigSourceInfo
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from gpdlm_cli.sweep.compose import config_module, user_searchpath
+
+    with config_module(()):
+        cfg = compose(config_name="config", return_hydra_config=True)
+    sources = [
+        ConfigSourceInfo(path="pkg://gpdlm_cli.conf", schema="pkg", provider="main"),
+        ConfigSourceInfo(path=f"file://{myconf}", schema="file", provider="command-line"),
+        ConfigSourceInfo(path="file://other", schema="file", provider="hydra.searchpath in command-line"),
+        ConfigSourceInfo(path="file:///env", schema="file", provider="gpdlm (GPDLM_CONFIG_PATH)"),
+    ]
+    OmegaConf.update(cfg, "hydra.runtime.config_sources", sources, merge=False)
+    saved = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)
+    try:
+        assert user_searchpath() == (f"file://{myconf}", "file://other")
+        with config_module():  # and a compose there finds the user's preset
+            assert compose(config_name="config", overrides=["+experiment=mine"]).model.num_inducing == 7
+    finally:
+        HydraConfig.instance().cfg = saved

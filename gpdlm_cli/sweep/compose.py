@@ -34,11 +34,11 @@ def searchpath_of(argv: Sequence[str]) -> tuple[str, ...]:
             from hydra.core.override_parser.overrides_parser import OverridesParser
 
             try:
-                value = OverridesParser.create().parse_override(a).value()
+                entries = OverridesParser.create().parse_override(a).value()
             except Exception:
                 continue
-            if isinstance(value, list):
-                out.extend(str(v) for v in value)
+            if isinstance(entries, list):
+                out.extend(str(v) for v in entries)
     return tuple(out)
 
 
@@ -80,7 +80,7 @@ def user_searchpath() -> tuple[str, ...]:
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
-        sources = HydraConfig.get().runtime.get("config_sources") or []
+        sources = HydraConfig.get().runtime.config_sources or []
         return tuple(str(s.path) for s in sources if s.provider in USER_PROVIDERS)
     return _COMMAND_SEARCHPATH
 
