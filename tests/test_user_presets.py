@@ -12,7 +12,7 @@ import pytest
 from gpdlm_cli import config_check
 from gpdlm_cli.config_check import check_overrides
 
-from .conftest import assert_no_mlflow_run, run_cli
+from .conftest import assert_no_mlflow_run, gpdlm_subprocess, run_cli
 
 PRESET = """# @package _global_
 # a user's preset: the packaged CI-sized beta curve, smaller still
@@ -98,30 +98,53 @@ def _runs(db: Path) -> list:
     return [(e.name, r) for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("form", ["searchpath", "cd", "GPDLM_CONFIG_PATH"])  # --config-dir: -cd's (check above)
-def test_gpdlm_train_runs_the_users_preset(myconf, form, tmp_path, capsys, monkeypatch):
-    """A FINISHED MLflow run with the preset's values (and, with -cd, the user's model option's); Hydra's
-    flags come before the overrides (its argument parser refuses overrides after a flag)."""
-    args = FORMS.get(form, [])
-    if form == "GPDLM_CONFIG_PATH":
-        monkeypatch.setenv("GPDLM_CONFIG_PATH", "myconf")
-    model = ["model=mydlm"] if form == "cd" else []
-    db = tmp_path / "mlflow.db"
-    rc, lines = run_cli(
-        ["train", *args, "+experiment=mine", *model, "threads=1", "progress=false", f"tracking.uri=sqlite:///{db}"],
-        tmp_path,
-        capsys,
-    )
-    assert rc == 0, lines
+def _assert_the_users_run(db: Path, model: str = "kmeans") -> None:
     runs = _runs(db)
     assert len(runs) == 1
     experiment, run = runs[0]
     assert (experiment, run.info.status) == ("mine", "FINISHED")
     params = run.data.params
     assert (params["trainer.max_iters"], params["dataset.name"], params["model.name"]) == ("5", "concrete", "dlm")
-    assert params["model.num_inducing"] == "7"
-    assert params["model.inducing_init"] == ("random" if model else "kmeans")
+    assert (params["model.num_inducing"], params["model.inducing_init"]) == ("7", model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["searchpath", "cd"])  # --config-dir: -cd's (the check above)
+def test_gpdlm_train_runs_the_users_preset(myconf, form, tmp_path, capsys):
+    """A FINISHED MLflow run with the preset's values (and, with -cd, the user's model option's); Hydra's
+    flags come before the overrides (its argument parser refuses overrides after a flag)."""
+    model = ["model=mydlm"] if form == "cd" else []
+    db = tmp_path / "mlflow.db"
+    rc, lines = run_cli(
+        [
+            "train",
+            *FORMS[form],
+            "+experiment=mine",
+            *model,
+            "threads=1",
+            "progress=false",
+            f"tracking.uri=sqlite:///{db}",
+        ],
+        tmp_path,
+        capsys,
+    )
+    assert rc == 0, lines
+    _assert_the_users_run(db, "random" if model else "kmeans")
+
+
+@pytest.mark.slow
+def test_gpdlm_config_path_in_a_fresh_process(myconf, tmp_path):
+    """``GPDLM_CONFIG_PATH=myconf gpdlm train +experiment=mine`` as a shell runs it: Hydra discovers gpdlm's
+    search-path plugin in a fresh interpreter."""
+    import os
+
+    db = tmp_path / "mlflow.db"
+    env = {**os.environ, "GPDLM_CONFIG_PATH": "myconf", "OMP_NUM_THREADS": "1"}
+    done = gpdlm_subprocess(
+        ["train", "+experiment=mine", "threads=1", "progress=false", f"tracking.uri=sqlite:///{db}"], tmp_path, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    _assert_the_users_run(db)
 
 
 @pytest.mark.slow
