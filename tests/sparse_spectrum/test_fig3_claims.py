@@ -114,13 +114,15 @@ def test_reproduce_plans_fig3s_two_multiruns(capsys, monkeypatch, tmp_path):
         ("svbssgp_samples", [], 15),
         ("svbssgp_samples", ["dataset=aimpeak", "model.num_frequencies=20"], 15),
     ]
-    assert (len(plan.multiruns), sum(m.jobs for m in plan.multiruns)) == (11, 75)
+    # Table 1's DTC++ and PIC++ (pic_aimpeak, pic_airline x2: 10 jobs each) are the T1 claims' own arms; the
+    # AIRLINE claims run no SSGP (the paper has none there): 12 multiruns
+    assert (len(plan.multiruns), sum(m.jobs for m in plan.multiruns)) == (12, 95)
     assert cli.main(["reproduce", "svbssgp", "--dry-run", "--no-estimate"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "gpdlm reproduce svbssgp: scale paper, protocol paper, 11 multiruns, 75 jobs"
-    assert "  10. gpdlm train -m +experiment=svbssgp_samples\n" in out
+    assert out.splitlines()[0] == "gpdlm reproduce svbssgp: scale paper, protocol paper, 12 multiruns, 95 jobs"
+    assert "  11. gpdlm train -m +experiment=svbssgp_samples\n" in out
     assert "tables fig3; claims F3b-r20-lowest, F3b-r1-poorest; 15 jobs -> experiment svbssgp_samples; data blog" in out
-    assert "  11. gpdlm train -m +experiment=svbssgp_samples dataset=aimpeak model.num_frequencies=20\n" in out
+    assert "  12. gpdlm train -m +experiment=svbssgp_samples dataset=aimpeak model.num_frequencies=20\n" in out
     assert "tables fig3; claims F3a-r20-lowest; 15 jobs -> experiment svbssgp_samples; data aimpeak" in out
     tables = [line for line in out.splitlines() if line.startswith("jobs per table")]
     assert len(tables) == 1 and "fig3 30" in tables[0]
