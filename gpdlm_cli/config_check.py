@@ -104,7 +104,6 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
         return None
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import ConfigCompositionException, MissingConfigException
 
     from .sweep.compose import config_module, missing_folder, searchpath_of, user_searchpath
     from .tracking.identity import renamed_message
@@ -155,28 +154,39 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
                 values.append(o)
             elif not o.is_add() and not o.is_force_add():
                 later.append(key)
-    try:
-        base = composed(tuple(groups), searchpath)
-    except MissingConfigException:
-        return None
-    except ConfigCompositionException as e:
-        text = str(e)
-        if "Could not override '" not in text:
-            return None
-        key = text.split("Could not override '", 1)[1].split("'", 1)[0]
-        try:
-            known = composed(tuple(g for g in groups if not g.lstrip("+~").startswith(key)), searchpath)
-        except Exception:
-            return None
-        return _unknown_key(key, _flat_keys(known))
-    except Exception:
-        return None
+    base, message = _base_config(tuple(groups), searchpath)
+    if base is None:
+        return message
     multirun = any(a in ("-m", "--multirun") for a in argv)
     return (
         _check_values(base, values, later, None if multirun else command)
         or _sweep_kind(parsed)
         or _swept_renamed_key(tuple(groups), tuple(hydra_args), searchpath)
     )
+
+
+def _base_config(groups: tuple[str, ...], searchpath: tuple[str, ...]):
+    """``(config, None)``: the config of the first job's group choices; or ``(None, message)``: the one line for
+    an override of a key no config has (``Could not override 'model.foo'``), ``(None, None)`` where Hydra
+    reports the problem itself (a missing config, another composition error)."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    try:
+        return composed(groups, searchpath), None
+    except MissingConfigException:
+        return None, None
+    except ConfigCompositionException as e:
+        text = str(e)
+        if "Could not override '" not in text:
+            return None, None
+        key = text.split("Could not override '", 1)[1].split("'", 1)[0]
+        try:
+            known = composed(tuple(g for g in groups if not g.lstrip("+~").startswith(key)), searchpath)
+        except Exception:
+            return None, None
+        return None, _unknown_key(key, _flat_keys(known))
+    except Exception:
+        return None, None
 
 
 def _sweep_kind(parsed) -> str | None:

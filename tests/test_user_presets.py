@@ -219,3 +219,24 @@ def test_inside_a_hydra_job_the_users_folders_are_hydras(myconf):
             assert compose(config_name="config", overrides=["+experiment=mine"]).model.num_inducing == 7
     finally:
         HydraConfig.instance().cfg = saved
+
+
+def test_a_hydra_state_left_in_the_process_does_not_hide_the_commands_folders(monkeypatch):
+    """Inside a Hydra app the folders Hydra searched come first, then the command's own (``use_searchpath``):
+    a HydraConfig left initialised by an earlier in-process run (the test suite's workers) hid the command's
+    ``-cd`` folder, and the check refused its preset ('unknown experiment')."""
+    from types import SimpleNamespace
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from gpdlm_cli.sweep import compose
+
+    stale = SimpleNamespace(
+        runtime=SimpleNamespace(config_sources=[SimpleNamespace(path="file:///a", provider="command-line")])
+    )
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: stale))
+    monkeypatch.setattr(compose, "_COMMAND_SEARCHPATH", ("file:///mine", "file:///a"))
+    assert compose.user_searchpath() == ("file:///a", "file:///mine")
+    stale.runtime.config_sources = []
+    assert compose.user_searchpath() == ("file:///mine", "file:///a")

@@ -76,13 +76,15 @@ def use_searchpath(paths: Sequence[str]) -> None:
 
 def user_searchpath() -> tuple[str, ...]:
     """The user's config folders of this command: inside a running Hydra app (a job, a sweep callback)
-    the ``-cd`` and ``hydra.searchpath`` entries Hydra itself searched, else ``use_searchpath``'s."""
+    the ``-cd`` and ``hydra.searchpath`` entries Hydra itself searched, then ``use_searchpath``'s (the
+    command's own: a Hydra state left from an earlier run in the same process must not hide them)."""
     from hydra.core.hydra_config import HydraConfig
 
+    hydra: tuple[str, ...] = ()
     if HydraConfig.initialized():
         sources = HydraConfig.get().runtime.config_sources or []
-        return tuple(str(s.path) for s in sources if s.provider in USER_PROVIDERS)
-    return _COMMAND_SEARCHPATH
+        hydra = tuple(str(s.path) for s in sources if s.provider in USER_PROVIDERS)
+    return tuple(dict.fromkeys((*hydra, *_COMMAND_SEARCHPATH)))
 
 
 def missing_folder(paths: Sequence[str]) -> str | None:
