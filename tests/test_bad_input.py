@@ -16,6 +16,10 @@ must end with exactly one ``gpdlm: error:`` line, a non-zero exit, no run folder
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -59,7 +63,35 @@ def _option_keys(group: str, option: str) -> set[str]:
     return {f"{group}.{k}" for k in flatten(raw)}
 
 
+def _inputs_digest() -> str:
+    """sha256 of everything the schema is composed from: the package's configs and code (the structured
+    configs, the search-path plugin) and GPDLM_CONFIG_PATH."""
+    root = CONF.parent.parent
+    h = hashlib.sha256(os.environ.get("GPDLM_CONFIG_PATH", "").encode())
+    for f in sorted(
+        [*(root / "gpdlm_cli").rglob("*.py"), *CONF.rglob("*.yaml"), *(root / "hydra_plugins").rglob("*.py")]
+    ):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def schema() -> dict[str, tuple[tuple[str, ...], object]]:
+    """``_schema()``, kept in the system's temp folder under the digest of its inputs: collection builds
+    the table in every xdist worker, and its ~40 composes cost ~5 s each time; any change to a config
+    or to the code composes it again (a damaged file too)."""
+    cache = Path(tempfile.gettempdir()) / f"gpdlm-test-schema-{_inputs_digest()[:32]}.json"
+    try:
+        return {k: (tuple(g), v) for k, (g, v) in json.loads(cache.read_text()).items()}
+    except (OSError, ValueError, TypeError):
+        pass
+    table = _schema()
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(table))
+    os.replace(tmp, cache)  # atomic: a worker reading it meanwhile sees the old file or none
+    return table
+
+
+def _schema() -> dict[str, tuple[tuple[str, ...], object]]:
     """{key: (group overrides that bring the key in, its default)}: the default config's keys, then
     those of every group option that adds any (composed only for those options)."""
     keys = {k: ((), v) for k, v in _leaves(composed(())).items()}
