@@ -9,6 +9,7 @@ import torch
 
 from gpdlm_cli import build
 from gpdlm_cli.methods.recurrent_setup import OwnFeedback
+from gpdlm_cli.run.saved_model import load_run
 from gpdlm_cli.run.train import run_train
 from gpdlm_cli.tracking import NullTracker
 
@@ -94,6 +95,13 @@ def test_a_run_on_its_own_rollouts_trains_and_records_the_mode(tmp_path, model):
     assert "own rollout" in tracker.tags["gpdlm.free_simulation"]
     assert m["feedback_rollouts"] == 2  # before the first step and after the epoch
     assert m["feedback_rollout_seconds"] > 0 and torch.isfinite(torch.tensor(m["test_sim_rmse"]))
+    # the saved model comes back with the windows it was trained on (a GP conditions on them) and predicts the same
+    loaded = load_run(tmp_path)
+    assert loaded.method.model.feedback_windows is loaded.data.x_train
+    fresh = build.load_data(loaded.cfg)[2].x_train
+    assert not torch.equal(loaded.data.x_train, fresh)  # the rollout's windows, not the series' true ones
+    again = loaded.method.evaluate(loaded.data.x_test, loaded.data.y_test, "test_", loaded.splits.y_std)
+    assert again["test_sim_rmse"] == pytest.approx(m["test_sim_rmse"], rel=1e-12)
 
 
 def test_own_predictions_outside_free_simulation_is_one_line_before_any_run(tmp_path, capsys):
