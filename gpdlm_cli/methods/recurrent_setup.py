@@ -367,10 +367,10 @@ class OwnFeedback:
             self.rollout()
 
     def checkpoint_state(self) -> dict:
-        return {}  # the windows are the model's buffer (checkpointed with it)
+        return {"rollouts": self.rollouts, "seconds": self.seconds}  # the windows: the model's buffer
 
     def load_checkpoint_state(self, state: dict) -> None:
-        pass
+        self.rollouts, self.seconds = int(state["rollouts"]), float(state["seconds"])
 
     def diagnostics(self) -> dict[str, float]:
         """``feedback_rollouts`` and ``feedback_rollout_seconds`` (the mean time of one rollout)."""

@@ -85,6 +85,9 @@ def test_the_training_windows_are_the_models_own_rollout(model):
     inputs = [c for c in range(x.shape[1]) if c not in fed]
     assert torch.equal(x[:, inputs], true[:, inputs]) and torch.equal(x[0], true[0])
     assert not torch.equal(x, true) and own.rollouts == 2
+    other = OwnFeedback(method.model, x, y, own.feedback)  # a resumed stage's hook continues the counts
+    other.load_checkpoint_state(own.checkpoint_state())
+    assert other.diagnostics() == own.diagnostics() and own.diagnostics()["feedback_rollouts"] == 2
 
 
 @pytest.mark.parametrize("model", [["model=lstm"], GP], ids=["lstm", "gp_lstm"])
