@@ -53,6 +53,7 @@ from .base import Method, Stage
 from .recurrent_setup import (
     DEFAULT_LR,
     GPStages,
+    OwnFeedback,
     build_baseline,
     build_gp,
     build_network,
@@ -70,6 +71,8 @@ MULTI_OUTPUT = True  # independent GPs (or linear outputs) sharing one network
 TAKES_FEATURES = False  # the network is the model's own (model.network), not `features=`
 #: model.training.algorithm's choices (Algorithms 1-2 of the paper, and joint full-batch descent)
 ALGORITHMS = ("full", "alternating", "delayed")
+#: model.training.feedback's choices: teacher forcing, or the model's own rollout (free simulation only)
+FEEDBACK = ("true_targets", "own_predictions")
 # trainer.keep_best=auto: the iterate with the lowest validation RMSE (App. E: "best models were selected
 # on 25% of the training data used for validation"; the authors' examples stop early on val_mse). Without
 # it, full-batch joint training overfits the 376 Actuator windows: val NLL 27.8 after 1000 steps, -0.08 at best.
@@ -118,8 +121,9 @@ class GPSpec:
 
 @dataclass(frozen=True)
 class TrainingSpec:
-    """``model.training``: the GP models' training protocol (Sec. 4.1; ``trainer.*`` before config-hash
-    version 3: ``tracking.identity.PROTOCOL_KEYS`` lists these fields). The baselines ignore it."""
+    """``model.training``: the training protocol. All but ``feedback`` are the GP models' (Sec. 4.1;
+    ``trainer.*`` before config-hash version 3: ``tracking.identity.PROTOCOL_KEYS`` lists them), which the
+    baselines ignore; ``feedback`` is every recurrent model's (``tracking.identity.ADDED_KEYS``)."""
 
     algorithm: str = choice("full", ALGORITHMS, help="full | alternating (Algorithm 1) | delayed (Algorithm 2)")
     kernel_refresh_every: int | None = integer(
@@ -130,6 +134,12 @@ class TrainingSpec:
     lr_over_tau: bool = flag(True, help="alternating/delayed: the network's lr is trainer.lr / tau (Theorem 2)")
     refresh_check: bool = flag(
         True, help="alternating/delayed: halve the network's lr when the NLML rose during stale steps"
+    )
+    feedback: str = choice(
+        "true_targets",
+        FEEDBACK,
+        help="free simulation: what the training windows' past-target columns hold (own_predictions: the "
+        "model's own rollout over the training series, rewritten every epoch)",
     )
 
 
@@ -170,6 +180,12 @@ def validate(spec: RunSpec) -> None:
     name = m.name
     C.gaussian_only(spec, f"model={name} is a regression model on sequences: use likelihood=gaussian")
     _check_dataset(spec)
+    mode = spec.dataset.extra.get("mode")
+    if m.training.feedback == "own_predictions" and mode != "free_simulation":
+        raise UnsupportedCombination(
+            f"model.training.feedback=own_predictions trains on the model's own free-simulation rollouts: it needs "
+            f"dataset.mode=free_simulation (got dataset.mode={mode or 'the dataset default'})"
+        )
     if not is_gp(name):
         return
     if m.gp.inference == "kiss" and m.network.embed_dim > 3:
@@ -242,9 +258,13 @@ def build(spec: RunSpec, data, task: str) -> Method:
     )
     schedule = EvaluationSchedule(evaluation)  # training evaluations: one-step metrics (the selection's)
     tags = {"gpdlm.prediction_mode": mode}
+    own = OwnFeedback(model, x, y, feedback) if m.training.feedback == "own_predictions" else None
     if mode == "free_simulation":
         tags["gpdlm.free_simulation"] = (
             "teacher forcing in training; rollout feeds back the predictive mean from L true targets"
+            if own is None
+            else "trained on its own rollout over the training series (rewritten every epoch); rollout feeds "
+            "back the predictive mean from L true targets"
         )
     common: dict[str, Any] = {  # the Method keywords both variants share
         "evaluate": evaluation.evaluate,
@@ -255,13 +275,16 @@ def build(spec: RunSpec, data, task: str) -> Method:
     }
 
     def timing() -> dict[str, float]:
-        return {"epoch_seconds": nan_or(timer.seconds_per_epoch), "test_ms_per_point": evaluation.test_ms_per_point}
+        out = {"epoch_seconds": nan_or(timer.seconds_per_epoch), "test_ms_per_point": evaluation.test_ms_per_point}
+        return out if own is None else {**out, **own.diagnostics()}
 
     if not gp:
         stochastic = network.stochastic
         objective = SquaredError(model.predict, dropout=stochastic, generator=masks)
         hooks = [timer, schedule]
         stage = Stage("mse", objective, model.groups(), stochastic=stochastic, hooks=hooks, overrides=lr)
+        if own is not None:
+            own.attach(stage, t.batch_size)
         return Method(
             m.name, model, likelihoods[0], [stage], diagnostics=lambda: {**timing(), **_statistics(spec)}, **common
         )
@@ -269,6 +292,8 @@ def build(spec: RunSpec, data, task: str) -> Method:
     parts = GPStages(spec, model, pretrainer, x, y, lr=lr, masks=masks, timer=timer)
     for stage in parts.stages:
         stage.hooks = [*stage.hooks, schedule]
+    if own is not None:
+        own.attach(parts.main, t.batch_size)
     tags.update({"gpdlm.algorithm": m.training.algorithm, "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init})
     if m.gp.inference == "kiss":
         tags["gpdlm.kiss_evaluation"] = kiss_tag(model, n)

@@ -161,7 +161,8 @@ def kiss_tag(model, n: int) -> str:
 # ----- the GP models' stages ------------------------------------------------------------------------------
 class GPStages:
     """The stages of a GP model (pre-training, then ``model.training.algorithm``, then final theta steps) and the
-    ``KernelRefresh`` of Algorithms 1-2 (``refresh``; None for ``full``). ``lr``: the trainer overrides
+    ``KernelRefresh`` of Algorithms 1-2 (``refresh``; None for ``full``); ``main``: the
+    ``model.training.algorithm`` stage. ``lr``: the trainer overrides
     that set the family's default learning rate; ``masks``: the dropout-mask generator."""
 
     def __init__(self, spec: RunSpec, model, pretrainer, x, y, *, lr: dict, masks, timer):
@@ -173,7 +174,8 @@ class GPStages:
         self.refresh: KernelRefresh | None = None
         self.stages = [] if pretrainer is None else [self._pretrain(pretrainer)]
         algorithm = spec.model.training.algorithm
-        self.stages.append(self._full() if algorithm == "full" else self._semi_stochastic(algorithm))
+        self.main = self._full() if algorithm == "full" else self._semi_stochastic(algorithm)
+        self.stages.append(self.main)
         final_steps = int(spec.model.training.final_theta_steps)
         if final_steps > 0:
             self.stages.append(self._theta(final_steps))
@@ -300,4 +302,79 @@ class GPStages:
             "lr_restores": refresh.restores,
             "lr_w_factor": 0.5**refresh.guard.level,
             "embedding_drift_mean": statistics.fmean(refresh.drifts) if refresh.drifts else float("nan"),
+        }
+
+
+# ----- training on the model's own rollouts ---------------------------------------------------------------
+class OwnFeedback:
+    """``model.training.feedback=own_predictions`` (free simulation; Sec. 5.2.2: "the model learns to map
+    past inputs and its own past predictions to a future target"), gpdlm's reading: a DAgger-like
+    "simulation-error" protocol. At the start of the main training stage (:meth:`prepare`, before
+    Algorithm 2's first refresh) and after the last step of every epoch (:meth:`after_step`,
+    before the kernel refresh and the evaluation falling there; a stage hook placed before the refresh),
+    the current model is rolled out over the time-ordered training windows ``x`` from the true past targets
+    of the first (``metrics.simulation.simulated_windows``: the free simulation's loop, predictive means fed
+    back, no gradient through the rollout), and the fed-back windows are written into ``x`` in place: the
+    tensor the trainer draws its batches from, the kernel refresh embeds and the GP conditions on. The
+    targets stay the true ones. A GP rolls out with its predictive mean conditioned on the windows it
+    trained on so far (``condition(x, y)`` at the current W and theta).
+
+    ``x`` is registered as the buffer ``feedback_windows`` of ``model``, so keep_best's snapshot, a checkpoint
+    and a saved model keep the windows their iterate was trained and evaluated with (``gpdlm predict``
+    conditions a GP on them). ``steps_per_epoch``: the stage's minibatch steps per epoch (:meth:`attach`);
+    ``seconds``, ``rollouts``: the time spent rolling out and how many rollouts were made."""
+
+    def __init__(self, model, x, y, feedback):
+        self.model, self.x, self.y, self.feedback = model, x, y, feedback
+        self.steps_per_epoch = 1
+        self.seconds, self.rollouts = 0.0, 0
+        model.register_buffer("feedback_windows", x)
+
+    @torch.no_grad()
+    def rollout(self) -> None:
+        """Roll the current model out over the training windows and write its windows into ``x``."""
+        import time
+
+        from ..metrics.simulation import simulated_windows
+
+        t0 = time.perf_counter()
+        self.model.condition(self.x, self.y)
+        self.x.copy_(simulated_windows(self.model.means, self.x, self.feedback))
+        self.seconds += time.perf_counter() - t0
+        self.rollouts += 1
+
+    def attach(self, stage, batch_size: int | None) -> None:
+        """Make ``stage`` (the main training stage, trained with minibatches of ``batch_size`` unless its
+        overrides say otherwise) roll out first and after every epoch."""
+        bs = stage.overrides.get("batch_size", batch_size)
+        n = self.x.shape[0]
+        self.steps_per_epoch = n // bs if bs and bs < n else 1
+        stage.prepare = self.prepare(stage.prepare)
+        stage.hooks.insert(0, self)  # before Algorithm 2's refresh: it refreshes on the new windows
+
+    def prepare(self, then=None):
+        """A stage's ``prepare``: the first rollout, then ``then()`` (Algorithm 2's first refresh)."""
+
+        def run() -> None:
+            self.rollout()
+            if then is not None:
+                then()
+
+        return run
+
+    def after_step(self, iteration: int, epoch: int) -> None:
+        if iteration % self.steps_per_epoch == 0:
+            self.rollout()
+
+    def checkpoint_state(self) -> dict:
+        return {"rollouts": self.rollouts, "seconds": self.seconds}  # the windows: the model's buffer
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        self.rollouts, self.seconds = int(state["rollouts"]), float(state["seconds"])
+
+    def diagnostics(self) -> dict[str, float]:
+        """``feedback_rollouts`` and ``feedback_rollout_seconds`` (the mean time of one rollout)."""
+        return {
+            "feedback_rollouts": float(self.rollouts),
+            "feedback_rollout_seconds": self.seconds / self.rollouts if self.rollouts else float("nan"),
         }

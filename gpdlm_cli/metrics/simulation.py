@@ -118,6 +118,16 @@ def free_simulation(
     fed-back windows at the end. Returns (mu, var) of the simulation, (n, d), and the rollouts' means
     (n, steps, d) (None for ``steps`` = 0). Equal to :func:`simulate` and :func:`rollouts` up to
     rounding (batched rows; tests/recurrent/test_free_simulation.py)."""
+    sim, mus, ahead = _trajectory(means, x, feedback, steps)
+    _, var = marginals(sim)
+    return mus, var.to(mus.dtype), ahead
+
+
+def _trajectory(
+    means, x: torch.Tensor, feedback: list[list[tuple[int, int]]], steps: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """:func:`free_simulation`'s loop: the simulation's fed-back windows (n, columns), its means (n, d)
+    and the rollouts' means (n, steps, d) (None for ``steps`` = 0)."""
     n, d = x.shape[0], len(feedback)
     steps = min(steps, n)
     sim = x.clone()  # the simulation's windows, past targets fed back
@@ -140,8 +150,17 @@ def free_simulation(
             if cols:
                 sim[i, cols] = mus[[i - r for c, r in taps if i - r >= 0], o].to(x.dtype)
         mus[i] = means(sim[i : i + 1])[0]
-    _, var = marginals(sim)
-    return mus, var.to(mus.dtype), (ahead if steps else None)
+    return sim, mus, (ahead if steps else None)
+
+
+@torch.no_grad()
+def simulated_windows(means, x: torch.Tensor, feedback: list[list[tuple[int, int]]]) -> torch.Tensor:
+    """The windows of the free simulation over time-ordered windows ``x`` from the true past targets of
+    its first window: ``x`` with every past-target column (col, rows back r) of row j >= r overwritten by
+    the predictive mean ``means`` gave for row j - r, one window per step (:func:`free_simulation`'s loop
+    without the k-step rollouts, so with ``steps`` = 0; equal to :func:`simulate`'s fed-back windows).
+    What ``model.training.feedback=own_predictions`` trains on (``methods.recurrent_setup.OwnFeedback``)."""
+    return _trajectory(means, x, feedback, 0)[0]
 
 
 def simulation_metrics(
@@ -271,6 +290,7 @@ __all__ = [
     "rollouts",
     "scored",
     "simulate",
+    "simulated_windows",
     "simulation_metrics",
     "target_sds",
 ]

@@ -28,6 +28,9 @@ hashed ``threads``, ``device`` and the rest. Runs tagged with either are still f
 ones computed on the config put back in the old shape, ``_as_version_2``: exact for every config
 whose non-GP runs left the keys at their defaults), and ``run_identity`` regroups them from their
 params.
+
+Keys added since (``ADDED_KEYS``) leave every version's hash unchanged at the value all earlier runs
+trained with, so adding one to the config renames no run; set to anything else they count.
 """
 
 from __future__ import annotations
@@ -66,6 +69,11 @@ VERSION_2_DEFAULTS = {
     "refresh_check": True,
 }
 _NEW_NAMES = frozenset(RENAMED.values())
+#: keys added to the config after version 3, with the value every earlier run trained with: at that value a
+#: key is left out of every version's hash (a run of today's config is the run it was before the key existed),
+#: at any other it counts, for every model that carries it (``model.training.feedback``: the recurrent
+#: models' training windows, the networks' too, so it is not one of ``PROTOCOL_KEYS``)
+ADDED_KEYS = {"model.training.feedback": "true_targets"}
 
 
 def renamed_message(key: str, value=...) -> str:
@@ -173,6 +181,10 @@ def _as_version_2(config: dict) -> dict:
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
     model = out.get("model")
     training = model.pop("training", None) if isinstance(model, dict) else None
+    for dotted, default in ADDED_KEYS.items():  # not in version 2's config
+        leaf = dotted.removeprefix("model.training.")
+        if isinstance(training, dict) and leaf != dotted and training.get(leaf, default) == default:
+            training = {k: v for k, v in training.items() if k != leaf}
     trainer = out.get("trainer")
     if isinstance(trainer, dict):
         trainer.update(training or {})
@@ -193,7 +205,7 @@ def _hash(items: dict, command: str | None) -> str:
     if command == "bias":
         items[COMMAND_KEY] = "bias"
     bias = items.get(COMMAND_KEY) == "bias"
-    kept = {k: v for k, v in items.items() if not _neutral(k, bias)}
+    kept = {k: v for k, v in items.items() if not _neutral(k, bias) and ADDED_KEYS.get(k) != v}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from gpdlm_cli.tracking import flatten
 from gpdlm_cli.tracking.identity import (
+    ADDED_KEYS,
     PROTOCOL_KEYS,
     canonical_config,
     canonical_params,
@@ -182,6 +183,7 @@ def test_old_params_and_configs_read_in_the_new_names():
         assert len(params) == len(runs[name]["params"]) - len(PROTOCOL_KEYS)
     old = OmegaConf.to_container(OmegaConf.create(runs["gp_lstm"]["config_yaml"]))
     new = OmegaConf.to_container(compose(runs["gp_lstm"]["overrides"]))
+    assert new["model"]["training"].pop("feedback") == "true_targets"  # added since (ADDED_KEYS), at its default
     assert canonical_config(old) == new and canonical_config(new) == new
 
 
@@ -190,8 +192,9 @@ def test_the_family_declares_the_keys_identity_renames():
 
     from gpdlm_cli.methods.recurrent import TrainingSpec
 
-    assert tuple(f.name for f in dataclasses.fields(TrainingSpec)) == PROTOCOL_KEYS
-    assert set(compose(["model=gp_gru"]).model.training) == set(PROTOCOL_KEYS)
+    assert tuple(f.name for f in dataclasses.fields(TrainingSpec)) == (*PROTOCOL_KEYS, "feedback")
+    assert set(compose(["model=gp_gru"]).model.training) == {*PROTOCOL_KEYS, "feedback"}
+    assert {f"model.training.{k}" for k in PROTOCOL_KEYS} & set(ADDED_KEYS) == set()
     assert not set(PROTOCOL_KEYS) & set(compose([]).trainer)
 
 
@@ -292,3 +295,20 @@ def test_an_old_grouping_key_names_the_new_one():
     check_keys([record], ["model.training.algorithm", "params.model.training.theta_steps"])
     with pytest.raises(AnalysisError, match=r"^--by trainer.algorithm: the key is now 'model.training.algorithm'"):
         check_keys([record], ["trainer.algorithm"])
+
+
+@pytest.mark.parametrize("model", ["gp_lstm", "lstm"])
+def test_an_added_key_at_its_default_leaves_every_hash_as_before_and_counts_when_set(model):
+    """model.training.feedback (ADDED_KEYS): a config that carries it at true_targets hashes (versions 3, 2, 1)
+    as the same config without it -- every run before the key trained teacher-forced --; own_predictions is
+    another run, for the network baselines too (not a GP-only protocol key, which their identity drops)."""
+    base = ["+experiment=gplstm_sysid_smoke", f"model={model}", "dataset.mode=free_simulation"]
+    cfg = compose(base)
+    assert cfg.model.training.feedback == "true_targets"
+    without = OmegaConf.create(OmegaConf.to_container(cfg))
+    del without.model.training["feedback"]
+    assert config_hashes(cfg) == config_hashes(without)
+    assert params_hash(logged_params(cfg)) == config_hash(without)
+    own = compose([*base, "model.training.feedback=own_predictions"])
+    assert set(config_hashes(own)).isdisjoint(config_hashes(cfg))
+    assert params_hash(logged_params(own)) == config_hash(own) != config_hash(cfg)
