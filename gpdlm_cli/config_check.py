@@ -29,6 +29,7 @@ import contextlib
 import difflib
 import functools
 import math
+from pathlib import Path
 from typing import Any, cast
 
 # Hydra flags after which no override check makes sense
@@ -101,8 +102,11 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     ``command='bias'``, ``validate_bias``) -- not a multirun's, whose launcher must not import
     torch: each job validates its own."""
     args = override_args(argv)
-    if not args:
+    if args is None:
         return None
+    shadowed = shadowing_config(argv)
+    if shadowed or not args:
+        return shadowed
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -164,6 +168,54 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
         or _sweep_kind(parsed)
         or _swept_params(tuple(groups), tuple(hydra_args), searchpath, tuple(args))
     )
+
+
+def user_config_folders(argv: list[str]) -> list[Path]:
+    """The user's config folders of a Hydra command line, in Hydra's order: ``GPDLM_CONFIG_PATH``'s, then
+    ``-cd DIR``'s and ``hydra.searchpath=[...]``'s (``file://`` folders and ``pkg://`` packages), those that
+    exist."""
+    import importlib.util
+    import os
+
+    folders = [Path(os.path.abspath(p)) for p in os.environ.get("GPDLM_CONFIG_PATH", "").split(os.pathsep) if p.strip()]
+    if any(a in ("-cd", "--config-dir") or a.startswith(("--config-dir=", "hydra.searchpath=")) for a in argv):
+        from .sweep.compose import searchpath_of
+
+        for entry in searchpath_of(argv):
+            if entry.startswith("file://"):
+                folders.append(Path(os.path.abspath(entry.removeprefix("file://"))))
+            elif entry.startswith("pkg://"):
+                try:
+                    spec = importlib.util.find_spec(entry.removeprefix("pkg://").replace("/", "."))
+                except (ImportError, ValueError):
+                    continue
+                folders.extend(Path(p) for p in (spec.submodule_search_locations or []) if spec is not None)
+    return [f for f in dict.fromkeys(folders) if f.is_dir()]
+
+
+def shadowing_config(argv: list[str]) -> str | None:
+    """One line for a config file in the user's folders (``user_config_folders``) with the name of one of
+    gpdlm's packaged configs (``myconf/experiment/pol_fast.yaml`` against ``experiment/pol_fast.yaml``):
+    the packaged configs come first on Hydra's search path, so the user's file would be ignored without
+    a word. The first such file (folders in order, names sorted), else None. Looks up each packaged
+    name in each folder (~300 file checks), never walks the user's folder (``-cd .`` may hold thousands
+    of run folders)."""
+    folders = user_config_folders(argv)
+    if not folders:
+        return None
+    packaged = (Path(__file__).resolve().parent / "conf").resolve()
+    names = sorted(p.relative_to(packaged) for p in packaged.rglob("*.yaml"))
+    for folder in folders:
+        if folder.resolve() == packaged:
+            continue
+        for rel in names:
+            if (folder / rel).is_file():
+                mine = rel.parent.joinpath("my_" + rel.name).as_posix()
+                return (
+                    f"your config {folder / rel} has the name of gpdlm's packaged {rel.with_suffix('').as_posix()} "
+                    f"({packaged / rel}), which Hydra would use instead of yours: rename yours (e.g. {mine})"
+                )
+    return None
 
 
 def _base_config(groups: tuple[str, ...], searchpath: tuple[str, ...]):
