@@ -281,3 +281,51 @@ def test_user_configs_with_their_own_names_are_not_shadowing(myconf, monkeypatch
     assert shadowing_config(["-cd", "myconf", "+experiment=mine"]) is None
     assert shadowing_config([f"hydra.searchpath=[file://{packaged}]"]) is None
     assert shadowing_config(["+experiment=beta_curve_smoke"]) is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["progress=false", "-cd", "myconf", "+experiment=mine"],  # -cd between two overrides
+        ["progress=false", "--config-dir=myconf", "+experiment=mine"],
+        ["progress=false", "+experiment=mine", "-cd", "myconf"],  # after all of them (Hydra took this before too)
+    ],
+    ids=["cd-in-the-middle", "config-dir-in-the-middle", "cd-last"],
+)
+def test_config_dir_may_stand_among_the_overrides(myconf, tmp_path, capsys, monkeypatch, args):
+    """Hydra's argument parser answered ``a=1 -cd myconf b=2`` with its usage page ("unrecognized arguments")
+    after gpdlm's check had passed; gpdlm hands Hydra the flag first."""
+    import sys
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from gpdlm_cli import cli
+    from gpdlm_cli.sweep import compose
+
+    argv, hydra_cfg = list(sys.argv), HydraConfig.instance().cfg
+    monkeypatch.setattr(compose, "_COMMAND_SEARCHPATH", ())  # the command's -cd: put back after the test
+    try:
+        rc = cli.main(["train", *args, "--cfg", "job"])  # in tmp_path (the fixture's working directory)
+    except SystemExit as e:  # Hydra's argument parser
+        rc = e.code
+    finally:
+        sys.argv = argv
+        HydraConfig.instance().cfg = hydra_cfg  # Hydra's state of the run must not hide later tests' folders
+    out, err = capsys.readouterr()
+    assert (rc, err) == (0, ""), err
+    assert "  max_iters: 5\n" in out and "  num_inducing: 7\n" in out  # the user's preset
+
+
+def test_hydra_flags_go_before_the_overrides():
+    from gpdlm_cli.cli import _hydra_flags_first
+
+    assert _hydra_flags_first(["a=1", "-cd", "myconf", "b=2", "-m", "c=3"]) == [
+        "-cd",
+        "myconf",
+        "-m",
+        "a=1",
+        "b=2",
+        "c=3",
+    ]
+    assert _hydra_flags_first(["a=1", "--config-dir=x", "--multirun"]) == ["--config-dir=x", "--multirun", "a=1"]
+    assert _hydra_flags_first(["a=1", "--cfg", "job"]) == ["a=1", "--cfg", "job"]
