@@ -189,7 +189,8 @@ def user_config_folders(argv: list[str]) -> list[Path]:
                     spec = importlib.util.find_spec(entry.removeprefix("pkg://").replace("/", "."))
                 except (ImportError, ValueError):
                     continue
-                folders.extend(Path(p) for p in (spec.submodule_search_locations or []) if spec is not None)
+                if spec is not None:  # a package that does not exist: Hydra reports it
+                    folders.extend(Path(p) for p in (spec.submodule_search_locations or []))
     return [f for f in dict.fromkeys(folders) if f.is_dir()]
 
 

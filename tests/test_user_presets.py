@@ -281,6 +281,8 @@ def test_user_configs_with_their_own_names_are_not_shadowing(myconf, monkeypatch
     assert shadowing_config(["-cd", "myconf", "+experiment=mine"]) is None
     assert shadowing_config([f"hydra.searchpath=[file://{packaged}]"]) is None
     assert shadowing_config(["+experiment=beta_curve_smoke"]) is None
+    # a package on the search path: gpdlm's own configs, one that does not exist (Hydra reports it)
+    assert shadowing_config(["hydra.searchpath=[pkg://gpdlm_cli.conf,pkg://nosuch_gpdlm_pkg]"]) is None
 
 
 @pytest.mark.parametrize(
