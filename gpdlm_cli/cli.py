@@ -131,6 +131,8 @@ def _main(argv: list[str] | None = None) -> int:
         from .sweep.compose import searchpath_of, use_searchpath, without_config_dir
 
         use_searchpath(searchpath_of(rest))
+        if name != "sweep":  # `gpdlm sweep KIND` puts them first itself (commands.sweep)
+            rest = _hydra_flags_first(rest)
     if name in ("train", "sweep") and "--dry-run" in rest:
         return _dry_run(name, [a for a in without_config_dir(rest) if a != "--dry-run"])
     if name in ("train", "sweep") and _cfg_flags(rest) is not None and (name == "sweep" or _multirun(rest)):
@@ -169,6 +171,18 @@ def _main(argv: list[str] | None = None) -> int:
     if _sweep_failed():
         return 1
     return int(result or 0) if isinstance(result, int) else 0
+
+
+def _hydra_flags_first(rest: list[str]) -> list[str]:
+    """``rest`` with its ``-cd DIR`` / ``--config-dir[=]DIR`` and ``-m`` / ``--multirun`` moved before the
+    overrides: Hydra's argument parser takes flags before the overrides or after all of them, and answered
+    ``a=1 -cd myconf b=2`` with its usage page ("unrecognized arguments: b=2") after gpdlm's check had
+    passed. Neither flag's meaning depends on where it stands."""
+    from .sweep.compose import split_config_dir
+
+    config_dir, others = split_config_dir(rest)
+    multirun = [a for a in others if a in ("-m", "--multirun")]
+    return [*config_dir, *multirun, *(a for a in others if a not in ("-m", "--multirun"))]
 
 
 #: commands that train; they import torch, gpytorch and MLflow (seconds, tens of seconds on a loaded machine)

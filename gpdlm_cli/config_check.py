@@ -12,8 +12,9 @@ per set of choices: ``composed``) and checks every value override against it:
   no nan/inf anywhere, no negative number), every value of a sweep;
 * for a single run, ``build.validate_config`` (the model family's exact ranges) on the config the
   overrides give.
-* a key that config-hash version 3 renamed (``trainer.algorithm``), also swept under
-  ``hydra.sweeper.params`` by an experiment preset or the command line (``_swept_renamed_key``).
+* a key that config-hash version 3 renamed (``trainer.algorithm``), an unknown key (``trainer.max_iter``) or
+  group option, also swept under ``hydra.sweeper.params`` by an experiment preset or the command line
+  (``_swept_params``).
 
     gpdlm: error: unknown model 'dlmm'; did you mean 'dlm'? (choose from: dlm, dlm_fixed, ...)
     gpdlm: error: unknown config key 'objective.betta'; did you mean 'objective.beta'?
@@ -28,6 +29,7 @@ import contextlib
 import difflib
 import functools
 import math
+from pathlib import Path
 from typing import Any, cast
 
 # Hydra flags after which no override check makes sense
@@ -65,9 +67,9 @@ def override_args(argv: list[str]) -> list[str] | None:
     return out
 
 
-def _suggest(what: str, value: str, options: list[str], more: str = "") -> str:
+def _suggest(what: str, value: str, options: list[str], more: str = "", where: str = "") -> str:
     close = difflib.get_close_matches(value, options, n=3, cutoff=0.5)
-    msg = f"unknown {what} '{value}'"
+    msg = f"unknown {what} '{value}'{where}"
     if close:
         msg += "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
     if len(options) <= MAX_LISTED:
@@ -100,8 +102,11 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     ``command='bias'``, ``validate_bias``) -- not a multirun's, whose launcher must not import
     torch: each job validates its own."""
     args = override_args(argv)
-    if not args:
+    if args is None:
         return None
+    shadowed = shadowing_config(argv)
+    if shadowed or not args:
+        return shadowed
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -161,8 +166,57 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     return (
         _check_values(base, values, later, None if multirun else command)
         or _sweep_kind(parsed)
-        or _swept_renamed_key(tuple(groups), tuple(hydra_args), searchpath)
+        or _swept_params(tuple(groups), tuple(hydra_args), searchpath, tuple(args))
     )
+
+
+def user_config_folders(argv: list[str]) -> list[Path]:
+    """The user's config folders of a Hydra command line, in Hydra's order: ``GPDLM_CONFIG_PATH``'s, then
+    ``-cd DIR``'s and ``hydra.searchpath=[...]``'s (``file://`` folders and ``pkg://`` packages), those that
+    exist."""
+    import importlib.util
+    import os
+
+    folders = [Path(os.path.abspath(p)) for p in os.environ.get("GPDLM_CONFIG_PATH", "").split(os.pathsep) if p.strip()]
+    if any(a in ("-cd", "--config-dir") or a.startswith(("--config-dir=", "hydra.searchpath=")) for a in argv):
+        from .sweep.compose import searchpath_of
+
+        for entry in searchpath_of(argv):
+            if entry.startswith("file://"):
+                folders.append(Path(os.path.abspath(entry.removeprefix("file://"))))
+            elif entry.startswith("pkg://"):
+                try:
+                    spec = importlib.util.find_spec(entry.removeprefix("pkg://").replace("/", "."))
+                except (ImportError, ValueError):
+                    continue
+                if spec is not None:  # a package that does not exist: Hydra reports it
+                    folders.extend(Path(p) for p in (spec.submodule_search_locations or []))
+    return [f for f in dict.fromkeys(folders) if f.is_dir()]
+
+
+def shadowing_config(argv: list[str]) -> str | None:
+    """One line for a config file in the user's folders (``user_config_folders``) with the name of one of
+    gpdlm's packaged configs (``myconf/experiment/pol_fast.yaml`` against ``experiment/pol_fast.yaml``):
+    the packaged configs come first on Hydra's search path, so the user's file would be ignored without
+    a word. The first such file (folders in order, names sorted), else None. Looks up each packaged
+    name in each folder (~300 file checks), never walks the user's folder (``-cd .`` may hold thousands
+    of run folders)."""
+    folders = user_config_folders(argv)
+    if not folders:
+        return None
+    packaged = (Path(__file__).resolve().parent / "conf").resolve()
+    names = sorted(p.relative_to(packaged) for p in packaged.rglob("*.yaml"))
+    for folder in folders:
+        if folder.resolve() == packaged:
+            continue
+        for rel in names:
+            if (folder / rel).is_file():
+                mine = rel.parent.joinpath("my_" + rel.name).as_posix()
+                return (
+                    f"your config {folder / rel} has the name of gpdlm's packaged {rel.with_suffix('').as_posix()} "
+                    f"({packaged / rel}), which Hydra would use instead of yours: rename yours (e.g. {mine})"
+                )
+    return None
 
 
 def _base_config(groups: tuple[str, ...], searchpath: tuple[str, ...]):
@@ -209,13 +263,14 @@ def _sweep_kind(parsed) -> str | None:
     return None
 
 
-def _swept_renamed_key(groups: tuple[str, ...], hydra_args: tuple[str, ...], searchpath=()) -> str | None:
-    """One line for a key that config-hash version 3 renamed (``trainer.algorithm``) in the sweeper's
-    ``hydra.sweeper.params`` of the first job's config: an experiment preset's, or the command line's
-    (``hydra.sweeper.params={trainer.algorithm:'full,delayed'}``). Hydra would stop with "Could not
-    override 'trainer.algorithm'" only after the sweep's folder and MLflow parent run exist, and a
-    ``++trainer.<key>`` would fail every job. Composed (with Hydra's config, ~0.2 s) only when a preset
-    is chosen or the command line overrides Hydra's config: conf/config.yaml sweeps nothing."""
+def _swept_params(groups: tuple[str, ...], hydra_args: tuple[str, ...], searchpath=(), args=()) -> str | None:
+    """One line for a bad key in the sweeper's ``hydra.sweeper.params`` of the first job's config (an experiment
+    preset's, or the command line's ``hydra.sweeper.params={trainer.algorithm:'full,delayed'}``): a key that
+    config-hash version 3 renamed (``trainer.algorithm``), an unknown group option or an unknown key
+    (``_swept_unknown``). Hydra would stop with "Could not override 'trainer.algorithm'" only after the
+    sweep's folder and MLflow parent run exist, and a ``++trainer.<key>`` would fail every job. Composed
+    (with Hydra's config, ~0.2 s) only when a preset is chosen or the command line overrides Hydra's
+    config: conf/config.yaml sweeps nothing. ``args``: the command line's overrides."""
     if not hydra_args and not any(g.lstrip("+~").startswith("experiment") for g in groups):
         return None
     from hydra import compose
@@ -231,7 +286,93 @@ def _swept_renamed_key(groups: tuple[str, ...], hydra_args: tuple[str, ...], sea
         return None
     params = cfg.hydra.sweeper.get("params")  # a mapping, or null (no sweeper params)
     plain = OmegaConf.to_container(params, resolve=False) if OmegaConf.is_config(params) else None
-    return renamed_sweep_param(plain if isinstance(plain, dict) else None) or None
+    plain = plain if isinstance(plain, dict) else None
+    return renamed_sweep_param(plain) or _swept_unknown(_dotted(plain or {}), args, searchpath, cfg)
+
+
+def _dotted(params: dict, prefix: str = "") -> dict[str, Any]:
+    """A sweeper's params with nested dicts read as dotted keys (``+hydra.sweeper.params.trainer.lr=...`` nests)."""
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        if isinstance(v, dict):
+            out.update(_dotted(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+MAX_SWEPT_CONFIGS = 64  # group-choice combinations composed to look for a swept key (~0.1 s each)
+WHERE_SWEPT = " under hydra.sweeper.params"
+
+
+def _swept_unknown(params: dict[str, Any], args=(), searchpath=(), cfg=None) -> str | None:
+    """One line for an unknown option of a config group (``model: svgp,nosuch``) or an unknown key
+    (``trainer.max_iter: 1,2``) in a sweeper's ``params`` ({dotted key: the values, as override text}).
+    A key counts as unknown when no job's config has it: the configs of the sweep's group choices (the
+    params' and the command line's ``args``; the command line's win) are composed one by one, up to
+    ``MAX_SWEPT_CONFIGS``, until every key is found (a key most presets set costs one cached compose).
+    Added (``+``/``++``), deleted (``~``) and ``hydra.`` keys are left to Hydra, and so is a key that only
+    some jobs' configs have (those jobs fail with their one line). ``cfg``: a config already composed of the
+    command line's first choices (no compose at all when it has every key)."""
+    import itertools
+
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from .sweep.compose import config_module
+
+    choices: dict[str, tuple[str, list[str]]] = {}  # group -> (its key with a +/~ prefix, the values swept)
+    keys = []  # value keys to find
+    with config_module(searchpath):
+        loader = GlobalHydra.instance().config_loader()
+        parser = OverridesParser.create(config_loader=loader)
+        params_lines = [f"{k}={v}" for k, v in params.items()]
+        for i, line in enumerate([*params_lines, *args]):
+            try:
+                o = parser.parse_override(line)
+            except Exception:  # Hydra reports what it cannot parse
+                return None
+            key, in_params = o.key_or_group, i < len(params_lines)
+            if o.is_delete() or key.startswith("hydra"):
+                continue
+            options = _group_options(loader, key, searchpath)
+            if options:
+                values = _group_values(o)
+                bad = [v for v in values if v not in options and v != "null"]
+                if bad and in_params:
+                    return _suggest(key, bad[0], options, where=WHERE_SWEPT) + _looked_in(loader)
+                choices[key] = (o.get_key_element(), values)  # the command line's replaces the params'
+            elif in_params and not o.is_add() and not o.is_force_add():
+                keys.append(key)
+    keys = [k for k in keys if cfg is None or _select(cfg, k) is MISSING]
+    if not keys:
+        return None
+    combos = itertools.product(*([f"{g}={v}" for v in vals] for g, vals in choices.values() if vals))
+    first: list[str] = []
+    for combo in itertools.islice(combos, MAX_SWEPT_CONFIGS):
+        try:
+            cfg = composed(tuple(combo), searchpath)
+        except Exception:  # a combination Hydra cannot compose: its jobs report it
+            continue
+        keys = [k for k in keys if _select(cfg, k) is MISSING]
+        if not keys:
+            return None
+        first = first or _flat_keys(cfg)
+    if not first:
+        return None
+    if next(combos, None) is not None:  # more combinations than were composed: the key may be in one of them
+        return None
+    return _unknown_key(keys[0], first, where=WHERE_SWEPT)
+
+
+def _select(cfg, key: str):
+    """``cfg``'s value at dotted ``key``, or ``MISSING`` where it has no such key."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.select(cfg, key, default=MISSING, throw_on_missing=False)
+    except Exception:  # a key through a non-container value (model.name.x)
+        return MISSING
 
 
 MISSING = "__gpdlm_missing__"
@@ -468,14 +609,14 @@ def _non_finite(value) -> bool:
     return False
 
 
-def _unknown_key(key: str, known: list[str], value=...) -> str:
+def _unknown_key(key: str, known: list[str], value=..., where: str = "") -> str:
     from .tracking.identity import renamed_message
 
     renamed = renamed_message(key.lstrip("+~"), value)
     if renamed:
         return renamed
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.8)
-    msg = f"unknown config key '{key}'"
+    msg = f"unknown config key '{key}'{where}"
     if close:
         msg += "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
     return msg + f" (a new key needs a leading '+': +{key}=...)"

@@ -56,10 +56,22 @@ def killed_reason(exc: BaseException) -> str | None:
     Ctrl-C, SIGTERM/SIGHUP (``Terminated``) and a submitit preemption/timeout are KILLED; anything
     else is FAILED."""
     if isinstance(exc, Terminated):
-        return exc.reason
+        return exc.reason + _mid_step(exc)
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (Ctrl-C)"
+        return "interrupted (Ctrl-C)" + _mid_step(exc)
     return getattr(exc, KILLED_REASON, None)
+
+
+def _mid_step(exc: BaseException) -> str:
+    """What a second stop signal (``MID_STEP``) adds to the reason: the step in progress is lost, and the last
+    checkpoint (``LAST_CHECKPOINT``: its iteration, where the run had a checkpointer) is kept."""
+    if not getattr(exc, MID_STEP, False):
+        return ""
+    text = "; stopped at once by a second signal, in the middle of a step: "
+    if not hasattr(exc, LAST_CHECKPOINT):
+        return text + "the last checkpoint, if any, is kept"
+    at = getattr(exc, LAST_CHECKPOINT)
+    return text + ("no checkpoint had been written" if at is None else f"the last checkpoint (iteration {at}) is kept")
 
 
 def exit_code(exc: BaseException) -> int:
@@ -115,20 +127,68 @@ def install_signal_handlers() -> bool:
 
 class _Gate:
     """The handler ``deferred_signals`` puts in front of a signal's own handler (once; later blocks
-    reuse it): inside a block it only records the signal, outside it calls the handler at once."""
+    reuse it): inside a block it only records the signal, outside it calls the handler at once. A
+    second stop signal (SIGINT, SIGTERM, SIGHUP) while one is held and an ``interruptible`` block is
+    open is delivered at once (``_stop_now``), or at the end of the held blocks nested in it."""
 
     def __init__(self, handler):
         self.handler = handler
 
     def __call__(self, signum, frame):
-        if _held["depth"] > 0:
-            if signum not in _held["pending"]:
-                _held["pending"].append(signum)
+        if _held["depth"] == 0:
+            _deliver(self.handler, signum, frame)
             return
-        _deliver(self.handler, signum, frame)
+        stopping = any(s in STOP_SIGNALS for s in _held["pending"])
+        open_ = _held["depth"] > _held["strict"]  # an interruptible block (a training iteration) is open
+        if signum in STOP_SIGNALS and stopping and open_:  # the second Ctrl-C: stop now
+            if _held["strict"] == 0:
+                _held["pending"].clear()
+                _stop_now(self.handler, signum, frame)
+            else:  # a checkpoint or a log being written: at its end
+                _held["urgent"] = signum
+            return
+        if signum not in _held["pending"]:
+            _held["pending"].append(signum)
+        if signum in STOP_SIGNALS and not stopping and open_:
+            _say_stopping(signum)
 
 
-_held: dict = {"depth": 0, "pending": []}
+_held: dict = {"depth": 0, "strict": 0, "pending": [], "urgent": None}
+#: the attribute that marks the exception of a second stop signal, delivered in the middle of a training
+#: iteration: the step in progress is lost, and no checkpoint is written of it (the last one is kept)
+MID_STEP = "gpdlm_stopped_mid_step"
+#: the attribute ``training.callbacks.Checkpointing`` sets on that exception: the iteration of the last
+#: checkpoint written (None: none was)
+LAST_CHECKPOINT = "gpdlm_last_checkpoint"
+STOP_SIGNALS = {int(getattr(signal, n)) for n in ("SIGINT",) + HANDLED if hasattr(signal, n)}
+
+
+def _say_stopping(signum: int) -> None:
+    """The one line on stderr when the first stop signal is held back by a training iteration. Written with
+    ``os.write``: a handler that printed through ``sys.stderr`` while the main thread was writing to it
+    (a progress bar) would raise "reentrant call"."""
+    import os
+
+    again = "Ctrl-C again" if signum == signal.SIGINT else f"{signal.Signals(signum).name} again"
+    line = f"gpdlm: stopping after this step ({again} to stop now; the last checkpoint is kept)\n"
+    try:
+        os.write(2, line.encode())
+    except OSError:  # stderr closed: the stop goes on
+        pass
+
+
+def _stop_now(handler, signum, frame) -> None:
+    """Deliver a second stop signal in the middle of an iteration: its handler's exception, marked ``MID_STEP``."""
+    try:
+        _deliver(handler, signum, frame)
+    except BaseException as e:
+        setattr(e, MID_STEP, True)
+        raise
+
+
+def stopped_mid_step(exc: BaseException) -> bool:
+    """Whether ``exc`` is a second stop signal's, delivered in the middle of a training iteration."""
+    return bool(getattr(exc, MID_STEP, False))
 
 
 def _deliver(handler, signum, frame) -> None:
@@ -139,12 +199,24 @@ def _deliver(handler, signum, frame) -> None:
         signal.raise_signal(signum)
 
 
+def _handler_of(sig: int):
+    h = signal.getsignal(sig)
+    return h.handler if isinstance(h, _Gate) else h
+
+
 @contextlib.contextmanager
-def deferred_signals(user_signals: bool = False):
+def deferred_signals(user_signals: bool = False, interruptible: bool = False):
     """Hold back SIGINT, SIGTERM and SIGHUP (and SIGUSR1/2, submitit's preemption signals, with
     ``user_signals``) while the block runs (a training iteration, ending a run, writing its last
     files); a signal that arrives meanwhile is delivered when the (outermost) block ends, to the
     handler in place. A no-op outside the main thread.
+
+    ``interruptible`` (a training iteration, which may take minutes: a PIC++ epoch, an evaluation on
+    20,000 rows): the first stop signal prints one line ("stopping after this step (Ctrl-C again to stop
+    now; ...)"), and a second stop signal (SIGINT, SIGTERM or SIGHUP) is delivered at once, its exception
+    marked ``MID_STEP`` (no checkpoint is written of a step half done; the last one is kept) -- or, when
+    a block that is not interruptible (a checkpoint, a log, the end of a run) is open inside, at that
+    block's end. Blocks that are not interruptible hold every signal to their end.
 
     Held back in Python, not by a signal mask: Python runs every handler in the main thread, and
     ``pthread_sigmask`` holds a signal back only where the *receiving* thread blocks it -- a
@@ -159,17 +231,25 @@ def deferred_signals(user_signals: bool = False):
             current = signal.getsignal(sig)
             if not isinstance(current, _Gate):
                 signal.signal(sig, _Gate(current))
+    strict = 0 if interruptible else 1
     _held["depth"] += 1
+    _held["strict"] += strict
     try:
         yield
     finally:
         _held["depth"] -= 1
-        if _held["depth"] == 0 and _held["pending"]:
-            todo = list(_held["pending"])
+        _held["strict"] -= strict
+        if _held["depth"] == 0:
+            _held["urgent"] = None
+            if _held["pending"]:
+                todo = list(_held["pending"])
+                _held["pending"].clear()
+                for sig in todo:  # delivered now (the handler's exception is raised from here)
+                    _deliver(_handler_of(sig), sig, None)
+        elif _held["urgent"] is not None and _held["strict"] == 0:  # a second stop signal waited for this block
+            sig, _held["urgent"] = _held["urgent"], None
             _held["pending"].clear()
-            for sig in todo:  # delivered now (the handler's exception is raised from here)
-                h = signal.getsignal(sig)
-                _deliver(h.handler if isinstance(h, _Gate) else h, sig, None)
+            _stop_now(_handler_of(sig), sig, None)
 
 
 _PARENT_WATCH: list = []
@@ -210,4 +290,5 @@ __all__ = [
     "exit_with_parent",
     "install_signal_handlers",
     "killed_reason",
+    "stopped_mid_step",
 ]

@@ -144,3 +144,33 @@ def test_stop_guarded_ends_the_group_and_reaps_the_guard(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+SERVER_WORDS = {"server", "ui"}  # `mlflow server`, `mlflow ui`, `gpdlm ui`: processes that never end by themselves
+
+
+def _unguarded_servers(path: Path) -> list[str]:
+    """The ``Popen(...)``/``subprocess.Popen(...)`` calls in ``path`` whose command names a server (a string
+    argument ``server`` or ``ui``): 'file:line' each. A server started so is left running by a killed pytest;
+    ``start_guarded`` (or ``gpdlm_subprocess(..., runner=start_guarded)``) ends it with the test process."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        runner = [k.value for k in node.keywords if k.arg == "runner"]
+        if name == "Popen" or any(isinstance(r, ast.Attribute) and r.attr == "Popen" for r in runner):
+            words = {c.value for a in node.args for c in ast.walk(a) if isinstance(c, ast.Constant)}
+            if words & SERVER_WORDS:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    return found
+
+
+def test_every_server_a_test_starts_is_guarded():
+    """No test starts a server with a plain Popen (test_ray_launcher_with_a_tracking_server's `mlflow server`
+    was one): each goes through tests/process_guard.py, so that none outlives a killed pytest."""
+    found = [hit for path in sorted((REPO / "tests").rglob("*.py")) for hit in _unguarded_servers(path)]
+    assert found == []

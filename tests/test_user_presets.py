@@ -240,3 +240,94 @@ def test_a_hydra_state_left_in_the_process_does_not_hide_the_commands_folders(mo
     assert compose.user_searchpath() == ("file:///a", "file:///mine")
     stale.runtime.config_sources = []
     assert compose.user_searchpath() == ("file:///mine", "file:///a")
+
+
+SHADOWING = {
+    "searchpath": ["hydra.searchpath=[file://myconf]"],
+    "cd": ["-cd", "myconf"],
+    "env": [],  # GPDLM_CONFIG_PATH=myconf
+}
+
+
+@pytest.mark.parametrize("form", sorted(SHADOWING))
+def test_a_user_config_with_a_packaged_name_is_one_line_naming_both(myconf, form, tmp_path, capsys, monkeypatch):
+    """``myconf/experiment/beta_curve_smoke.yaml`` (a packaged preset's name): Hydra would compose the packaged
+    file and ignore the user's without a word; gpdlm says so, naming both files, exit 2, before any run."""
+    from gpdlm_cli.config_check import shadowing_config
+
+    (myconf / "experiment" / "beta_curve_smoke.yaml").write_text(PRESET)
+    if form == "env":
+        monkeypatch.setenv("GPDLM_CONFIG_PATH", "myconf")
+    packaged = (
+        (Path(config_check.__file__).resolve().parent / "conf").resolve() / "experiment" / "beta_curve_smoke.yaml"
+    )
+    line = (
+        f"your config {myconf / 'experiment' / 'beta_curve_smoke.yaml'} has the name of gpdlm's packaged "
+        f"experiment/beta_curve_smoke ({packaged}), which Hydra would use instead of yours: rename yours (e.g. "
+        "experiment/my_beta_curve_smoke.yaml)"
+    )
+    assert shadowing_config([*SHADOWING[form], "+experiment=beta_curve_smoke"]) == line
+    rc, err = run_cli(["train", *SHADOWING[form], "+experiment=mine"], tmp_path, capsys)  # also when not chosen
+    assert (rc, err) == (2, [f"gpdlm: error: {line}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["myconf"]  # no run folder, no MLflow store
+    assert_no_mlflow_run(tmp_path / "mlflow.db")
+
+
+def test_user_configs_with_their_own_names_are_not_shadowing(myconf, monkeypatch):
+    """The fixture's mine.yaml and mydlm.yaml; the packaged folder itself on the search path; no user folder."""
+    from gpdlm_cli.config_check import shadowing_config
+
+    packaged = Path(config_check.__file__).resolve().parent / "conf"
+    assert shadowing_config(["-cd", "myconf", "+experiment=mine"]) is None
+    assert shadowing_config([f"hydra.searchpath=[file://{packaged}]"]) is None
+    assert shadowing_config(["+experiment=beta_curve_smoke"]) is None
+    # a package on the search path: gpdlm's own configs, one that does not exist (Hydra reports it)
+    assert shadowing_config(["hydra.searchpath=[pkg://gpdlm_cli.conf,pkg://nosuch_gpdlm_pkg]"]) is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["progress=false", "-cd", "myconf", "+experiment=mine"],  # -cd between two overrides
+        ["progress=false", "--config-dir=myconf", "+experiment=mine"],
+        ["progress=false", "+experiment=mine", "-cd", "myconf"],  # after all of them (Hydra took this before too)
+    ],
+    ids=["cd-in-the-middle", "config-dir-in-the-middle", "cd-last"],
+)
+def test_config_dir_may_stand_among_the_overrides(myconf, tmp_path, capsys, monkeypatch, args):
+    """Hydra's argument parser answered ``a=1 -cd myconf b=2`` with its usage page ("unrecognized arguments")
+    after gpdlm's check had passed; gpdlm hands Hydra the flag first."""
+    import sys
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from gpdlm_cli import cli
+    from gpdlm_cli.sweep import compose
+
+    argv, hydra_cfg = list(sys.argv), HydraConfig.instance().cfg
+    monkeypatch.setattr(compose, "_COMMAND_SEARCHPATH", ())  # the command's -cd: put back after the test
+    try:
+        rc = cli.main(["train", *args, "--cfg", "job"])  # in tmp_path (the fixture's working directory)
+    except SystemExit as e:  # Hydra's argument parser
+        rc = e.code
+    finally:
+        sys.argv = argv
+        HydraConfig.instance().cfg = hydra_cfg  # Hydra's state of the run must not hide later tests' folders
+    out, err = capsys.readouterr()
+    assert (rc, err) == (0, ""), err
+    assert "  max_iters: 5\n" in out and "  num_inducing: 7\n" in out  # the user's preset
+
+
+def test_hydra_flags_go_before_the_overrides():
+    from gpdlm_cli.cli import _hydra_flags_first
+
+    assert _hydra_flags_first(["a=1", "-cd", "myconf", "b=2", "-m", "c=3"]) == [
+        "-cd",
+        "myconf",
+        "-m",
+        "a=1",
+        "b=2",
+        "c=3",
+    ]
+    assert _hydra_flags_first(["a=1", "--config-dir=x", "--multirun"]) == ["--config-dir=x", "--multirun", "a=1"]
+    assert _hydra_flags_first(["a=1", "--cfg", "job"]) == ["a=1", "--cfg", "job"]

@@ -135,7 +135,7 @@ class TrackedRun:
         """A kill inside leaves a self-explaining folder (``write_partial_results``: metrics.json
         with the status, the learning curve ``curve()`` so far, the reason in gpdlm.log) and logs
         the first two files to MLflow; then the kill goes on."""
-        from ..signals import killed_reason
+        from ..signals import killed_reason, stopped_mid_step
 
         try:
             yield
@@ -148,12 +148,13 @@ class TrackedRun:
                 )
                 for f in files[:2]:
                     self.tracker.log_artifact(f)
-                self.say_how_to_resume()
+                self.say_how_to_resume(kept=stopped_mid_step(e))
             raise
 
-    def say_how_to_resume(self) -> None:
+    def say_how_to_resume(self, kept: bool = False) -> None:
         """After a kill: where the checkpoint is and the command that continues the run (stderr),
-        when the run has one (``trainer.checkpoint_every`` > 0 and a first evaluation reached)."""
+        when the run has one (``trainer.checkpoint_every`` > 0 and a first evaluation reached); ``kept``:
+        the run was stopped mid-step (a second Ctrl-C), and the checkpoint is the last one written before."""
         import sys
 
         from ..training.checkpoint import FILE
@@ -163,8 +164,9 @@ class TrackedRun:
         if ckpt.is_file():
             rid = getattr(self.tracker, "run_id", None)
             ref = rid[:8] if rid else shown_path(self.output_dir)
+            what = "the last checkpoint is kept in" if kept else "checkpoint saved in"
             print(
-                f"gpdlm: checkpoint saved in {shown_path(ckpt)}; continue this run with: gpdlm resume {ref}",
+                f"gpdlm: {what} {shown_path(ckpt)}; continue this run with: gpdlm resume {ref}",
                 file=sys.stderr,
                 flush=True,
             )

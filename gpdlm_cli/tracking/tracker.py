@@ -230,8 +230,9 @@ class MlflowTracker(NullTracker):
         self._log(items)
 
     def _log(self, items):
-        for i in range(0, len(items), MAX_BATCH):
-            self.client.log_batch(self.run_id, metrics=items[i : i + MAX_BATCH])
+        with deferred_signals():  # whole batches: a second Ctrl-C mid-step stops after the write, not inside it
+            for i in range(0, len(items), MAX_BATCH):
+                self.client.log_batch(self.run_id, metrics=items[i : i + MAX_BATCH])
 
     def set_tags(self, tags):
         from mlflow.entities import RunTag

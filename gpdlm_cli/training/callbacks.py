@@ -164,7 +164,9 @@ class Progress(Callback):
 class Signals(Callback):
     """Termination signals (SIGTERM, SIGINT, SIGHUP, submitit's SIGUSR1/2) wait for the end of the iteration
     in progress (``deferred_signals``): held from the start of an iteration to its ``on_step`` -- this
-    callback comes last on the list -- so a checkpoint always holds a whole number of steps."""
+    callback comes last on the list -- so a checkpoint always holds a whole number of steps. The block is
+    ``interruptible``: a second Ctrl-C (SIGTERM, SIGHUP) stops at once, mid-step, and then no checkpoint is
+    written (``Checkpointing.on_exception``): the last one is kept."""
 
     def __init__(self):
         self.held = None
@@ -172,7 +174,7 @@ class Signals(Callback):
     def hold(self) -> None:
         from ..signals import deferred_signals
 
-        self.held = deferred_signals(user_signals=True)
+        self.held = deferred_signals(user_signals=True, interruptible=True)
         self.held.__enter__()
 
     def release(self) -> None:
@@ -226,9 +228,11 @@ class Checkpointing(Callback):
             self.ck.after_evaluation(loop.state)
 
     def on_exception(self, loop, error) -> None:
-        from ..signals import killed_reason
+        from ..signals import LAST_CHECKPOINT, killed_reason, stopped_mid_step
 
-        if loop.checkpointable and killed_reason(error):  # stopped from outside between two iterations
+        if stopped_mid_step(error):  # a second Ctrl-C in the middle of a step: the last checkpoint stays
+            setattr(error, LAST_CHECKPOINT, self.ck.last_written)
+        elif loop.checkpointable and killed_reason(error):  # stopped from outside between two iterations
             self.ck.save(loop.state())
 
     def on_end(self, loop, fit) -> None:

@@ -106,8 +106,11 @@ class Checkpointer:
         blob["torch_rng"] = torch.get_rng_state()
         buf = io.BytesIO()
         torch.save(blob, buf)
+        from ..signals import deferred_signals
+
         try:
-            write_verified(self.path, buf.getvalue())
+            with deferred_signals(user_signals=True):  # a second Ctrl-C stops after the write, not inside it
+                write_verified(self.path, buf.getvalue())
             self.writes += 1
             self.last_written = int(f.iterations) if f is not None else None
             if loop_state is not None and "it" in loop_state:  # the stage's own count, after the earlier stages'

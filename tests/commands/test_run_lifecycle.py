@@ -317,3 +317,157 @@ def test_the_learning_curve_shows_the_lr_the_family_trains_with(tmp_path, monkey
         tracker=NullTracker(),
     )
     assert "lr=0.01, " in seen["subtitle"], seen["subtitle"]
+
+
+# ----- a second Ctrl-C stops a long training block at once; the last checkpoint is kept --------------------
+STOPPING = "gpdlm: stopping after this step (Ctrl-C again to stop now; the last checkpoint is kept)"
+
+
+@pytest.fixture
+def restore_sigint(restore_signals):
+    saved = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, saved)
+
+
+def test_a_second_ctrl_c_stops_an_interruptible_block_at_once(restore_sigint, capfd):
+    reached = []
+    with pytest.raises(KeyboardInterrupt) as info:
+        with S.deferred_signals(user_signals=True, interruptible=True):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            reached.append("held")
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the second Ctrl-C raises before this ends
+            reached.append("the whole block")
+    assert reached == ["held"]
+    assert S.stopped_mid_step(info.value)
+    assert S.killed_reason(info.value) == (
+        "interrupted (Ctrl-C); stopped at once by a second signal, in the middle of a step: the last checkpoint, "
+        "if any, is kept"
+    )
+    assert capfd.readouterr().err.splitlines() == [STOPPING]
+
+
+def test_a_second_sigterm_in_a_checkpoint_write_waits_for_its_end(restore_sigint, capfd):
+    """A block that is not interruptible (a checkpoint being written, a run being ended) inside the iteration
+    holds the second signal to its own end; then the stop is at once (mid-step)."""
+    assert S.install_signal_handlers()
+    reached = []
+    with pytest.raises(S.Terminated) as info:
+        with S.deferred_signals(user_signals=True, interruptible=True):
+            os.kill(os.getpid(), signal.SIGTERM)
+            with S.deferred_signals(user_signals=True):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                reached.append("the checkpoint written")
+            reached.append("after the write")
+    assert reached == ["the checkpoint written"]
+    assert S.stopped_mid_step(info.value) and info.value.exit_code == 143
+    assert capfd.readouterr().err.splitlines() == [
+        "gpdlm: stopping after this step (SIGTERM again to stop now; the last checkpoint is kept)"
+    ]
+
+
+def test_two_signals_in_a_block_that_is_not_interruptible_wait_for_its_end(restore_sigint, capfd):
+    """Ending a run, writing its last files: every signal waits (no RUNNING run, no half file)."""
+    reached = []
+    with pytest.raises(KeyboardInterrupt) as info:
+        with S.deferred_signals():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            reached.append("the whole block")
+    assert reached == ["the whole block"] and not S.stopped_mid_step(info.value)
+    assert S.killed_reason(info.value) == "interrupted (Ctrl-C)"
+    assert capfd.readouterr().err == ""
+
+
+# a `gpdlm train` whose third evaluation takes a minute (the first two wrote checkpoints); it writes the
+# iteration where that evaluation began to argv[1] first
+SLOW_EVALUATION = r"""
+import pathlib, sys, time
+from gpdlm_cli.training import loop as L
+evaluate, calls, marker = L.Loop._evaluate, [], pathlib.Path(sys.argv[1])  # (cli.main replaces sys.argv)
+def slow(self):
+    calls.append(self.step)
+    if len(calls) == 3:
+        marker.write_text(str(self.step))
+        for _ in range(600):
+            time.sleep(0.1)
+    return evaluate(self)
+L.Loop._evaluate = slow
+from gpdlm_cli import cli
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_a_long_step_at_once_killed_with_the_last_checkpoint(template_db, tmp_path):
+    """A long training block (an evaluation of minutes) and Ctrl-C: one line says the run stops after the step,
+    and the process waits; a second Ctrl-C stops it at once -- exit 130, the run KILLED in the MLflow store with
+    a reason that says so, and the checkpoint of the last evaluation before, whole and verified."""
+    from gpdlm_cli.training.checkpoint import read_checkpoint
+
+    from ..conftest import REPO
+
+    uri = copy_store(template_db, tmp_path)
+    marker = tmp_path / "slow_evaluation"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    args = [
+        "train",
+        "trainer.max_iters=100",
+        "trainer.stop_rule=none",
+        "model.num_inducing=10",
+        "dataset.split.train_size=100",
+        "progress=false",
+        "threads=1",
+        "trainer.eval_every=5",
+        "trainer.checkpoint_every=1",
+        f"tracking.uri={uri}",
+        "tracking.experiment=twice",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_EVALUATION, str(marker), *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() or not marker.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        assert marker.read_text() == "15"  # evaluations at 5 and 10 wrote checkpoints
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.5)
+        assert proc.poll() is None  # held: the step goes on
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert time.monotonic() - t0 < 30  # not the minute the evaluation had left
+    reason = (
+        "interrupted (Ctrl-C); stopped at once by a second signal, in the middle of a step: the last checkpoint "
+        "(iteration 10) is kept"
+    )
+    lines = err.strip().splitlines()
+    assert proc.returncode == 130, err
+    assert STOPPING in lines and lines[-1] == f"gpdlm: {reason}", err
+    run = _only_run(uri, "twice")
+    assert run.info.status == "KILLED" and run.data.tags["failure_reason"] == reason
+    assert lines[-2] == (
+        f"gpdlm: the last checkpoint is kept in run/checkpoint.pt; continue this run with: gpdlm resume "
+        f"{run.info.run_id[:8]}"
+    )
+    ckpt = read_checkpoint(tmp_path / "run" / "checkpoint.pt", strict=True)  # whole, and its SHA-256 matches
+    assert ckpt is not None and ckpt["stage"] == 0 and ckpt["loop"]["it"] == 10 and not ckpt["complete"]
+    assert not list((tmp_path / "run").glob(".checkpoint.pt.tmp-*"))
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "KILLED"

@@ -99,12 +99,16 @@ def _free_port() -> int:
     reason="Ray is an optional extra: pip install 'gpdlm[ray]'",
 )
 def test_ray_launcher_with_a_tracking_server(template_db, tmp_path):
-    """Two jobs on a local Ray instance (one CPU), tracked through `mlflow server` over HTTP."""
+    """Two jobs on a local Ray instance (one CPU), tracked through `mlflow server` over HTTP. The server and the
+    command (with the Ray processes it starts) run under ``tests/process_guard.py``: their process groups end
+    with this test process, however it ends (a killed pytest used to leave the server listening)."""
     from gpdlm_cli.commands.ui import server_env
+
+    from ..process_guard import start_guarded, stop_guarded
 
     copy_store(template_db, tmp_path / "server")
     port = _free_port()
-    server = subprocess.Popen(
+    server = start_guarded(
         [
             sys.executable,
             "-m",
@@ -123,10 +127,10 @@ def test_ray_launcher_with_a_tracking_server(template_db, tmp_path):
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
         env=server_env(),
     )
     uri = f"http://127.0.0.1:{port}"
+    run = None
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -137,7 +141,7 @@ def test_ray_launcher_with_a_tracking_server(template_db, tmp_path):
                 assert time.monotonic() < deadline and server.poll() is None, "mlflow server did not start"
                 time.sleep(0.5)
         env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
-        proc = subprocess.run(
+        run = start_guarded(
             [
                 sys.executable,
                 "-m",
@@ -153,12 +157,13 @@ def test_ray_launcher_with_a_tracking_server(template_db, tmp_path):
                 *TINY,
             ],
             cwd=tmp_path,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=400,
             env=env,
         )
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        _, stderr = run.communicate(timeout=400)
+        assert run.returncode == 0, stderr[-3000:]
         parents, children = _children_and_parent(uri, "ray")
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"
         assert sorted(c.data.params["seed"] for c in children) == ["0", "1"]
@@ -168,9 +173,8 @@ def test_ray_launcher_with_a_tracking_server(template_db, tmp_path):
         )
         # the jobs ran in Ray's worker processes, not in the launching one
         assert {c.data.tags["gpdlm.pid"] for c in children}.isdisjoint({str(os.getpid())})
-        assert "2 finished, 0 skipped, 0 failed" in proc.stderr
+        assert "2 finished, 0 skipped, 0 failed" in stderr
     finally:
-        import signal
-
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        if run is not None:
+            stop_guarded(run)
+        stop_guarded(server)
