@@ -616,10 +616,9 @@ def _read_metrics(folder: Path) -> dict:
 def _stopped_run(uri: str, run_id: str | None):
     """(client, the stopped MLflow run or None): refuses a FINISHED run and one whose process may be
     alive; a RUNNING run whose process is gone is closed KILLED before it is resumed."""
-    from mlflow.entities import RunTag
     from mlflow.exceptions import MlflowException
 
-    from ..tracking.liveness import HOST_TAG, PID_TAG, process_state
+    from ..tracking.liveness import HOST_TAG, PID_TAG, close_orphan, process_state
 
     if not run_id:
         return None, None
@@ -646,15 +645,7 @@ def _stopped_run(uri: str, run_id: str | None):
                 f"cannot be checked from here; if it is dead, `gpdlm runs --stale --mark-failed` "
                 f"closes it, then resume"
             )
-        client.log_batch(
-            run_id,
-            tags=[
-                RunTag(
-                    "failure_reason", f"orphaned: process {run.data.tags.get(PID_TAG)} is gone (closed by gpdlm resume)"
-                )
-            ],
-        )
-        client.set_terminated(run_id, "KILLED")
+        close_orphan(client, run, "gpdlm resume")
     return client, run
 
 
