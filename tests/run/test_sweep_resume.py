@@ -313,3 +313,53 @@ def test_reproduce_progress_counts_a_resumed_job_as_done_not_as_a_trained_one(tm
     rp._count_outcomes(q, tmp_path, "multirun 1 of 1")
     assert (q.done, q.trained, q.resumed) == (2, 1, 1)
     assert "(multirun 1 of 1: 2 finished (1 of them resumed from a checkpoint))" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two `gpdlm train -m` processes: ~20-30 s
+def test_ctrl_c_in_a_multirun_then_the_same_command_again_continues_the_job(tmp_path, template_db):
+    """The reported case, through the CLI: Ctrl-C (SIGINT) while seed=1 trains, once it has a checkpoint;
+    the same command again (a new timestamped folder) skips seed=0 and continues seed=1 from that
+    checkpoint's step to the end; no run is left RUNNING."""
+    import subprocess
+    import time
+
+    from ..conftest import gpdlm_subprocess
+
+    uri = copy_store(template_db, tmp_path)
+    ov = [o for o in OV if not o.startswith(("trainer.max_iters", "trainer.keep_best"))]
+    args = ["train", "-m", "seed=0,1", *ov, "trainer.max_iters=400", "trainer.stop_rule=none", "trainer.eval_every=40"]
+    args += [f"tracking.uri={uri}", "tracking.experiment=ctrlc", "sweep.skip_finished=true"]
+    first = tmp_path / "multirun" / "first"
+    proc = gpdlm_subprocess(
+        [*args, f"hydra.sweep.dir={first}"],
+        tmp_path,
+        runner=subprocess.Popen,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    while not (first / "1" / FILE).exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    assert (first / "1" / FILE).exists(), proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "continue this run with: gpdlm resume" in err
+    state = read_checkpoint(first / "1" / FILE)
+    assert state is not None
+    from gpdlm_cli.training.checkpoint import checkpoint_step
+
+    step = checkpoint_step(state)
+    assert 40 <= step < 400
+
+    done = gpdlm_subprocess([*args, f"hydra.sweep.dir={tmp_path / 'multirun' / 'second'}"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"from its checkpoint at step {step} (multirun/first/1)" in done.stderr, done.stderr
+    assert "1 finished (1 resumed from a checkpoint), 1 skipped, 0 failed" in done.stderr
+    metrics = json.loads((tmp_path / "multirun" / "second" / "1" / "metrics.json").read_text())
+    assert metrics["iterations"] == 400 and "status" not in metrics
+    runs = _children(uri, "ctrlc")
+    assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED", "KILLED"]
+    (killed,) = [r for r in runs if r.info.status == "KILLED"]
+    assert killed.data.tags["gpdlm.resumed_as"] in {r.info.run_id for r in runs if r.data.params["seed"] == "1"}
