@@ -577,6 +577,11 @@ def resume_main(argv: list[str]) -> int:
         finished = (folder / "model.pt").is_file() and "status" not in _read_metrics(folder)
         if finished:
             raise AnalysisError(f"{folder} holds a finished run (model.pt, final metrics.json): nothing to resume")
+        from ..run.resume import moved_to
+
+        moved = moved_to(folder)
+        if moved is not None:  # a sweep run again (sweep.skip_finished) continued it elsewhere
+            raise AnalysisError(f"{folder} has no {FILE}: a sweep run again moved it to {moved}; resume that run")
         raise AnalysisError(
             f"{folder} has no readable {FILE}: the run was stopped before its first checkpoint, "
             f"or ran with trainer.checkpoint_every=0; retrain it"

@@ -31,6 +31,7 @@ from .artifacts import append_log
 from .naming import shown_path
 
 RESUMED_AS = "gpdlm.resumed_as"
+MOVED = "checkpoint moved to "  # the stopped folder's gpdlm.log: where its checkpoint went (``moved_to``)
 CLOSED_BY = "a sweep run again (sweep.skip_finished)"
 
 
@@ -58,7 +59,7 @@ class Stopped:
         if self._move(output_dir):
             append_log(
                 self.folder,
-                f"checkpoint moved to {output_dir}: this run continues there as run {new_id or '(untracked)'}",
+                f"{MOVED}{output_dir.resolve()}: this run continues there as run {new_id or '(untracked)'}",
                 level="INFO",
             )
         if new_id:
@@ -132,4 +133,15 @@ def _afresh(output_dir: Path, run_id: str, why: str) -> None:
     append_log(output_dir, note, level="WARNING")
 
 
-__all__ = ["RESUMED_AS", "Stopped", "find_stopped"]
+def moved_to(folder: Path) -> str | None:
+    """Where ``folder``'s checkpoint went when a sweep run again took it over (its ``gpdlm.log``'s last
+    such line: the folder, and the run that continues there), else None (``gpdlm resume`` says so)."""
+    try:
+        lines = (Path(folder) / "gpdlm.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = [line.split(MOVED, 1)[1] for line in lines if MOVED in line]
+    return found[-1] if found else None
+
+
+__all__ = ["MOVED", "RESUMED_AS", "Stopped", "find_stopped", "moved_to"]

@@ -126,6 +126,11 @@ def test_an_interrupted_multirun_run_again_resumes_its_job_at_the_checkpoint(
     # the checkpoint moved: neither folder keeps one, the stopped folder says where it went
     assert not (tmp_path / "first" / "1" / FILE).exists() and not (tmp_path / "second" / "1" / FILE).exists()
     assert "checkpoint moved to" in (tmp_path / "first" / "1" / "gpdlm.log").read_text()
+    capsys.readouterr()
+    assert cli.main(["resume", str(tmp_path / "first" / "1")]) != 0  # gpdlm resume of the old folder: where it went
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith(f"gpdlm: error: {tmp_path / 'first' / '1'} has no {FILE}: ")
+    assert f"moved it to {(tmp_path / 'second' / '1').resolve()}: this run continues there as run " in said[0]
     runs = _children(uri, "again")
     assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED", "KILLED"]  # none RUNNING, none twice
     (resumed,) = [r for r in runs if r.info.status == "FINISHED" and r.data.params["seed"] == "1"]
