@@ -21,8 +21,9 @@ first job, the plan's data that is not cached is fetched (``--mirror DIR``: from
 
 **The run**: every multirun is ``gpdlm train -m +experiment=PRESET ... sweep.skip_finished=true
 +sweep.scale=SCALE`` into one store (``--output DIR/mlflow.db`` unless ``--tracking-uri``): rerunning an
-interrupted reproduce trains only what is not FINISHED there. A Hydra callback prints one line per ended
-job (``done/total``, the time left estimated from the jobs trained so far) and logs the same to the
+interrupted reproduce trains only what is not FINISHED there, an interrupted job continuing from its
+checkpoint (``run.resume``). A Hydra callback prints one line per ended job (``done/total``, the time left
+estimated from the jobs trained so far: a resumed job is done, not trained) and logs the same to the
 ``reproduce`` MLflow parent run (metrics ``jobs_done``, ``jobs_left``, ``eta_s``; tag ``gpdlm.progress``).
 ``--budget`` stops cleanly before a job would start past it (the default launcher; with another launcher,
 between multiruns) and says what is left. Other Hydra overrides (``hydra/launcher=joblib
