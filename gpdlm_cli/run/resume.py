@@ -2,13 +2,15 @@
 
 A sweep run again (``gpdlm train -m ... sweep.skip_finished=true``, every ``gpdlm reproduce``) gets a new
 timestamped folder, so a job's own folder never holds the checkpoint of the job interrupted last time.
-``find_stopped`` looks in the tracking store instead: the newest ``gpdlm train`` run with one of the job's
+``find_stopped`` looks in the tracking store instead: the ``gpdlm train`` runs with one of the job's
 config hashes (``tracking.identity.config_hashes``) that did not finish -- KILLED, FAILED, or RUNNING with
 its process gone (``tracking.liveness``; a live one is left alone) -- not yet continued (no tag
 ``gpdlm.resumed_as``), whose recorded output folder (``gpdlm.output_dir``) holds a ``checkpoint.pt`` and
-is not locked by a live process (``files.folder_lock``). Its checkpoint is verified as ``gpdlm resume``
+is not locked by a live process (``files.folder_lock``). Each checkpoint is verified as ``gpdlm resume``
 verifies it (its SHA-256, ``read_checkpoint(strict=True)``, and its config hash); one that fails is
-not used: the job trains afresh, with one warning line.
+not used (one warning line). Of the others the one furthest along is continued (the newest run among
+equals; usually the newest run is the furthest, but a job restarted from scratch after an interruption
+and interrupted again has the older, further checkpoint); with none the job trains afresh.
 
 The job then continues exactly as ``gpdlm resume`` continues a run (``run.train``): a new MLflow run tagged
 ``gpdlm.resumed_from`` with the stopped run's learning curves logged first, the stopped run tagged
@@ -80,10 +82,13 @@ class Stopped:
 
 
 def find_stopped(tracker, hashes: tuple[str, ...], output_dir: Path) -> Stopped | None:
-    """The newest stopped run with one of the config ``hashes`` whose folder (not ``output_dir``) holds
-    a checkpoint (see the module docstring); None when there is none, or when its checkpoint fails its
-    checks (one warning line on stderr and in ``output_dir``'s log: the job trains afresh)."""
+    """The stopped run with one of the config ``hashes`` whose folder (not ``output_dir``) holds the
+    checkpoint furthest along (see the module docstring; newest first among equals: a run restarted from
+    scratch after an interruption does not hide the older run's further checkpoint); None when there is
+    none. A checkpoint that fails its checks is passed over with one warning line (stderr and
+    ``output_dir``'s log) saying whether the job trains afresh or which run it resumes instead."""
     here = Path(output_dir).resolve()
+    best, best_run, bad = None, None, []
     for run in tracker.stopped_runs("gpdlm.config_hash", hashes):
         tags = run.data.tags
         folder = Path(tags.get("gpdlm.output_dir") or ".")
@@ -94,14 +99,18 @@ def find_stopped(tracker, hashes: tuple[str, ...], output_dir: Path) -> Stopped 
         if run.info.status == "RUNNING" and process_state(tags) != "gone":
             continue  # alive, or on another host: not ours to take
         found = _read(run.info.run_id, folder, hashes)
-        if isinstance(found, str):  # the newest candidate fails its checks: afresh, with one warning line
-            _afresh(output_dir, run.info.run_id, found)
-            return None
-        if found is not None:
-            if run.info.status == "RUNNING":
-                close_orphan(tracker.client, run, CLOSED_BY)
-            return found
-    return None
+        if isinstance(found, str):
+            bad.append((run.info.run_id, found))
+        elif found is not None and (best is None or found.step > best.step):
+            best, best_run = found, run
+    then = "training afresh" if best is None else f"resuming run {best.run_id[:8]} instead"
+    for run_id, why in bad:
+        note = f"not resuming the stopped run {run_id[:8]}: {why}; {then}"
+        print(f"gpdlm: warning: {note}", file=sys.stderr, flush=True)
+        append_log(output_dir, note, level="WARNING")
+    if best_run is not None and best_run.info.status == "RUNNING":
+        close_orphan(tracker.client, best_run, CLOSED_BY)
+    return best
 
 
 def _read(run_id: str, folder: Path, hashes: tuple[str, ...]) -> Stopped | str | None:
@@ -125,12 +134,6 @@ def _read(run_id: str, folder: Path, hashes: tuple[str, ...]) -> Stopped | str |
     if state.get("config_hash") not in hashes:
         return f"{path} belongs to another configuration (config hash {state.get('config_hash')})"
     return Stopped(run_id, folder, state, digest, checkpoint_step(state))
-
-
-def _afresh(output_dir: Path, run_id: str, why: str) -> None:
-    note = f"not resuming the stopped run {run_id[:8]}: {why}; training afresh"
-    print(f"gpdlm: warning: {note}", file=sys.stderr, flush=True)
-    append_log(output_dir, note, level="WARNING")
 
 
 def moved_to(folder: Path) -> str | None:

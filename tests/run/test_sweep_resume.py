@@ -200,24 +200,29 @@ def _gone_tags():
     return {"gpdlm.host": socket.gethostname(), "gpdlm.pid": "999999999", "gpdlm.process_start": "1.00"}
 
 
-def test_the_newest_stopped_run_with_a_checkpoint_is_continued_and_the_others_are_left(tmp_path, capsys):
-    """Newest first: a run still alive, a run already continued (``gpdlm.resumed_as``), the job's own folder,
-    a folder without checkpoint and a folder another process trains in are passed over; the next one is taken."""
+def test_the_stopped_run_with_the_furthest_checkpoint_is_continued_and_the_others_are_left(tmp_path, capsys):
+    """A run still alive, a run already continued (``gpdlm.resumed_as``), the job's own folder, a folder
+    without checkpoint and a folder another process trains in are passed over; of the others, the furthest
+    checkpoint is taken (the newest run among equals), not the newest run's (a restart from scratch)."""
     here = tmp_path / "job"
     _checkpoint(tmp_path / "alive")
     _checkpoint(tmp_path / "continued")
     _checkpoint(here)
     (tmp_path / "empty").mkdir()
     _checkpoint(tmp_path / "busy")
+    _checkpoint(tmp_path / "restarted", it=3)
     _checkpoint(tmp_path / "taken", it=12)
-    _checkpoint(tmp_path / "older", it=3)
+    _checkpoint(tmp_path / "equal", it=12)
+    _checkpoint(tmp_path / "older", it=5)
     runs = [
         _run("alive000", tmp_path / "alive", "RUNNING", **_alive_tags()),
         _run("cont0000", tmp_path / "continued", **{"gpdlm.resumed_as": "next"}),
         _run("self0000", here),
         _run("empty000", tmp_path / "empty"),
         _run("busy0000", tmp_path / "busy", "FAILED"),
+        _run("restart0", tmp_path / "restarted"),
         _run("taken000", tmp_path / "taken", "FAILED"),
+        _run("equal000", tmp_path / "equal"),
         _run("older000", tmp_path / "older"),
     ]
     store = FakeStore(runs)
@@ -230,6 +235,7 @@ def test_the_newest_stopped_run_with_a_checkpoint_is_continued_and_the_others_ar
     (here / "new").mkdir()
     found.take_over(here / "new", store)
     assert not (tmp_path / "taken" / FILE).exists() and not sidecar(tmp_path / "taken" / FILE).exists()
+    assert all((tmp_path / f / FILE).exists() for f in ("restarted", "equal", "older"))  # the others: left
     assert read_checkpoint(here / "new" / FILE, strict=True)["loop"]["it"] == 12
     assert store.tagged == {"taken000": {"gpdlm.resumed_as": "new00000"}}
     assert "checkpoint moved to" in (tmp_path / "taken" / "gpdlm.log").read_text()
@@ -247,7 +253,8 @@ def test_a_running_run_whose_process_is_gone_is_closed_killed_and_continued(tmp_
 
 @pytest.mark.parametrize("damage", ["flipped", "other config", "not a checkpoint"])
 def test_a_checkpoint_that_fails_its_checks_is_not_resumed_the_job_trains_afresh(damage, tmp_path, capsys):
-    """One warning line (stderr and the job's log); the older runs are not tried; the checkpoint stays."""
+    """One warning line (stderr and the job's log) and the job trains afresh; the checkpoint stays. With a
+    good checkpoint of an older run besides, the line says that one is resumed instead."""
     path = _checkpoint(tmp_path / "bad", chash="other" if damage == "other config" else "h2")
     if damage == "flipped":
         data = bytearray(path.read_bytes())
@@ -255,9 +262,8 @@ def test_a_checkpoint_that_fails_its_checks_is_not_resumed_the_job_trains_afresh
         path.write_bytes(bytes(data))
     elif damage == "not a checkpoint":
         write_verified(path, b"not a torch file")
-    _checkpoint(tmp_path / "older")
     (tmp_path / "job").mkdir()
-    store = FakeStore([_run("bad00000", tmp_path / "bad"), _run("older000", tmp_path / "older")])
+    store = FakeStore([_run("bad00000", tmp_path / "bad")])
     assert find_stopped(store, HASHES, tmp_path / "job") is None
     why = {
         "flipped": "does not match its recorded SHA-256",
@@ -269,6 +275,13 @@ def test_a_checkpoint_that_fails_its_checks_is_not_resumed_the_job_trains_afresh
     assert why in err[0] and err[0].endswith("; training afresh")
     assert (tmp_path / "job" / "gpdlm.log").read_text().count("not resuming the stopped run bad00000") == 1
     assert path.exists() and store.closed == [] and store.tagged == {}
+
+    _checkpoint(tmp_path / "older")
+    store = FakeStore([_run("bad00000", tmp_path / "bad"), _run("older000", tmp_path / "older")])
+    assert find_stopped(store, HASHES, tmp_path / "job").run_id == "older000"
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("gpdlm: warning: not resuming the stopped run bad00000: ")
+    assert line.endswith("; resuming run older000 instead")
 
 
 @pytest.mark.slow  # a (2-iteration) run: ~5 s with its data
