@@ -184,7 +184,10 @@ def _checkpointer(cfg, output_dir: Path, p, history, generator, chash, resume, n
     if every <= 0:
         return None
     state = RunState(p.method.modules, [generator, _estimator_generator(p)], history, chash, history.tracker)
-    return Checkpointer(output_dir / FILE, every, state, state=resume, on_failure=notes.checkpoint_failed)
+    minutes = float(cfg.trainer.get("checkpoint_minutes", 10.0))
+    return Checkpointer(
+        output_dir / FILE, every, state, state=resume, on_failure=notes.checkpoint_failed, minutes=minutes
+    )
 
 
 def _fit(cfg, p, history, evaluate, generator, checkpoint, record):

@@ -120,6 +120,11 @@ class TrainerSpec:
     checkpoint_every: int = integer(
         5, lo=0, allowed="an integer >= 0 (0 = no checkpoints)", help="evaluations between checkpoints; 0 = none"
     )
+    checkpoint_minutes: float = real(
+        10.0,
+        lo=0,
+        help="also a checkpoint after this many minutes without one (runs that evaluate rarely); 0 = after evaluations only",
+    )
     eval_every: int = integer(50, lo=0, allowed="a positive integer", help="iterations between evaluations; 0 = none")
     eval_every_epochs: int | None = integer(None, lo=1, null=True, help="also evaluate every k epochs")
     keep_best: str | None = text(

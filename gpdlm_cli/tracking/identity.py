@@ -43,7 +43,7 @@ import json
 IGNORED_KEYS = ("tracking", "progress", "sweep", "hydra")
 #: version 2 also leaves out these dotted keys (and ``bias.*`` outside ``gpdlm bias``): they change
 #: how fast or where a run trains, or how often it writes a checkpoint, not what it learns
-RESULT_NEUTRAL = ("threads", "device", "trainer.checkpoint_every")
+RESULT_NEUTRAL = ("threads", "device", "trainer.checkpoint_every", "trainer.checkpoint_minutes")
 VERSION = "3"
 VERSION_TAG = "gpdlm.config_hash_version"
 COMMAND_KEY = "gpdlm_command"  # ``gpdlm bias`` adds it to the config it hashes
@@ -73,7 +73,7 @@ _NEW_NAMES = frozenset(RENAMED.values())
 #: key is left out of every version's hash (a run of today's config is the run it was before the key existed),
 #: at any other it counts, for every model that carries it (``model.training.feedback``: the recurrent
 #: models' training windows, the networks' too, so it is not one of ``PROTOCOL_KEYS``)
-ADDED_KEYS = {"model.training.feedback": "true_targets"}
+ADDED_KEYS = {"model.training.feedback": "true_targets", "trainer.checkpoint_minutes": 10.0}
 
 
 def renamed_message(key: str, value=...) -> str:
@@ -190,6 +190,11 @@ def _as_version_2(config: dict) -> dict:
         trainer.update(training or {})
         for k, v in VERSION_2_DEFAULTS.items():
             trainer.setdefault(k, v)
+    for dotted, default in ADDED_KEYS.items():  # the group-level ones (trainer.checkpoint_minutes), at their default
+        group, _, leaf = dotted.partition(".")
+        node = out.get(group)
+        if group != "model" and isinstance(node, dict) and "." not in leaf and node.get(leaf, default) == default:
+            node.pop(leaf, None)
     return out
 
 

@@ -199,8 +199,8 @@ class Signals(Callback):
 
 
 class Checkpointing(Callback):
-    """Checkpoints (``checkpoint.Checkpointer``): after every ``every``-th evaluation and when the run is
-    stopped from outside, the loop's state; once training is complete, a complete checkpoint. When the
+    """Checkpoints (``checkpoint.Checkpointer``): after every ``every``-th evaluation, after ``minutes`` of
+    wall time without one, and when the run is stopped from outside, the loop's state; once training is complete, a complete checkpoint. When the
     checkpointer holds a loaded checkpoint, the stages it finished are skipped, the stage in progress
     resumes exactly, and a complete one trains nothing."""
 
@@ -226,6 +226,10 @@ class Checkpointing(Callback):
     def on_evaluate(self, loop, metrics: dict) -> None:
         if loop.checkpointable:
             self.ck.after_evaluation(loop.state)
+
+    def on_step(self, loop) -> None:
+        if loop.checkpointable:
+            self.ck.after_step(loop.state)
 
     def on_exception(self, loop, error) -> None:
         from ..signals import LAST_CHECKPOINT, killed_reason, stopped_mid_step

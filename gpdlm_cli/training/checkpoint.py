@@ -6,7 +6,8 @@ losses, batch permutation, optimiser state, best-iterate snapshot, time spent, h
 stage in progress and what the finished stages produced (``FitResult``), every module's parameters
 and buffers, every random generator (batch order, the estimator's, torch's global one), the learning
 curves logged so far, and the config hash and MLflow run it belongs to. Written after every
-``every``-th evaluation and when the run is stopped from outside (SIGTERM, SIGHUP, Ctrl-C, submitit's
+``every``-th evaluation, after ``minutes`` of wall time without one (``trainer.checkpoint_minutes``: a run
+that evaluates rarely or never, a PIC++ job of an hour, still leaves one), and when the run is stopped from outside (SIGTERM, SIGHUP, Ctrl-C, submitit's
 SIGUSR2 preemption), and once more when training is complete (``save_complete``: every stage done,
 before the slow finalisation), so that a run stopped while it evaluates and saves its results
 resumes without training. Its SHA-256 is recorded in ``checkpoint.pt.sha256`` (``files.write_verified``)
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,8 +53,11 @@ class Checkpointer:
         run_state: Callable[[], dict],
         state: dict | None = None,
         on_failure: Callable[[OSError, int | None], None] | None = None,
+        minutes: float = 0.0,
     ):
         self.path, self.every, self.run_state = Path(path), int(every), run_state
+        self.seconds = 60.0 * float(minutes)  # 0: checkpoints after evaluations only
+        self.saved_at = time.monotonic()  # the last write (or attempt), or the start
         self.state = state  # the checkpoint to resume from (consumed by callbacks.Checkpointing)
         self.stage = 0  # the stage in progress (set by callbacks.Checkpointing)
         self.fit = None  # the stage loop's FitResult so far
@@ -65,6 +70,11 @@ class Checkpointer:
     def after_evaluation(self, loop_state: Callable[[], dict]) -> None:
         self.evaluations += 1
         if self.every > 0 and self.evaluations % self.every == 0:
+            self.save(loop_state())
+
+    def after_step(self, loop_state: Callable[[], dict]) -> None:
+        """A checkpoint when ``minutes`` have passed since the last one (at an iteration boundary)."""
+        if self.seconds > 0 and time.monotonic() - self.saved_at >= self.seconds:
             self.save(loop_state())
 
     def save_complete(self, fit, n_stages: int) -> None:
@@ -108,6 +118,7 @@ class Checkpointer:
         torch.save(blob, buf)
         from ..signals import deferred_signals
 
+        self.saved_at = time.monotonic()  # a failed write is not retried every step
         try:
             with deferred_signals(user_signals=True):  # a second Ctrl-C stops after the write, not inside it
                 write_verified(self.path, buf.getvalue())

@@ -52,6 +52,7 @@ def old_hash(cfg) -> str:
     config as gpdlm composed it then (the recurrent protocol keys at their defaults under ``trainer``)."""
     d = OmegaConf.to_container(cfg, resolve=True)
     d["trainer"].update(VERSION_2_TRAINER)
+    assert d["trainer"].pop("checkpoint_minutes") == 10.0  # added since (ADDED_KEYS): no old run had it
     for k in ("tracking", "progress", "sweep", "hydra"):
         d.pop(k, None)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -184,6 +185,7 @@ def test_old_params_and_configs_read_in_the_new_names():
     old = OmegaConf.to_container(OmegaConf.create(runs["gp_lstm"]["config_yaml"]))
     new = OmegaConf.to_container(compose(runs["gp_lstm"]["overrides"]))
     assert new["model"]["training"].pop("feedback") == "true_targets"  # added since (ADDED_KEYS), at its default
+    assert new["trainer"].pop("checkpoint_minutes") == 10.0  # the same
     assert canonical_config(old) == new and canonical_config(new) == new
 
 
@@ -312,3 +314,16 @@ def test_an_added_key_at_its_default_leaves_every_hash_as_before_and_counts_when
     own = compose([*base, "model.training.feedback=own_predictions"])
     assert set(config_hashes(own)).isdisjoint(config_hashes(cfg))
     assert params_hash(logged_params(own)) == config_hash(own) != config_hash(cfg)
+
+
+def test_the_checkpoint_interval_in_minutes_changes_no_hash():
+    """trainer.checkpoint_minutes (ADDED_KEYS, result-neutral): at its default every version's hash is the
+    config's without it (every run before it had none), and any other value is the same run."""
+    cfg = compose(["model=dlm"])
+    assert cfg.trainer.checkpoint_minutes == 10.0
+    without = OmegaConf.create(OmegaConf.to_container(cfg))
+    del without.trainer["checkpoint_minutes"]
+    assert config_hashes(cfg) == config_hashes(without)
+    other = compose(["model=dlm", "trainer.checkpoint_minutes=0.5"])
+    assert config_hash(other) == config_hash(cfg)
+    assert params_hash(logged_params(other)) == config_hash(cfg)
