@@ -110,3 +110,36 @@ def _data(ov):
     cfg = compose(ov)
     _, splits, data = build.load_data(cfg)
     return data, splits.task
+
+
+@pytest.mark.slow  # two tiny GP-LSTM runs: ~5 s
+def test_a_gp_lstm_run_stopped_while_it_saves_its_results_resumes_with_its_refresh_counts(tmp_path, monkeypatch):
+    """A stop after the last iteration (while the learning curve is drawn) leaves a complete checkpoint; the
+    resumed run trains nothing and reports the uninterrupted run's refresh counts, drifts and time per epoch:
+    the hooks of every stage go through the checkpoint. Before, they came back as 0 refreshes and NaN."""
+    import signal as _signal
+
+    from gpdlm_cli.run import train as train_module
+    from gpdlm_cli.training.loop import Loop
+
+    install_signal_handlers()
+    ov = TINY + GP
+    full = run_train(compose(ov), tmp_path / "full", tracker=NullTracker())
+
+    def stopped(*args, **kwargs):
+        raise Terminated(_signal.SIGTERM)
+
+    monkeypatch.setattr(train_module, "plot_learning_curve", stopped)
+    with pytest.raises(Terminated):
+        run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
+    assert read_checkpoint(tmp_path / "cut" / FILE)["complete"] is True
+    monkeypatch.undo()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a complete run trained again")
+
+    monkeypatch.setattr(Loop, "train", no_training)
+    resumed = run_train(compose(ov), tmp_path / "cut", tracker=NullTracker())
+    assert full["refreshes"] == 4 and full["embedding_drift_mean"] > 0
+    assert _strip(resumed) == _strip(full)
+    assert resumed["epoch_seconds"] > 0  # the cut run's own time per epoch, not NaN
