@@ -101,9 +101,10 @@ def _check_sweep_launcher(cfg: DictConfig, hc) -> None:
             )
 
 
-def _run_sweep_job(cfg: DictConfig, runner, hc, overrides: list[str], context: dict):
+def _run_sweep_job(cfg: DictConfig, runner, hc, overrides: list[str], context: dict, outcome: dict):
     """One job of a multirun: ``(metrics, None)``, or ``(None, reason)`` when it failed (reported, its
-    reason in the job's gpdlm.log). A kill is recorded for the sweep summary, then raised."""
+    reason in the job's gpdlm.log). A kill is recorded for the sweep summary, then raised. ``outcome``:
+    what the job's record carries besides its status (``resumed``: the stopped run it continued)."""
     from . import build
     from .run.artifacts import append_log
     from .signals import killed_reason
@@ -119,6 +120,7 @@ def _run_sweep_job(cfg: DictConfig, runner, hc, overrides: list[str], context: d
             overrides=overrides,
             parent_run_id=context.get("parent_run_id"),
             skip_finished=cfg.sweep.skip_finished,
+            outcome=outcome,
         )
     except Exception as e:  # a job failure is reported, never raised into the sweep
         from .exceptions import fault_message
@@ -168,7 +170,8 @@ def run_job(cfg: DictConfig, runner, run_name=None):
         from omegaconf import OmegaConf
 
         OmegaConf.update(cfg, "tracking.run_name", run_name(cfg, context.get("swept", [])), merge=False)
-    metrics, failure = _run_sweep_job(cfg, runner, hc, overrides, context)
+    outcome: dict = {}
+    metrics, failure = _run_sweep_job(cfg, runner, hc, overrides, context, outcome)
     if failure is not None:
         record_outcome(sweep_dir, job, "failed", overrides, failure)
         return float("inf")
@@ -177,7 +180,7 @@ def run_job(cfg: DictConfig, runner, run_name=None):
     except GpdlmError as e:  # sweep.objective names no metric of this run
         record_outcome(sweep_dir, job, "failed", overrides, report_error(e))
         return float("inf")
-    record_outcome(sweep_dir, job, "skipped" if metrics is None else "finished", overrides)
+    record_outcome(sweep_dir, job, "skipped" if metrics is None else "finished", overrides, **outcome)
     return value
 
 

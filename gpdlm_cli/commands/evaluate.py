@@ -577,6 +577,11 @@ def resume_main(argv: list[str]) -> int:
         finished = (folder / "model.pt").is_file() and "status" not in _read_metrics(folder)
         if finished:
             raise AnalysisError(f"{folder} holds a finished run (model.pt, final metrics.json): nothing to resume")
+        from ..run.resume import moved_to
+
+        moved = moved_to(folder)
+        if moved is not None:  # a sweep run again (sweep.skip_finished) continued it elsewhere
+            raise AnalysisError(f"{folder} has no {FILE}: a sweep run again moved it to {moved}; resume that run")
         raise AnalysisError(
             f"{folder} has no readable {FILE}: the run was stopped before its first checkpoint, "
             f"or ran with trainer.checkpoint_every=0; retrain it"
@@ -616,10 +621,9 @@ def _read_metrics(folder: Path) -> dict:
 def _stopped_run(uri: str, run_id: str | None):
     """(client, the stopped MLflow run or None): refuses a FINISHED run and one whose process may be
     alive; a RUNNING run whose process is gone is closed KILLED before it is resumed."""
-    from mlflow.entities import RunTag
     from mlflow.exceptions import MlflowException
 
-    from ..tracking.liveness import HOST_TAG, PID_TAG, process_state
+    from ..tracking.liveness import HOST_TAG, PID_TAG, close_orphan, process_state
 
     if not run_id:
         return None, None
@@ -646,15 +650,7 @@ def _stopped_run(uri: str, run_id: str | None):
                 f"cannot be checked from here; if it is dead, `gpdlm runs --stale --mark-failed` "
                 f"closes it, then resume"
             )
-        client.log_batch(
-            run_id,
-            tags=[
-                RunTag(
-                    "failure_reason", f"orphaned: process {run.data.tags.get(PID_TAG)} is gone (closed by gpdlm resume)"
-                )
-            ],
-        )
-        client.set_terminated(run_id, "KILLED")
+        close_orphan(client, run, "gpdlm resume")
     return client, run
 
 

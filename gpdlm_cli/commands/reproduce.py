@@ -21,8 +21,9 @@ first job, the plan's data that is not cached is fetched (``--mirror DIR``: from
 
 **The run**: every multirun is ``gpdlm train -m +experiment=PRESET ... sweep.skip_finished=true
 +sweep.scale=SCALE`` into one store (``--output DIR/mlflow.db`` unless ``--tracking-uri``): rerunning an
-interrupted reproduce trains only what is not FINISHED there. A Hydra callback prints one line per ended
-job (``done/total``, the time left estimated from the jobs trained so far) and logs the same to the
+interrupted reproduce trains only what is not FINISHED there, an interrupted job continuing from its
+checkpoint (``run.resume``). A Hydra callback prints one line per ended job (``done/total``, the time left
+estimated from the jobs trained so far: a resumed job is done, not trained) and logs the same to the
 ``reproduce`` MLflow parent run (metrics ``jobs_done``, ``jobs_left``, ``eta_s``; tag ``gpdlm.progress``).
 ``--budget`` stops cleanly before a job would start past it (the default launcher; with another launcher,
 between multiruns) and says what is left. Other Hydra overrides (``hydra/launcher=joblib
@@ -522,13 +523,17 @@ class Progress:
     seconds: float = 0.0
     started: float = field(default_factory=time.monotonic)
     job_started: float = 0.0
+    resumed: int = 0  # jobs that continued a stopped run from its checkpoint (run.resume)
+    resumed_s: float = 0.0  # their wall time (in this process)
 
     def left_s(self) -> float | None:
         """The jobs left times the wall time per trained job so far (their overhead included; skipped
-        jobs count as free), None before the first job trained."""
+        jobs count as free; a resumed job, which trained only what its checkpoint had left, is done but
+        neither a trained job nor its time counts), None before the first job trained."""
         if not self.trained:
             return None
-        return (time.monotonic() - self.started) / self.trained * max(0, self.total - self.done)
+        spent = time.monotonic() - self.started - self.resumed_s
+        return max(0.0, spent) / self.trained * max(0, self.total - self.done)
 
     def line(self, what: str) -> str:
         left = max(0, self.total - self.done)
@@ -581,13 +586,19 @@ class ReproduceCallback:
         p = PROGRESS
         if p is None:
             return
-        outcome = Path(config.hydra.sweep.dir) / "outcomes" / f"{config.hydra.job.num}.json"
-        status = json.loads(outcome.read_text())["status"] if outcome.is_file() else "failed"
+        path = Path(config.hydra.sweep.dir) / "outcomes" / f"{config.hydra.job.num}.json"
+        outcome = json.loads(path.read_text()) if path.is_file() else {"status": "failed"}
+        status = outcome["status"]
         p.done += 1
-        if status == "finished":
+        if status == "finished" and outcome.get("resumed"):  # trained only the rest: not a job's time
+            p.resumed += 1
+            p.resumed_s += time.monotonic() - p.job_started
+        elif status == "finished":
             p.trained += 1
             p.seconds += time.monotonic() - p.job_started
         what = {"skipped": "skipped: FINISHED in the store"}.get(status, status)
+        if outcome.get("resumed"):
+            what = f"{what}, resumed {outcome['resumed']}"
         job = [o for o in config.hydra.overrides.task if not o.lstrip("+").startswith(_BOOKKEEPING)]
         line = p.line(f"{what}: {' '.join(job)}")
         print(line, file=sys.stderr, flush=True)
@@ -612,12 +623,14 @@ def _count_outcomes(p: Progress, sweep_dir: Path, what: str) -> None:
     if not outcomes:
         return
     p.done += len(outcomes)
-    p.trained += sum(o["status"] == "finished" for o in outcomes)
+    resumed = sum(o["status"] == "finished" and bool(o.get("resumed")) for o in outcomes)
+    p.trained += sum(o["status"] == "finished" for o in outcomes) - resumed  # resumed: done, not trained
+    p.resumed += resumed
     counts = ", ".join(
         f"{n} {s}"
         for s in ("finished", "skipped", "failed", "killed")
         if (n := sum(o["status"] == s for o in outcomes))
-    )
+    ) + (f" ({resumed} of them resumed from a checkpoint)" if resumed else "")
     line = p.line(f"{what}: {counts}")
     print(line, file=sys.stderr, flush=True)
     p.log(line)

@@ -362,10 +362,13 @@ def run_bias(
     tracker=None,
     parent_run_id: str | None = None,
     skip_finished: bool = False,
+    outcome: dict | None = None,
 ) -> dict | None:
     """Run the bias study of the configured estimator; returns its metrics (None if
     ``skip_finished`` found a FINISHED bias run with the same config hash). Raises GpdlmError on bad
-    input, before any work or MLflow run. The steps are the module docstring's protocol."""
+    input, before any work or MLflow run. The steps are the module docstring's protocol. ``outcome``
+    (a sweep job's record, filled by ``run_train`` when a job resumes) stays as it is: a bias study
+    writes no checkpoint."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     p = prepare(cfg, adjust=_bias_config)  # 1. every check, before a run exists

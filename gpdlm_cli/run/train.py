@@ -51,9 +51,13 @@ def run_train(
     tracker=None,
     parent_run_id: str | None = None,
     skip_finished: bool = False,
+    outcome: dict | None = None,
 ) -> dict | None:
     """Run one experiment; returns the final metrics (None if ``skip_finished`` found a FINISHED
-    run with the same config hash). Raises GpdlmError on bad input."""
+    run with the same config hash). With ``skip_finished`` a job whose folder holds no checkpoint of its
+    own continues a stopped run of its config hash from that run's checkpoint (``run.resume``), and
+    ``outcome`` (a sweep job's record) gets ``resumed``: which run, from which step. Raises GpdlmError
+    on bad input."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     reset_peak_rss()  # peak_rss_mb: this run's own high-water mark (data loading included)
@@ -65,7 +69,7 @@ def run_train(
     if skip_finished and tracker.has_finished_run("gpdlm.config_hash", config_hashes(cfg)):
         return None
     with _folder_locked(output_dir):
-        return _train_locked(cfg, output_dir, overrides, tracker, parent_run_id, p, generator)
+        return _train_locked(cfg, output_dir, overrides, tracker, parent_run_id, p, generator, skip_finished, outcome)
 
 
 @contextmanager
@@ -85,13 +89,22 @@ def _folder_locked(output_dir: Path):
         ) from None
 
 
-def _train_locked(cfg, output_dir: Path, overrides, tracker, parent_run_id, p, generator) -> dict:
+def _train_locked(
+    cfg, output_dir: Path, overrides, tracker, parent_run_id, p, generator, skip_finished=False, outcome=None
+) -> dict:
     """``run_train`` from the checkpoint to the report, with the folder's lock held: the recipe."""
     chash = config_hash(cfg)
     resume = _resume_state(cfg, output_dir)  # a requeued or resumed job continues
+    stopped = _stopped_elsewhere(cfg, output_dir, tracker) if resume is None and skip_finished else None
+    if stopped is not None:  # a sweep run again: its job continues the run stopped last time (run.resume)
+        resume = stopped.state
     run = TrackedRun(output_dir, tracker, cfg.tracking.get("run_name") or run_name_for(cfg))
-    tags = _tags(cfg, p, overrides, output_dir, chash, resume)
+    tags = _tags(cfg, p, overrides, output_dir, chash, resume, stopped.run_id if stopped is not None else None)
     with run.started(cfg, tags, parent_run_id=parent_run_id, table=p.table, fingerprint=p.splits.fingerprint):
+        if stopped is not None:
+            stopped.take_over(output_dir, tracker)
+            if outcome is not None:
+                outcome["resumed"] = f"run {stopped.run_id[:8]} at step {stopped.step}"
         history = RunHistory(tracker, resume)
         evaluate = evaluator(p.method, p.data, p.splits.y_std)
         info = curve_info(cfg, p.splits.task, p.splits.y_std, lr=_stage_lrs(p))
@@ -121,12 +134,26 @@ def _resume_state(cfg, output_dir: Path) -> dict | None:
     return state if state is not None and state.get("config_hash") in config_hashes(cfg) else None
 
 
-def _tags(cfg, p, overrides, output_dir: Path, chash: str, resume: dict | None) -> dict:
+def _stopped_elsewhere(cfg, output_dir: Path, tracker):
+    """The stopped run of this configuration a sweep run again continues (``run.resume.find_stopped``);
+    None for a batched sweep's job (``sweep.batched`` trains without checkpoints)."""
+    if cfg.sweep.get("batched", False):
+        return None
+    from .resume import find_stopped
+
+    return find_stopped(tracker, config_hashes(cfg), output_dir)
+
+
+def _tags(
+    cfg, p, overrides, output_dir: Path, chash: str, resume: dict | None, resumed_from: str | None = None
+) -> dict:
     """The run's tags: every gpdlm run's (``run_tags``), the method's, and what the family declares for
     analysis (the metric ``gpdlm select`` picks beta by, the reference beta: ``analysis.declarations``)."""
     from ..methods import declaration_tags
 
-    extra = {"gpdlm.resumed_from": str(resume.get("run_id"))} if resume is not None else {}
+    if resume is not None and resumed_from is None:
+        resumed_from = str(resume.get("run_id"))
+    extra = {"gpdlm.resumed_from": resumed_from} if resumed_from is not None else {}
     extra.update(declaration_tags(str(cfg.model.name)))
     return run_tags(
         "train",

@@ -77,7 +77,10 @@ class ObjectiveSpec:
 class SweepSpec:
     """The ``sweep`` group: how a multirun is organised (never what a run learns)."""
 
-    skip_finished: bool = flag(False, help="multirun: skip jobs whose config hash already has a FINISHED run")
+    skip_finished: bool = flag(
+        False,
+        help="multirun: skip jobs whose config hash already has a FINISHED run, continue a stopped one from its checkpoint",
+    )
     share_stages: bool = flag(True, help="train a beta-independent stage once per sweep and reuse it from cache_dir")
     warm_start: bool = flag(False, help="beta sweeps: each beta starts where the previous one ended")
     batched: bool = flag(False, help="jobs differing only in seed and beta train as one batched model")

@@ -175,15 +175,19 @@ def read_context(sweep_dir) -> dict:
     return json.loads(p.read_text()) if p.exists() else {}
 
 
-def record_outcome(sweep_dir, job_num: int, status: str, overrides: list[str], reason: str = "") -> None:
-    """A job's outcome as a file (jobs may run in other processes or on other machines)."""
+def record_outcome(
+    sweep_dir, job_num: int, status: str, overrides: list[str], reason: str = "", resumed: str | None = None
+) -> None:
+    """A job's outcome as a file (jobs may run in other processes or on other machines); ``resumed``: a
+    job that continued a stopped run from its checkpoint (``run.resume``) says which run and step."""
     d = Path(sweep_dir) / "outcomes"
     d.mkdir(parents=True, exist_ok=True)
     from ..files import write_atomic
 
-    write_atomic(
-        d / f"{job_num}.json", json.dumps({"job": job_num, "status": status, "overrides": overrides, "reason": reason})
-    )
+    record = {"job": job_num, "status": status, "overrides": overrides, "reason": reason}
+    if resumed:
+        record["resumed"] = resumed
+    write_atomic(d / f"{job_num}.json", json.dumps(record))
 
 
 def read_outcomes(sweep_dir) -> list[dict]:
@@ -262,8 +266,11 @@ class SweepCallback(Callback):
         status = "FAILED" if counts["failed"] else "KILLED" if counts["killed"] else "FINISHED"
         self.end(status, counts, best, failure_reason(outcomes))
         killed = f", {counts['killed']} killed" if counts["killed"] else ""
+        resumed = sum(bool(o.get("resumed")) for o in outcomes)
         print(
-            f"gpdlm: sweep done: {counts['finished']} finished, {counts['skipped']} skipped, "
+            f"gpdlm: sweep done: {counts['finished']} finished"
+            + (f" ({resumed} resumed from a checkpoint)" if resumed else "")
+            + f", {counts['skipped']} skipped, "
             f"{counts['failed']} failed{killed}  ({config.hydra.sweep.dir})",
             file=sys.stderr,
         )

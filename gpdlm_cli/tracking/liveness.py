@@ -52,3 +52,13 @@ def _same_start(a: str, b: str) -> bool:
         return abs(float(a) - float(b)) < 0.05
     except ValueError:  # a tag written by an older gpdlm (clock ticks): cannot compare
         return True
+
+
+def close_orphan(client, run, closed_by: str) -> None:
+    """End a RUNNING MLflow ``run`` whose process is gone (``process_state`` 'gone'): KILLED, with
+    ``failure_reason`` naming the process and who closed it (``gpdlm resume``, a sweep run again)."""
+    from mlflow.entities import RunTag
+
+    reason = f"orphaned: process {run.data.tags.get(PID_TAG)} is gone (closed by {closed_by})"
+    client.log_batch(run.info.run_id, tags=[RunTag("failure_reason", reason)])
+    client.set_terminated(run.info.run_id, "KILLED")

@@ -116,6 +116,14 @@ class NullTracker:
     def has_finished_run(self, tag: str, value: str) -> bool:
         return False
 
+    def stopped_runs(self, tag: str, value) -> list:
+        """The experiment's ``gpdlm train`` runs that did not finish (KILLED, FAILED or RUNNING) whose
+        ``tag`` equals ``value`` (or one of a tuple's values), newest first (none without a store)."""
+        return []
+
+    def tag_run(self, run_id: str, tags: dict) -> None:
+        """Tags on another run of the store (the stopped run a run continues: ``gpdlm.resumed_as``)."""
+
 
 class MlflowTracker(NullTracker):
     """One MLflow run per ``run()`` block, logged with batched calls.
@@ -279,6 +287,26 @@ class MlflowTracker(NullTracker):
             if runs:
                 return True
         return False
+
+    def stopped_runs(self, tag: str, value) -> list:
+        """The experiment's ``gpdlm train`` runs that did not finish (KILLED, FAILED or RUNNING) whose
+        ``tag`` equals ``value`` (or one of a tuple's values), newest first: MLflow ``Run`` objects."""
+        found: dict = {}
+        for v in (value,) if isinstance(value, str) else tuple(dict.fromkeys(value)):
+            for status in ("KILLED", "FAILED", "RUNNING"):
+                runs = self.client.search_runs(
+                    [self.experiment_id],
+                    filter_string=f"tags.`{tag}` = {quote(v)} and attributes.status = '{status}'"
+                    " and tags.`gpdlm.command` = 'train'",
+                    max_results=100,
+                )
+                found.update({r.info.run_id: r for r in runs})
+        return sorted(found.values(), key=lambda r: r.info.start_time or 0, reverse=True)
+
+    def tag_run(self, run_id: str, tags: dict) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
 class RetryingClient:

@@ -155,6 +155,14 @@ def read_checkpoint(path: str | os.PathLike, strict: bool = False) -> dict | Non
     return blob if isinstance(blob, dict) and blob.get("format") == FORMAT else None
 
 
+def checkpoint_step(state: dict) -> int:
+    """The iteration a checkpoint was written at: the finished stages' iterations plus the stage in
+    progress's own count (``Checkpointer.last_written`` of the run that wrote it)."""
+    fit, loop = state.get("fit"), state.get("loop")
+    done = int(fit["iterations"]) if fit is not None else 0
+    return done + (int(loop["it"]) if isinstance(loop, dict) and "it" in loop else 0)
+
+
 def restore_run_state(state: dict, modules, generators) -> None:
     """Parameters, buffers and random generators as the checkpoint saved them."""
     from .reuse import loadmodule_state
@@ -166,4 +174,4 @@ def restore_run_state(state: dict, modules, generators) -> None:
     torch.set_rng_state(state["torch_rng"])
 
 
-__all__ = ["FILE", "CheckpointError", "Checkpointer", "read_checkpoint", "restore_run_state"]
+__all__ = ["FILE", "CheckpointError", "Checkpointer", "checkpoint_step", "read_checkpoint", "restore_run_state"]
