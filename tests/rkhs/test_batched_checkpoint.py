@@ -1,0 +1,96 @@
+"""A batched RKHS group keeps its progress when it is stopped (``sweep.batched_rkhs.GroupCheckpoint``): each
+member's checkpoint is written every checkpoint_every-th iteration with an evaluation and when SIGTERM stops
+the group between two iterations; the same group trained again continues every member from its checkpoint
+and ends bit for bit as the uninterrupted group (losses, step metrics, best iterate, end state, hook
+states); the checkpoints are removed once the group has trained. Before, a stopped group lost every
+member's progress and trained again from the start."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpdlm_cli.run.train import evaluator
+from gpdlm_cli.signals import Terminated, install_signal_handlers
+from gpdlm_cli.sweep import batched_rkhs
+from gpdlm_cli.tracking.identity import config_hash
+
+from ..conftest import KillAt
+from .test_batched import GRID, _cfg
+
+
+def _group(cache, extra=()):
+    cfgs = [
+        _cfg("minimax", "rff", seed, lr, ["kernel.num_features=20", "trainer.checkpoint_every=1", *extra])
+        for seed, lr in GRID
+    ]
+    for c in cfgs:
+        c.sweep.cache_dir = str(cache)
+    return cfgs
+
+
+def _train(cfgs):
+    out = batched_rkhs.train_group(cfgs[0], config_hash(cfgs[0]), cfgs, evaluator)
+    return [out[config_hash(c)] for c in cfgs]
+
+
+def _same(a, b):
+    assert a["fit"].losses == b["fit"].losses and a["fit"].best_iteration == b["fit"].best_iteration
+    assert a["steps"] == b["steps"]
+    assert sorted(a["state"]) == sorted(b["state"])
+    for k in a["state"]:
+        assert torch.equal(a["state"][k], b["state"][k]), k
+
+
+@pytest.mark.slow  # three groups of three MINIMAX members: ~4 s
+def test_a_stopped_batched_group_continues_each_member_from_its_checkpoint(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    install_signal_handlers()
+    full = _train(_group(tmp_path / "a"))
+    assert not list((tmp_path / "a" / "batched").glob("*"))  # removed once the group trained
+
+    real = batched_rkhs._member
+
+    def killed(c, ev):
+        m = real(c, ev)
+        if int(c.seed) == GRID[0][0]:
+            m.method.stages[-1].hooks.append(KillAt(10))  # SIGTERM in iteration 10 (21 in all)
+        return m
+
+    monkeypatch.setattr(batched_rkhs, "_member", killed)
+    cut = _group(tmp_path / "b")
+    with pytest.raises(Terminated):
+        _train(cut)
+    monkeypatch.undo()
+    folder = tmp_path / "b" / "batched"
+    files = sorted(p.name for p in folder.glob("*.pt"))
+    assert files == sorted(f"{config_hash(c)}.pt" for c in cut)
+    checkpoint = batched_rkhs.GroupCheckpoint(folder, [config_hash(c) for c in cut], 1)
+    for b in range(3):
+        blob = checkpoint.load(b)
+        assert blob is not None and blob["loop"]["it"] == 10 and blob["active"] is True
+        assert [s for s, _ in blob["steps"]["train_nlml"]] == [7]  # the member's evaluation at epoch 1 is kept
+
+    calls = []
+    real_train = batched_rkhs.train_rkhs_batched
+
+    def recording(members, checkpoint=None):
+        fits = real_train(members, checkpoint)
+        calls.append(list(checkpoint.resumed))
+        return fits
+
+    iterations = []
+    real_iteration = batched_rkhs._batched_iteration
+
+    def counted(*args):
+        iterations.append(1)
+        return real_iteration(*args)
+
+    monkeypatch.setattr(batched_rkhs, "train_rkhs_batched", recording)
+    monkeypatch.setattr(batched_rkhs, "_batched_iteration", counted)
+    resumed = _train(_group(tmp_path / "b"))
+    assert calls == [[0, 1, 2]] and len(iterations) == 11  # every member continued from iteration 10 of 21
+    for a, b in zip(full, resumed):
+        _same(a, b)
+        assert b["fit"].iterations == 21
+    assert not list(folder.glob("*"))
