@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -653,8 +654,14 @@ def train_group(cfg, key: str, configs: list, evaluator) -> dict:
         if checkpoint is not None:  # its members train separately: nothing to continue
             checkpoint.remove()
         raise
+    note = None
     if checkpoint is not None:
         checkpoint.remove()
+        if checkpoint.resumed:
+            note = (
+                f"sweep.batched: {len(checkpoint.resumed)} of {len(members)} members continued from their checkpoints"
+            )
+            print(f"gpdlm: {note} ({checkpoint.directory})", file=sys.stderr)
     out = {}
     for k, m, f in zip(keys, members, fits):
         stage = m.method.stages[-1]
@@ -664,7 +671,9 @@ def train_group(cfg, key: str, configs: list, evaluator) -> dict:
         fit.add_stage(stage.name, m.settings, run)
         fit.iter_ms = f.result.iter_ms
         state = module_state(m.method.modules)
-        out[k] = dict(tag=str(len(members)), fit=fit, state=state, steps=f.steps, restore=_restorer(m.method))
+        out[k] = dict(
+            tag=str(len(members)), fit=fit, state=state, steps=f.steps, restore=_restorer(m.method), note=note
+        )
     return out
 
 

@@ -94,3 +94,60 @@ def test_a_stopped_batched_group_continues_each_member_from_its_checkpoint(tmp_p
         _same(a, b)
         assert b["fit"].iterations == 21
     assert not list(folder.glob("*"))
+
+
+@pytest.mark.slow  # three in-process sweeps of two MINIMAX jobs (MLflow store, Hydra): ~18 s
+def test_an_interrupted_batched_sweep_run_again_continues_its_group(tmp_path, capsys, mlflow_uri, monkeypatch):
+    """`gpdlm train -m ... sweep.batched=true` stopped by SIGTERM while its group trains (iteration 10 of 21),
+    then the same sweep again with sweep.skip_finished=true: the group continues every member from its
+    checkpoint and each of its two jobs ends FINISHED with the uninterrupted sweep's metrics, bit for bit."""
+    from mlflow.tracking import MlflowClient
+
+    from gpdlm_cli.sweep.batched import clear_batched
+
+    from ..conftest import run_cli
+    from .test_batched import SMALL
+
+    def sweep(name, folder, cache, extra=()):
+        clear_batched()
+        argv = ["train", "-m", "model=minimax", "kernel=linear", *SMALL[:-3], "threads=1", "progress=false"]
+        argv += ["seed=0", "trainer.lr=0.1,1.0", f"tracking.uri={mlflow_uri}", f"tracking.experiment={name}"]
+        argv += ["sweep.batched=true", "trainer.checkpoint_every=1", f"sweep.cache_dir={tmp_path / cache}"]
+        return run_cli([*argv, f"hydra.sweep.dir={tmp_path / folder}", *extra], tmp_path, capsys)
+
+    def runs(name):
+        client = MlflowClient(mlflow_uri)
+        exp = client.get_experiment_by_name(name)
+        found = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+        return [(r.data.params["seed"], r.data.params["trainer.lr"], r.info.status, r) for r in found]
+
+    rc, lines = sweep("bat-full", "full", "cache-a")
+    assert rc == 0, lines
+    full = {(s, lr): r for s, lr, _, r in runs("bat-full")}
+    real = batched_rkhs._member
+
+    def killed(c, ev):
+        m = real(c, ev)
+        if int(c.seed) == 0 and float(c.trainer.lr) == 0.1:
+            m.method.stages[-1].hooks.append(KillAt(10))
+        return m
+
+    monkeypatch.setattr(batched_rkhs, "_member", killed)
+    rc, lines = sweep("bat-cut", "cut", "cache-b")
+    monkeypatch.undo()
+    assert rc != 0
+    assert [st for *_, st, _ in runs("bat-cut")] == ["KILLED"]  # the first job, which trains the group
+    assert len(list((tmp_path / "cache-b" / "batched").glob("*.pt"))) == 2
+    rc, lines = sweep("bat-cut", "again", "cache-b", ["sweep.skip_finished=true"])
+    assert rc == 0, lines
+    assert any("sweep.batched: 2 of 2 members continued from their checkpoints" in ln for ln in lines), lines
+    again = {(s, lr): r for s, lr, st, r in runs("bat-cut") if st == "FINISHED"}
+    assert sorted(again) == sorted(full) and len(again) == 2
+    timing = ("train_seconds", "iter_ms", "peak_memory_mb", "peak_rss_mb", "wall_seconds")
+    for key, run in again.items():
+        ref = full[key].data.metrics
+        assert run.data.tags["gpdlm.batched"] == "2"
+        assert {k: v for k, v in run.data.metrics.items() if not k.startswith(timing)} == {
+            k: v for k, v in ref.items() if not k.startswith(timing)
+        }, key
+    assert not list((tmp_path / "cache-b" / "batched").glob("*"))
