@@ -500,19 +500,22 @@ def train_rkhs_batched(members: list[RKHSMember], checkpoint: GroupCheckpoint | 
     active = [loop.cap > 0 for loop in loops]
     seconds = [0.0] * B
     results: list = [None] * B
+    groups = [] if checkpoint is None else [checkpoint]
     rng = None
-    for b in range(B) if checkpoint is not None else ():
-        blob = checkpoint.load(b)
-        if blob is not None:
-            active[b], seconds[b] = _resume_member(stack, opt, loops[b], members[b], b, blob, steps[b])
-            checkpoint.resumed.append(b)
-            rng = blob["torch_rng"] if rng is None else rng
+    for ck in groups:
+        for b in range(B):
+            blob = ck.load(b)
+            if blob is not None:
+                active[b], seconds[b] = _resume_member(stack, opt, loops[b], members[b], b, blob, steps[b])
+                ck.resumed.append(b)
+                rng = blob["torch_rng"] if rng is None else rng
     if rng is not None:
         torch.set_rng_state(rng)
 
     def save() -> None:
-        for b in range(B) if checkpoint is not None else ():
-            checkpoint.save(b, _member_blob(stack, opt, loops[b], members[b], b, active[b], seconds[b], steps[b]))
+        for ck in groups:
+            for b in range(B):
+                ck.save(b, _member_blob(stack, opt, loops[b], members[b], b, active[b], seconds[b], steps[b]))
 
     try:
         _lockstep(stack, loops, opt, active, seconds, checkpoint, save)

@@ -25,6 +25,7 @@ import io
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -64,7 +65,7 @@ class Checkpointer:
         self.failures = 0  # checkpoints that could not be written
         self.last_written: int | None = None  # the iteration of the last checkpoint written (None: none yet)
         # ((stage, position, type name), hook): the checkpointable hooks of every stage begun so far, each once
-        self.hooks: list[tuple[tuple[int, int, str], object]] = []  # (set by callbacks.Checkpointing)
+        self.hooks: list[tuple[tuple[int, int, str], Any]] = []  # (set by callbacks.Checkpointing)
 
     def after_evaluation(self, loop_state: Callable[[], dict]) -> None:
         self.evaluations += 1
