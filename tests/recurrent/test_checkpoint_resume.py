@@ -48,6 +48,8 @@ TIMING = ("train_seconds", "iter_ms", "peak_rss_mb", "epoch_seconds", "test_ms_p
 CASES = {  # (overrides, the stage the run is stopped in, the step of that stage)
     "gp_lstm_in_algorithm_2": (GP, "delayed", 5),
     "gp_lstm_in_final_theta": (GP, "theta", 2),
+    "gp_lstm_in_pretraining": (GP, "pretrain", 2),
+    "gp_lstm_full_descent": ([*GP, "model.training.algorithm=full"], "full", 2),
     "gp_lstm_own_rollouts": (
         [*GP, "dataset.mode=free_simulation", "model.training.feedback=own_predictions", "model.horizons=[1,5]"],
         "delayed",
@@ -61,6 +63,8 @@ CASES = {  # (overrides, the stage the run is stopped in, the step of that stage
     ),
     "lstm_baseline": (["model=lstm"], "mse", 5),
     "narx_baseline": (["model=narx"], "mse", 4),
+    "gru_baseline": (["model=gru"], "mse", 5),
+    "rnn_baseline": (["model=rnn"], "mse", 5),
 }
 
 
