@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..exceptions import NumericalError
-from .batched_model import NotBatchable
+from .batched_model import NotBatchable, read_blob, remove_blob, write_blob
 
 if TYPE_CHECKING:
     from ..methods.base import Method
@@ -363,40 +363,14 @@ class GroupCheckpoint:
 
     def load(self, b: int) -> dict | None:
         """Member b's checkpoint, or None (none, or one that fails its SHA-256 or cannot be read)."""
-        from ..files import ChecksumMismatch, verify_sha256
-
-        path = self.path(b)
-        if not path.is_file():
-            return None
-        try:
-            verify_sha256(path)
-            blob = torch.load(path, map_location="cpu", weights_only=True)
-        except (ChecksumMismatch, OSError, RuntimeError, ValueError, EOFError):
-            return None
-        ok = isinstance(blob, dict) and blob.get("format") == self.FORMAT and blob.get("key") == self.keys[b]
-        return blob if ok else None
+        return read_blob(self.path(b), self.keys[b], self.FORMAT)
 
     def save(self, b: int, blob: dict) -> None:
-        import io
-
-        from ..files import write_verified
-        from ..signals import deferred_signals
-
-        buf = io.BytesIO()
-        torch.save({"format": self.FORMAT, "key": self.keys[b], **blob}, buf)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with deferred_signals(user_signals=True):  # never half written
-                write_verified(self.path(b), buf.getvalue())
-        except OSError:  # a checkpoint that cannot be written costs a restart, never the group
-            pass
+        write_blob(self.path(b), {"format": self.FORMAT, "key": self.keys[b], **blob})
 
     def remove(self) -> None:
-        from ..files import sidecar
-
         for b in range(len(self.keys)):
-            self.path(b).unlink(missing_ok=True)
-            sidecar(self.path(b)).unlink(missing_ok=True)
+            remove_blob(self.path(b))
 
 
 def _member_blob(stack: StackedRKHS, opt, loop, m: RKHSMember, b: int, active: bool, seconds: float, steps: dict):
