@@ -25,6 +25,11 @@ then the DLM stage of all members batched), ``likelihood=gaussian``, ``kernel=rb
 batch, ``trainer=paper`` with Adam and a constant learning rate, no ``keep_best``. Anything else --
 or a batch that cannot be built or fails numerically -- is trained separately, job by job, exactly
 as without ``sweep.batched``, with one line in the log and the tag ``gpdlm.batched=separate``.
+
+A group checkpoints while it trains (``trainer.checkpoint_every``; under ``<sweep.cache_dir>/batched/``): the
+full-batch group one file for the group (``batched_model.BatchCheckpoint``), the stacked group one file per
+member (``batched_rkhs.GroupCheckpoint``). When the sweep is run again (``sweep.skip_finished``) the group formed
+again continues from them; they are removed once the group has trained.
 """
 
 from __future__ import annotations

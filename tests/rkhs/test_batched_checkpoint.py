@@ -15,7 +15,7 @@ from gpdlm_cli.signals import Terminated, install_signal_handlers
 from gpdlm_cli.sweep import batched_rkhs
 from gpdlm_cli.tracking.identity import config_hash
 
-from ..conftest import KillAt
+from ..conftest import KillAt, compose
 from .test_batched import GRID, _cfg
 
 
@@ -151,3 +151,21 @@ def test_an_interrupted_batched_sweep_run_again_continues_its_group(tmp_path, ca
             k: v for k, v in ref.items() if not k.startswith(timing)
         }, key
     assert not list((tmp_path / "cache-b" / "batched").glob("*"))
+
+
+def test_gpdlm_resume_of_a_batched_job_says_how_its_group_continues(tmp_path, capsys):
+    """The job that trained a batched group ends KILLED without a checkpoint.pt of its own: `gpdlm resume` says
+    in one line where the group's checkpoints are and how to continue them (before: 'stopped before its first
+    checkpoint ... retrain it')."""
+    from omegaconf import OmegaConf
+
+    from ..conftest import run_cli
+    from .test_batched import SMALL
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    OmegaConf.save(compose(["model=minimax", "kernel=linear", *SMALL, "sweep.batched=true"]), folder / "config.yaml")
+    rc, lines = run_cli(["resume", str(folder)], tmp_path, capsys)
+    assert rc != 0 and len(lines) == 1, lines
+    assert "a job of a batched sweep (sweep.batched=true) that trained its group" in lines[0]
+    assert "run its sweep again with sweep.skip_finished=true to continue it" in lines[0]
