@@ -72,7 +72,7 @@ def _strip(m: dict) -> dict:
     return {k: v for k, v in m.items() if k not in TIMING}
 
 
-@pytest.mark.slow  # two tiny recurrent runs and a resume: ~10 s
+@pytest.mark.slow  # two tiny recurrent runs and a resume: 1-5 s each
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_recurrent_run_stopped_after_a_checkpoint_resumes_to_the_uninterrupted_result(
     name, tmp_path, monkeypatch, capsys
@@ -116,7 +116,7 @@ def _data(ov):
     return data, splits.task
 
 
-@pytest.mark.slow  # two tiny GP-LSTM runs: ~5 s
+@pytest.mark.slow  # two tiny GP-LSTM runs: ~1 s
 def test_a_gp_lstm_run_stopped_while_it_saves_its_results_resumes_with_its_refresh_counts(tmp_path, monkeypatch):
     """A stop after the last iteration (while the learning curve is drawn) leaves a complete checkpoint; the
     resumed run trains nothing and reports the uninterrupted run's refresh counts, drifts and time per epoch:

@@ -42,7 +42,7 @@ def _same(a, b):
         assert torch.equal(a["state"][k], b["state"][k]), k
 
 
-@pytest.mark.slow  # three groups of three MINIMAX members: ~4 s
+@pytest.mark.slow  # three groups of three MINIMAX members: ~1-4 s
 def test_a_stopped_batched_group_continues_each_member_from_its_checkpoint(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     install_signal_handlers()
@@ -96,7 +96,7 @@ def test_a_stopped_batched_group_continues_each_member_from_its_checkpoint(tmp_p
     assert not list(folder.glob("*"))
 
 
-@pytest.mark.slow  # three in-process sweeps of two MINIMAX jobs (MLflow store, Hydra): ~18 s
+@pytest.mark.slow  # three in-process sweeps of two MINIMAX jobs (MLflow store, Hydra): ~13 s
 def test_an_interrupted_batched_sweep_run_again_continues_its_group(tmp_path, capsys, mlflow_uri, monkeypatch):
     """`gpdlm train -m ... sweep.batched=true` stopped by SIGTERM while its group trains (iteration 10 of 21),
     then the same sweep again with sweep.skip_finished=true: the group continues every member from its

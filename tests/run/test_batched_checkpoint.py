@@ -37,7 +37,7 @@ def _train(cfgs):
     return [out[config_hash(c)] for c in cfgs]
 
 
-@pytest.mark.slow  # three groups of two members, 100 iterations each: ~4 s
+@pytest.mark.slow  # three groups of two members, 100 iterations each: ~2 s
 @pytest.mark.parametrize("model", ["svgp", "dlm"])
 def test_a_stopped_full_batch_group_continues_from_its_checkpoint(model, tmp_path, monkeypatch):
     torch.set_num_threads(1)
