@@ -29,7 +29,8 @@ as without ``sweep.batched``, with one line in the log and the tag ``gpdlm.batch
 A group checkpoints while it trains (``trainer.checkpoint_every``; under ``<sweep.cache_dir>/batched/``): the
 full-batch group one file for the group (``batched_model.BatchCheckpoint``), the stacked group one file per
 member (``batched_rkhs.GroupCheckpoint``). When the sweep is run again (``sweep.skip_finished``) the group formed
-again continues from them; they are removed once the group has trained.
+again continues from them (only then: without it a sweep trains everything again); they are removed once the
+group has trained.
 """
 
 from __future__ import annotations
@@ -363,7 +364,8 @@ def _svgp_group(key: str, configs: list, evaluator, stage_cache=None) -> dict[st
 
 def _group_checkpoint(cfg, keys: list[str]):
     """The full-batch group's ``BatchCheckpoint`` (None with ``trainer.checkpoint_every=0``):
-    ``<sweep.cache_dir>/batched/group-<hash of its members' config hashes>.pt``."""
+    ``<sweep.cache_dir>/batched/group-<hash of its members' config hashes>.pt``, continued only with
+    ``sweep.skip_finished`` (a sweep run again without it trains everything again)."""
     import hashlib
 
     from .batched_model import BatchCheckpoint
@@ -373,7 +375,7 @@ def _group_checkpoint(cfg, keys: list[str]):
         return None
     key = hashlib.sha256(",".join(sorted(keys)).encode()).hexdigest()[:16]
     folder = Path(str(cfg.sweep.get("cache_dir", "outputs/.cache"))) / "batched"
-    return BatchCheckpoint(folder / f"group-{key}.pt", key, every)
+    return BatchCheckpoint(folder / f"group-{key}.pt", key, every, resume=bool(cfg.sweep.get("skip_finished", False)))
 
 
 def _train_checkpointed(checkpoint, members, **options):

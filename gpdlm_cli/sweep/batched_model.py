@@ -257,19 +257,21 @@ class BatchCheckpoint:
     config hashes make ``key`` (it continues only the same group), holding the iteration, the stacked
     parameters, Adam's state, every member's losses, stopping state, time share and step metrics, and torch's
     generator. Written every ``every``-th iteration with an evaluation and when the group is stopped from
-    outside between two iterations."""
+    outside between two iterations; read only with ``resume`` (a sweep run again with ``sweep.skip_finished``:
+    without it a sweep trains everything again, as its separate jobs do)."""
 
     FORMAT = 1
 
-    def __init__(self, path, key: str, every: int):
+    def __init__(self, path, key: str, every: int, resume: bool = True):
         from pathlib import Path
 
-        self.path, self.key, self.every = Path(path), key, int(every)
+        self.path, self.key, self.every, self.resume = Path(path), key, int(every), bool(resume)
         self.evaluated = 0
         self.resumed_at: int | None = None  # the iteration the group continued from (None: it started afresh)
 
     def load(self) -> dict | None:
-        return read_blob(self.path, self.key, self.FORMAT)
+        """The group's checkpoint, or None (none, unreadable, or ``resume`` False: the group trains afresh)."""
+        return read_blob(self.path, self.key, self.FORMAT) if self.resume else None
 
     def save(self, blob: dict) -> None:
         write_blob(self.path, {"format": self.FORMAT, "key": self.key, **blob})

@@ -351,10 +351,10 @@ class GroupCheckpoint:
 
     FORMAT = 1
 
-    def __init__(self, directory, keys: list[str], every: int):
+    def __init__(self, directory, keys: list[str], every: int, resume: bool = True):
         from pathlib import Path
 
-        self.directory, self.keys, self.every = Path(directory), list(keys), int(every)
+        self.directory, self.keys, self.every, self.resume = Path(directory), list(keys), int(every), bool(resume)
         self.evaluated = 0  # iterations in which a member was evaluated
         self.resumed: list[int] = []  # members continued from a checkpoint
 
@@ -362,8 +362,9 @@ class GroupCheckpoint:
         return self.directory / f"{self.keys[b]}.pt"
 
     def load(self, b: int) -> dict | None:
-        """Member b's checkpoint, or None (none, or one that fails its SHA-256 or cannot be read)."""
-        return read_blob(self.path(b), self.keys[b], self.FORMAT)
+        """Member b's checkpoint, or None (none, one that fails its SHA-256 or cannot be read, or ``resume`` False:
+        a sweep run again without ``sweep.skip_finished`` trains everything again)."""
+        return read_blob(self.path(b), self.keys[b], self.FORMAT) if self.resume else None
 
     def save(self, b: int, blob: dict) -> None:
         write_blob(self.path(b), {"format": self.FORMAT, "key": self.keys[b], **blob})
@@ -624,7 +625,8 @@ def train_group(cfg, key: str, configs: list, evaluator) -> dict:
     if every > 0:
         from pathlib import Path
 
-        checkpoint = GroupCheckpoint(Path(str(cfg.sweep.get("cache_dir", "outputs/.cache"))) / "batched", keys, every)
+        folder = Path(str(cfg.sweep.get("cache_dir", "outputs/.cache"))) / "batched"
+        checkpoint = GroupCheckpoint(folder, keys, every, resume=bool(cfg.sweep.get("skip_finished", False)))
     try:
         fits = train_rkhs_batched(members, checkpoint)
     except NotBatchable:

@@ -19,9 +19,10 @@ from ..conftest import KillAt, compose
 from .test_batched import GRID, _cfg
 
 
-def _group(cache, extra=()):
+def _group(cache, extra=("sweep.skip_finished=true",)):
     cfgs = [
         _cfg("minimax", "rff", seed, lr, ["kernel.num_features=20", "trainer.checkpoint_every=1", *extra])
+        # continued only in a sweep run again with skip_finished
         for seed, lr in GRID
     ]
     for c in cfgs:
@@ -87,6 +88,8 @@ def test_a_stopped_batched_group_continues_each_member_from_its_checkpoint(tmp_p
         return real_iteration(*args)
 
     monkeypatch.setattr(batched_rkhs, "train_rkhs_batched", recording)
+    keys = [config_hash(c) for c in cut]
+    assert batched_rkhs.GroupCheckpoint(folder, keys, 1, resume=False).load(0) is None  # no skip_finished: afresh
     monkeypatch.setattr(batched_rkhs, "_batched_iteration", counted)
     resumed = _train(_group(tmp_path / "b"))
     assert calls == [[0, 1, 2]] and len(iterations) == 11  # every member continued from iteration 10 of 21

@@ -21,15 +21,14 @@ from ..conftest import compose
 from .test_batched import SMALL
 
 
-def _configs(model, cache):
-    cfgs = [
+def _configs(model, cache, skip_finished=True):
+    return [
         compose(
             [f"model={model}", f"seed={seed}", "objective.beta=0.5", *SMALL, "tracking.enabled=false"]
-            + ["trainer.checkpoint_every=1", f"sweep.cache_dir={cache}"]
+            + ["trainer.checkpoint_every=1", f"sweep.cache_dir={cache}", f"sweep.skip_finished={skip_finished}"]
         )
         for seed in (0, 1)
     ]
-    return cfgs
 
 
 def _train(cfgs):
@@ -69,6 +68,8 @@ def test_a_stopped_full_batch_group_continues_from_its_checkpoint(model, tmp_pat
         return real_step(*args)
 
     monkeypatch.setattr(batched_model, "_adam_step", counted)
+    afresh = batched_model.BatchCheckpoint(path, "", 1, resume=False)  # a sweep without skip_finished
+    assert afresh.load() is None and batched_model.BatchCheckpoint(path, path.stem[6:], 1).load() is not None
     resumed = _train(_configs(model, tmp_path / "b"))
     assert len(steps) == max(f.fit.iterations for f in full) - 40  # continued from iteration 40
     assert resumed[0].note is not None and "at iteration 40" in resumed[0].note
