@@ -582,6 +582,12 @@ def resume_main(argv: list[str]) -> int:
         moved = moved_to(folder)
         if moved is not None:  # a sweep run again (sweep.skip_finished) continued it elsewhere
             raise AnalysisError(f"{folder} has no {FILE}: a sweep run again moved it to {moved}; resume that run")
+        if (cfg.get("sweep") or {}).get("batched", False):  # a group's checkpoints are the group's, not the job's
+            raise AnalysisError(
+                f"{folder} has no readable {FILE}: a job of a batched sweep (sweep.batched=true) that trained its "
+                f"group keeps the group's checkpoints in sweep.cache_dir/batched/; run its sweep again with "
+                f"sweep.skip_finished=true to continue it (or it was stopped before its first checkpoint)"
+            )
         raise AnalysisError(
             f"{folder} has no readable {FILE}: the run was stopped before its first checkpoint, "
             f"or ran with trainer.checkpoint_every=0; retrain it"

@@ -229,7 +229,7 @@ def build(spec: RunSpec, data, task: str) -> Method:
     its training stages, evaluation (one-step and, in free simulation, rollouts) and diagnostics."""
     from ..metrics.simulation import EvaluationSchedule, SequenceEvaluation
     from ..objectives.recurrent import SquaredError
-    from ..training.kernel_refresh import EpochTimer
+    from ..training.kernel_refresh import EpochTimer, GeneratorState
 
     spec = as_run_spec(spec, Spec)
     m, t = spec.model, spec.trainer
@@ -281,7 +281,7 @@ def build(spec: RunSpec, data, task: str) -> Method:
     if not gp:
         stochastic = network.stochastic
         objective = SquaredError(model.predict, dropout=stochastic, generator=masks)
-        hooks = [timer, schedule]
+        hooks = [timer, schedule, GeneratorState(masks)]  # the masks' generator through a checkpoint
         stage = Stage("mse", objective, model.groups(), stochastic=stochastic, hooks=hooks, overrides=lr)
         if own is not None:
             own.attach(stage, t.batch_size)
@@ -290,8 +290,8 @@ def build(spec: RunSpec, data, task: str) -> Method:
         )
 
     parts = GPStages(spec, model, pretrainer, x, y, lr=lr, masks=masks, timer=timer)
-    for stage in parts.stages:
-        stage.hooks = [*stage.hooks, schedule]
+    for stage in parts.stages:  # the dropout masks' generator through a checkpoint
+        stage.hooks = [*stage.hooks, schedule, GeneratorState(masks)]
     if own is not None:
         own.attach(parts.main, t.batch_size)
     tags.update({"gpdlm.algorithm": m.training.algorithm, "gpdlm.inference": m.gp.inference, "gpdlm.init": m.init})

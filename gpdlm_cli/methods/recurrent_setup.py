@@ -252,6 +252,7 @@ class GPStages:
             theta,
             {"kernel": groups["kernel"], "likelihood": groups["likelihood"]},
             prepare=fix_embedding,
+            hooks=[FixedEmbedding(theta)],
             stochastic=self.noisy_gp,
             keep_start=True,  # keep_best's selected iterate stays unless the refit improves the selection metric
             overrides={
@@ -303,6 +304,21 @@ class GPStages:
             "lr_w_factor": 0.5**refresh.guard.level,
             "embedding_drift_mean": statistics.fmean(refresh.drifts) if refresh.drifts else float("nan"),
         }
+
+
+class FixedEmbedding:
+    """The final theta stage's hook: its fixed embedding through a checkpoint. (The stage's ``prepare`` computes
+    it before a resumed run's tensors are restored, from the untrained network: the checkpoint's copy wins.)"""
+
+    def __init__(self, objective):
+        self.objective = objective  # objectives.recurrent.FixedEmbeddingNLML
+
+    def checkpoint_state(self) -> dict:
+        return {"h": self.objective.h}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        if state["h"] is not None:
+            self.objective.set_embedding(state["h"].to(self.objective.model.network.head.weight.device))
 
 
 # ----- training on the model's own rollouts ---------------------------------------------------------------

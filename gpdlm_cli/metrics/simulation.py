@@ -281,6 +281,14 @@ class EvaluationSchedule:
     def stage_end(self, result) -> None:
         self.evaluation.training_ended()
 
+    def checkpoint_state(self) -> dict:
+        """A checkpoint's part: whether evaluations are training ones, and the last test prediction time."""
+        return {"training": self.evaluation.training, "test_ms_per_point": self.evaluation.test_ms_per_point}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        self.evaluation.training = bool(state["training"])
+        self.evaluation.test_ms_per_point = float(state["test_ms_per_point"])
+
 
 __all__ = [
     "CALIBRATION",

@@ -25,6 +25,12 @@ then the DLM stage of all members batched), ``likelihood=gaussian``, ``kernel=rb
 batch, ``trainer=paper`` with Adam and a constant learning rate, no ``keep_best``. Anything else --
 or a batch that cannot be built or fails numerically -- is trained separately, job by job, exactly
 as without ``sweep.batched``, with one line in the log and the tag ``gpdlm.batched=separate``.
+
+A group checkpoints while it trains (``trainer.checkpoint_every``; under ``<sweep.cache_dir>/batched/``): the
+full-batch group one file for the group (``batched_model.BatchCheckpoint``), the stacked group one file per
+member (``batched_rkhs.GroupCheckpoint``). When the sweep is run again (``sweep.skip_finished``) the group formed
+again continues from them (only then: without it a sweep trains everything again); they are removed once the
+group has trained.
 """
 
 from __future__ import annotations
@@ -306,7 +312,7 @@ def _svgp_group(key: str, configs: list, evaluator, stage_cache=None) -> dict[st
     """Prepare every member as its own run would, train its earlier stages (if any) as its own run
     would, train the last stage of all members batched; each member's outcome by its config hash."""
     from ..exceptions import GpdlmError
-    from .batched_model import NotBatchable, train_batched
+    from .batched_model import NotBatchable
 
     members, prepared, keys = [], [], []
     for c in configs:
@@ -331,7 +337,9 @@ def _svgp_group(key: str, configs: list, evaluator, stage_cache=None) -> dict[st
         cap = min(cap, s0.max_epochs)  # full batch: one iteration is one epoch
     if cap is None:
         raise NotBatchable("no iteration budget")
-    fits = train_batched(
+    checkpoint = _group_checkpoint(configs[0], keys)
+    fits = _train_checkpointed(
+        checkpoint,
         members,
         max_iters=int(cap),
         lr=s0.lr,
@@ -345,7 +353,45 @@ def _svgp_group(key: str, configs: list, evaluator, stage_cache=None) -> dict[st
         step_offsets=[pre.iterations for _, _, pre, _ in prepared],
     )
     size = str(len(members))
-    return {k: _svgp_outcome(size, prep, f) for k, prep, f in zip(keys, prepared, fits)}
+    out = {k: _svgp_outcome(size, prep, f) for k, prep, f in zip(keys, prepared, fits)}
+    if checkpoint is not None and checkpoint.resumed_at is not None:
+        note = f"sweep.batched: the group of {size} continued from its checkpoint at iteration {checkpoint.resumed_at}"
+        print(f"gpdlm: {note} ({checkpoint.path})", file=sys.stderr)
+        for o in out.values():
+            o.note = note
+    return out
+
+
+def _group_checkpoint(cfg, keys: list[str]):
+    """The full-batch group's ``BatchCheckpoint`` (None with ``trainer.checkpoint_every=0``):
+    ``<sweep.cache_dir>/batched/group-<hash of its members' config hashes>.pt``, continued only with
+    ``sweep.skip_finished`` (a sweep run again without it trains everything again)."""
+    import hashlib
+
+    from .batched_model import BatchCheckpoint
+
+    every = int(cfg.trainer.get("checkpoint_every", 5))
+    if every <= 0:
+        return None
+    key = hashlib.sha256(",".join(sorted(keys)).encode()).hexdigest()[:16]
+    folder = Path(str(cfg.sweep.get("cache_dir", "outputs/.cache"))) / "batched"
+    return BatchCheckpoint(folder / f"group-{key}.pt", key, every, resume=bool(cfg.sweep.get("skip_finished", False)))
+
+
+def _train_checkpointed(checkpoint, members, **options):
+    """``train_batched`` with the group's checkpoint, removed once the group trained or turned out not batchable
+    (its members then train separately)."""
+    from .batched_model import NotBatchable, train_batched
+
+    try:
+        fits = train_batched(members, checkpoint=checkpoint, **options)
+    except NotBatchable:
+        if checkpoint is not None:
+            checkpoint.remove()
+        raise
+    if checkpoint is not None:
+        checkpoint.remove()
+    return fits
 
 
 def _svgp_outcome(size: str, prep, f) -> BatchedOutcome:

@@ -206,6 +206,112 @@ class BatchedSVGP:
             self._member_tensors[b][n].copy_(self.values[n][b])
 
 
+def read_blob(path, key: str, fmt: int) -> dict | None:
+    """A batched checkpoint at ``path`` (``write_blob``), or None: none, one whose bytes fail their SHA-256 or
+    cannot be read, or one of another format or key."""
+    from pathlib import Path
+
+    from ..files import ChecksumMismatch, verify_sha256
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        verify_sha256(path)
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except (ChecksumMismatch, OSError, RuntimeError, ValueError, EOFError):
+        return None
+    return blob if isinstance(blob, dict) and blob.get("format") == fmt and blob.get("key") == key else None
+
+
+def write_blob(path, blob: dict) -> None:
+    """Write a batched checkpoint atomically with its SHA-256 beside it (``files.write_verified``), never half
+    (stop signals wait for its end); one that cannot be written costs a restart, never the group."""
+    import io
+    from pathlib import Path
+
+    from ..files import write_verified
+    from ..signals import deferred_signals
+
+    buf = io.BytesIO()
+    torch.save(blob, buf)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with deferred_signals(user_signals=True):
+            write_verified(path, buf.getvalue())
+    except OSError:
+        pass
+
+
+def remove_blob(path) -> None:
+    from pathlib import Path
+
+    from ..files import sidecar
+
+    Path(path).unlink(missing_ok=True)
+    sidecar(Path(path)).unlink(missing_ok=True)
+
+
+class BatchCheckpoint:
+    """The checkpoint of a full-batch group (``train_batched``): one file, ``path``, for the group whose members'
+    config hashes make ``key`` (it continues only the same group), holding the iteration, the stacked
+    parameters, Adam's state, every member's losses, stopping state, time share and step metrics, and torch's
+    generator. Written every ``every``-th iteration with an evaluation and when the group is stopped from
+    outside between two iterations; read only with ``resume`` (a sweep run again with ``sweep.skip_finished``:
+    without it a sweep trains everything again, as its separate jobs do)."""
+
+    FORMAT = 1
+
+    def __init__(self, path, key: str, every: int, resume: bool = True):
+        from pathlib import Path
+
+        self.path, self.key, self.every, self.resume = Path(path), key, int(every), bool(resume)
+        self.evaluated = 0
+        self.resumed_at: int | None = None  # the iteration the group continued from (None: it started afresh)
+
+    def load(self) -> dict | None:
+        """The group's checkpoint, or None (none, unreadable, or ``resume`` False: the group trains afresh)."""
+        return read_blob(self.path, self.key, self.FORMAT) if self.resume else None
+
+    def save(self, blob: dict) -> None:
+        write_blob(self.path, {"format": self.FORMAT, "key": self.key, **blob})
+
+    def remove(self) -> None:
+        remove_blob(self.path)
+
+
+def _group_blob(it: int, params: list, opt, state: _Progress) -> dict:
+    return {
+        "it": it,
+        "params": [p.detach().cpu().clone() for p in params],
+        "opt": opt.state_dict(),
+        "losses": state.losses[:, :it].detach().cpu().clone(),
+        "active": list(state.active),
+        "iterations": list(state.iterations),
+        "converged": list(state.converged),
+        "seconds": list(state.seconds),
+        "steps": [{k: [[s, v] for s, v in pts] for k, pts in d.items()} for d in state.steps],
+        "torch_rng": torch.get_rng_state(),
+    }
+
+
+def _resume_group(blob: dict, params: list, opt, state: _Progress) -> int:
+    """The group continued from its checkpoint ``blob``: the iteration it continues from."""
+    it = int(blob["it"])
+    with torch.no_grad():
+        for p, v in zip(params, blob["params"]):
+            p.copy_(v.to(p.device, p.dtype))
+        state.losses[:, :it] = blob["losses"].to(state.losses.device, state.losses.dtype)
+    opt.load_state_dict(blob["opt"])
+    state.active = [bool(a) for a in blob["active"]]
+    state.iterations = [int(i) for i in blob["iterations"]]
+    state.converged = [bool(c) for c in blob["converged"]]
+    state.seconds = [float(t) for t in blob["seconds"]]
+    state.steps = [{k: [(int(s), float(v)) for s, v in pts] for k, pts in d.items()} for d in blob["steps"]]
+    torch.set_rng_state(blob["torch_rng"])
+    return it
+
+
 def train_batched(
     members: list[Member],
     *,
@@ -219,6 +325,7 @@ def train_batched(
     eval_every: int = 0,
     eval_every_epochs: int | None = None,
     step_offsets: list[int] | None = None,
+    checkpoint: BatchCheckpoint | None = None,
 ) -> list[MemberFit]:
     """Train the members as one batched model with one Adam optimiser (see the module docstring).
 
@@ -229,7 +336,9 @@ def train_batched(
     ``step_offsets``: per member, the iterations of its earlier stages (its learning curves go on from there).
     Members are written back into their own modules at every evaluation and at the end (then the
     stage's ``training_end`` hooks run). Raises ``NotBatchable`` (the caller trains the members
-    separately) when the batched model does not apply or a member's loss is not finite."""
+    separately) when the batched model does not apply or a member's loss is not finite. ``checkpoint``: the
+    group's checkpoint (``BatchCheckpoint``): the group continues from it when there is one; stop signals wait
+    for the iteration in progress."""
     stop = stop or ConvergenceRule()
     rule = make_rule(stop_rule, stochastic=False, window=stop.window, tol=stop.tol)
     if not isinstance(rule, (ConvergenceRule, NeverStop)):
@@ -244,14 +353,31 @@ def train_batched(
     state = _Progress(members, max_iters, batch.x, step_offsets)
     chunks = batch.chunks()
     it = 0
+    blob = checkpoint.load() if checkpoint is not None else None
+    if checkpoint is not None and blob is not None:
+        it = checkpoint.resumed_at = _resume_group(blob, params, opt, state)
+    from ..signals import deferred_signals, killed_reason, stopped_mid_step
+
     t = time.perf_counter()
-    while it < max_iters and any(state.active):
-        state.losses[:, it] = _adam_step(batch, opt, params, chunks, state.active)
-        it += 1
-        t = state.account(it, t)
-        if it % check_every == 0 or it == max_iters:
-            state.check(it, rule, check_every)
-        t = state.evaluate(batch, it, eval_every, eval_every_epochs, max_iters, t)
+    try:
+        while it < max_iters and any(state.active):
+            with deferred_signals(user_signals=True, interruptible=True):  # whole iterations only
+                state.losses[:, it] = _adam_step(batch, opt, params, chunks, state.active)
+                it += 1
+                t = state.account(it, t)
+                if it % check_every == 0 or it == max_iters:
+                    state.check(it, rule, check_every)
+                before = sum(len(pts) for d in state.steps for pts in d.values())
+                t = state.evaluate(batch, it, eval_every, eval_every_epochs, max_iters, t)
+                evaluated = sum(len(pts) for d in state.steps for pts in d.values()) != before
+            if checkpoint is not None and checkpoint.every > 0 and evaluated:
+                checkpoint.evaluated += 1
+                if checkpoint.evaluated % checkpoint.every == 0:
+                    checkpoint.save(_group_blob(it, params, opt, state))
+    except BaseException as e:
+        if checkpoint is not None and killed_reason(e) and not stopped_mid_step(e):
+            checkpoint.save(_group_blob(it, params, opt, state))
+        raise
     return [state.fit(batch, b, rule) for b in range(len(members))]
 
 
@@ -349,4 +475,4 @@ class _Progress:
         )
 
 
-__all__ = ["KINDS", "BatchedSVGP", "Member", "MemberFit", "NotBatchable", "train_batched"]
+__all__ = ["KINDS", "BatchCheckpoint", "BatchedSVGP", "Member", "MemberFit", "NotBatchable", "train_batched"]

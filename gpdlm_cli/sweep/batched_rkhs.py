@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..exceptions import NumericalError
-from .batched_model import NotBatchable
+from .batched_model import NotBatchable, read_blob, remove_blob, write_blob
 
 if TYPE_CHECKING:
     from ..methods.base import Method
@@ -138,6 +139,7 @@ class StackedRKHS:
                 raise NotBatchable("the members' inputs differ in width or dtype")  # n may differ (masks)
         self.trainable = self._trainable_names(named[0])
         self._build(named)
+        self.evaluations = 0  # the members' evaluations so far (train_rkhs_batched's checkpoint cadence)
         self._template: torch.nn.Module | None = (
             None  # svgp: the first member's objective on its GP alone (``_svgp_values``)
         )
@@ -334,6 +336,79 @@ class StackedRKHS:
         return phi_bar
 
 
+class GroupCheckpoint:
+    """Checkpoints of a stacked group (``sweep.batched``): one file per member, ``<directory>/<key>.pt`` (``key``:
+    the member's config hash; written atomically with its SHA-256 beside it, ``files.write_verified``), holding
+    everything its training continues from -- its loop's state (iteration, losses, batch permutation, best
+    iterate, stopping rule's losses, hook states: SCGD's weights, MINIMAX's schedule and dual-batch generator),
+    its batch-order generator, its modules' tensors, its rows of the stacked AdaDelta's state, whether it still
+    trains, its share of the time, its step metrics so far -- and torch's generator. Written every ``every``-th
+    iteration in which a member was evaluated, and when the group is stopped from outside between two
+    iterations; read back (verified) when a group with that member trains again (a sweep run again: a member
+    continues where it stopped, whatever the other members of its new group); removed once the group has
+    trained (its members' results are then in the process's store: a stop while the jobs save their results
+    costs the unfinished jobs their group's training)."""
+
+    FORMAT = 1
+
+    def __init__(self, directory, keys: list[str], every: int, resume: bool = True):
+        from pathlib import Path
+
+        self.directory, self.keys, self.every, self.resume = Path(directory), list(keys), int(every), bool(resume)
+        self.evaluated = 0  # iterations in which a member was evaluated
+        self.resumed: list[int] = []  # members continued from a checkpoint
+
+    def path(self, b: int):
+        return self.directory / f"{self.keys[b]}.pt"
+
+    def load(self, b: int) -> dict | None:
+        """Member b's checkpoint, or None (none, one that fails its SHA-256 or cannot be read, or ``resume`` False:
+        a sweep run again without ``sweep.skip_finished`` trains everything again)."""
+        return read_blob(self.path(b), self.keys[b], self.FORMAT) if self.resume else None
+
+    def save(self, b: int, blob: dict) -> None:
+        write_blob(self.path(b), {"format": self.FORMAT, "key": self.keys[b], **blob})
+
+    def remove(self) -> None:
+        for b in range(len(self.keys)):
+            remove_blob(self.path(b))
+
+
+def _member_blob(stack: StackedRKHS, opt, loop, m: RKHSMember, b: int, active: bool, seconds: float, steps: dict):
+    """Member b's checkpoint (``GroupCheckpoint``)."""
+    from ..training.reuse import module_state
+
+    return {
+        "loop": loop.state(),
+        "generator": loop.generator.get_state(),
+        "modules": module_state(m.method.modules),
+        "square": opt.square[b].detach().cpu().clone(),
+        "acc": opt.acc[b].detach().cpu().clone(),
+        "active": bool(active),
+        "seconds": float(seconds),
+        "steps": {k: [[s, v] for s, v in pts] for k, pts in steps.items()},
+        "torch_rng": torch.get_rng_state(),
+    }
+
+
+def _resume_member(stack: StackedRKHS, opt, loop, m: RKHSMember, b: int, blob: dict, steps: dict) -> tuple[bool, float]:
+    """Member b continued from its checkpoint ``blob``: (whether it still trains, its time so far)."""
+    from ..training.reuse import loadmodule_state
+
+    loadmodule_state(m.method.modules, blob["modules"])
+    stack.invalidate(b)
+    with torch.no_grad():
+        opt.square[b].copy_(blob["square"])
+        opt.acc[b].copy_(blob["acc"])
+    loop._load(blob["loop"])
+    for cb in loop.callbacks:
+        cb.load_state(blob["loop"])
+    loop.generator.set_state(blob["generator"])
+    steps.clear()
+    steps.update({k: [(int(s), float(v)) for s, v in pts] for k, pts in blob["steps"].items()})
+    return bool(blob["active"]), float(blob["seconds"])
+
+
 def _collector(into: dict):
     def collect(series):
         for name, pts in series.items():
@@ -354,6 +429,7 @@ def _member_loop(stack: StackedRKHS, b: int, m: RKHSMember, steps: dict):
 
         def evaluate(ev=m.evaluate, b=b):
             stack.invalidate(b)
+            stack.evaluations += 1  # GroupCheckpoint's cadence
             return ev()
 
     loop = Loop(
@@ -372,10 +448,12 @@ def _member_loop(stack: StackedRKHS, b: int, m: RKHSMember, steps: dict):
     return loop
 
 
-def train_rkhs_batched(members: list[RKHSMember]) -> list[RKHSMemberFit]:
+def train_rkhs_batched(members: list[RKHSMember], checkpoint: GroupCheckpoint | None = None) -> list[RKHSMemberFit]:
     """Train the members together (module docstring); their modules end in their runs' end states.
     Raises ``NotBatchable`` when they cannot be batched or a member's training fails numerically (its
-    separate run then reports where)."""
+    separate run then reports where). ``checkpoint``: the group's checkpoints (``GroupCheckpoint``): a member
+    with one continues from it; stop signals wait for the iteration in progress (a second one stops at once,
+    and the last checkpoint is kept)."""
     sizes = {m.x.shape[0] for m in members}
     if len(sizes) > 1 and any(m.settings.batch_size is None or m.settings.batch_size >= min(sizes) for m in members):
         raise NotBatchable("full-batch members of different training sizes")
@@ -397,12 +475,25 @@ def train_rkhs_batched(members: list[RKHSMember]) -> list[RKHSMemberFit]:
     active = [loop.cap > 0 for loop in loops]
     seconds = [0.0] * B
     results: list = [None] * B
-    try:
-        while any(active):
-            _batched_iteration(stack, loops, opt, active, seconds)
+    groups = [] if checkpoint is None else [checkpoint]
+    rng = None
+    for ck in groups:
+        for b in range(B):
+            blob = ck.load(b)
+            if blob is not None:
+                active[b], seconds[b] = _resume_member(stack, opt, loops[b], members[b], b, blob, steps[b])
+                ck.resumed.append(b)
+                rng = blob["torch_rng"] if rng is None else rng
+    if rng is not None:
+        torch.set_rng_state(rng)
+
+    def save() -> None:
+        for ck in groups:
             for b in range(B):
-                if active[b] and (loops[b].converged or loops[b].it >= loops[b].cap):
-                    active[b] = False
+                ck.save(b, _member_blob(stack, opt, loops[b], members[b], b, active[b], seconds[b], steps[b]))
+
+    try:
+        _lockstep(stack, loops, opt, active, seconds, checkpoint, save)
         for b, loop in enumerate(loops):
             stack.invalidate(b)
             results[b] = _finish(loop, seconds[b])
@@ -411,6 +502,31 @@ def train_rkhs_batched(members: list[RKHSMember]) -> list[RKHSMemberFit]:
             f"a member's training failed ({str(e).splitlines()[0]}; its separate run reports it)"
         ) from None
     return [RKHSMemberFit(r, s) for r, s in zip(results, steps)]
+
+
+def _lockstep(stack: StackedRKHS, loops, opt, active: list[bool], seconds: list[float], checkpoint, save) -> None:
+    """Batched iterations until every member has stopped; each one whole (stop signals wait for its end, as
+    ``callbacks.Signals`` makes a run's), the members' checkpoints written every ``checkpoint.every``-th
+    iteration with an evaluation and when the group is stopped between two iterations."""
+    from ..signals import deferred_signals, killed_reason, stopped_mid_step
+
+    try:
+        while any(active):
+            with deferred_signals(user_signals=True, interruptible=True):
+                before = stack.evaluations
+                _batched_iteration(stack, loops, opt, active, seconds)
+                for b in range(stack.B):
+                    if active[b] and (loops[b].converged or loops[b].it >= loops[b].cap):
+                        active[b] = False
+                evaluated = stack.evaluations != before
+            if checkpoint is not None and checkpoint.every > 0 and evaluated:
+                checkpoint.evaluated += 1
+                if checkpoint.evaluated % checkpoint.every == 0:
+                    save()
+    except BaseException as e:
+        if checkpoint is not None and killed_reason(e) and not stopped_mid_step(e):
+            save()
+        raise
 
 
 def _batched_iteration(stack: StackedRKHS, loops, opt, active: list[bool], seconds: list[float]) -> None:
@@ -504,7 +620,27 @@ def train_group(cfg, key: str, configs: list, evaluator) -> dict:
                 raise
             continue
         keys.append(k)
-    fits = train_rkhs_batched(members)
+    checkpoint = None
+    every = int(cfg.trainer.get("checkpoint_every", 5))
+    if every > 0:
+        from pathlib import Path
+
+        folder = Path(str(cfg.sweep.get("cache_dir", "outputs/.cache"))) / "batched"
+        checkpoint = GroupCheckpoint(folder, keys, every, resume=bool(cfg.sweep.get("skip_finished", False)))
+    try:
+        fits = train_rkhs_batched(members, checkpoint)
+    except NotBatchable:
+        if checkpoint is not None:  # its members train separately: nothing to continue
+            checkpoint.remove()
+        raise
+    note = None
+    if checkpoint is not None:
+        checkpoint.remove()
+        if checkpoint.resumed:
+            note = (
+                f"sweep.batched: {len(checkpoint.resumed)} of {len(members)} members continued from their checkpoints"
+            )
+            print(f"gpdlm: {note} ({checkpoint.directory})", file=sys.stderr)
     out = {}
     for k, m, f in zip(keys, members, fits):
         stage = m.method.stages[-1]
@@ -514,8 +650,10 @@ def train_group(cfg, key: str, configs: list, evaluator) -> dict:
         fit.add_stage(stage.name, m.settings, run)
         fit.iter_ms = f.result.iter_ms
         state = module_state(m.method.modules)
-        out[k] = dict(tag=str(len(members)), fit=fit, state=state, steps=f.steps, restore=_restorer(m.method))
+        out[k] = dict(
+            tag=str(len(members)), fit=fit, state=state, steps=f.steps, restore=_restorer(m.method), note=note
+        )
     return out
 
 
-__all__ = ["RKHSMember", "RKHSMemberFit", "StackedRKHS", "train_group", "train_rkhs_batched"]
+__all__ = ["GroupCheckpoint", "RKHSMember", "RKHSMemberFit", "StackedRKHS", "train_group", "train_rkhs_batched"]

@@ -202,12 +202,18 @@ class Checkpointing(Callback):
     """Checkpoints (``checkpoint.Checkpointer``): after every ``every``-th evaluation, after ``minutes`` of
     wall time without one, and when the run is stopped from outside, the loop's state; once training is complete, a complete checkpoint. When the
     checkpointer holds a loaded checkpoint, the stages it finished are skipped, the stage in progress
-    resumes exactly, and a complete one trains nothing."""
+    resumes exactly, and a complete one trains nothing.
+
+    Every checkpoint also holds the states of the hooks of every stage begun so far (each hook once,
+    those with ``checkpoint_state``; ``Checkpointer.hooks``): a hook a finished stage shares with the
+    family's diagnostics (the recurrent family's kernel refresh counts, its time per epoch) keeps its state
+    when the run resumes in a later stage or from a complete checkpoint."""
 
     def __init__(self, checkpointer):
         self.ck = checkpointer
         self.state_ = checkpointer.state
         self.start = int(self.state_["stage"]) if self.state_ is not None else 0
+        self.ck.hooks = []
 
     def on_start(self, loop) -> None:
         if self.state_ is not None and self.state_.get("fit"):
@@ -215,13 +221,25 @@ class Checkpointing(Callback):
 
     def on_stage_start(self, loop, run: StageRun) -> None:
         self.ck.stage, self.ck.fit = run.index, loop.fit_result
+        for j, h in enumerate(run.stage.hooks):
+            if hasattr(h, "checkpoint_state") and all(h is not k for _, k in self.ck.hooks):
+                self.ck.hooks.append(((run.index, j, type(h).__name__), h))
         if run.index < self.start:
             run.skip = True
         elif self.state_ is not None and run.index == self.start:
-            from .checkpoint import restore_run_state
-
-            restore_run_state(self.state_, loop.modules, loop.generators)
+            self._restore(loop)
             run.resume = self.state_["loop"]
+
+    def _restore(self, loop) -> None:
+        """The checkpoint's tensors, generators and hook states (after the skipped stages' ``prepare``)."""
+        from .checkpoint import restore_run_state
+
+        restore_run_state(self.state_, loop.modules, loop.generators)
+        hooks = dict(self.ck.hooks)  # (stage, position, type) -> hook: a hook the run no longer has is passed over
+        for entry in self.state_.get("stage_hooks") or []:
+            h = hooks.get((int(entry["stage"]), int(entry["position"]), str(entry["type"])))
+            if h is not None:
+                h.load_checkpoint_state(entry["state"])
 
     def on_evaluate(self, loop, metrics: dict) -> None:
         if loop.checkpointable:
@@ -241,9 +259,7 @@ class Checkpointing(Callback):
 
     def on_end(self, loop, fit) -> None:
         if self.state_ is not None and self.start >= loop.n_stages:  # a complete checkpoint: nothing trained
-            from .checkpoint import restore_run_state
-
-            restore_run_state(self.state_, loop.modules, loop.generators)
+            self._restore(loop)
         if not (self.state_ or {}).get("complete"):  # a stop from here on resumes without training
             self.ck.save_complete(fit, loop.n_stages)
 

@@ -14,8 +14,10 @@ resumes without training. Its SHA-256 is recorded in ``checkpoint.pt.sha256`` (`
 and checked when it is read. Read with ``torch.load(weights_only=True)``.
 
 A stage is checkpointed only when each of its hooks can save its own state (``checkpoint_state`` /
-``load_checkpoint_state``); the recurrent family's refresh hooks cannot yet, so its networks' stages
-resume from the last checkpoint of an earlier stage (or from the start).
+``load_checkpoint_state``); every family's hooks can (the recurrent family's kernel refresh, epoch timer,
+evaluation schedule, own-rollout feedback, fixed theta-stage embedding and dropout-mask generator too). The
+states of the hooks of every stage begun so far are saved as well (``stage_hooks``), so a hook shared with
+the family's diagnostics keeps its state when a later stage or a complete checkpoint is resumed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -66,6 +69,8 @@ class Checkpointer:
         self.on_failure = on_failure
         self.failures = 0  # checkpoints that could not be written
         self.last_written: int | None = None  # the iteration of the last checkpoint written (None: none yet)
+        # ((stage, position, type name), hook): the checkpointable hooks of every stage begun so far, each once
+        self.hooks: list[tuple[tuple[int, int, str], Any]] = []  # (set by callbacks.Checkpointing)
 
     def after_evaluation(self, loop_state: Callable[[], dict]) -> None:
         self.evaluations += 1
@@ -109,6 +114,10 @@ class Checkpointer:
                 "stage_log": list(getattr(f, "stage_log", [])),
                 **({"grad_max_abs": float(f.grad_max_abs)} if getattr(f, "grad_max_abs", None) is not None else {}),
             },
+            "stage_hooks": [
+                {"stage": i, "position": j, "type": kind, "state": h.checkpoint_state()}
+                for (i, j, kind), h in self.hooks
+            ],
             **self.run_state(),
         }
         blob["modules"] = module_state(blob.pop("modules_list"))

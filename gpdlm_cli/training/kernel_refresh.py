@@ -92,6 +92,14 @@ class RefreshGuard:
                 return 2.0
         return 1.0
 
+    def state(self) -> dict:
+        """The guard's state (a checkpoint's): the rises at the current lr_W, the level and the counts."""
+        return {"rises": list(self.rises), "level": self.level, "halvings": self.halvings, "restores": self.restores}
+
+    def load_state(self, state: dict) -> None:
+        self.rises = [float(r) for r in state["rises"]]
+        self.level, self.halvings, self.restores = int(state["level"]), int(state["halvings"]), int(state["restores"])
+
 
 @contextlib.contextmanager
 def fixed_probes(seed: int | None):
@@ -206,6 +214,45 @@ class KernelRefresh:
         self.h_prev, self.last, self.masks = h, value, masks
         self.refreshes += 1
 
+    def checkpoint_state(self) -> dict:
+        """Everything a resumed stage needs to refresh and step exactly as the uninterrupted one: the
+        theta optimiser's state, the last refresh's embedding, NLML, dropout masks and cotangents (the
+        surrogate's), the guard, the counts and drifts, and the dropout-mask generator's state. (lr_W's
+        halvings live in the loop optimiser's param groups, which the loop's state holds.)"""
+        sur = self.surrogate
+        return {
+            "theta_opt": self.theta_opt.state_dict(),
+            "h_prev": self.h_prev,
+            "last": self.last,
+            "masks": self.masks,
+            "cotangents": sur.cotangents,
+            "value": sur.value,
+            "guard": self.guard.state(),
+            "refreshes": self.refreshes,
+            "drift": self.drift,
+            "drifts": list(self.drifts),
+            "mask_generator": None if self.mask_generator is None else self.mask_generator.get_state(),
+        }
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        self.theta_opt.load_state_dict(state["theta_opt"])
+        dev = self.x.device
+
+        def to(t):
+            return None if t is None else t.to(dev)
+
+        masks = state["masks"]
+        if masks is not None:
+            masks = {k: [to(m) for m in v] for k, v in masks.items()}
+        self.h_prev, self.last, self.masks = to(state["h_prev"]), to(state["last"]), masks
+        if state["cotangents"] is not None:
+            self.surrogate.set_cotangents(to(state["cotangents"]), to(state["value"]), masks)
+        self.guard.load_state(state["guard"])
+        self.refreshes, self.drift = int(state["refreshes"]), float(state["drift"])
+        self.drifts = [float(d) for d in state["drifts"]]
+        if self.mask_generator is not None and state["mask_generator"] is not None:
+            self.mask_generator.set_state(state["mask_generator"])
+
 
 class EpochTimer:
     """Time per epoch of a stage, evaluation excluded (the trainer's own accounting)."""
@@ -217,5 +264,26 @@ class EpochTimer:
         if result.epochs > 0:
             self.seconds_per_epoch = result.train_seconds / result.epochs
 
+    def checkpoint_state(self) -> dict:
+        return {"seconds_per_epoch": self.seconds_per_epoch}
 
-__all__ = ["EpochTimer", "KernelRefresh", "RefreshGuard", "fixed_probes"]
+    def load_checkpoint_state(self, state: dict) -> None:
+        v = state["seconds_per_epoch"]
+        self.seconds_per_epoch = None if v is None else float(v)
+
+
+class GeneratorState:
+    """A stage hook that only carries a random generator's state through a checkpoint (e.g. the recurrent
+    family's dropout-mask generator, which its objectives draw from and the run's generators do not hold)."""
+
+    def __init__(self, generator: torch.Generator):
+        self.generator = generator
+
+    def checkpoint_state(self) -> dict:
+        return {"state": self.generator.get_state()}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        self.generator.set_state(state["state"])
+
+
+__all__ = ["EpochTimer", "GeneratorState", "KernelRefresh", "RefreshGuard", "fixed_probes"]
