@@ -52,9 +52,13 @@ class CountingCheckpointer:
 
     def __init__(self):
         self.evaluations = 0
+        self.steps = 0
 
     def after_evaluation(self, loop_state):
         self.evaluations += 1
+
+    def after_step(self, loop_state):  # where trainer.checkpoint_minutes is checked
+        self.steps += 1
 
 
 @pytest.mark.parametrize("keep_best", ["val_mse", None])
@@ -78,6 +82,7 @@ def test_the_final_iterates_evaluation_is_on_the_curves_and_writes_no_checkpoint
         callbacks=[hooks],
     )
     assert hooks.evaluate == [10, 20, 30, 40] and ck.evaluations == 4  # the periodic ones only
+    assert ck.steps == 50  # the time rule is asked once a step
     curve = [s for s, _ in logged["val_mse"]]
     if keep_best is None:  # no final evaluation in the loop (the caller evaluates the final model)
         assert curve == [10, 20, 30, 40] and hooks.final == [] and res.best_iteration is None
