@@ -208,20 +208,11 @@ class BatchedSVGP:
 
 def read_blob(path, key: str, fmt: int) -> dict | None:
     """A batched checkpoint at ``path`` (``write_blob``), or None: none, one whose bytes fail their SHA-256 or
-    cannot be read, or one of another format or key."""
-    from pathlib import Path
+    cannot be read, or one of another format or key (``training.checkpoint.read_checkpoint``)."""
+    from ..training.checkpoint import read_checkpoint
 
-    from ..files import ChecksumMismatch, verify_sha256
-
-    path = Path(path)
-    if not path.is_file():
-        return None
-    try:
-        verify_sha256(path)
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except (ChecksumMismatch, OSError, RuntimeError, ValueError, EOFError):
-        return None
-    return blob if isinstance(blob, dict) and blob.get("format") == fmt and blob.get("key") == key else None
+    blob = read_checkpoint(path, fmt=fmt)
+    return blob if blob is not None and blob.get("key") == key else None
 
 
 def write_blob(path, blob: dict) -> None:

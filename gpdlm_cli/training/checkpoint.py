@@ -145,10 +145,11 @@ class Checkpointer:
         sidecar(self.path).unlink(missing_ok=True)
 
 
-def read_checkpoint(path: str | os.PathLike, strict: bool = False) -> dict | None:
-    """The checkpoint at ``path``, or None when there is none or it cannot be read. A checkpoint
-    whose bytes do not match their recorded SHA-256 is None too, or, with ``strict``, a one-line
-    ``CheckpointError`` (``gpdlm resume`` says so rather than restart silently)."""
+def read_checkpoint(path: str | os.PathLike, strict: bool = False, fmt: int = FORMAT) -> dict | None:
+    """The checkpoint at ``path``, or None when there is none, it cannot be read or its ``format`` is not
+    ``fmt`` (a batched group's checkpoints have their own). A checkpoint whose bytes do not match their
+    recorded SHA-256 is None too, or, with ``strict``, a one-line ``CheckpointError`` (``gpdlm resume``
+    says so rather than restart silently)."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -164,7 +165,7 @@ def read_checkpoint(path: str | os.PathLike, strict: bool = False) -> dict | Non
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:
         return None
-    return blob if isinstance(blob, dict) and blob.get("format") == FORMAT else None
+    return blob if isinstance(blob, dict) and blob.get("format") == fmt else None
 
 
 def checkpoint_step(state: dict) -> int:
