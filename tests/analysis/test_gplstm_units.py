@@ -63,6 +63,7 @@ def test_target_sds_are_numpy_on_the_raw_file(units, name, mode, lag, train_sd):
     assert got["test"] == pytest.approx(test.std(), rel=1e-12)
     assert got["authors_train"] == pytest.approx(y[:a].std(), rel=1e-12)
     assert got["authors_test"] == pytest.approx(y[a:b].std(), rel=1e-12)
+    assert got["mean_predictor"] == pytest.approx(np.sqrt(np.mean((test - train.mean()) ** 2)) / train.std(), rel=1e-12)
     assert got["train"] == pytest.approx(train_sd, abs=1e-4)  # the figures of the diagnosis's section 8
 
 

@@ -1,7 +1,8 @@
 """In which units the GP-LSTM paper's Table 2 RMSEs are, read against gpdlm's committed Table 2 records
 (docs/results/diagnoses/gplstm.md, section 8).
 
-    PYTHONPATH=. python docs/results/diagnoses/gplstm_units.py        # from the repository root
+    PYTHONPATH=. python docs/results/diagnoses/gplstm_units.py             # from the repository root
+    PYTHONPATH=. python docs/results/diagnoses/gplstm_units.py --markdown  # also section 8's tables
 
 The authors' code as released with the paper (github.com/alshedivat/keras-gp, 2016-10-27 to 2017-04-29:
 ``kgp/datasets/data_utils.py::preprocess_data(standardize=True)``, used by ``examples/lstm_actuator.py`` and
@@ -66,7 +67,8 @@ def target_sds(name: str, mode: str, lag: int) -> dict[str, float]:
     what gpdlm standardises with and what the authors' ``preprocess_data`` would use on this split),
     ``train_val`` (the whole first half: training and validation windows), ``test`` (the second half); and
     on the raw series at the authors' split (``authors_train``: the first 45% of the steps, ``authors_test``:
-    45-90%)."""
+    45-90%); ``mean_predictor``: the test RMSE of predicting the training targets' mean, in standardised units
+    (what a model that learnt nothing scores on the paper's scale)."""
     from gpdlm_cli.data import load_table, make_splits
 
     table = load_table(name, lag=lag, mode=mode)
@@ -82,6 +84,7 @@ def target_sds(name: str, mode: str, lag: int) -> dict[str, float]:
         "authors_train": float(series[:a].std()),
         "authors_test": float(series[a:b].std()),
         "n_train": float(tr.size),
+        "mean_predictor": float(np.sqrt(np.mean((y[te] - y[tr].mean()) ** 2)) / y[tr].std()),
     }
     if not math.isclose(out["train"], float(splits.y_std), rel_tol=1e-12):
         raise AssertionError(f"{name} {mode}: training sd {out['train']} but gpdlm scales with {splits.y_std}")
@@ -195,7 +198,34 @@ SUMMARIES = {
 }
 
 
-def main() -> int:
+def markdown(rows: list[dict]) -> None:
+    """Section 8's tables: per dataset, a row per model and a column per mode (free simulation teacher-forced
+    and on own rollouts), each cell "raw / standardised (paper)"."""
+    columns = [
+        ("regression", "fixed"),
+        ("autoregression", "fixed"),
+        ("free_simulation", "fixed"),
+        ("free_simulation", "own"),
+    ]
+    heads = ["regression", "autoregression", "free sim. (teacher-forced)", "free sim. (own rollouts)"]
+    cell = {(r["dataset"], r["mode"], r["model"], r["variant"]): r for r in rows}
+    for ds, dname in DATASETS.items():
+        print(f"\n{dname}: mean test RMSE, target units / standardised (the paper)\n")
+        print("| model | " + " | ".join(heads) + " |")
+        print("|---" * (len(heads) + 1) + "|")
+        for model, mname in MODELS.items():
+            out = []
+            for mode, variant in columns:
+                r = cell.get((ds, mode, model, variant))
+                if r is None:
+                    out.append("-")
+                    continue
+                p = f" ({r['paper']:.2f})" if r["paper"] else ""
+                out.append(f"{r['raw']:.3f} / **{r['std']:.3f}**{p}")
+            print(f"| {mname} | " + " | ".join(out) + " |")
+
+
+def main(argv: list[str]) -> int:
     paper = paper_table2()
     studies = {k: load_records(p) for k, p in RECORDS.items() if p.is_file()}
     fixed = studies["fixed"]
@@ -205,7 +235,7 @@ def main() -> int:
     print("with, as the authors' preprocess_data would on this split), and on the raw series at the authors' split:")
     print(
         f"{'dataset':9} {'mode':16} {'lag':>3} {'n_train':>7} {'train':>7} {'train+val':>9} {'test':>7}  "
-        f"{'authors 0-45%':>13} {'45-90%':>7}  max |logged sd / train sd - 1|"
+        f"{'authors 0-45%':>13} {'45-90%':>7} {'mean pred.':>10}  max |logged sd / train sd - 1|"
     )
     for (ds, mode), g in fixed.groupby(["dataset", "mode"]):
         (lag,) = set(g["lag"])
@@ -217,7 +247,8 @@ def main() -> int:
         diff = float(np.max(np.abs(logged / s["train"] - 1)))
         print(
             f"{ds:9} {mode:16} {int(lag):3d} {int(s['n_train']):7d} {s['train']:7.4f} {s['train_val']:9.4f} "
-            f"{s['test']:7.4f}  {s['authors_train']:13.4f} {s['authors_test']:7.4f}  {diff:.1e} ({len(logged)} runs)"
+            f"{s['test']:7.4f}  {s['authors_train']:13.4f} {s['authors_test']:7.4f} {s['mean_predictor']:10.3f}  "
+            f"{diff:.1e} ({len(logged)} runs)"
         )
 
     rows = table(studies, sds, paper)
@@ -247,8 +278,10 @@ def main() -> int:
                     f"(x{math.exp(a['median_abs_log']):.2f}), geometric mean gpdlm/paper {a['geo_mean_ratio']:.2f}, "
                     f"within x1.5: {a['within_1.5']:2d}/{a['cells']}, within x1.25: {a['within_1.25']:2d}/{a['cells']}"
                 )
+    if "--markdown" in argv:
+        markdown(rows)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
