@@ -94,3 +94,27 @@ def test_the_metric_of_each_mode_is_the_claims_files(units):
     for mode, name in units.MODES.items():
         assert modes[name]["match"] == {"dataset.mode": mode}
         assert units.METRIC[mode] == modes[name].get("metric", table["metric"])
+
+
+def test_the_input_window_bound_is_numpy_on_the_raw_file(units):
+    """Drives at lag 16: the test targets y[250:500], each window the inputs u[t-15..t] (gpdlm's alignment);
+    grouping identical windows and predicting each group's mean leaves 0.424 in target units (the paper's
+    Drives regression figures are 0.25-0.53)."""
+    import scipy.io
+
+    _raw_target("drives")  # skips without the file
+    from gpdlm_cli.data import get_dataset_info
+    from gpdlm_cli.data.catalog import download_inputs
+
+    (path,) = download_inputs(get_dataset_info("drives"))
+    m = scipy.io.loadmat(str(path))
+    u, y = np.asarray(m["u1"], dtype=float).ravel(), np.asarray(m["z1"], dtype=float).ravel()
+    groups: dict[tuple, list[float]] = {}
+    for t in range(250, 500):
+        groups.setdefault(tuple(u[t - 15 : t + 1]), []).append(y[t])
+    expected = np.sqrt(sum(np.sum((np.array(v) - np.mean(v)) ** 2) for v in groups.values()) / 250)
+    got = units.input_window_bound("drives", 16)
+    assert (got["n"], got["distinct"]) == (250, len(groups))
+    assert got["target"] == pytest.approx(expected, rel=1e-12)
+    assert got["target"] == pytest.approx(0.424, abs=1e-3)
+    assert got["std"] == pytest.approx(expected / units.target_sds("drives", "regression", 16)["train"], rel=1e-12)

@@ -91,6 +91,26 @@ def target_sds(name: str, mode: str, lag: int) -> dict[str, float]:
     return out
 
 
+def input_window_bound(name: str, lag: int) -> dict[str, float]:
+    """The lowest test RMSE any regression-mode model (a function of the ``lag`` past inputs alone) can reach
+    on gpdlm's test half: the test windows grouped by identical input windows, each group predicted by its
+    own mean of the *test* targets (an oracle; repeated windows come from Drives' two-level PRBS input).
+    ``target``: in target units, ``std``: over the training targets' sd; ``distinct``/``n``: distinct test
+    windows / test windows."""
+    from gpdlm_cli.data import load_table, make_splits
+
+    table = load_table(name, lag=lag, mode="regression")
+    splits = make_splits(table, seed=0, val_fraction=VAL_FRACTION)
+    te = np.asarray(splits.indices["test"])
+    X, y = np.asarray(table.X, dtype=float)[te], np.asarray(table.y, dtype=float)[te]
+    groups: dict[bytes, list[float]] = {}
+    for row, target in zip(X, y, strict=True):
+        groups.setdefault(row.tobytes(), []).append(float(target))
+    sq = sum(float(np.sum((np.asarray(v) - np.mean(v)) ** 2)) for v in groups.values())
+    rmse = math.sqrt(sq / y.size)
+    return {"target": rmse, "std": rmse / float(splits.y_std), "distinct": float(len(groups)), "n": float(y.size)}
+
+
 def load_records(path: Path):
     """One row per finished run of a committed ``runs.jsonl.gz``: dataset, mode, model, seed, lag, the
     Table 2 metric of its mode (``METRIC``) as ``rmse``, and the sd gpdlm scaled the targets with
@@ -278,6 +298,16 @@ def main(argv: list[str]) -> int:
                     f"(x{math.exp(a['median_abs_log']):.2f}), geometric mean gpdlm/paper {a['geo_mean_ratio']:.2f}, "
                     f"within x1.5: {a['within_1.5']:2d}/{a['cells']}, within x1.25: {a['within_1.25']:2d}/{a['cells']}"
                 )
+    print()
+    print("Regression mode: the lowest test RMSE any function of the input window alone can reach on gpdlm's test")
+    print("half (identical input windows share one prediction; the oracle uses the test targets):")
+    for ds, lags in (("drives", (10, 16, 32)), ("actuator", (32,))):
+        for lag in lags:
+            b = input_window_bound(ds, lag)
+            print(
+                f"  {ds:9} lag {lag:2d}: {b['target']:.3f} target units, {b['std']:.3f} standardised "
+                f"({int(b['distinct'])} distinct of {int(b['n'])} test windows)"
+            )
     if "--markdown" in argv:
         markdown(rows)
     return 0
