@@ -625,8 +625,9 @@ def _read_metrics(folder: Path) -> dict:
 
 
 def _stopped_run(uri: str, run_id: str | None):
-    """(client, the stopped MLflow run or None): refuses a FINISHED run and one whose process may be
-    alive; a RUNNING run whose process is gone is closed KILLED before it is resumed."""
+    """(client, the stopped MLflow run or None): refuses a FINISHED run, one already continued (tag
+    ``gpdlm.resumed_as``) and one whose process may be alive; a RUNNING run whose process is gone is
+    closed KILLED before it is resumed."""
     from mlflow.exceptions import MlflowException
 
     from ..tracking.liveness import HOST_TAG, PID_TAG, close_orphan, process_state
@@ -642,6 +643,11 @@ def _stopped_run(uri: str, run_id: str | None):
             f"tracked in (--tracking-uri URI)"
         ) from None
     status = run.info.status
+    successor = run.data.tags.get("gpdlm.resumed_as")
+    if successor:  # continued once already: its checkpoint (if any) is its successor's now
+        raise AnalysisError(
+            f"run {run_id} was already continued as run {successor}; resume that one (gpdlm resume {successor})"
+        )
     if status == "FINISHED":
         raise AnalysisError(f"run {run_id} is FINISHED: nothing to resume (retrain it to run it again)")
     if status == "RUNNING":

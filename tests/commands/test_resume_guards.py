@@ -67,6 +67,23 @@ def test_a_finished_run_is_refused_with_one_line(stopped, tmp_path, capsys):
     assert len(MlflowClient(uri).search_runs([MlflowClient(uri).get_run(rid).info.experiment_id])) == 1
 
 
+def test_a_run_already_continued_is_refused_and_names_its_successor(stopped, tmp_path, capsys):
+    """Resuming a run a second time by its id (its first continuation stopped again) would link it to a
+    third run and skip the second: refused with one line naming the run to resume; no run is added."""
+    from mlflow.entities import RunTag
+
+    folder, uri, rid = stopped
+    client = MlflowClient(uri)
+    client.log_batch(rid, tags=[RunTag("gpdlm.resumed_as", "b" * 32)])
+    exp = client.get_run(rid).info.experiment_id
+    rc, err = run_cli(["resume", rid, "--tracking-uri", uri], tmp_path, capsys)
+    assert rc == 2 and len(err) == 2 and err[0].startswith(f"gpdlm: run {rid[:8]} "), err  # which run the id named
+    assert err[1] == (
+        f"gpdlm: error: run {rid} was already continued as run {'b' * 32}; resume that one (gpdlm resume {'b' * 32})"
+    ), err
+    assert len(client.search_runs([exp])) == 1 and (folder / FILE).is_file()
+
+
 def test_a_run_whose_process_is_alive_is_refused(stopped, tmp_path, capsys):
     from mlflow.entities import RunTag
 
