@@ -331,3 +331,14 @@ def test_hydra_flags_go_before_the_overrides():
     ]
     assert _hydra_flags_first(["a=1", "--config-dir=x", "--multirun"]) == ["--config-dir=x", "--multirun", "a=1"]
     assert _hydra_flags_first(["a=1", "--cfg", "job"]) == ["a=1", "--cfg", "job"]
+
+
+def test_a_preset_in_a_sub_folder_of_its_group_is_accepted_and_a_misspelled_one_suggested():
+    """``+experiment=rkhs_arm/scgd_rff`` names conf/experiment/rkhs_arm/scgd_rff.yaml, which Hydra composes
+    (the Gaussian RKHS study's arms): the check lets it through; a misspelled one gets the sub-folder's options."""
+    assert check_overrides(["+experiment=rkhs_arm/scgd_rff"]) is None
+    assert check_overrides(["+experiment=rkhs_arm/scgd_rfx"]) == (
+        "unknown experiment 'rkhs_arm/scgd_rfx'; did you mean 'rkhs_arm/scgd_rff' or 'rkhs_arm/bsgd_rff' "
+        "or 'rkhs_arm/bsgd_rbf'? (choose from: rkhs_arm/bsgd_rbf, rkhs_arm/bsgd_rff, rkhs_arm/minimax_paper_rff, "
+        "rkhs_arm/minimax_rff, rkhs_arm/scgd_paper_rff, rkhs_arm/scgd_rff, rkhs_arm/svgp_rbf, rkhs_arm/svgp_rff)"
+    )
