@@ -262,10 +262,8 @@ def build(spec: RunSpec, data, task: str) -> Method:
     timer = EpochTimer()
     gp = is_gp(m.name)
     model, likelihoods = (build_gp if gp else build_baseline)(spec, network, d, x.device)
-    own_feedback = m.training.feedback == "own_predictions"
-    # the windows the model conditions on to predict: the training windows (rewritten in place by OwnFeedback),
-    # or with feedback_conditioning=true_targets a copy of the true-target windows taken before any rollout
-    x_cond = x.clone() if own_feedback and m.training.feedback_conditioning == "true_targets" else x
+    own = _own_feedback(m.training, model, x, y, feedback)
+    x_cond = x if own is None else own.conditioning  # the windows the model conditions on to predict
     evaluation = SequenceEvaluation(
         model,
         x_cond,
@@ -278,15 +276,8 @@ def build(spec: RunSpec, data, task: str) -> Method:
     )
     schedule = EvaluationSchedule(evaluation)  # training evaluations: one-step metrics (the selection's)
     tags = {"gpdlm.prediction_mode": mode}
-    own = OwnFeedback(model, x, y, feedback, conditioning=x_cond) if own_feedback else None
     if mode == "free_simulation":
-        tags["gpdlm.free_simulation"] = (
-            "teacher forcing in training; rollout feeds back the predictive mean from L true targets"
-            if own is None
-            else "trained on its own rollout over the training series (rewritten every epoch); rollout feeds "
-            "back the predictive mean from L true targets"
-            + ("" if x_cond is x else "; the GP conditions on the true-target windows")
-        )
+        tags["gpdlm.free_simulation"] = _free_simulation_tag(own)
     common: dict[str, Any] = {  # the Method keywords both variants share
         "evaluate": evaluation.evaluate,
         "evaluation_metrics": evaluation.metric_names(),
@@ -324,6 +315,27 @@ def build(spec: RunSpec, data, task: str) -> Method:
 
     return Method(
         m.name, model, likelihoods[0], parts.stages, monitors=parts.monitors(), diagnostics=diagnostics, **common
+    )
+
+
+def _own_feedback(training: TrainingSpec, model, x, y, feedback) -> OwnFeedback | None:
+    """``model.training.feedback=own_predictions``'s hook (None for teacher forcing): it rewrites the training
+    windows ``x`` in place; the model conditions on them to predict, or with ``feedback_conditioning=true_targets``
+    on a copy of the true-target windows taken here, before any rollout."""
+    if training.feedback != "own_predictions":
+        return None
+    conditioning = x.clone() if training.feedback_conditioning == "true_targets" else None
+    return OwnFeedback(model, x, y, feedback, conditioning=conditioning)
+
+
+def _free_simulation_tag(own: OwnFeedback | None) -> str:
+    """The run's tag ``gpdlm.free_simulation``: how it was trained and what its GP conditions on."""
+    if own is None:
+        return "teacher forcing in training; rollout feeds back the predictive mean from L true targets"
+    return (
+        "trained on its own rollout over the training series (rewritten every epoch); rollout feeds back the "
+        "predictive mean from L true targets"
+        + ("" if own.conditioning is own.x else "; the GP conditions on the true-target windows")
     )
 
 
