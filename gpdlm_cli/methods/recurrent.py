@@ -73,6 +73,8 @@ TAKES_FEATURES = False  # the network is the model's own (model.network), not `f
 ALGORITHMS = ("full", "alternating", "delayed")
 #: model.training.feedback's choices: teacher forcing, or the model's own rollout (free simulation only)
 FEEDBACK = ("true_targets", "own_predictions")
+#: model.training.feedback_conditioning's choices: what a GP trained on its own rollouts conditions on to predict
+FEEDBACK_CONDITIONING = ("rollouts", "true_targets")
 # trainer.keep_best=auto: the iterate with the lowest validation RMSE (App. E: "best models were selected
 # on 25% of the training data used for validation"; the authors' examples stop early on val_mse). Without
 # it, full-batch joint training overfits the 376 Actuator windows: val NLL 27.8 after 1000 steps, -0.08 at best.
@@ -121,9 +123,10 @@ class GPSpec:
 
 @dataclass(frozen=True)
 class TrainingSpec:
-    """``model.training``: the training protocol. All but ``feedback`` are the GP models' (Sec. 4.1;
-    ``trainer.*`` before config-hash version 3: ``tracking.identity.PROTOCOL_KEYS`` lists them), which the
-    baselines ignore; ``feedback`` is every recurrent model's (``tracking.identity.ADDED_KEYS``)."""
+    """``model.training``: the training protocol. All but ``feedback`` and ``feedback_conditioning`` are the GP
+    models' (Sec. 4.1; ``trainer.*`` before config-hash version 3: ``tracking.identity.PROTOCOL_KEYS`` lists them),
+    which the baselines ignore; ``feedback`` is every recurrent model's, ``feedback_conditioning`` a GP model's with
+    ``feedback=own_predictions`` (both ``tracking.identity.ADDED_KEYS``)."""
 
     algorithm: str = choice("full", ALGORITHMS, help="full | alternating (Algorithm 1) | delayed (Algorithm 2)")
     kernel_refresh_every: int | None = integer(
@@ -140,6 +143,12 @@ class TrainingSpec:
         FEEDBACK,
         help="free simulation: what the training windows' past-target columns hold (own_predictions: the "
         "model's own rollout over the training series, rewritten every epoch)",
+    )
+    feedback_conditioning: str = choice(
+        "rollouts",
+        FEEDBACK_CONDITIONING,
+        help="GP models with feedback=own_predictions: the windows the GP conditions on to predict (rollouts: the "
+        "fed-back training windows; true_targets: the true-target windows, while W and theta train on the rollouts)",
     )
 
 
@@ -185,6 +194,13 @@ def validate(spec: RunSpec) -> None:
         raise UnsupportedCombination(
             f"model.training.feedback=own_predictions trains on the model's own free-simulation rollouts: it needs "
             f"dataset.mode=free_simulation (got dataset.mode={mode or 'the dataset default'})"
+        )
+    conditioning = m.training.feedback_conditioning
+    if conditioning != "rollouts" and (not is_gp(name) or m.training.feedback != "own_predictions"):
+        raise UnsupportedCombination(
+            f"model.training.feedback_conditioning={conditioning} chooses the windows a GP model trained on its own "
+            f"rollouts conditions on: it needs a GP model and model.training.feedback=own_predictions (got "
+            f"model={name}, model.training.feedback={m.training.feedback})"
         )
     if not is_gp(name):
         return
@@ -246,9 +262,11 @@ def build(spec: RunSpec, data, task: str) -> Method:
     timer = EpochTimer()
     gp = is_gp(m.name)
     model, likelihoods = (build_gp if gp else build_baseline)(spec, network, d, x.device)
+    own = _own_feedback(m.training, model, x, y, feedback)
+    x_cond = x if own is None else own.conditioning  # the windows the model conditions on to predict
     evaluation = SequenceEvaluation(
         model,
-        x,
+        x_cond,
         y,
         likelihoods,
         mode=mode,
@@ -258,14 +276,8 @@ def build(spec: RunSpec, data, task: str) -> Method:
     )
     schedule = EvaluationSchedule(evaluation)  # training evaluations: one-step metrics (the selection's)
     tags = {"gpdlm.prediction_mode": mode}
-    own = OwnFeedback(model, x, y, feedback) if m.training.feedback == "own_predictions" else None
     if mode == "free_simulation":
-        tags["gpdlm.free_simulation"] = (
-            "teacher forcing in training; rollout feeds back the predictive mean from L true targets"
-            if own is None
-            else "trained on its own rollout over the training series (rewritten every epoch); rollout feeds "
-            "back the predictive mean from L true targets"
-        )
+        tags["gpdlm.free_simulation"] = _free_simulation_tag(own)
     common: dict[str, Any] = {  # the Method keywords both variants share
         "evaluate": evaluation.evaluate,
         "evaluation_metrics": evaluation.metric_names(),
@@ -303,6 +315,27 @@ def build(spec: RunSpec, data, task: str) -> Method:
 
     return Method(
         m.name, model, likelihoods[0], parts.stages, monitors=parts.monitors(), diagnostics=diagnostics, **common
+    )
+
+
+def _own_feedback(training: TrainingSpec, model, x, y, feedback) -> OwnFeedback | None:
+    """``model.training.feedback=own_predictions``'s hook (None for teacher forcing): it rewrites the training
+    windows ``x`` in place; the model conditions on them to predict, or with ``feedback_conditioning=true_targets``
+    on a copy of the true-target windows taken here, before any rollout."""
+    if training.feedback != "own_predictions":
+        return None
+    conditioning = x.clone() if training.feedback_conditioning == "true_targets" else None
+    return OwnFeedback(model, x, y, feedback, conditioning=conditioning)
+
+
+def _free_simulation_tag(own: OwnFeedback | None) -> str:
+    """The run's tag ``gpdlm.free_simulation``: how it was trained and what its GP conditions on."""
+    if own is None:
+        return "teacher forcing in training; rollout feeds back the predictive mean from L true targets"
+    return (
+        "trained on its own rollout over the training series (rewritten every epoch); rollout feeds back the "
+        "predictive mean from L true targets"
+        + ("" if own.conditioning is own.x else "; the GP conditions on the true-target windows")
     )
 
 

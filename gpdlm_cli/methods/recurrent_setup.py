@@ -331,20 +331,28 @@ class OwnFeedback:
     the current model is rolled out over the time-ordered training windows ``x`` from the true past targets
     of the first (``metrics.simulation.simulated_windows``: the free simulation's loop, predictive means fed
     back, no gradient through the rollout), and the fed-back windows are written into ``x`` in place: the
-    tensor the trainer draws its batches from, the kernel refresh embeds and the GP conditions on. The
-    targets stay the true ones. A GP rolls out with its predictive mean conditioned on the windows it
-    trained on so far (``condition(x, y)`` at the current W and theta).
+    tensor the trainer draws its batches from, the kernel refresh embeds and (by default) the GP conditions on.
+    The targets stay the true ones. A GP rolls out with its predictive mean conditioned (``condition``, at the
+    current W and theta) on ``conditioning``: by default the windows it trained on so far.
 
     ``x`` is registered as the buffer ``feedback_windows`` of ``model``, so keep_best's snapshot, a checkpoint
     and a saved model keep the windows their iterate was trained and evaluated with (``gpdlm predict``
     conditions a GP on them). ``steps_per_epoch``: the stage's minibatch steps per epoch (:meth:`attach`);
-    ``seconds``, ``rollouts``: the time spent rolling out and how many rollouts were made."""
+    ``seconds``, ``rollouts``: the time spent rolling out and how many rollouts were made.
 
-    def __init__(self, model, x, y, feedback):
+    ``conditioning``: the windows the model conditions on to predict -- ``x`` itself (the default), or
+    (``model.training.feedback_conditioning=true_targets``, GP models) a separate tensor holding the true-target
+    windows, registered as the buffer ``conditioning_windows``; then the rollout, like every evaluation, uses the
+    GP conditioned on them, while the batches, the kernel refresh and the theta steps use ``x``."""
+
+    def __init__(self, model, x, y, feedback, conditioning=None):
         self.model, self.x, self.y, self.feedback = model, x, y, feedback
+        self.conditioning = x if conditioning is None else conditioning
         self.steps_per_epoch = 1
         self.seconds, self.rollouts = 0.0, 0
         model.register_buffer("feedback_windows", x)
+        if self.conditioning is not x:
+            model.register_buffer("conditioning_windows", self.conditioning)
 
     @torch.no_grad()
     def rollout(self) -> None:
@@ -354,7 +362,7 @@ class OwnFeedback:
         from ..metrics.simulation import simulated_windows
 
         t0 = time.perf_counter()
-        self.model.condition(self.x, self.y)
+        self.model.condition(self.conditioning, self.y)
         self.x.copy_(simulated_windows(self.model.means, self.x, self.feedback))
         self.seconds += time.perf_counter() - t0
         self.rollouts += 1

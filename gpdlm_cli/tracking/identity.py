@@ -73,7 +73,11 @@ _NEW_NAMES = frozenset(RENAMED.values())
 #: key is left out of every version's hash (a run of today's config is the run it was before the key existed),
 #: at any other it counts, for every model that carries it (``model.training.feedback``: the recurrent
 #: models' training windows, the networks' too, so it is not one of ``PROTOCOL_KEYS``)
-ADDED_KEYS = {"model.training.feedback": "true_targets", "trainer.checkpoint_minutes": 10.0}
+ADDED_KEYS = {
+    "model.training.feedback": "true_targets",
+    "trainer.checkpoint_minutes": 10.0,
+    "model.training.feedback_conditioning": "rollouts",
+}
 
 
 def renamed_message(key: str, value=...) -> str:

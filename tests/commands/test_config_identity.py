@@ -185,6 +185,7 @@ def test_old_params_and_configs_read_in_the_new_names():
     old = OmegaConf.to_container(OmegaConf.create(runs["gp_lstm"]["config_yaml"]))
     new = OmegaConf.to_container(compose(runs["gp_lstm"]["overrides"]))
     assert new["model"]["training"].pop("feedback") == "true_targets"  # added since (ADDED_KEYS), at its default
+    assert new["model"]["training"].pop("feedback_conditioning") == "rollouts"  # the same
     assert new["trainer"].pop("checkpoint_minutes") == 10.0  # the same
     assert canonical_config(old) == new and canonical_config(new) == new
 
@@ -194,8 +195,9 @@ def test_the_family_declares_the_keys_identity_renames():
 
     from gpdlm_cli.methods.recurrent import TrainingSpec
 
-    assert tuple(f.name for f in dataclasses.fields(TrainingSpec)) == (*PROTOCOL_KEYS, "feedback")
-    assert set(compose(["model=gp_gru"]).model.training) == {*PROTOCOL_KEYS, "feedback"}
+    added = ("feedback", "feedback_conditioning")
+    assert tuple(f.name for f in dataclasses.fields(TrainingSpec)) == (*PROTOCOL_KEYS, *added)
+    assert set(compose(["model=gp_gru"]).model.training) == {*PROTOCOL_KEYS, *added}
     assert {f"model.training.{k}" for k in PROTOCOL_KEYS} & set(ADDED_KEYS) == set()
     assert not set(PROTOCOL_KEYS) & set(compose([]).trainer)
 
@@ -314,6 +316,23 @@ def test_an_added_key_at_its_default_leaves_every_hash_as_before_and_counts_when
     own = compose([*base, "model.training.feedback=own_predictions"])
     assert set(config_hashes(own)).isdisjoint(config_hashes(cfg))
     assert params_hash(logged_params(own)) == config_hash(own) != config_hash(cfg)
+
+
+def test_the_conditioning_key_at_its_default_leaves_every_hash_as_before_and_counts_when_set():
+    """model.training.feedback_conditioning (ADDED_KEYS, not result-neutral): at rollouts (what every own-rollout
+    run before the key did) every version's hash is the config's without it; true_targets is another run."""
+    base = ["+experiment=gplstm_sysid_smoke", "model=gp_lstm", "dataset.mode=free_simulation"]
+    own = compose([*base, "model.training.feedback=own_predictions"])
+    assert own.model.training.feedback_conditioning == "rollouts"
+    without = OmegaConf.create(OmegaConf.to_container(own))
+    del without.model.training["feedback_conditioning"]
+    assert config_hashes(own) == config_hashes(without)
+    assert params_hash(logged_params(own)) == config_hash(without)
+    true = compose(
+        [*base, "model.training.feedback=own_predictions", "model.training.feedback_conditioning=true_targets"]
+    )
+    assert set(config_hashes(true)).isdisjoint(config_hashes(own))
+    assert params_hash(logged_params(true)) == config_hash(true) != config_hash(own)
 
 
 def test_the_checkpoint_interval_in_minutes_changes_no_hash():

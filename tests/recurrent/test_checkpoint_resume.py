@@ -55,6 +55,17 @@ CASES = {  # (overrides, the stage the run is stopped in, the step of that stage
         "delayed",
         4,
     ),
+    "gp_lstm_own_rollouts_true_target_conditioning": (  # two window sets: both are the model's buffers
+        [
+            *GP,
+            "dataset.mode=free_simulation",
+            "model.training.feedback=own_predictions",
+            "model.training.feedback_conditioning=true_targets",
+            "model.horizons=[1,5]",
+        ],
+        "delayed",
+        4,
+    ),
     # structured KISS: CG and stochastic Lanczos on probes seeded per refresh (the refresh count resumes)
     "gp_lstm_kiss_structured": (
         [*GP, "model.gp.inference=kiss", "model.gp.grid_size=8", "model.gp.kiss_dense_below=0", "trainer.max_epochs=2"],

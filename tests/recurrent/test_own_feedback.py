@@ -136,3 +136,115 @@ def test_the_default_trains_teacher_forced_as_before(tmp_path, model):
     m = run_train(cfg, tmp_path, tracker=NullTracker())
     assert not any(k.startswith("feedback_") for k in m)
     assert (m["test_sim_rmse"], m["test_rmse"], m["val_rmse"]) == pytest.approx(BEFORE[model[0][6:]], rel=1e-9)
+
+
+# ----- model.training.feedback_conditioning=true_targets (the conditioning ablation) -----------------------------
+TRUE_COND = [*OWN, "model.training.feedback_conditioning=true_targets"]
+
+
+def test_true_target_conditioning_rolls_out_and_predicts_from_the_true_windows():
+    """The rollout is the loop rollout of the GP conditioned on the true-target windows (a copy taken before any
+    rollout, the model's buffer ``conditioning_windows``); the training tensor takes the rollout; every
+    evaluation conditions the GP on the true windows, not on the training tensor."""
+    torch.manual_seed(0)
+    cfg = compose([*TINY, *GP, *TRUE_COND, "model.network.dtype=float64", "trainer.max_epochs=1"])
+    build.validate_config(cfg)
+    _, splits, data = build.load_data(cfg)
+    method = build.build_method(cfg, data, splits.task)
+    own = next(h for s in method.stages for h in s.hooks if isinstance(h, OwnFeedback))
+    x, y, model = data.x_train, data.y_train, method.model
+    true = x.clone()
+    assert own.x is x and model.feedback_windows is x
+    assert own.conditioning is model.conditioning_windows and own.conditioning is not x
+    for _ in range(2):
+        model.condition(true, y)
+        expected = loop_rollout(model, true, own.feedback)
+        own.rollout()
+        assert torch.equal(x, expected) and torch.equal(own.conditioning, true)
+        with torch.no_grad():
+            for p in model.network.parameters():
+                p.mul_(1.1)
+    assert not torch.equal(x, true)
+    method.evaluate(data.x_val, data.y_val, "val_", splits.y_std)
+    with torch.no_grad():
+        assert torch.equal(model._train_h, model.embed(true))  # conditioned on the true windows
+        assert not torch.equal(model._train_h, model.embed(x))
+
+
+def test_a_run_with_true_target_conditioning_trains_on_rollouts_and_predicts_from_the_true_windows(
+    tmp_path, monkeypatch
+):
+    """Every batch of Algorithm 2's stage is rows of the rolled-out training tensor (not the true windows),
+    while the saved model conditions on the true windows: its buffer equals the series' true windows exactly,
+    the training-window buffer holds the rollout, and the reloaded model reproduces the run's test metrics."""
+    real = build.build_method
+    seen = []
+
+    def recording(cfg, data, task, *family, **options):
+        method = real(cfg, data, task, *family, **options)
+        stage = next(s for s in method.stages if s.name == "delayed")
+        objective, x = stage.objective, data.x_train
+
+        def record(xb, yb, idx, objective=objective, x=x):
+            seen.append((xb.clone(), x[idx].clone(), method.model.conditioning_windows[idx].clone()))
+            return objective(xb, yb, idx)
+
+        stage.objective = record
+        return method
+
+    monkeypatch.setattr(build, "build_method", recording)
+    tracker = NullTracker()
+    m = run_train(compose([*TINY, *GP, *TRUE_COND, "trainer.max_epochs=2", "seed=0"]), tmp_path, tracker=tracker)
+    monkeypatch.setattr(build, "build_method", real)
+    assert tracker.status == "FINISHED" and tracker.params["model.training.feedback_conditioning"] == "true_targets"
+    assert "true-target windows" in tracker.tags["gpdlm.free_simulation"] and m["feedback_rollouts"] == 3
+    assert len(seen) == 2 * (58 // 16)
+    assert all(torch.equal(xb, rolled) for xb, rolled, _ in seen)  # batches: rows of the rolled-out tensor
+    assert all(not torch.equal(xb, true) for xb, _, true in seen)  # ... which are not the true windows
+    loaded = load_run(tmp_path)
+    fresh = build.load_data(loaded.cfg)[2].x_train
+    model = loaded.method.model
+    assert torch.equal(model.conditioning_windows, fresh) and not torch.equal(model.feedback_windows, fresh)
+    again = loaded.method.evaluate(loaded.data.x_test, loaded.data.y_test, "test_", loaded.splits.y_std)
+    assert again["test_sim_rmse"] == pytest.approx(m["test_sim_rmse"], rel=1e-12)
+    with torch.no_grad():
+        assert torch.equal(model._train_h, model.embed(fresh))
+
+
+@pytest.mark.parametrize(
+    "overrides, model, feedback",
+    [
+        (["model=lstm", *TRUE_COND], "lstm", "own_predictions"),
+        ([*GP, "model.training.feedback_conditioning=true_targets"], "gp_lstm", "true_targets"),
+    ],
+    ids=["network", "teacher_forced_gp"],
+)
+def test_true_target_conditioning_elsewhere_is_one_line_before_any_run(tmp_path, capsys, overrides, model, feedback):
+    message = (
+        "model.training.feedback_conditioning=true_targets chooses the windows a GP model trained on its own "
+        "rollouts conditions on: it needs a GP model and model.training.feedback=own_predictions (got "
+        f"model={model}, model.training.feedback={feedback})"
+    )
+    with pytest.raises(Exception) as e:
+        run_train(compose([*TINY, *overrides]), tmp_path, tracker=NoRunTracker())
+    assert str(e.value) == message
+    rc, err = run_cli(["train", *TINY, *overrides], tmp_path, capsys)
+    assert rc != 0 and err == [f"gpdlm: error: {message}"], err
+
+
+# the metrics of TINY + own_predictions + 2 epochs trained by the code before feedback_conditioning existed (fd6aea7)
+BEFORE_OWN = {
+    "lstm": (0.8274511912283858, 0.7998719839511643, 1.0513917647685982),
+    "gp_lstm": (1.0269367304260384, 0.8370529814358597, 1.3077760167248806),
+}
+
+
+@pytest.mark.parametrize("model", [["model=lstm"], GP], ids=["lstm", "gp_lstm"])
+def test_own_rollouts_with_the_default_conditioning_train_as_before(tmp_path, model):
+    """feedback_conditioning=rollouts (the default): no second buffer, the metrics of the code before the key."""
+    cfg = compose([*TINY, *model, *OWN, "trainer.max_epochs=2"])
+    assert cfg.model.training.feedback_conditioning == "rollouts"
+    torch.set_num_threads(1)
+    m = run_train(cfg, tmp_path, tracker=NullTracker())
+    assert "conditioning_windows" not in dict(load_run(tmp_path).method.model.named_buffers())
+    assert (m["test_sim_rmse"], m["test_rmse"], m["val_rmse"]) == pytest.approx(BEFORE_OWN[model[0][6:]], rel=1e-12)
