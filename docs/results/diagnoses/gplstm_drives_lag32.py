@@ -18,7 +18,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gplstm_units import MODELS, ROOT, input_window_bound, paper_table2  # noqa: E402
+from gplstm_units import MODELS, ROOT, input_window_bound, paper_table2, target_sds  # noqa: E402
 
 RECORDS = {
     16: ROOT / "docs/results/gplstm_real_fixed_2026-11-29/runs.jsonl.gz",
@@ -54,19 +54,21 @@ def main() -> int:
         runs.update(got)
     paper = paper_table2()
     print("Drives regression, mean over seeds: test_rmse (target units) / test_rmse_norm (standardised), paper")
-    print(f"{'model':8} {'lag 16':>17} {'lag 32':>17} {'seeds 32':>9} {'paper':>6}")
+    print("(± the standardised RMSE's sd over seeds)")
+    print(f"{'model':8} {'lag 16':>25} {'lag 32':>25} {'seeds 32':>9} {'paper':>6}")
     for model, name in MODELS.items():
         cells = []
         for lag in (16, 32):
             r = runs.get((lag, model), {})
             if r:
                 raw, std = np.mean([v[0] for v in r.values()]), np.mean([v[1] for v in r.values()])
-                cells.append(f"{raw:.3f} / {std:.3f}")
+                sd = np.std([v[1] for v in r.values()], ddof=1)
+                cells.append(f"{raw:.3f} / {std:.3f} ± {sd:.3f}")
             else:
                 cells.append("-")
         p = paper.get(("drives", "regression", model))
         seeds = ",".join(str(s) for s in sorted(runs.get((32, model), {})))
-        print(f"{name:8} {cells[0]:>17} {cells[1]:>17} {seeds:>9} {p if p else '-':>6}")
+        print(f"{name:8} {cells[0]:>25} {cells[1]:>25} {seeds:>9} {p if p else '-':>6}")
     print()
     print("GP model vs its network (paired over seeds, one-sided: GP lower; test_rmse; seeds where both ran):")
     for lag in (16, 32):
@@ -84,10 +86,11 @@ def main() -> int:
     print()
     print("Input-window floor (gplstm_units.py): each distinct test input window predicted by its own test mean")
     for lag in (16, 32):
-        f = input_window_bound("drives", lag)
+        f, sds = input_window_bound("drives", lag), target_sds("drives", "regression", lag)
         print(
             f"  lag {lag}: {f['target']:.3f} target units / {f['std']:.3f} standardised, "
-            f"{int(f['distinct'])} distinct of {int(f['n'])} test windows"
+            f"{int(f['distinct'])} distinct of {int(f['n'])} test windows; {int(sds['n_train'])} training windows, "
+            f"train sd {sds['train']:.4f}; the training mean scores {sds['mean_predictor']:.3f} standardised"
         )
     return 0
 
