@@ -171,11 +171,14 @@ def simulation_metrics(
     variances, no propagated uncertainty); ``sim_rmse_h<k>``, the RMSE over the first k simulated
     steps, pooled over every start whose k steps lie inside the split (``ahead``: :func:`rollouts`).
     h1 is the one-step RMSE; pooling over starts makes the curve a property of the model rather
-    than of where one trajectory happens to start."""
+    than of where one trajectory happens to start. ``sim_rmse_norm`` and ``sim_rmse_h<k>_norm``: the
+    same on the standardised targets (each output's errors not multiplied by its sd; pooled as
+    ``rmse_norm`` is, so with one output ``sim_rmse / sim_rmse_norm`` is the training targets' sd) --
+    the unit of the GP-LSTM paper's Table 2."""
     out = {
         k.replace(prefix, prefix + "sim_", 1): v
         for k, v in scored(mu, var, y, likelihoods, y_std, prefix).items()
-        if k.endswith(("rmse", "nll"))
+        if k.endswith(("rmse", "nll", "rmse_norm"))
     }
     y2 = y[:, None] if y.ndim == 1 else y
     n = y2.shape[0]
@@ -184,8 +187,9 @@ def simulation_metrics(
         if ahead is not None and h <= ahead.shape[1] and h <= n:
             starts = torch.arange(n - h + 1, device=y2.device)
             truth = y2[starts[:, None] + torch.arange(h, device=y2.device)[None, :]]  # (starts, h, d)
-            err = (ahead[: n - h + 1, :h] - truth) * stds
-            out[f"{prefix}sim_rmse_h{h}"] = float(err.pow(2).mean().sqrt())
+            err_norm = ahead[: n - h + 1, :h] - truth
+            out[f"{prefix}sim_rmse_h{h}"] = float((err_norm * stds).pow(2).mean().sqrt())
+            out[f"{prefix}sim_rmse_h{h}_norm"] = float(err_norm.pow(2).mean().sqrt())
     return out
 
 
@@ -221,7 +225,8 @@ class SequenceEvaluation:
     def metric_names(self) -> tuple[str, ...]:
         names = ["nll", "nll_norm", "mse", "rmse", "rmse_norm", *CALIBRATION]
         if self.simulates:
-            names += ["sim_rmse", "sim_nll"] + [f"sim_rmse_h{h}" for h in self.horizons]
+            names += ["sim_rmse", "sim_rmse_norm", "sim_nll"]
+            names += [f"sim_rmse_h{h}{suffix}" for h in self.horizons for suffix in ("", "_norm")]
         return tuple(names)
 
     def training_started(self) -> None:

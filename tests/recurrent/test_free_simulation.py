@@ -56,8 +56,10 @@ def test_horizon_rmse_pools_the_first_k_steps_of_every_start():
     bias = 0.1 * (1 - 0.5 ** np.arange(1, 11)) / 0.5  # the error at steps 1..10 from any start
     for k in (1, 3, 10):  # target units: errors x y_std = 2
         assert m[f"test_sim_rmse_h{k}"] == pytest.approx(2 * np.sqrt(np.mean(bias[:k] ** 2)), rel=1e-10)
+        assert m[f"test_sim_rmse_h{k}_norm"] == pytest.approx(np.sqrt(np.mean(bias[:k] ** 2)), rel=1e-10)
     full = 0.1 * (1 - 0.5 ** np.arange(1, len(Y) + 1)) / 0.5
     assert m["test_sim_rmse"] == pytest.approx(2 * np.sqrt(np.mean(full**2)), rel=1e-10)
+    assert m["test_sim_rmse_norm"] == pytest.approx(np.sqrt(np.mean(full**2)), rel=1e-10)
 
 
 def test_free_simulation_of_every_lane_output_feeds_every_output_back():

@@ -153,3 +153,43 @@ def test_pretraining_trains_the_network_body_for_the_gp():
     assert after < before
     assert any(not torch.equal(a, b) for a, b in zip(body0, method.model.network.body.parameters()))
     torch.testing.assert_close(method.model.network.head.weight, head0)  # the GP's projection is untouched
+
+
+@pytest.mark.slow
+def test_free_simulation_logs_its_rmse_on_standardised_targets():
+    """``sim_rmse_norm`` (and ``sim_rmse_h<k>_norm``) are free simulation's RMSEs on the standardised targets:
+    on a tiny run each is its target-unit RMSE divided by the training targets' sd (numpy, from the raw
+    table's training rows), as ``rmse_norm`` is to ``rmse``; the target-unit metrics are the rollout's own
+    errors (recomputed from ``predict``), i.e. unchanged."""
+    import numpy as np
+
+    cfg = compose(
+        [
+            "dataset=sysid_actuator",
+            "dataset.n=160",
+            "dataset.mode=free_simulation",
+            "dataset.lag=5",
+            "model=lstm",
+            "model.network.units=4",
+            "trainer.max_iters=null",
+            "trainer.max_epochs=2",
+            "trainer.batch_size=32",
+            "trainer.eval_every=0",
+            "model.horizons=[1,5]",
+            "progress=false",
+            "tracking.enabled=false",
+        ]
+    )
+    prepared = prepare(cfg)
+    splits, data, method = prepared.splits, prepared.data, prepared.method
+    run_stages(method.stages, data.x_train, data.y_train, prepared.settings, generator=torch.Generator().manual_seed(0))
+    m = evaluator(method, data, splits.y_std)()
+    sd = float(np.std(np.asarray(prepared.table.y, dtype=np.float64)[splits.indices["train"]]))
+    assert sd != pytest.approx(1.0, abs=0.05)  # a real unit change, not the identity
+    for prefix in ("val_", "test_"):
+        for key in ("sim_rmse", "sim_rmse_h1", "sim_rmse_h5", "rmse"):
+            assert m[f"{prefix}{key}"] / m[f"{prefix}{key}_norm"] == pytest.approx(sd, rel=1e-12, abs=0), prefix + key
+    mu, _ = method.predict(data.x_test)
+    err = (mu[:, 0].double() - data.y_test.double()).numpy()
+    assert m["test_sim_rmse"] == pytest.approx(float(np.sqrt(np.mean(err**2))) * sd, rel=1e-10)
+    assert m["test_sim_rmse_h1"] == pytest.approx(m["test_rmse"], rel=1e-6)

@@ -91,7 +91,10 @@ def test_horizon_rmse_of_two_outputs_scales_each_outputs_errors_by_its_sd():
         truth = y[starts[:, None] + np.arange(h)[None, :]]
         err = (ahead[: n - h + 1, :h] - truth) * SDS
         assert out[f"test_sim_rmse_h{h}"] == pytest.approx(math.sqrt(np.mean(err**2)), rel=1e-12)
+        # standardised: the same errors without the sds, pooled the same way
+        assert out[f"test_sim_rmse_h{h}_norm"] == pytest.approx(math.sqrt(np.mean((err / SDS) ** 2)), rel=1e-12)
     assert out["test_sim_rmse"] == pytest.approx(math.sqrt(np.mean((0.1 * SDS) ** 2)), rel=1e-10)
+    assert out["test_sim_rmse_norm"] == pytest.approx(0.1, rel=1e-10)
 
 
 def test_one_sd_for_several_outputs_is_every_outputs_sd_and_a_wrong_count_is_refused():
