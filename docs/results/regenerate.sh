@@ -5,7 +5,7 @@
 #    docs/results/<paper>_<what>_<date>/runs.jsonl.gz, written by `gpdlm export` or `gpdlm reproduce`):
 #    rebuilt from those files alone -- on any clone, no MLflow store needed -- byte-identically
 #    (tests/commands/test_reproduce.py checks it). `--records-only` stops after these.
-# 2. The four papers' study reports and the two later ones, from the MLflow stores that made them
+# 2. Three papers' 2026-11-25 study reports (dlm, rkhs, gplstm) and the two later ones, from the MLflow stores that made them
 #    (`GPDLM_STUDY_STORE`, default sqlite:///mlflow.db in the folder the studies ran in; `GPDLM_POL_STORE`,
 #    `GPDLM_CLS_STORE`). Those stores lived outside git and are not on this machine: these reports have no run
 #    records yet (docs/reproduce.md, "Which published reports have their run records").
@@ -33,8 +33,6 @@ $R --claims dlm --experiment regression_logloss_pol --experiment regression_sqlo
 $R --claims rkhs --experiment rkhs_batch_study_pol --study docs/results/studies/rkhs.md --output docs/results/rkhs.md
 $R --claims gplstm --experiment gplstm_sysid --experiment gplstm_convergence \
    --study docs/results/studies/gplstm.md --output docs/results/gplstm.md
-$R --claims svbssgp --experiment svbssgp_aimpeak --experiment pic_aimpeak --experiment svbssgp_airline \
-   --study docs/results/studies/svbssgp.md --output docs/results/svbssgp.md
 # DLM Fig. 1(a), 1(b) on pol at the paper's whole grid (2026-11-27/28), its own store (`GPDLM_POL_STORE`; commands in its study.md)
 POL=${GPDLM_POL_STORE:-$URI}
 gpdlm report --tracking-uri "$POL" --no-log --claims dlm --experiment regression_logloss_pol --experiment regression_sqloss_pol \

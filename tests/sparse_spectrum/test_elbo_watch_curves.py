@@ -1,7 +1,7 @@
 """The falling-ELBO watch (``run/watch.py``) on sVBSSGP's real learning curves (issue 40): the ELBO per datum of
 six airline_nyc runs (30,000 training rows, p = 150 blocks of 200 rows, m = 20, 45 epochs, one evaluation per
 epoch = 150 block steps; `+experiment=svbssgp_airline dataset=airline_nyc dataset.split.train_size=30000
-model.partitions=150 trainer=fast threads=1`, measured 2026-11-28; docs/results/svbssgp.md, "Step size").
+model.partitions=150 trainer=fast threads=1`, measured 2026-11-28; docs/results/diagnoses/svbssgp.md, "Step size").
 It flags both lr-1e-2 runs, with the numbers `gpdlm train` printed, and none of the default lr-1e-3 runs nor the
 Robbins-Monro runs (lr 1e-2, rm_t0 = 300 block steps, kappa 0.6)."""
 
