@@ -87,21 +87,27 @@ def test_dropout_masks_are_per_sequence_seeded_and_off_for_predictions():
 GP = re.compile(r"model=gp_")
 
 
+#: a tiny free-simulation run of the sysid generator (fit() and the standardised-RMSE test)
+TINY_FREE_SIMULATION = [
+    "dataset=sysid_actuator",
+    "dataset.n=160",
+    "dataset.mode=free_simulation",
+    "dataset.lag=5",
+    "model.network.units=4",
+    "trainer.max_iters=null",
+    "trainer.max_epochs=2",
+    "trainer.batch_size=32",
+    "trainer.eval_every=0",
+    "model.horizons=[1,5]",
+    "progress=false",
+    "tracking.enabled=false",
+]
+
+
 def fit(overrides, stages=None):
     cfg = compose(
         [
-            "dataset=sysid_actuator",
-            "dataset.n=160",
-            "dataset.mode=free_simulation",
-            "dataset.lag=5",
-            "model.network.units=4",
-            "trainer.max_iters=null",
-            "trainer.max_epochs=2",
-            "trainer.batch_size=32",
-            "trainer.eval_every=0",
-            "model.horizons=[1,5]",
-            "progress=false",
-            "tracking.enabled=false",
+            *TINY_FREE_SIMULATION,
             *overrides,
         ]
         # the GP models' protocol keys (the network baselines have none)
@@ -163,23 +169,7 @@ def test_free_simulation_logs_its_rmse_on_standardised_targets():
     errors (recomputed from ``predict``), i.e. unchanged."""
     import numpy as np
 
-    cfg = compose(
-        [
-            "dataset=sysid_actuator",
-            "dataset.n=160",
-            "dataset.mode=free_simulation",
-            "dataset.lag=5",
-            "model=lstm",
-            "model.network.units=4",
-            "trainer.max_iters=null",
-            "trainer.max_epochs=2",
-            "trainer.batch_size=32",
-            "trainer.eval_every=0",
-            "model.horizons=[1,5]",
-            "progress=false",
-            "tracking.enabled=false",
-        ]
-    )
+    cfg = compose([*TINY_FREE_SIMULATION, "model=lstm"])
     prepared = prepare(cfg)
     splits, data, method = prepared.splits, prepared.data, prepared.method
     run_stages(method.stages, data.x_train, data.y_train, prepared.settings, generator=torch.Generator().manual_seed(0))
