@@ -5,7 +5,7 @@
 #    docs/results/<paper>_<what>_<date>/runs.jsonl.gz, written by `gpdlm export` or `gpdlm reproduce`):
 #    rebuilt from those files alone -- on any clone, no MLflow store needed -- byte-identically
 #    (tests/commands/test_reproduce.py checks it). `--records-only` stops after these.
-# 2. Three papers' 2026-11-25 study reports (dlm, rkhs, gplstm) and the two later ones, from the MLflow stores that made them
+# 2. Two papers' 2026-11-25 study reports (dlm, rkhs) and the two later ones, from the MLflow stores that made them
 #    (`GPDLM_STUDY_STORE`, default sqlite:///mlflow.db in the folder the studies ran in; `GPDLM_POL_STORE`,
 #    `GPDLM_CLS_STORE`). Those stores lived outside git and are not on this machine: these reports have no run
 #    records yet (docs/reproduce.md, "Which published reports have their run records").
@@ -31,8 +31,6 @@ $R --claims dlm --experiment regression_logloss_pol --experiment regression_sqlo
    --experiment count --experiment count_curves --experiment airline_curves --experiment sampling_methods \
    --experiment bias_study --experiment regression_bmc --study docs/results/studies/dlm.md --output docs/results/dlm.md
 $R --claims rkhs --experiment rkhs_batch_study_pol --study docs/results/studies/rkhs.md --output docs/results/rkhs.md
-$R --claims gplstm --experiment gplstm_sysid --experiment gplstm_convergence \
-   --study docs/results/studies/gplstm.md --output docs/results/gplstm.md
 # DLM Fig. 1(a), 1(b) on pol at the paper's whole grid (2026-11-27/28), its own store (`GPDLM_POL_STORE`; commands in its study.md)
 POL=${GPDLM_POL_STORE:-$URI}
 gpdlm report --tracking-uri "$POL" --no-log --claims dlm --experiment regression_logloss_pol --experiment regression_sqloss_pol \
