@@ -98,6 +98,7 @@ def test_predict_on_the_test_rows_reproduces_the_test_metrics(name, trained, tmp
         assert ((p["lower"] <= y) & (y <= p["upper"])).mean() == pytest.approx(metrics["test_coverage_90"], abs=1e-12)
 
 
+@pytest.mark.slow  # evaluates every split of a saved model again (~4.5 s)
 def test_eval_reproduces_every_metric_and_backfills_missing_ones(trained, capsys):
     from mlflow.tracking import MlflowClient
 
