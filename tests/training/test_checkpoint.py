@@ -168,7 +168,7 @@ def test_a_preempted_submitit_job_is_requeued_and_resumes_from_its_checkpoint(tm
         "model.num_inducing=12",
         "trainer.batch_size=32",
         "dataset.split.train_size=150",
-        "trainer.max_iters=2000",
+        "trainer.max_iters=1000",  # ~5 s or more a run: margin enough for SIGUSR2 after step 10
         "trainer.eval_every=10",
         "trainer.checkpoint_every=1",
         "progress=false",
