@@ -141,13 +141,15 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
                     )
                     return f"'{o.input_line}' matches no {key} option ({listed}){_looked_in(loader)}"
                 for v in choices:
-                    if v not in options and v != "null" and not _nested_option(loader, key, v, searchpath):
-                        more = "; `gpdlm datasets list` shows them" if key == "dataset" else ""
-                        sub = v.rpartition("/")[0]
-                        nested = _group_options(loader, f"{key}/{sub}", searchpath) if sub else []
-                        if nested:  # a sub-folder's options: experiment/rkhs_arm/...
-                            return _suggest(key, v, [f"{sub}/{n}" for n in nested]) + _looked_in(loader)
-                        return _suggest(key, v, options, more) + _looked_in(loader)
+                    if v in options or v == "null":
+                        continue
+                    nested = _sub_folder_options(loader, key, v, searchpath)  # experiment/rkhs_arm/...
+                    if v in nested:
+                        continue
+                    if nested:
+                        return _suggest(key, v, nested) + _looked_in(loader)
+                    more = "; `gpdlm datasets list` shows them" if key == "dataset" else ""
+                    return _suggest(key, v, options, more) + _looked_in(loader)
                 if choices and not key.startswith("hydra"):
                     groups.append(f"{o.get_key_element()}={choices[0]}")
                 continue
@@ -396,11 +398,12 @@ def _group_options(loader, key: str, searchpath: tuple[str, ...] = ()) -> list[s
     return _OPTIONS[memo]
 
 
-def _nested_option(loader, key: str, value: str, searchpath: tuple[str, ...] = ()) -> bool:
-    """Whether ``value`` names a config in a sub-folder of group ``key`` (``+experiment=rkhs_arm/scgd_rff``:
-    conf/experiment/rkhs_arm/scgd_rff.yaml), which Hydra composes as the group's option."""
-    sub, _, name = value.rpartition("/")
-    return bool(sub and name) and name in _group_options(loader, f"{key}/{sub}", searchpath)
+def _sub_folder_options(loader, key: str, value: str, searchpath: tuple[str, ...] = ()) -> list[str]:
+    """The options of the sub-folder of group ``key`` that ``value`` names, as ``sub/name``
+    (``+experiment=rkhs_arm/scgd_rff``: conf/experiment/rkhs_arm/, which Hydra composes as the group's
+    options); none for a value without a folder."""
+    sub = value.rpartition("/")[0]
+    return [f"{sub}/{n}" for n in _group_options(loader, f"{key}/{sub}", searchpath)] if sub else []
 
 
 def _looked_in(loader) -> str:
