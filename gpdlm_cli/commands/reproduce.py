@@ -353,7 +353,7 @@ def expand(plan: Plan, estimate: bool = False, store_uri: str | None = None) -> 
 
 def _expand_jobs(m: Multirun) -> None:
     """A multirun's jobs (its beta grids expanded: each training size's own multirun), experiment and data."""
-    from ..sweep.plan import job_overrides
+    from ..sweep.plan import job_overrides, sweep_jobs
     from .sweep import beta_grid, sweep_overrides
 
     argv = [f"+experiment={m.preset}", *m.overrides]
@@ -372,7 +372,11 @@ def _expand_jobs(m: Multirun) -> None:
         m.argvs, m.jobs = [argv], len(jobs)
     elif all(offline(s) for s in m.datasets.values()):
         m.argvs = [[a for a in args if a not in ("-m", "--multirun")] for args in sweep_overrides("beta", argv)]
-        m.jobs = sum(len(job_overrides(a)[0]) for a in m.argvs)
+        # each argv is ``argv`` with a beta list and its data pins (dataset=, dataset.*): the same preset, so
+        # the same sweeper params as the first job composed above (only presets set them) -- counted
+        # without composing each argv again (~0.3 s each; 88 of them in `reproduce dlm`)
+        params = cfg.hydra.sweeper.get("params")
+        m.jobs = sum(len(sweep_jobs(a, params)) for a in m.argvs)
     else:  # the grid's length from each job's training size (the data itself is not here)
         grid_min, factor = float(cfg.sweep.grid_min), float(cfg.sweep.factor)
         sizes = [
