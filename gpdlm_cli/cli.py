@@ -128,8 +128,9 @@ def _main(argv: list[str] | None = None) -> int:
     configure_process_env()  # before torch is imported (runtime.py: speed on a shared machine)
     install_signal_handlers()  # SIGTERM/SIGHUP end the command like Ctrl-C: runs end KILLED
     if name in HYDRA_SUBCOMMANDS:  # the user's own config folders (-cd, hydra.searchpath) for gpdlm's composes
-        from .sweep.compose import searchpath_of, use_searchpath, without_config_dir
+        from .sweep.compose import cache_config_files, searchpath_of, use_searchpath, without_config_dir
 
+        cache_config_files()  # each config file parsed once per process, not once per compose
         use_searchpath(searchpath_of(rest))
         if name != "sweep":  # `gpdlm sweep KIND` puts them first itself (commands.sweep)
             rest = _hydra_flags_first(rest)
