@@ -5,7 +5,7 @@ imported once per batch instead of once per preset (tests/run/test_sweeps.py::te
 ``python -m tests.run.smoke_batch SPEC.json``: SPEC is a list of {"preset", "command", "cwd", "db"}; each
 preset runs in its ``cwd`` with its stdout and stderr (file descriptors 1 and 2, so also what Hydra's
 logging and any child process write) in ``cwd/stdout.txt`` and ``cwd/stderr.txt``, and its exit code in
-``cwd/exit_code.txt``. A preset that raises is recorded (its traceback in stderr.txt, exit code 99) and the
+``cwd/exit_code.txt`` (its wall time in ``cwd/seconds.txt``, to find the slow presets). A preset that raises is recorded (its traceback in stderr.txt, exit code 99) and the
 next one runs.
 """
 
@@ -28,8 +28,11 @@ def _reset_sweep_outcomes() -> None:
 
 
 def run_one(spec: dict) -> int:
+    import time
+
     from gpdlm_cli import cli
 
+    started = time.perf_counter()
     cwd = Path(spec["cwd"])
     saved = os.getcwd(), os.dup(1), os.dup(2), list(sys.argv)
     sys.stdout.flush(), sys.stderr.flush()
@@ -55,6 +58,7 @@ def run_one(spec: dict) -> int:
             sys.argv = saved[3]
             _reset_sweep_outcomes()
     (cwd / "exit_code.txt").write_text(str(int(rc or 0)))
+    (cwd / "seconds.txt").write_text(f"{time.perf_counter() - started:.2f}")
     return int(rc or 0)
 
 
