@@ -31,33 +31,33 @@ def _varies(key: str, keys: set[str]) -> bool:
     return key in keys or key.startswith("experiment/") or any(k.startswith(group + ".") for k in keys)
 
 
-def _job_configs(m: rp.Multirun, keys: set[str]) -> list:
+def _job_configs(m: rp.Multirun, keys: set[str]):
     """The composed configs of a multirun's jobs that can differ in ``keys``: every value of a swept key that
-    can change them (``_varies``), the first value of every other (seeds, masks, learning rates ...)."""
+    can change them (``_varies``), the first value of every other (seeds, masks, learning rates ...); one at
+    a time, so that a search stops composing at the first job that has what it looks for."""
     fixed = [f"+experiment={m.preset}", *(o for o in m.overrides if not _is_sweep(o))]
     grid = {k: v for k, v in sweep_grid(fixed).items() if k not in {o.split("=", 1)[0] for o in fixed}}
     grid.update({o.split("=", 1)[0]: o.split("=", 1)[1].split(",") for o in m.overrides if _is_sweep(o)})
     axes = [[f"{k}={v}" for v in (vs if _varies(k, keys) else vs[:1])] for k, vs in grid.items()]
-    return [compose([*fixed, *pick]) for pick in itertools.product(*axes)]
+    return (compose([*fixed, *pick]) for pick in itertools.product(*axes))
+
+
+def _match(table, dim: str, name: str) -> dict:
+    """The config keys of the label ``name`` of the table's dimension ``dim`` (no tags, metrics, aliases)."""
+    d = table.dimensions[dim]
+    labels = {lab.name: lab.match for lab in d.labels} if d.labels else {name: {d.key: name}}
+    return {
+        k: v
+        for k, v in labels[name].items()
+        if k not in ALIASES and not k.startswith(("tags.", "metrics.", "attributes."))
+    }
 
 
 def _cells(paper: C.Paper, claim: C.Claim) -> list[dict]:
     """The ``match`` of every label a claim names in ``better``/``than``/``where`` (config keys only)."""
     table = paper.tables[claim.table]
-    out = []
     named = [*claim.better, *claim.than, *({d: v} for d, vs in claim.where.items() for v in vs)]
-    for sel in named:
-        for dim, name in sel.items():
-            d = table.dimensions[dim]
-            labels = {lab.name: lab.match for lab in d.labels} if d.labels else {name: {d.key: name}}
-            match = {
-                k: v
-                for k, v in labels[name].items()
-                if k not in ALIASES and not k.startswith(("tags.", "metrics.", "attributes."))
-            }
-            if match:
-                out.append(match)
-    return out
+    return [m for sel in named for dim, name in sel.items() if (m := _match(table, dim, name))]
 
 
 def _has(cfg, match: dict) -> bool:
@@ -86,6 +86,31 @@ def test_every_compared_cell_is_trained_by_the_claims_plan(name):
                 missing.append((claim.id, cell))
     assert not missing, missing
     assert checked >= len(paper.claims)
+
+
+@pytest.mark.slow  # ~2-10 s a paper
+@pytest.mark.parametrize("name", C.available())
+def test_every_multirun_of_a_claim_trains_inside_its_where(name):
+    """Each multirun planned for a claim has a job inside the claim's ``where`` (some combination of its
+    labels: pol, b = 32, ...): an arm trained on other data is compute whose cells the claim never reads,
+    and its method goes unmeasured where the claim compares it. D1-pol and D2-pol took the table's FITC arm,
+    regression_baselines, on sarcos: FITC was never trained on pol by `gpdlm reproduce dlm`."""
+    paper = C.load(name)
+    plan = rp.derive(paper, [], "paper", "paper")
+    outside = []
+    for claim in paper.claims:
+        if not claim.where:
+            continue
+        table = paper.tables[claim.table]
+        wheres = [
+            {k: v for dim, lab in zip(claim.where, pick, strict=True) for k, v in _match(table, dim, lab).items()}
+            for pick in itertools.product(*claim.where.values())
+        ]
+        keys = set().union(*wheres)
+        for m in (m for m in plan.multiruns if claim.id in m.claims):
+            if not any(_has(c, w) for c in _job_configs(m, keys) for w in wheres):
+                outside.append((claim.id, m.preset, m.overrides))
+    assert not outside, outside
 
 
 def test_a_claims_own_arms_replace_the_tables():
