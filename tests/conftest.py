@@ -16,37 +16,12 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
 def _memoise_hydra_yaml() -> None:
-    """Parse each of Hydra's config files once per test process: every compose (~0.2-0.7 s, ``compose``,
-    ``gpdlm train`` in-process, the bad-input table's collection) re-reads and re-parses ~20 YAML files
-    with the pure-Python YAML loader, a fifth of its time. The file is still read on every load and the
-    parse is keyed by its text, so an edited file is parsed again; each load gets its own fresh config
-    (built from a copy of the parsed data), exactly what ``OmegaConf.load`` would have returned."""
-    import copy
+    """Parse each of Hydra's config files once per test process, as every gpdlm command does
+    (``sweep.compose.cache_config_files``): the tests' own composes (``compose`` below, ``gpdlm train``
+    in-process, the bad-input table's collection) re-read ~20 YAML files each otherwise."""
+    from gpdlm_cli.sweep.compose import cache_config_files
 
-    import yaml
-    from hydra._internal.sources_registry import SourcesRegistry
-    from hydra.core.plugins import Plugins
-    from hydra.plugins.config_source import ConfigResult, ConfigSource
-    from omegaconf import OmegaConf
-    from omegaconf._utils import get_yaml_loader
-
-    parsed: dict[str, tuple[dict, object]] = {}
-
-    def read_config(self, res):
-        text = res.read_text(encoding="utf-8")
-        if text not in parsed:
-            obj = yaml.load(text, Loader=get_yaml_loader())
-            if obj is not None and not isinstance(obj, (list, dict, str)):
-                raise OSError(f"Invalid loaded object type: {type(obj).__name__}")
-            parsed[text] = (ConfigSource._get_header_dict(text[:512]), obj)
-        header, obj = parsed[text]
-        config = OmegaConf.create() if obj is None else OmegaConf.create(copy.deepcopy(obj))
-        return ConfigResult(
-            config=config, path=f"{self.scheme()}://{self.path}", provider=self.provider, header=dict(header)
-        )
-
-    Plugins.instance()  # Hydra's plugin scan re-executes its config-source modules: patch the class it registered
-    SourcesRegistry.instance().resolve("pkg")._read_config = read_config
+    cache_config_files()
 
 
 _memoise_hydra_yaml()
