@@ -71,6 +71,8 @@ class Multirun:
     estimate_s: float | None = None
     note: str = ""
     upper_bound: bool = True  # the estimate counts every stopping-rule stage at its cap (sweep.plan.SweepPlan.bound)
+    job_lists: list[list[str]] = field(default_factory=list)  # every job's overrides (``+experiment=`` too)
+    repeats: int = 0  # jobs an earlier multirun of the plan trains too (``count_repeats``): skipped as FINISHED
 
     @property
     def key(self) -> tuple:
@@ -88,6 +90,10 @@ class Plan:
     @property
     def jobs(self) -> int:
         return sum(m.jobs or 0 for m in self.multiruns)
+
+    @property
+    def repeats(self) -> int:
+        return sum(m.repeats for m in self.multiruns)
 
 
 def load_scales() -> dict:
@@ -180,6 +186,30 @@ def merge_equivalent(plan: Plan) -> None:
             first.tables = list(dict.fromkeys([*first.tables, *m.tables]))
             first.claims = list(dict.fromkeys([*first.claims, *m.claims]))
     plan.multiruns = list(merged.values())
+
+
+def count_repeats(plan: Plan) -> None:
+    """Each multirun's ``repeats``: its jobs that an earlier multirun of the plan trains too, once each job is
+    written without the overrides its preset already sets (``preset_sets``). D5-error's generators
+    (``classification dataset=ringnorm,twonorm,banana``) are D4's ringnorm, twonorm and banana jobs again: the
+    store skips them as FINISHED (``sweep.skip_finished``), so they cost no training and are not estimated."""
+    from ..sweep.plan import job_overrides
+
+    bases: dict[str, object] = {}
+    sets: dict[tuple, bool] = {}
+
+    def own(preset: str, o: str) -> bool:
+        if (preset, o) not in sets:
+            if preset not in bases:
+                bases[preset] = job_overrides([f"+experiment={preset}"])[1]
+            sets[(preset, o)] = not preset_sets(bases[preset], o)
+        return sets[(preset, o)]
+
+    seen: set[tuple] = set()
+    for m in plan.multiruns:
+        mine = {(m.command, m.preset, frozenset(o for o in job if own(m.preset, o))) for job in m.job_lists}
+        m.repeats = len(mine & seen) if m.jobs is not None and len(mine) == m.jobs else 0
+        seen |= mine
 
 
 def preset_sets(base, override: str) -> bool:
@@ -331,16 +361,26 @@ def expand(plan: Plan, estimate: bool = False, store_uri: str | None = None) -> 
     merge_equivalent(plan)
     for m in plan.multiruns:
         _expand_jobs(m)
+    count_repeats(plan)
     if not estimate:
         return
-    timed = [m for m in plan.multiruns if any(offline(st) for st in m.datasets.values())]
+    timed = [
+        m
+        for m in plan.multiruns
+        if any(offline(st) for st in m.datasets.values()) and not (m.jobs and m.repeats == m.jobs)
+    ]
     budget = max(MIN_PROBE_S, PLAN_PROBE_S / max(1, len(timed)))
     for m in plan.multiruns:
+        if m.jobs and m.repeats == m.jobs:
+            m.estimate_s = 0.0  # every job is an earlier multirun's: skipped as FINISHED
+            continue
         if m not in timed:
             m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
             continue
         t0 = time.perf_counter()
         _estimate(m, budget, store_uri)
+        if m.repeats and m.estimate_s is not None:  # the repeats are skipped: the others' share of the time
+            m.estimate_s *= (m.jobs - m.repeats) / m.jobs
         print(
             f"gpdlm reproduce: timed multirun {timed.index(m) + 1}/{len(timed)} (+experiment={m.preset} "
             f"{' '.join(m.overrides)}".rstrip()
@@ -369,14 +409,15 @@ def _expand_jobs(m: Multirun) -> None:
     sweeps_beta = any(o.startswith("objective.beta=") for j in jobs for o in j)
     m.beta_grid = m.beta_grid and not sweeps_beta
     if not m.beta_grid:
-        m.argvs, m.jobs = [argv], len(jobs)
+        m.argvs, m.jobs, m.job_lists = [argv], len(jobs), [list(j) for j in jobs]
     elif all(offline(s) for s in m.datasets.values()):
         m.argvs = [[a for a in args if a not in ("-m", "--multirun")] for args in sweep_overrides("beta", argv)]
         # each argv is ``argv`` with a beta list and its data pins (dataset=, dataset.*): the same preset, so
         # the same sweeper params as the first job composed above (only presets set them) -- counted
         # without composing each argv again (~0.3 s each; 88 of them in `reproduce dlm`)
         params = cfg.hydra.sweeper.get("params")
-        m.jobs = sum(len(sweep_jobs(a, params)) for a in m.argvs)
+        m.job_lists = [list(j) for a in m.argvs for j in sweep_jobs(a, params)]
+        m.jobs = len(m.job_lists)
     else:  # the grid's length from each job's training size (the data itself is not here)
         grid_min, factor = float(cfg.sweep.grid_min), float(cfg.sweep.factor)
         sizes = [
@@ -475,10 +516,11 @@ def describe(plan: Plan) -> str:
         est = f", estimated {duration(m.estimate_s)}" if m.estimate_s is not None else ""
         grid = ", beta grid per training size" if m.beta_grid else ""
         out.append(f"  {i}. gpdlm {m.command} -m +experiment={m.preset} {' '.join(m.overrides)}".rstrip())
+        again = f" ({m.repeats} of them an earlier multirun's: skipped as FINISHED)" if m.repeats else ""
         out.append(
             f"     tables {', '.join(m.tables)}; claims {', '.join(m.claims)}; "
-            f"{m.jobs if m.jobs is not None else '?'} jobs{grid} -> experiment {m.experiment}; data {data}{est}"
-            + (f"; {m.note}" if m.note else "")
+            f"{m.jobs if m.jobs is not None else '?'} jobs{again}{grid} -> experiment {m.experiment}; "
+            f"data {data}{est}" + (f"; {m.note}" if m.note else "")
         )
         for t in m.tables:
             per_table[t] = per_table.get(t, 0) + (m.jobs or 0)
@@ -486,6 +528,11 @@ def describe(plan: Plan) -> str:
         "jobs per table (a multirun shared by tables counts for each): "
         + ", ".join(f"{t} {n}" for t, n in per_table.items())
     )
+    if plan.repeats:
+        out.append(
+            f"jobs to train: {plan.jobs - plan.repeats} ({plan.repeats} jobs are in two multiruns; the second "
+            "skips them as FINISHED and the estimates leave them out)"
+        )
     if plan.left_out:
         out.append("left out: " + "; ".join(f"{what}: {why}" for what, why in plan.left_out))
     todo = to_fetch(plan)

@@ -129,6 +129,32 @@ def test_paper_scale_dry_run_counts_match_the_claims_files(paper, total, capsys,
         assert f"; {m.jobs} jobs" in out
 
 
+@pytest.mark.slow  # ~5 s: the two multiruns' beta grids expanded
+def test_jobs_of_two_multiruns_are_counted_once_and_not_estimated_twice():
+    """D5-error's generators are D4-ringnorm's ringnorm jobs and D4-comparable's twonorm and banana jobs again
+    (``classification dataset=ringnorm`` is ``classification``: the preset's own data set; the same config
+    hash, so the store skips them as FINISHED): the plan says so, and the total to train is the distinct jobs."""
+    from gpdlm_cli.hydra_apps import compose_config
+    from gpdlm_cli.tracking.identity import config_hash
+
+    plan = rp.derive(claims.load("dlm"), ["D4-ringnorm", "D4-comparable", "D5-error"], "paper", "paper")
+    rp.expand(plan)
+    (d4r, d4c, d5) = plan.multiruns
+    assert (d4r.overrides, d4c.overrides, d5.overrides) == (
+        [],
+        ["dataset=twonorm,banana"],
+        ["dataset=ringnorm,twonorm,banana"],
+    )
+    assert d5.jobs == d4r.jobs + d4c.jobs == 3 * 1275 and (d4r.repeats, d4c.repeats, d5.repeats) == (0, 0, 3825)
+    assert plan.jobs - plan.repeats == 2550 + 1275
+    text = rp.describe(plan)
+    assert "3825 jobs (3825 of them an earlier multirun's: skipped as FINISHED)" in text
+    assert "jobs to train: 3825 (3825 jobs are in two multiruns" in text
+    # what makes them repeats: the job of D5 and its twin of D4 have one config hash
+    job = [o for o in d5.job_lists[0] if not o.startswith("dataset=")]
+    assert config_hash(compose_config(d5.job_lists[0])) == config_hash(compose_config(job))
+
+
 def test_the_smoke_scale_is_data(monkeypatch):
     plan = rp.derive(claims.load("rkhs"), [], "smoke", "fast", ["threads=1"])
     keys = [(m.preset, m.overrides) for m in plan.multiruns]
