@@ -12,6 +12,10 @@ each such structure (``gpdlm_cli.sweep.callback.jobs_to_compose``) and otherwise
 sweeper -- same ``params``, ``max_batch_size``, job order and batches. Every job still composes and
 validates its own config when it runs (a bad value fails that job with its one-line reason).
 
+With Hydra's basic launcher (one process), a config the check composed is handed to the launch of its job
+instead of being composed a second time (``_reuse_for_launch``): the same call with the same master
+config and overrides, made a moment earlier. At most ``REUSED`` are kept at a time (~1-2 MB each).
+
 Hydra only instantiates plugins from the ``hydra_plugins`` namespace package, hence this module.
 """
 
@@ -19,7 +23,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+#: how many configs composed by the pre-launch check are kept for their jobs' launch at a time
+REUSED = 64
+
+
+def _reuse_for_launch(loader) -> tuple:
+    """(the loader's own ``load_sweep_config``, the configs kept for the launch): on first use the loader's
+    ``load_sweep_config`` becomes one that hands out a kept config (once) for the same master config and
+    overrides, and composes any other."""
+    kept = loader.__dict__.get("_gpdlm_kept")
+    compose = type(loader).load_sweep_config.__get__(loader)
+    if kept is None:
+        kept = {}
+
+        def load_sweep_config(master_config, sweep_overrides):
+            found = kept.pop((id(master_config), tuple(sweep_overrides)), None)
+            return found if found is not None else compose(master_config, sweep_overrides)
+
+        loader.load_sweep_config = load_sweep_config
+        loader._gpdlm_kept = kept
+    return compose, kept
 
 
 class GpdlmSweeper(BasicSweeper):
@@ -52,5 +78,12 @@ class GpdlmSweeper(BasicSweeper):
                 options[key] = bool(loader.get_group_options(key))
             return options[key]
 
+        launcher = type(getattr(self, "launcher", None))
+        if (launcher.__module__, launcher.__name__) == (BasicLauncher.__module__, "BasicLauncher"):
+            compose, kept = _reuse_for_launch(loader)
+        else:  # another process composes the job (joblib, submitit, ray): nothing to hand over
+            compose, kept = loader.load_sweep_config, None
         for i in jobs_to_compose(batch, is_group):
-            loader.load_sweep_config(self.config, list(batch[i]))
+            cfg = compose(self.config, list(batch[i]))
+            if kept is not None and len(kept) < REUSED:
+                kept[(id(self.config), tuple(batch[i]))] = cfg

@@ -122,3 +122,38 @@ def test_sweeper_names():
     assert named("hydra_plugins.gpdlm_sweeper.gpdlm_sweeper.GpdlmSweeper") == "basic"
     assert named("hydra._internal.core_plugins.basic_sweeper.BasicSweeper") == "basic"
     assert named("hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper") == "optuna"
+
+
+@pytest.mark.slow  # a real multirun of two jobs: ~6 s
+def test_a_config_the_check_composed_is_launched_not_composed_again(tmp_path, monkeypatch):
+    """With the basic launcher, the configs the pre-launch check composed (one per structure: here each job,
+    ``model=`` is a group) are the ones its jobs run: two job composes, not four; each job still runs its own
+    config (its model in the store, and the config hash a fresh compose of its overrides gives)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    from gpdlm_cli.hydra_apps import compose_config
+    from gpdlm_cli.tracking.identity import config_hash
+
+    composed = []
+    original = ConfigLoaderImpl.load_sweep_config
+
+    def counted(self, master_config, sweep_overrides):
+        composed.append(list(sweep_overrides))
+        return original(self, master_config, sweep_overrides)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", counted)
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "mlflow.db"
+    common = ["trainer.max_iters=2", "threads=1", "model.num_inducing=5", "dataset.split.train_size=50"]
+    args = ["train", "-m", "model=svgp,dlm", *common, "progress=false", f"tracking.uri=sqlite:///{db}"]
+    assert cli.main(args) == 0
+    assert [job[0] for job in composed] == ["model=svgp", "model=dlm"]  # by the check only: two, not four
+    with sqlite3.connect(db) as c:
+        got = dict(
+            c.execute(
+                "select p.value, t.value from params p join tags t on p.run_uuid = t.run_uuid "
+                "where p.key = 'model.name' and t.key = 'gpdlm.config_hash'"
+            ).fetchall()
+        )
+    want = {job[0].split("=")[1]: config_hash(compose_config(job)) for job in composed}
+    assert got == want
