@@ -1,5 +1,5 @@
 """Run every benchmark: `python -m benchmarks [name ...]` (names: training, optimizers, estimators, data, sweep,
-contention, optuna, sparse_spectrum, pic, rkhs, rkhs_step, gplstm, gplstm_eval, kiss_car, study, stochastic_start, gpu, batched, kernels)."""
+compose, contention, optuna, sparse_spectrum, pic, rkhs, rkhs_step, gplstm, gplstm_eval, kiss_car, study, stochastic_start, gpu, batched, kernels)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ ALL = [
     "estimators",
     "data",
     "sweep",
+    "compose",
     "contention",
     "optuna",
     "sparse_spectrum",
