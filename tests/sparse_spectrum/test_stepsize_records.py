@@ -41,10 +41,12 @@ DOC = {
 
 def test_the_docs_table_is_the_records(table):
     default, rm_path = _paths(table)
+    read = {
+        name: (table.runs(path, e, r, "constant"), table.runs(rm_path, e, r, "robbins_monro"))
+        for name, (path, e, r) in default.items()
+    }
     for (name, metric), (want_a, want_b, digits, want_p) in DOC.items():
-        path, experiment, r = default[name]
-        base = table.runs(path, experiment, r, "constant")
-        rm = table.runs(rm_path, experiment, r, "robbins_monro")
+        base, rm = read[name]
         seeds = sorted(set(base) & set(rm))
         assert len(seeds) == (2 if name.startswith("AIRLINE") else 5)
         a, b = [base[s][metric] for s in seeds], [rm[s][metric] for s in seeds]
