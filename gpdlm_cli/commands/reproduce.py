@@ -86,6 +86,7 @@ class Plan:
     protocol: str
     multiruns: list[Multirun]
     left_out: list[tuple[str, str]]  # (table or claim, why)
+    bases: dict = field(default_factory=dict, repr=False)  # preset -> its composed config (``preset_base``)
 
     @property
     def jobs(self) -> int:
@@ -173,14 +174,9 @@ def merge_equivalent(plan: Plan) -> None:
     what the preset already sets (``sampling_methods dataset=airline``: the preset's data is airline) is
     no override, and a claim naming it shares the multirun of a table naming none (Fig. 10's sampling
     and time tables). The first multirun stays, with every table and claim of the others."""
-    from ..sweep.plan import job_overrides
-
-    bases: dict[str, object] = {}
     merged: dict[tuple, Multirun] = {}
     for m in plan.multiruns:
-        if m.preset not in bases:
-            bases[m.preset] = job_overrides([f"+experiment={m.preset}"])[1]
-        own = tuple(sorted(o for o in m.overrides if not preset_sets(bases[m.preset], o)))
+        own = tuple(sorted(o for o in m.overrides if not preset_sets(preset_base(plan, m.preset), o)))
         first = merged.setdefault((m.command, m.preset, m.beta_grid, own), m)
         if first is not m:
             first.tables = list(dict.fromkeys([*first.tables, *m.tables]))
@@ -193,16 +189,11 @@ def count_repeats(plan: Plan) -> None:
     written without the overrides its preset already sets (``preset_sets``). D5-error's generators
     (``classification dataset=ringnorm,twonorm,banana``) are D4's ringnorm, twonorm and banana jobs again: the
     store skips them as FINISHED (``sweep.skip_finished``), so they cost no training and are not estimated."""
-    from ..sweep.plan import job_overrides
-
-    bases: dict[str, object] = {}
     sets: dict[tuple, bool] = {}
 
     def own(preset: str, o: str) -> bool:
         if (preset, o) not in sets:
-            if preset not in bases:
-                bases[preset] = job_overrides([f"+experiment={preset}"])[1]
-            sets[(preset, o)] = not preset_sets(bases[preset], o)
+            sets[(preset, o)] = not preset_sets(preset_base(plan, preset), o)
         return sets[(preset, o)]
 
     seen: set[tuple] = set()
@@ -210,6 +201,15 @@ def count_repeats(plan: Plan) -> None:
         mine = {(m.command, m.preset, frozenset(o for o in job if own(m.preset, o))) for job in m.job_lists}
         m.repeats = len(mine & seen) if m.jobs is not None and len(mine) == m.jobs else 0
         seen |= mine
+
+
+def preset_base(plan: Plan, preset: str):
+    """The preset's composed config with Hydra's keys (its first job), composed once per plan."""
+    from ..sweep.plan import job_overrides
+
+    if preset not in plan.bases:
+        plan.bases[preset] = job_overrides([f"+experiment={preset}"])[1]
+    return plan.bases[preset]
 
 
 def preset_sets(base, override: str) -> bool:
