@@ -109,7 +109,7 @@ def cache_config_files() -> None:
     (``pkg://`` package configs and ``file://`` folders) are wrapped to keep each file's parsed result
     under its path, modification time and size -- a file edited since is read again -- and to hand out a
     deep copy (Hydra changes the config and header it gets). Composed configs are the same, byte for byte
-    (tests/sweep/test_config_cache.py composes every preset both ways). Idempotent; a reader Hydra
+    (tests/test_config_cache.py composes presets of every family and a user's folder both ways). Idempotent; a reader Hydra
     loads afresh (its plugin scan re-imports its core plugins, once per process) is wrapped then."""
     from hydra.core.plugins import Plugins
 
