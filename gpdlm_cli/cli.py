@@ -70,6 +70,9 @@ EXIT_STDOUT_CLOSED = 141
 
 
 def main(argv: list[str] | None = None) -> int:
+    sweep = sys.modules.get("gpdlm_cli.sweep.callback")
+    if sweep is not None:  # each command's exit code is its own sweeps' (a test or notebook runs several)
+        sweep.OUTCOMES.clear()
     try:
         return _main(argv)
     except BrokenPipeError:

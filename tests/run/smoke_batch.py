@@ -18,15 +18,6 @@ import traceback
 from pathlib import Path
 
 
-def _reset_sweep_outcomes() -> None:
-    """The sweep launcher's record of finished and failed jobs is per process (``cli._sweep_failed``
-    reads it): cleared between presets, so a failed job of one preset does not fail the next."""
-    for name, module in list(sys.modules.items()):
-        outcomes = getattr(module, "OUTCOMES", None) if name.startswith("gpdlm_cli") else None
-        if isinstance(outcomes, list):
-            outcomes.clear()
-
-
 def run_one(spec: dict) -> int:
     import time
 
@@ -56,7 +47,6 @@ def run_one(spec: dict) -> int:
             os.dup2(saved[2], 2)
             os.close(saved[1]), os.close(saved[2])
             sys.argv = saved[3]
-            _reset_sweep_outcomes()
     (cwd / "exit_code.txt").write_text(str(int(rc or 0)))
     (cwd / "seconds.txt").write_text(f"{time.perf_counter() - started:.2f}")
     return int(rc or 0)

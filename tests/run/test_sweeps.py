@@ -115,6 +115,8 @@ def test_failing_job_does_not_stop_the_others(tmp_path, template_db, capsys):
     assert rc == 1
     assert "2 finished, 0 skipped, 1 failed" in stderr
     assert "gpdlm: failed job 1 [dataset.split.train_size=5000" in stderr and "has only 690 rows" in stderr
+    # the next command in the same process has its own exit code: the failed job is not carried over
+    assert run_cli(["train", "--cfg", "job", *tiny], tmp_path, capsys)[0] == 0
     parents, children = split_runs(runs(db, "f"))
     assert parents[0].info.status == "FAILED"
     reason = parents[0].data.tags["failure_reason"]
