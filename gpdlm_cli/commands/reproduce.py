@@ -393,6 +393,7 @@ def expand(plan: Plan, estimate: bool = False, store_uri: str | None = None) -> 
 
 def _expand_jobs(m: Multirun) -> None:
     """A multirun's jobs (its beta grids expanded: each training size's own multirun), experiment and data."""
+    from ..sweep.beta_free import beta_free_options
     from ..sweep.plan import job_overrides, sweep_jobs
     from .sweep import beta_grid, sweep_overrides
 
@@ -429,8 +430,16 @@ def _expand_jobs(m: Multirun) -> None:
         ]
         if any(s in (None, "null") for s in sizes):
             m.jobs, m.note = None, "beta grid: needs the data's size (not offline)"
-        else:
-            m.jobs = sum(len(beta_grid(int(float(s)), grid_min, factor)) for s in sizes)
+        else:  # a model that ignores beta runs once per configuration (sweep.beta_free), as when launched
+            free, default = beta_free_options(), str(cfg.hydra.runtime.choices.get("model"))
+            models = [
+                next((o.split("=", 1)[1] for o in j if o.split("=", 1)[0].lstrip("+~") == "model"), default)
+                for j in jobs
+            ]
+            m.jobs = sum(
+                1 if model in free else len(beta_grid(int(float(s)), grid_min, factor))
+                for model, s in zip(models, sizes)
+            )
         m.argvs = [["gpdlm sweep beta", *argv]]
 
 

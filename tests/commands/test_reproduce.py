@@ -58,9 +58,31 @@ def count_jobs(preset: str, overrides: list[str], beta_grid: bool) -> int:
     if not beta_grid or "objective.beta" in grid:
         return math.prod(len(v) for v in grid.values())
     from gpdlm_cli.commands.sweep import beta_grid as grid_of
+    from gpdlm_cli.sweep.beta_free import beta_free_options
 
     sizes = grid.pop("dataset.split.train_size")
-    return sum(len(grid_of(int(n))) for n in sizes) * math.prod(len(v) for v in grid.values())
+    models = grid.pop("model", [preset_model(preset)])
+    per_size = {n: len(grid_of(int(n))) for n in sizes}  # a beta-free model (fitc, sgpr) runs once, not per beta
+    return sum(1 if m in beta_free_options() else per_size[n] for m in models for n in sizes) * math.prod(
+        len(v) for v in grid.values()
+    )
+
+
+def preset_model(preset: str) -> str:
+    """The preset's ``model`` choice from its YAML (``override /model: X`` in it or its parents; gpdlm's default dlm)."""
+    raw = yaml.safe_load((PRESETS / f"{preset}.yaml").read_text())
+    found = None
+    for d in raw.get("defaults", []):
+        if isinstance(d, dict) and "override /model" in d:
+            found = d["override /model"]
+        elif isinstance(d, str) and d != "_self_" and (PRESETS / f"{d}.yaml").is_file():
+            found = found or _preset_model_override(d)
+    return found or "dlm"
+
+
+def _preset_model_override(preset: str) -> str | None:
+    m = preset_model(preset)
+    return None if m == "dlm" else m
 
 
 def preset_dataset(preset: str) -> str | None:
