@@ -61,45 +61,28 @@ def count_jobs(preset: str, overrides: list[str], beta_grid: bool) -> int:
     from gpdlm_cli.sweep.beta_free import beta_free_options
 
     sizes = grid.pop("dataset.split.train_size")
-    models = grid.pop("model", [preset_model(preset)])
+    models = grid.pop("model", [preset_choice(preset, "model") or "dlm"])  # gpdlm's default model
     per_size = {n: len(grid_of(int(n))) for n in sizes}  # a beta-free model (fitc, sgpr) runs once, not per beta
     return sum(1 if m in beta_free_options() else per_size[n] for m in models for n in sizes) * math.prod(
         len(v) for v in grid.values()
     )
 
 
-def preset_model(preset: str) -> str:
-    """The preset's ``model`` choice from its YAML (``override /model: X`` in it or its parents; gpdlm's default dlm)."""
+def preset_choice(preset: str, group: str) -> str | None:
+    """The preset's choice of a config group from its YAML (``override /<group>: X`` in it or its parent presets)."""
     raw = yaml.safe_load((PRESETS / f"{preset}.yaml").read_text())
     found = None
     for d in raw.get("defaults", []):
-        if isinstance(d, dict) and "override /model" in d:
-            found = d["override /model"]
+        if isinstance(d, dict) and f"override /{group}" in d:
+            found = d[f"override /{group}"]
         elif isinstance(d, str) and d != "_self_" and (PRESETS / f"{d}.yaml").is_file():
-            found = found or _preset_model_override(d)
-    return found or "dlm"
-
-
-def _preset_model_override(preset: str) -> str | None:
-    m = preset_model(preset)
-    return None if m == "dlm" else m
-
-
-def preset_dataset(preset: str) -> str | None:
-    """The preset's data set from its YAML (``override /dataset: X`` in it or its parent presets)."""
-    raw = yaml.safe_load((PRESETS / f"{preset}.yaml").read_text())
-    found = None
-    for d in raw.get("defaults", []):
-        if isinstance(d, dict) and "override /dataset" in d:
-            found = d["override /dataset"]
-        elif isinstance(d, str) and d != "_self_" and (PRESETS / f"{d}.yaml").is_file():
-            found = preset_dataset(d) or found
+            found = preset_choice(d, group) or found
     return found
 
 
 def without_preset_data(preset: str, overrides) -> tuple:
     """The overrides, sorted, less a ``dataset=X`` naming the preset's own (unswept) data set X."""
-    own = None if "dataset" in sweep_params(preset) else preset_dataset(preset)
+    own = None if "dataset" in sweep_params(preset) else preset_choice(preset, "dataset")
     return tuple(sorted(o for o in overrides if o != f"dataset={own}"))
 
 
