@@ -88,7 +88,7 @@ class Expected:
 def stage_rules(prepared) -> list[StageRule]:
     """The iterative stages of a prepared job (``prepare.Prepared``), in the order its rows are."""
     from ..training import stage_settings
-    from ..training.stages import first_order_prefix
+    from ..training.stages import first_order_prefix, stage_cap
 
     settings, n = prepared.settings, prepared.splits.n_train
     out = []
@@ -96,7 +96,7 @@ def stage_rules(prepared) -> list[StageRule]:
         if stage.solve is not None:
             continue
         s = stage_settings(settings, stage, n)
-        cap = s.max_iters or (s.max_epochs or 1) * max(1, n // (s.batch_size or n))
+        cap = stage_cap(s, stage, n)
         prefix = first_order_prefix(settings, stage, n)
         out.append(StageRule(stage.name, int(cap), s.stop_rule != "none", int(prefix.max_iters or 0) if prefix else 0))
     return out

@@ -645,7 +645,7 @@ def _probe_shape(cfg, k: int, parallel: int) -> list:
     from ..build import configure_threads
     from ..prepare import prepare
     from ..training import stage_settings
-    from ..training.stages import first_order_prefix, uses_lbfgs
+    from ..training.stages import first_order_prefix, stage_cap, uses_lbfgs
 
     # the job's own torch threads (``threads``, shared among the launcher's parallel jobs): timed at the
     # process default (every core) on a loaded machine, a minibatch step took ~13x longer
@@ -668,7 +668,7 @@ def _probe_shape(cfg, k: int, parallel: int) -> list:
         if stage.solve is not None:
             continue
         s = stage_settings(settings, stage, splits.n_train)
-        cap = s.max_iters or (s.max_epochs or 1) * max(1, splits.n_train // (s.batch_size or splits.n_train))
+        cap = stage_cap(s, stage, splits.n_train)
         ms = _ms_per_iteration(stage, data, quick, k)
         seconds = cap * ms / 1000
         prefix = first_order_prefix(settings, stage, splits.n_train)

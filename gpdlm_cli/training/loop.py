@@ -103,6 +103,24 @@ class _Snapshot:
                 t.copy_(c)
 
 
+def steps_per_epoch(n: int, batch_size: int | None, blocks: list | None = None) -> int:
+    """Steps of one epoch over ``n`` rows: the number of ``blocks`` where the stage has a fixed partition (one
+    block a step: PIC++'s k-means cells), else ``n // batch_size`` minibatches (``batch_size`` below ``n``),
+    else 1 (full batch)."""
+    if blocks is not None:
+        return len(blocks)
+    return n // batch_size if batch_size and batch_size < n else 1
+
+
+def iteration_cap(settings: TrainerSettings, n: int, blocks: list | None = None) -> float:
+    """A stage's iteration cap: the least of ``max_iters`` and ``max_epochs`` epochs of ``steps_per_epoch``
+    steps (``math.inf`` where neither is set)."""
+    cap = settings.max_iters if settings.max_iters is not None else math.inf
+    if settings.max_epochs:
+        cap = min(cap, settings.max_epochs * steps_per_epoch(n, settings.batch_size, blocks))
+    return cap
+
+
 class Loop:
     """The training loop: steps, stopping and evaluation, and a list of callbacks for everything else.
 
@@ -208,11 +226,8 @@ class Loop:
         n = self.x.shape[0]
         self.bs = settings.batch_size if settings.batch_size and settings.batch_size < n and blocks is None else None
         self.blocks = blocks
-        self.steps_per_epoch = len(blocks) if blocks is not None else (n // self.bs if self.bs else 1)
-        cap = settings.max_iters if settings.max_iters is not None else math.inf
-        if settings.max_epochs:
-            cap = min(cap, settings.max_epochs * self.steps_per_epoch)
-        self.cap = int(cap)
+        self.steps_per_epoch = steps_per_epoch(n, settings.batch_size, blocks)
+        self.cap = int(iteration_cap(settings, n, blocks))
         self.rule = make_rule(
             settings.stop_rule,
             stochastic=stochastic or self.bs is not None or blocks is not None,
@@ -541,4 +556,4 @@ def _raise_first_nonfinite(losses: torch.Tensor, step_offset: int) -> None:
         raise NumericalError(f"the training loss became {losses[i].item()} at iteration {step_offset + i + 1}")
 
 
-__all__ = ["Loop", "TrainResult", "TrainerSettings", "train"]
+__all__ = ["Loop", "TrainResult", "TrainerSettings", "iteration_cap", "steps_per_epoch", "train"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .callbacks import StageRun, standard
-from .loop import Loop, TrainerSettings
+from .loop import Loop, TrainerSettings, iteration_cap, steps_per_epoch
 from .optim import Schedule
 from .stopping import ConvergenceRule
 
@@ -128,6 +128,15 @@ def stage_settings(settings: TrainerSettings, stage, n: int | None = None) -> Tr
             grad_tol=s.fast_grad_tol,
         )
     return s
+
+
+def stage_cap(s: TrainerSettings, stage, n: int) -> int:
+    """The iteration cap of ``stage`` trained with its settings ``s`` (``stage_settings``) on ``n`` rows, as
+    its loop computes it (``loop.iteration_cap``: an epoch of a stage with fixed ``blocks`` is one step a
+    block); one epoch where neither ``max_iters`` nor ``max_epochs`` is set (a stage its stopping rule ends)."""
+    blocks = getattr(stage, "blocks", None)
+    cap = iteration_cap(s, n, blocks)
+    return int(cap) if cap != float("inf") else steps_per_epoch(n, s.batch_size, blocks)
 
 
 def first_order_prefix(settings: TrainerSettings, stage, n: int | None) -> TrainerSettings | None:
@@ -285,4 +294,13 @@ def stage_line(name: str, s: TrainerSettings, result, first=None, warmed: bool =
     )
 
 
-__all__ = ["FitResult", "StageLoop", "first_order_prefix", "run_stages", "stage_line", "stage_settings", "uses_lbfgs"]
+__all__ = [
+    "FitResult",
+    "StageLoop",
+    "first_order_prefix",
+    "run_stages",
+    "stage_cap",
+    "stage_line",
+    "stage_settings",
+    "uses_lbfgs",
+]
