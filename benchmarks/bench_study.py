@@ -9,6 +9,7 @@
     python benchmarks/bench_study.py --equivalence --preset classification --sizes 500 --seeds 0 1 --betas 3
     python benchmarks/bench_study.py --equivalence --preset count --set dataset=doctor_visits --models svgp
     python benchmarks/bench_study.py --from-store sqlite:////work/studies/mlflow.db   # pair real runs of both protocols
+    python benchmarks/bench_study.py --paper rkhs --chunk docs/results/rkhs_table2_2026-11-29/runs.jsonl.gz   # projected vs run
     python benchmarks/bench_study.py --from-store URI --fast-experiment protocol_equivalence_pol  # both in one experiment
 
 * **Projection.** The study's jobs are those of `gpdlm sweep beta` for every (model, training size, seed)
@@ -41,6 +42,8 @@
   three times through gpdlm's own ``run_train`` (1 epoch; 2 epochs; 2 epochs evaluated after the first too; CPU
   seconds), which separates one epoch, one evaluation and the fixed cost of a run; the preset's epochs and
   evaluation schedule give each run's projection, the mean over the sample x configurations x seeds the study.
+  ``--paper rkhs --chunk FILE``: the same per-run formula for the runs of a chunk actually run (run records of
+  ``gpdlm export``), timed now, against their measured start-to-end times, per (method, b) and in all.
 
 Both print a table; `--csv FILE` also writes the rows, so a long measurement can run in chunks
 (`--sizes`, `--seeds`, `--betas`, `--models` select one) and be gathered afterwards.
@@ -684,6 +687,50 @@ def project_rkhs(
     return rows
 
 
+def rkhs_chunk(path: str, bs=(32, 128), steps: int = 100, rounds: int = 5, startup_s: float = 6.0) -> list[dict]:
+    """The projection's per-run formula against the runs of a chunk actually run (issue 41: "the measured wall
+    time of the chunks"): for every FINISHED, not resumed RKHS run of the run-records file ``path`` (``gpdlm
+    export``), projected seconds = its iterations x the fast path's CPU ms per step at its b (timed here, one
+    thread, as ``project_rkhs``) + an evaluation per epoch (timed at n = 4096, linear in its training rows) +
+    ``startup_s``; measured = the run's start to end. Prints per (method, b) and in all: projected / measured."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    from gpdlm_cli.analysis.export import read
+
+    runs = []
+    for e in read(path).entries:
+        p, m, tags = e.get("params", {}), e.get("metrics", {}), e.get("tags", {})
+        method = p.get("model.name")
+        if e.get("status") != "FINISHED" or method not in RKHS_METHODS or "gpdlm.resumed_from" in tags:
+            continue
+        runs.append((method, int(p["trainer.batch_size"]), e, float(m["iterations"]), float(m["n_train"])))
+    if not runs:
+        raise SystemExit(f"{path}: no finished, not resumed RKHS runs")
+    ms = _rkhs_timings(sorted({b for _, b, *_ in runs}), steps, rounds, batched=False)
+    eval_s = rkhs_evaluation_seconds()
+    groups: dict = {}
+    for method, b, e, iters, n in runs:
+        epochs = float(e["params"].get("trainer.max_epochs") or 0)
+        projected = iters * ms[(method, b, True)] / 1000 + epochs * eval_s * n / 4096 + startup_s
+        measured = (e["end_time"] - e["start_time"]) / 1000
+        g = groups.setdefault((method, b), [0, 0.0, 0.0])
+        g[0], g[1], g[2] = g[0] + 1, g[1] + projected, g[2] + measured
+    rows = []
+    print(f"RKHS chunk {path}: projected (fast path, timed now) against measured start-to-end, per (method, b)")
+    print(f"{'method':<8} {'b':>4} {'runs':>5} {'ms/step':>8} {'proj. h':>8} {'meas. h':>8} {'ratio':>6}")
+    for (method, b), (k, proj, meas) in sorted(groups.items()):
+        print(
+            f"{method:<8} {b:>4} {k:>5} {ms[(method, b, True)]:8.2f} {proj / 3600:8.2f} {meas / 3600:8.2f} {proj / meas:6.2f}"
+        )
+        rows.append(dict(study="rkhs_chunk", method=method, b=b, runs=k, projected_s=proj, measured_s=meas))
+    proj = sum(r["projected_s"] for r in rows)
+    meas = sum(r["measured_s"] for r in rows)
+    print(
+        f"all {sum(r['runs'] for r in rows)} runs: projected {proj / 3600:.2f} h, measured {meas / 3600:.2f} h (one job at a time), projected / measured {proj / meas:.2f}"
+    )
+    rows.append(dict(study="rkhs_chunk", method="total", runs=len(runs), projected_s=proj, measured_s=meas))
+    return rows
+
+
 PAPER_PRESETS = {
     # preset, the sweep's axes sampled (others fixed), the axis that multiplies runs without changing their cost
     "gplstm": ("gplstm_sysid", "seed"),
@@ -834,10 +881,13 @@ def main(argv=None):
     p.add_argument(
         "--batched", action="store_true", help="--paper rkhs: also time batched members (sweep.batched) and project"
     )
+    p.add_argument("--chunk", default=None, help="--paper rkhs: run records of a chunk run: projected vs measured")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
     torch.set_num_threads(1)
     t0 = time.time()
-    if a.paper == "rkhs":
+    if a.paper == "rkhs" and a.chunk:
+        rows = rkhs_chunk(a.chunk, steps=a.steps, rounds=a.rounds, startup_s=a.startup_s)
+    elif a.paper == "rkhs":
         rows = project_rkhs(a.b, a.steps, a.rounds, a.startup_s, a.batching_factor, a.batched)
     elif a.paper:
         rows = project_preset(a.paper, a.sample, a.set)
