@@ -173,7 +173,27 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
         _check_values(base, values, later, None if multirun else command)
         or _sweep_kind(parsed)
         or _swept_params(tuple(groups), tuple(hydra_args), searchpath, tuple(args))
-    )
+    ) or _finished_from(base, values)
+
+
+def _finished_from(base, values) -> str | None:
+    """``sweep.finished_from``'s run-records files read and verified (``tracking.records_file``), each with
+    runs of the experiment the sweep tracks into: a missing, changed or foreign file before any job."""
+    from omegaconf import OmegaConf
+
+    given = {o.key_or_group: _override_values(o) for o in values}
+    paths = (given.get("sweep.finished_from") or [None])[0]
+    if not paths:
+        return None
+    experiment = (given.get("tracking.experiment") or [OmegaConf.select(base, "tracking.experiment")])[0]
+    from .exceptions import GpdlmError
+    from .tracking.records_file import finished_config_hashes
+
+    try:
+        finished_config_hashes([str(p) for p in (paths if isinstance(paths, list) else [paths])], str(experiment))
+    except GpdlmError as e:
+        return str(e).splitlines()[0]
+    return None
 
 
 def user_config_folders(argv: list[str]) -> list[Path]:

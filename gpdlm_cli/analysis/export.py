@@ -33,10 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from ..tracking.records_file import FORMAT, VERSION
 from .records import AnalysisError, RunRecord
-
-FORMAT = "gpdlm-runs"
-VERSION = 1
 
 
 # ----- writing -----------------------------------------------------------------------------------------
@@ -184,41 +182,17 @@ def as_run(e: dict):
 
 
 def read(path: str | Path) -> RunFile:
-    """Read and verify a run-records file (format, version, SHA-256, run count)."""
+    """Read and verify a run-records file (format, version, SHA-256, run count:
+    ``tracking.records_file.read_verified``)."""
+    from ..tracking.records_file import RecordsError, read_verified
+
     path = Path(path)
     if not path.is_file():
         raise AnalysisError(f"--from {path}: no such file")
     try:
-        with gzip.open(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as e:
-        raise AnalysisError(f"{path}: not a gzip-compressed run-records file ({e})") from None
-    lines = raw.splitlines(keepends=True)
-    try:
-        header = json.loads(lines[0]) if lines else {}
-    except ValueError:
-        header = {}
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise AnalysisError(f"{path}: not a gpdlm run-records file (no '{FORMAT}' header)")
-    if header.get("version") != VERSION:
-        raise AnalysisError(
-            f"{path}: run-records format version {header.get('version')}; this gpdlm reads version {VERSION}"
-        )
-    try:
-        trailer = json.loads(lines[-1]) if len(lines) > 1 else {}
-    except ValueError:
-        trailer = {}
-    if "sha256" not in trailer:
-        raise AnalysisError(f"{path}: truncated (no checksum line at the end)")
-    digest = hashlib.sha256(b"".join(lines[:-1])).hexdigest()
-    if digest != trailer["sha256"]:
-        raise AnalysisError(
-            f"{path}: SHA-256 mismatch (file {trailer['sha256'][:12]}..., content {digest[:12]}...): "
-            f"the file was changed or damaged"
-        )
-    entries = [json.loads(ln) for ln in lines[1:-1]]
-    if len(entries) != header.get("n_runs") or len(entries) != trailer.get("n_runs"):
-        raise AnalysisError(f"{path}: {len(entries)} runs, the header says {header.get('n_runs')}")
+        header, entries, digest = read_verified(path)
+    except RecordsError as e:
+        raise AnalysisError(str(e)) from None
     return RunFile(path, list(header.get("experiments", [])), entries, digest, header)
 
 

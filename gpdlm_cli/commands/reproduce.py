@@ -656,7 +656,8 @@ class ReproduceCallback:
         elif status == "finished":
             p.trained += 1
             p.seconds += time.monotonic() - p.job_started
-        what = {"skipped": "skipped: FINISHED in the store"}.get(status, status)
+        where = " or the --done records" if config.get("sweep", {}).get("finished_from") else ""
+        what = {"skipped": f"skipped: FINISHED in the store{where}"}.get(status, status)
         if outcome.get("resumed"):
             what = f"{what}, resumed {outcome['resumed']}"
         job = [o for o in config.hydra.overrides.task if not o.lstrip("+").startswith(_BOOKKEEPING)]
@@ -750,6 +751,8 @@ EPILOG = """examples:
   gpdlm reproduce rkhs --claims T2-scgd-beats-bsgd-b32 --scale reduced --budget 3h
   gpdlm reproduce svbssgp --scale smoke hydra/launcher=joblib hydra.launcher.n_jobs=2
 Rerun the same command after an interruption or a spent budget: finished jobs are not run again.
+On a machine with a new store, name the run records of the earlier parts (--done): their jobs are skipped.
+  gpdlm reproduce dlm --claims D1-pol --protocol fast --budget 2h --done part1/runs.jsonl.gz --output part2
 """
 
 
@@ -777,6 +780,14 @@ def build_parser():
     )
     p.add_argument("--tracking-uri", metavar="URI", help="the store (default sqlite:///<output>/mlflow.db)")
     p.add_argument(
+        "--done",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="run records (gpdlm export) of parts run before, elsewhere: their FINISHED jobs are skipped and "
+        "counted in the report (repeatable; sweep.finished_from)",
+    )
+    p.add_argument(
         "--mirror",
         metavar="DIR",
         help="a local data mirror (as $GPDLM_DATA_MIRROR): the plan's data is copied from it into the cache first",
@@ -786,7 +797,7 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from ..analysis import claims
+    from ..analysis import claims, export
     from ..analysis.records import split_list
 
     args = build_parser().parse_intermixed_args(argv)
@@ -807,6 +818,8 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         print(describe(plan))
         return 0
+    # verified before anything runs (a missing or changed file is one line): path -> its experiments
+    args.done = {str(Path(f).resolve()): set(export.read(f).experiments) for f in args.done}
     fetch_data(plan)
     return run(plan, paper, args, budget)
 
@@ -838,7 +851,7 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
     print(describe(plan), file=sys.stderr)
     stopped = None
     try:
-        _launch(plan, uri, outdir, PROGRESS)
+        _launch(plan, uri, outdir, PROGRESS, getattr(args, "done", {}))
     except BudgetReached:
         sweep_mod.abort_active_sweeps("KILLED", f"stopped by gpdlm reproduce --budget {args.budget}")
         p = PROGRESS
@@ -882,9 +895,11 @@ def _parent_run(plan: Plan, args, outdir: Path, settings: dict) -> tuple:
     return client, uri, parent.info.run_id
 
 
-def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress) -> None:
+def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress, done: dict | None = None) -> None:
     """Every multirun of the plan, in this process (``gpdlm train|bias -m ...`` into the store at ``uri``),
-    each its own sweep folder; ``BudgetReached`` before one would start past the deadline."""
+    each its own sweep folder; ``BudgetReached`` before one would start past the deadline. ``done``: run
+    records of earlier parts, each with its experiments (``sweep.finished_from`` of the multiruns that track into
+    one of them: their FINISHED jobs are skipped)."""
     from .bias import bias_main
     from .sweep import sweep_overrides
     from .train import train_main
@@ -899,6 +914,9 @@ def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress) -> None:
                 launches = [[*a, *tail] for a in sweep_overrides("beta", argv[1:])]
             else:
                 launches = [["-m", *argv, *tail]]
+            mine = [f for f, exps in (done or {}).items() if m.experiment in exps]
+            if mine:
+                launches = [[*a, f"sweep.finished_from=[{','.join(mine)}]"] for a in launches]
             for launch in launches:
                 launched += 1  # every multirun its own sweep folder (its outcomes, its parent run)
                 sweep_dir = outdir.resolve() / "multirun" / f"{time.strftime('%Y%m%d-%H%M%S')}-{launched}"
@@ -911,36 +929,47 @@ def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress) -> None:
 
 def _report(plan: Plan, paper, args, client, uri: str, outdir: Path, settings: dict) -> None:
     """The study section, the exported runs and the report (``gpdlm report``) of the plan's experiments that
-    hold finished runs; a line saying there is none yet otherwise."""
+    hold finished runs -- in the store, or in the run records of earlier parts (``--done``: the report then
+    reads this part's exported runs and those files) -- a line saying there is none yet otherwise."""
     from ..analysis import export, store
     from .report import main as report_main
 
-    names = []
+    done = getattr(args, "done", {}) or {}
+    names, recorded = [], []
     for m in plan.multiruns:
         exp = client.get_experiment_by_name(m.experiment)
-        if (
-            exp is not None
-            and m.experiment not in names
-            and any(
-                r.data.tags.get("gpdlm.command") in ("train", "bias")
-                for r in store.search_all(client, exp.experiment_id, "attributes.status = 'FINISHED'")
-            )
+        if m.experiment in names:
+            continue
+        if exp is not None and any(
+            r.data.tags.get("gpdlm.command") in ("train", "bias")
+            for r in store.search_all(client, exp.experiment_id, "attributes.status = 'FINISHED'")
         ):
             names.append(m.experiment)
-    if not names:
+        elif any(m.experiment in exps for exps in done.values()):
+            recorded.append(m.experiment)
+    if not names and not recorded:
         print("gpdlm reproduce: no finished runs yet: no report", file=sys.stderr)
         return
     exps = [client.get_experiment_by_name(n) for n in names]
     records = [r for e in exps for r in store.load_runs(client, e, notes=[], commands=("train", "bias"))]
+    files = [export.read(f) for f in done]
+    if files:
+        wanted = [n for n in [*names, *recorded] if any(n in f.experiments for f in files)]
+        records += [r for rs in export.load_records(files, wanted, [])[1].values() for r in rs]
     (outdir / "study.md").write_text(study_text(paper, records, settings))
-    export.write(outdir / "runs.jsonl.gz", export.export_store(client, exps), names)  # the report is rebuilt from it
+    runs_file = outdir / "runs.jsonl.gz"
+    if names:  # this part's runs; the report is rebuilt from them
+        export.write(runs_file, export.export_store(client, exps), names)
+    if done:
+        source = [*(["--from", str(runs_file)] if names else []), *[a for f in done for a in ("--from", f)]]
+        source += [a for n in [*names, *recorded] for a in ("--experiment", n)]
+    else:
+        source = ["--tracking-uri", uri, *[a for n in names for a in ("--experiment", n)]]
     report_main(
         [
             "--claims",
             args.paper,
-            "--tracking-uri",
-            uri,
-            *[a for n in names for a in ("--experiment", n)],
+            *source,
             "--format",
             args.format,
             "--out",

@@ -46,7 +46,7 @@ from ..prepare import prepare
 from ..schema import BiasSpec, parse
 from ..tracking.identity import config_hashes
 from ..training import train
-from .lifecycle import TrackedRun, make_tracker, run_tags
+from .lifecycle import TrackedRun, finished_from, make_tracker, run_tags
 
 STOCHASTIC = ("bmc", "smooth_bmc", "ups")
 _CHUNK_ELEMENTS = 2**21  # rows x samples (or nodes) per chunk of a reference gradient
@@ -376,7 +376,7 @@ def run_bias(
     generator = torch.Generator().manual_seed(cfg.seed)  # batch orders on the CPU, as in `gpdlm train`
     method.estimator.seed(cfg.seed, p.device)
     study = _study(p)
-    tracker = tracker if tracker is not None else make_tracker(cfg.tracking)
+    tracker = tracker if tracker is not None else make_tracker(cfg.tracking, finished_from=finished_from(cfg))
     made = _tracked_run(p, study, output_dir, tracker, overrides, skip_finished)
     if made is None:
         return None

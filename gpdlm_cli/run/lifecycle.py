@@ -71,15 +71,27 @@ def canonical_run_config(cfg):
     return OmegaConf.create(canonical_config(cast(dict, OmegaConf.to_container(cfg, resolve=False))))
 
 
-def make_tracker(tcfg, base_dir=None):
-    if not tcfg.enabled:
-        return NullTracker()
-    every = tcfg.get("system_metrics", 10.0)
-    return MlflowTracker(
-        resolve_tracking_uri(tcfg.uri, base_dir),
-        str(tcfg.experiment),  # `experiment=2024` parses as int
-        system_metrics=float(every) if every else None,
-    )
+def finished_from(cfg) -> list[str]:
+    """``sweep.finished_from`` of a run's config (empty without it)."""
+    return [str(p) for p in (cfg.get("sweep", {}).get("finished_from") or [])]
+
+
+def make_tracker(tcfg, base_dir=None, finished_from=()):
+    """The run's tracker (``tracking``); ``finished_from``: run-records files (``sweep.finished_from``) whose
+    FINISHED runs of the experiment count as finished for ``sweep.skip_finished``, as the store's do."""
+    tracker = NullTracker() if not tcfg.enabled else None
+    if tracker is None:
+        every = tcfg.get("system_metrics", 10.0)
+        tracker = MlflowTracker(
+            resolve_tracking_uri(tcfg.uri, base_dir),
+            str(tcfg.experiment),  # `experiment=2024` parses as int
+            system_metrics=float(every) if every else None,
+        )
+    if finished_from:
+        from ..tracking.records_file import finished_config_hashes
+
+        tracker.recorded_finished = finished_config_hashes(list(finished_from), str(tcfg.experiment))
+    return tracker
 
 
 def dataset_input(table, fingerprint: str) -> dict:

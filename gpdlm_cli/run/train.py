@@ -40,7 +40,7 @@ from ..tracking.identity import config_hash, config_hashes
 from ..training import run_stages
 from ..training.callbacks import Callback
 from .artifacts import append_log, log_fit, log_protocol, plot_learning_curve, warnings_to_log
-from .lifecycle import TrackedRun, make_tracker, run_tags
+from .lifecycle import TrackedRun, finished_from, make_tracker, run_tags
 from .naming import curve_info, run_name_for
 
 
@@ -65,7 +65,7 @@ def run_train(
     generator = torch.Generator().manual_seed(cfg.seed)  # batch orders drawn on the CPU: the same on every device
     if p.method.estimator is not None:
         p.method.estimator.seed(cfg.seed, p.device)
-    tracker = tracker if tracker is not None else make_tracker(cfg.tracking)
+    tracker = tracker if tracker is not None else make_tracker(cfg.tracking, finished_from=finished_from(cfg))
     if skip_finished and tracker.has_finished_run("gpdlm.config_hash", config_hashes(cfg)):
         return None
     with _folder_locked(output_dir):

@@ -81,6 +81,10 @@ class SweepSpec:
         False,
         help="multirun: skip jobs whose config hash already has a FINISHED run, continue a stopped one from its checkpoint",
     )
+    finished_from: list = listing(
+        [],
+        help="skip_finished: run-records files (gpdlm export) whose FINISHED runs of the experiment count as finished too",
+    )
     share_stages: bool = flag(True, help="train a beta-independent stage once per sweep and reuse it from cache_dir")
     warm_start: bool = flag(False, help="beta sweeps: each beta starts where the previous one ended")
     batched: bool = flag(False, help="jobs differing only in seed and beta train as one batched model")

@@ -54,6 +54,11 @@ def job_objective(cfg, metrics: dict | None, context: dict) -> float:
     name = objective_metric(cfg)
     if metrics is None and context.get("uri"):
         metrics = _finished_run_metrics(context["uri"], context.get("experiment"), config_hashes(cfg))
+    if metrics is None and cfg.get("sweep", {}).get("finished_from"):  # recorded in a run-records file
+        from ..tracking.records_file import recorded_metrics
+
+        paths = [str(p) for p in cfg.sweep.finished_from]
+        metrics = recorded_metrics(paths, str(cfg.tracking.experiment), config_hashes(cfg))
     value = (metrics or {}).get(name)
     if value is None:
         if metrics is not None and str(cfg.sweep.get("objective", "auto")) != "auto":
@@ -83,6 +88,28 @@ def _finished_run_metrics(uri: str, experiment: str | None, hashes: tuple[str, .
         )
     runs.sort(key=lambda r: r.info.start_time, reverse=True)
     return dict(runs[0].data.metrics) if runs else None
+
+
+def _check_finished_from(config) -> None:
+    """``sweep.finished_from``'s files read and verified before any job (a bad one is one line of error),
+    and one line saying how many recorded runs count as finished."""
+    paths = [str(p) for p in (config.get("sweep", {}).get("finished_from") or [])]
+    if not paths:
+        return
+    from ..tracking.records_file import RecordsError, finished_config_hashes
+
+    experiment = str(config.tracking.experiment)
+    try:
+        n = len(finished_config_hashes(paths, experiment))
+    except RecordsError:  # `gpdlm train` refused it before Hydra (config_check); elsewhere each job reports it
+        return
+    skip = bool(config.sweep.get("skip_finished", False))
+    print(
+        f"gpdlm: sweep.finished_from: {n} configuration(s) recorded FINISHED in experiment '{experiment}' "
+        f"({len(paths)} file(s))"
+        + (": their jobs are skipped" if skip else "; without sweep.skip_finished=true they train again"),
+        file=sys.stderr,
+    )
 
 
 def _announce(config) -> None:
@@ -208,6 +235,7 @@ class SweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         swept, sweeper = swept_keys(config), sweeper_name(config)
+        _check_finished_from(config)
         context = {"parent_run_id": None, "swept": swept, "sweeper": sweeper}
         if config.tracking.enabled:
             from mlflow.tracking import MlflowClient

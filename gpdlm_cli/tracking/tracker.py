@@ -63,6 +63,9 @@ class NullTracker:
     """Records everything in memory (tests, ``tracking.enabled=false``)."""
 
     run_id: str | None = None
+    #: config hashes recorded FINISHED elsewhere (``sweep.finished_from``'s run-records files): finished for
+    #: ``has_finished_run`` as the store's own FINISHED runs are
+    recorded_finished: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         self.params: dict = {}
@@ -113,8 +116,13 @@ class NullTracker:
             }
         ]
 
-    def has_finished_run(self, tag: str, value: str) -> bool:
-        return False
+    def has_finished_run(self, tag: str, value) -> bool:
+        return self.recorded(tag, value)
+
+    def recorded(self, tag: str, value) -> bool:
+        """Whether ``value`` (a config hash, or a tuple of its versions) is in ``recorded_finished``."""
+        values = (value,) if isinstance(value, str) else tuple(value)
+        return tag == "gpdlm.config_hash" and any(v in self.recorded_finished for v in values)
 
     def stopped_runs(self, tag: str, value) -> list:
         """The experiment's ``gpdlm train`` runs that did not finish (KILLED, FAILED or RUNNING) whose
@@ -277,7 +285,10 @@ class MlflowTracker(NullTracker):
 
     def has_finished_run(self, tag: str, value) -> bool:
         """Whether the experiment already has a FINISHED run whose ``tag`` equals ``value`` (or one
-        of the values of a tuple: the versions of a config hash, ``tracking.identity``)."""
+        of the values of a tuple: the versions of a config hash, ``tracking.identity``), or has one recorded
+        in ``recorded_finished``."""
+        if self.recorded(tag, value):
+            return True
         for v in (value,) if isinstance(value, str) else tuple(dict.fromkeys(value)):
             runs = self.client.search_runs(
                 [self.experiment_id],

@@ -389,6 +389,43 @@ def test_budget_and_interruption_resume_without_rerunning(tmp_path, monkeypatch,
     assert parents[0].data.tags["gpdlm.progress"].startswith("gpdlm reproduce: budget 1h reached")
 
 
+@pytest.mark.slow
+def test_a_study_continued_on_a_new_store_skips_the_jobs_of_its_done_records(tmp_path, monkeypatch, capsys):
+    """Part 1 stops at its budget after one job; part 2 runs on a new store (another machine) with part 1's
+    run records (--done): it trains the other three, skips the recorded one, and its report and study
+    count all four runs."""
+    monkeypatch.chdir(tmp_path)
+    base = ["reproduce", "gplstm", "--scale", "smoke", "--claims", "T2-gplstm-beats-lstm", "threads=1"]
+    base += ["dataset=actuator"]  # 4 jobs
+
+    def spend_budget(progress, status):
+        progress.deadline = min(progress.deadline, rp.time.monotonic())
+
+    monkeypatch.setattr(rp, "_after_job", spend_budget)
+    assert cli.main([*base, "--output", str(tmp_path / "part1"), "--budget", "1h"]) == 0
+    part1 = tmp_path / "part1" / "runs.jsonl.gz"
+    first = {r.data.tags["gpdlm.config_hash"] for r in _finished(f"sqlite:///{tmp_path}/part1/mlflow.db")}
+    assert len(first) == 1
+    monkeypatch.setattr(rp, "_after_job", lambda progress, status: None)
+    capsys.readouterr()
+    assert cli.main([*base, "--output", str(tmp_path / "part2"), "--done", str(part1)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("skipped: FINISHED in the store or the --done records") == 1, err
+    second = {r.data.tags["gpdlm.config_hash"] for r in _finished(f"sqlite:///{tmp_path}/part2/mlflow.db")}
+    assert len(second) == 3 and not second & first  # nothing trained twice
+    report = (tmp_path / "part2" / "report.md").read_text().splitlines()  # it reads both parts' runs
+    assert "| table2 | 4 | smoke (4) | paper (4) | actuator (4) | 2 | - | 2 (4) |" in report
+    claim = next(ln for ln in report if ln.startswith("| T2-gplstm-beats-lstm |"))
+    cells = [c.strip() for c in claim.split("|")]
+    assert cells[2] in ("holds", "fails") and cells[4] == "2"  # measured over both seeds (part 1 had one run)
+    # a changed --done file stops the command before anything runs
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(part1.read_bytes()[:-20])
+    assert cli.main([*base, "--output", str(tmp_path / "part3"), "--done", str(bad)]) == 2
+    assert "bad.jsonl.gz" in one_line_error(capsys)
+    assert not (tmp_path / "part3").exists()
+
+
 # ----- the committed evidence ---------------------------------------------------------------------------
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = sorted(p.parent for p in (ROOT / "docs" / "results" / "smoke").glob("*/runs.jsonl.gz"))
