@@ -2,7 +2,8 @@
 # Regenerate the reports of docs/results/.
 #
 # 1. Reports with committed run records (docs/results/smoke/<paper>/runs.jsonl.gz and the studies'
-#    docs/results/<paper>_<what>_<date>/runs.jsonl.gz, written by `gpdlm export` or `gpdlm reproduce`):
+#    docs/results/<paper>_<what>_<date>/runs.jsonl.gz, written by `gpdlm export` or `gpdlm reproduce`; a study
+#    run in parts adds runs-2.jsonl.gz, ...: the report reads them all):
 #    rebuilt from those files alone -- on any clone, no MLflow store needed -- byte-identically
 #    (tests/commands/test_reproduce.py checks it). `--records-only` stops after these.
 # 2. Two papers' 2026-11-25 study reports (dlm, rkhs) and the two later ones, from the MLflow stores that made them
@@ -16,12 +17,15 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 # the smoke reports (docs/results/smoke/<paper>/) and the studies' reports with committed run records
 # (docs/results/<paper>_<what>_<date>/): the paper is the folder name's first word
+# (a study run in parts on several machines has one records file per part: runs.jsonl.gz, runs-2.jsonl.gz, ...)
 for d in docs/results/smoke/*/ docs/results/*_20*/; do
   [ -f "$d/runs.jsonl.gz" ] || continue
   name=$(basename "$d")
-  gpdlm report --no-log --claims "${name%%_*}" --from "$d/runs.jsonl.gz" --study "$d/study.md" --out "$OUT/$name" \
+  from=()
+  for f in "$d"runs*.jsonl.gz; do from+=(--from "$f"); done
+  gpdlm report --no-log --claims "${name%%_*}" "${from[@]}" --study "$d/study.md" --out "$OUT/$name" \
      --output "$d/report.md" > /dev/null
-  echo "regenerated ${d}report.md from ${d}runs.jsonl.gz"
+  echo "regenerated ${d}report.md from $((${#from[@]} / 2)) records file(s) in $d"
 done
 [ "$1" = "--records-only" ] && exit 0
 

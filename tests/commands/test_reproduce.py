@@ -455,8 +455,7 @@ def test_a_committed_report_is_rebuilt_from_its_records_byte_for_byte(folder, pa
                 "--no-log",
                 "--claims",
                 paper,
-                "--from",
-                str(folder / "runs.jsonl.gz"),
+                *[a for f in sorted(folder.glob("runs*.jsonl.gz")) for a in ("--from", str(f))],  # a study's parts
                 "--study",
                 str(folder / "study.md"),
                 "--out",
