@@ -29,6 +29,7 @@ them separately.
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -350,11 +351,13 @@ def train_batched(
     from ..signals import deferred_signals, killed_reason, stopped_mid_step
 
     t = time.perf_counter()
+    shown = GroupProgress(f"group of {len(members)}")
     try:
         while it < max_iters and any(state.active):
             with deferred_signals(user_signals=True, interruptible=True):  # whole iterations only
                 state.losses[:, it] = _adam_step(batch, opt, params, chunks, state.active)
                 it += 1
+                shown.tick(it, max_iters, sum(state.active))
                 t = state.account(it, t)
                 if it % check_every == 0 or it == max_iters:
                     state.check(it, rule, check_every)
@@ -389,6 +392,42 @@ def _adam_step(batch: BatchedSVGP, opt, params: list, chunks: list[slice], activ
             for p, old in zip(params, frozen):
                 p.copy_(torch.where(mask.view(-1, *([1] * (p.dim() - 1))), p, old))
     return torch.cat(parts)
+
+
+#: a batched group trains for minutes to hours in one job, silently: a progress line at most this often
+PROGRESS_EVERY_S = 60.0
+
+
+class GroupProgress:
+    """One stderr line at most every ``PROGRESS_EVERY_S`` seconds while a batched group trains: where it is
+    (the furthest member's iteration of its cap), how many members still train, the time so far and the time
+    left at the rate since this process started training the group (a continued group counts from where it
+    continued)."""
+
+    def __init__(self, what: str, clock: Callable[[], float] = time.monotonic):
+        self.what, self.clock = what, clock
+        self.t0 = self.last = clock()
+        self.it0: int | None = None
+
+    def tick(self, it: int, cap: int, training: int) -> None:
+        now = self.clock()
+        if self.it0 is None:
+            self.it0 = it - 1
+        if now - self.last < PROGRESS_EVERY_S or it >= cap:
+            return
+        self.last = now
+        done, spent = it - self.it0, now - self.t0
+        left = spent / done * (cap - it) if done > 0 else float("nan")
+        print(
+            f"gpdlm: sweep.batched: {self.what}: iteration {it:,} of {cap:,} ({100 * it / cap:.0f}%), "
+            f"{training} training, {_minutes(spent)} so far, about {_minutes(left)} left",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _minutes(s: float) -> str:
+    return "?" if s != s else f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.1f} h"
 
 
 class _Progress:

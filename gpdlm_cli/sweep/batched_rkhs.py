@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..exceptions import NumericalError
-from .batched_model import NotBatchable, read_blob, remove_blob, write_blob
+from .batched_model import GroupProgress, NotBatchable, read_blob, remove_blob, write_blob
 
 if TYPE_CHECKING:
     from ..methods.base import Method
@@ -510,6 +510,8 @@ def _lockstep(stack: StackedRKHS, loops, opt, active: list[bool], seconds: list[
     iteration with an evaluation and when the group is stopped between two iterations."""
     from ..signals import deferred_signals, killed_reason, stopped_mid_step
 
+    shown = GroupProgress(f"group of {stack.B} ({stack.kind.removesuffix('_step')})")
+    cap = max(loop.cap for loop in loops)
     try:
         while any(active):
             with deferred_signals(user_signals=True, interruptible=True):
@@ -519,6 +521,7 @@ def _lockstep(stack: StackedRKHS, loops, opt, active: list[bool], seconds: list[
                     if active[b] and (loops[b].converged or loops[b].it >= loops[b].cap):
                         active[b] = False
                 evaluated = stack.evaluations != before
+            shown.tick(max(loop.it for loop in loops), cap, sum(active))
             if checkpoint is not None and checkpoint.every > 0 and evaluated:
                 checkpoint.evaluated += 1
                 if checkpoint.evaluated % checkpoint.every == 0:

@@ -370,3 +370,40 @@ def test_a_minibatch_svgp_group_gives_each_job_its_outcome():
         o = out[config_hash(c)]
         assert o["tag"] == "3" and o["fit"].iterations == 21 and o["state"]
         o["restore"](prepare(c).method)  # a job restores its member's hook states: none here, and no error
+
+
+def test_a_batched_group_says_where_it_is_at_most_once_a_minute(capsys):
+    """``GroupProgress``: no line before PROGRESS_EVERY_S has passed, then one per interval, with the
+    furthest iteration of the cap, the members still training, the time so far and the time left at the
+    rate since the group started (here 100 iterations a minute: 900 left -> 9 minutes); none at the cap."""
+    from gpdlm_cli.sweep.batched_model import PROGRESS_EVERY_S, GroupProgress
+
+    now = [0.0]
+    shown = GroupProgress("group of 6 (scgd)", clock=lambda: now[0])
+    shown.tick(1, 1000, 6)
+    now[0] = PROGRESS_EVERY_S - 1
+    shown.tick(99, 1000, 6)
+    assert capsys.readouterr().err == ""
+    now[0] = 60.0
+    shown.tick(100, 1000, 5)
+    assert capsys.readouterr().err == (
+        "gpdlm: sweep.batched: group of 6 (scgd): iteration 100 of 1,000 (10%), 5 training, "
+        "1.0 min so far, about 9.0 min left\n"
+    )
+    now[0] = 70.0
+    shown.tick(120, 1000, 5)  # within the interval of the last line
+    now[0] = 600.0
+    shown.tick(1000, 1000, 0)  # done: the jobs' own lines follow
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_a_training_rkhs_group_prints_its_progress(monkeypatch, capsys):
+    from gpdlm_cli.sweep import batched_model
+
+    torch.set_num_threads(1)
+    monkeypatch.setattr(batched_model, "PROGRESS_EVERY_S", 0.0)
+    _batched([_cfg("scgd", "linear", seed, lr, []) for seed, lr in GRID])
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 20  # iterations 2-20 of 21 (iterations 1-20: none at the cap)
+    assert lines[-1].startswith("gpdlm: sweep.batched: group of 3 (scgd): iteration 20 of 21 (95%), 3 training, ")

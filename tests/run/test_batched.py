@@ -81,7 +81,9 @@ def _sweep(tmp_path, capsys, uri, experiment, extra):
         ("dlm_fixed", {("0", 0.5): 120, ("0", 2.0): 100, ("1", 0.5): 160, ("1", 2.0): 150}),
     ],
 )
-def test_a_batched_sweep_gives_each_member_the_metrics_of_its_separate_run(tmp_path, capsys, mlflow_uri, model, stops):
+def test_a_batched_sweep_gives_each_member_the_metrics_of_its_separate_run(
+    tmp_path, capsys, mlflow_uri, model, stops, monkeypatch
+):
     """2 seeds x 2 betas: one batched model (one child run each, tag gpdlm.batched=4) against four
     separate runs, metric by metric (rtol 1e-6; float64 batched kernels round differently in the last
     bits, which Adam carries along: measured differences 4e-16 relative for svgp, 2e-11 for dlm)."""
@@ -90,7 +92,11 @@ def test_a_batched_sweep_gives_each_member_the_metrics_of_its_separate_run(tmp_p
     extra = [f"model={model}"] + (["sweep.share_stages=false"] if model == "dlm_fixed" else [])
     lines = _sweep(tmp_path, capsys, mlflow_uri, f"sep-{model}", extra)
     assert not any("sweep.batched" in ln for ln in lines)
+    from gpdlm_cli.sweep import batched_model
+
+    monkeypatch.setattr(batched_model, "PROGRESS_EVERY_S", 0.0)  # a progress line every iteration
     lines = _sweep(tmp_path, capsys, mlflow_uri, f"bat-{model}", extra + ["sweep.batched=true"])
+    assert any(ln.startswith("gpdlm: sweep.batched: group of 4: iteration 50 of ") for ln in lines)
     assert f"gpdlm: sweep.batched: trained 4 jobs of model={model.split('_')[0]} as one batched model" in lines
     [announced] = [ln for ln in lines if ln.startswith("gpdlm: sweep of 4 jobs")]  # the start-of-multirun line
     assert announced.endswith("launcher basic, batched: 1 group of 4 members"), announced
