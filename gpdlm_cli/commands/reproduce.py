@@ -657,7 +657,7 @@ class ReproduceCallback:
             p.trained += 1
             p.seconds += time.monotonic() - p.job_started
         where = " or the --done records" if config.get("sweep", {}).get("finished_from") else ""
-        what = {"skipped": f"skipped: FINISHED in the store{where}"}.get(status, status)
+        what = {"skipped": f"skipped: {outcome.get('reason') or 'FINISHED in the store' + where}"}.get(status, status)
         if outcome.get("resumed"):
             what = f"{what}, resumed {outcome['resumed']}"
         job = [o for o in config.hydra.overrides.task if not o.lstrip("+").startswith(_BOOKKEEPING)]

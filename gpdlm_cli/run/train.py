@@ -66,10 +66,28 @@ def run_train(
     if p.method.estimator is not None:
         p.method.estimator.seed(cfg.seed, p.device)
     tracker = tracker if tracker is not None else make_tracker(cfg.tracking, finished_from=finished_from(cfg))
-    if skip_finished and tracker.has_finished_run("gpdlm.config_hash", config_hashes(cfg)):
+    if skip_finished and _done_or_training_elsewhere(tracker, cfg, outcome):
         return None
     with _folder_locked(output_dir):
         return _train_locked(cfg, output_dir, overrides, tracker, parent_run_id, p, generator, skip_finished, outcome)
+
+
+def _done_or_training_elsewhere(tracker, cfg, outcome: dict | None) -> bool:
+    """``sweep.skip_finished``: whether the job has nothing to do -- its configuration has a FINISHED run
+    (the store's, or one recorded in ``sweep.finished_from``), or a run that another live process on this
+    host is training (two sweeps launched over the same jobs would otherwise train it twice; the job says
+    so on stderr and in its outcome's reason)."""
+    hashes = config_hashes(cfg)
+    if tracker.has_finished_run("gpdlm.config_hash", hashes):
+        return True
+    live = tracker.live_run("gpdlm.config_hash", hashes)
+    if live is None:
+        return False
+    why = f"run {live[:8]} of this configuration is training in another process on this host"
+    print(f"gpdlm: skipped: {why}", file=sys.stderr)
+    if outcome is not None:
+        outcome["reason"] = why
+    return True
 
 
 @contextmanager

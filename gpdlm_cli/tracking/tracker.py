@@ -119,6 +119,12 @@ class NullTracker:
     def has_finished_run(self, tag: str, value) -> bool:
         return self.recorded(tag, value)
 
+    def live_run(self, tag: str, value) -> str | None:
+        """The id of a ``gpdlm train`` run still RUNNING whose ``tag`` equals ``value`` (or one of a tuple's
+        values) and whose process is alive on this host, not this one: another process is training the same
+        configuration (None without a store)."""
+        return None
+
     def recorded(self, tag: str, value) -> bool:
         """Whether ``value`` (a config hash, or a tuple of its versions) is in ``recorded_finished``."""
         values = (value,) if isinstance(value, str) else tuple(value)
@@ -298,6 +304,21 @@ class MlflowTracker(NullTracker):
             if runs:
                 return True
         return False
+
+    def live_run(self, tag: str, value) -> str | None:
+        from .liveness import PID_TAG, process_state
+
+        for v in (value,) if isinstance(value, str) else tuple(dict.fromkeys(value)):
+            runs = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.`{tag}` = {quote(v)} and attributes.status = 'RUNNING'"
+                " and tags.`gpdlm.command` = 'train'",
+                max_results=100,
+            )
+            for r in runs:
+                if r.data.tags.get(PID_TAG) != str(os.getpid()) and process_state(r.data.tags) == "alive":
+                    return r.info.run_id
+        return None
 
     def stopped_runs(self, tag: str, value) -> list:
         """The experiment's ``gpdlm train`` runs that did not finish (KILLED, FAILED or RUNNING) whose

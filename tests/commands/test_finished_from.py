@@ -128,3 +128,48 @@ def test_recorded_runs_answer_for_the_tracker_and_the_sweeper(first_part):
     assert recorded_metrics([records], "cont", ("nothing",)) is None
     with pytest.raises(RecordsError, match="records no run of experiment 'x'"):
         finished_config_hashes([records], "x")
+
+
+@pytest.mark.slow  # ~6 s: two tiny training runs
+def test_a_job_another_live_process_is_training_is_skipped_not_trained_twice(template_db, tmp_path):
+    """``skip_finished`` also skips a job whose configuration has a RUNNING run of another live process on
+    this host (two sweeps launched over the same jobs trained each twice); a RUNNING run of this process,
+    or of a process that is gone, does not stop it."""
+    import subprocess
+    import sys
+
+    from gpdlm_cli.run.train import run_train
+    from gpdlm_cli.tracking.identity import config_hash
+    from gpdlm_cli.tracking.liveness import process_start, process_tags
+
+    from ..conftest import compose
+    from .conftest import make_experiment, make_run
+
+    uri = copy_store(template_db, tmp_path / "store")
+    cfg = compose([*TINY, f"tracking.uri={uri}"])
+    client = MlflowClient(uri)
+    exp_id = make_experiment(client, uri, "cont")
+    mine = {**process_tags(), "gpdlm.config_hash": config_hash(cfg)}
+    make_run(client, exp_id, {}, {}, tags=mine, status="RUNNING")  # this process's own: not another's
+    assert run_train(cfg, tmp_path / "own", skip_finished=True, outcome={}) is not None
+    client.delete_run(_seed_runs(client, exp_id)[0])  # its FINISHED run would skip the rest
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        tags = {**process_tags(), "gpdlm.pid": str(other.pid), "gpdlm.process_start": process_start(other.pid)}
+        running = make_run(
+            client, exp_id, {}, {}, tags={**tags, "gpdlm.config_hash": config_hash(cfg)}, status="RUNNING"
+        )
+        outcome: dict = {}
+        assert run_train(cfg, tmp_path / "a", skip_finished=True, outcome=outcome) is None
+        assert outcome["reason"] == (
+            f"run {running[:8]} of this configuration is training in another process on this host"
+        )
+    finally:
+        other.kill()
+        other.wait()
+    # the same run, its process gone: the job trains
+    assert run_train(cfg, tmp_path / "b", skip_finished=True, outcome={}) is not None
+
+
+def _seed_runs(client, exp_id) -> list[str]:
+    return [r.info.run_id for r in client.search_runs([exp_id], "attributes.status = 'FINISHED'")]
