@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-RECORDS = Path(__file__).resolve().parents[2] / "docs/results/rkhs_table2_2026-11-29/runs.jsonl.gz"
+FOLDER = Path(__file__).resolve().parents[2] / "docs/results/rkhs_table2_2026-11-29"
+RECORDS = sorted(FOLDER.glob("runs*.jsonl.gz"))  # part 1 (5 sets) and part 2 (tamielectric, keggdirected)
 # set: mask 0 then 1 of (MINIMAX b32, SCGD b32, BSGD b32, SCGD b128, BSGD b128), as the table prints them
 DOC = {
     "bike": ((-0.825, -0.856, -0.065, -0.682, -0.572), (-0.893, -0.882, -0.025, -0.670, -0.554)),
@@ -16,22 +17,34 @@ DOC = {
     "kin40k": ((-1.492, -1.355, -0.631, -1.330, -1.090), (-1.545, -1.353, -0.618, -1.349, -1.108)),
     "pol": ((1.879, 1.899, 2.714, 1.982, 2.376), (1.874, 1.926, 2.756, 1.972, 2.393)),
     "protein": ((0.472, 0.480, 0.661, 0.444, 0.623), (0.464, 0.493, 0.662, 0.428, 0.638)),
+    # part 2: no MINIMAX
+    "tamielectric": ((None, 0.179, 0.179, 0.179, 0.179), (None, 0.179, 0.179, 0.179, 0.179)),
+    "keggdirected": ((None, -0.779, -0.694, -0.805, -0.763), (None, -0.768, -0.684, -0.794, -0.751)),
 }
 COLUMNS = (("minimax", 32), ("scgd", 32), ("bsgd", 32), ("scgd", 128), ("bsgd", 128))
 
 
 def test_the_studys_table_is_the_records():
-    d = pd.read_json(RECORDS, lines=True)
+    assert [p.name for p in RECORDS] == ["runs-2.jsonl.gz", "runs.jsonl.gz"]
+    d = pd.concat([pd.read_json(p, lines=True) for p in RECORDS])
     d = d[d.params.notna() & (d.status == "FINISHED")]
     best: dict = {}
     for p, m in zip(d.params, d.metrics):
         key = (p["dataset.name"], int(p["dataset.split.mask"]), p["model.name"], int(p["trainer.batch_size"]))
         best[key] = min(best.get(key, float("inf")), float(m["train_nlml"]))
-    table = {s: tuple(tuple(round(best[(s, mask, *c)], 3) for c in COLUMNS) for mask in (0, 1)) for s in DOC}
+    table = {
+        s: tuple(
+            tuple(round(best[(s, mask, *c)], 3) if (s, mask, *c) in best else None for c in COLUMNS) for mask in (0, 1)
+        )
+        for s in DOC
+    }
     assert table == DOC
     for s, masks in DOC.items():
         for minimax, scgd, bsgd, *_ in masks:
-            assert minimax < bsgd and scgd < bsgd, s
+            if s == "tamielectric":  # noise-bound: every method ends at the same NLML
+                assert round(scgd, 3) == round(bsgd, 3), s
+                continue
+            assert (minimax is None or minimax < bsgd) and scgd < bsgd, s
     # the paper's settings, every run: MINIMAX mu = 1 (inexact), SCGD b_t = 0.9 constant
     assert {(p["model.mu"], p["model.exact_penalty"]) for p in d.params if p["model.name"] == "minimax"} == {
         ("1.0", "False")
