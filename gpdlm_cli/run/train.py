@@ -73,21 +73,15 @@ def run_train(
 
 
 def _done_or_training_elsewhere(tracker, cfg, outcome: dict | None) -> bool:
-    """``sweep.skip_finished``: whether the job has nothing to do -- its configuration has a FINISHED run
-    (the store's, or one recorded in ``sweep.finished_from``), or a run that another live process on this
-    host is training (two sweeps launched over the same jobs would otherwise train it twice; the job says
-    so on stderr and in its outcome's reason)."""
-    hashes = config_hashes(cfg)
-    if tracker.has_finished_run("gpdlm.config_hash", hashes):
-        return True
-    live = tracker.live_run("gpdlm.config_hash", hashes)
-    if live is None:
-        return False
-    why = f"run {live[:8]} of this configuration is training in another process on this host"
-    print(f"gpdlm: skipped: {why}", file=sys.stderr)
-    if outcome is not None:
-        outcome["reason"] = why
-    return True
+    """``sweep.skip_finished``: whether the job has nothing to do (``Tracker.skip_reason``: a FINISHED run of
+    its configuration, the store's or one recorded in ``sweep.finished_from``, or a run another live process
+    on this host is training -- the job then says so on stderr and in its outcome's reason)."""
+    why = tracker.skip_reason(config_hashes(cfg))
+    if why not in (None, "finished"):
+        print(f"gpdlm: skipped: {why}", file=sys.stderr)
+        if outcome is not None:
+            outcome["reason"] = why
+    return why is not None
 
 
 @contextmanager

@@ -193,10 +193,7 @@ def batched_member(cfg, evaluator, tracker=None, stage_cache=None) -> BatchedOut
             k != key
             and cfg.sweep.get("skip_finished", False)
             and tracker is not None
-            and (
-                tracker.has_finished_run("gpdlm.config_hash", config_hashes(c))
-                or tracker.live_run("gpdlm.config_hash", config_hashes(c)) is not None
-            )
+            and tracker.skip_reason(config_hashes(c)) is not None
         ):
             continue  # its job will be skipped (done, or training in another process): no need to train it
         seen.add(k)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..signals import deferred_signals, killed_reason
 
+HASH_TAG = "gpdlm.config_hash"  # the run tag that says which configuration a run trained (tracking.identity)
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 LOCK_WAIT_S = 60.0  # how long a call waits for a SQLite store another process holds locked
 # ... once the run exists and trains: its results are worth a long wait, not a FAILED run (issue 45)
@@ -125,10 +126,23 @@ class NullTracker:
         configuration (None without a store)."""
         return None
 
+    def skip_reason(self, hashes) -> str | None:
+        """Why a job of a configuration (``hashes``: the versions of its config hash) has nothing to do under
+        ``sweep.skip_finished``: ``"finished"`` (a FINISHED run, the store's or a recorded one), the line saying
+        which run another live process on this host is training, or None (the job trains)."""
+        if self.has_finished_run(HASH_TAG, hashes):
+            return "finished"
+        live = self.live_run(HASH_TAG, hashes)
+        return (
+            None
+            if live is None
+            else f"run {live[:8]} of this configuration is training in another process on this host"
+        )
+
     def recorded(self, tag: str, value) -> bool:
         """Whether ``value`` (a config hash, or a tuple of its versions) is in ``recorded_finished``."""
         values = (value,) if isinstance(value, str) else tuple(value)
-        return tag == "gpdlm.config_hash" and any(v in self.recorded_finished for v in values)
+        return tag == HASH_TAG and any(v in self.recorded_finished for v in values)
 
     def stopped_runs(self, tag: str, value) -> list:
         """The experiment's ``gpdlm train`` runs that did not finish (KILLED, FAILED or RUNNING) whose
