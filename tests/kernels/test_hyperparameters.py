@@ -94,7 +94,9 @@ def test_parameters_shared_by_two_modules_are_listed_once_and_a_raw_mean_through
     model.mean_module.constant = 0.25
     h = hyperparameters(Method("exact", model, lik, []))
     assert h["values"] == {
-        "model.likelihood.noise_covar.noise": pytest.approx(0.1, rel=1e-7),
+        "model.likelihood.noise_covar.noise": pytest.approx(
+            0.1, rel=1e-6
+        ),  # across CPUs float rounding differs (1e-9 to 2e-7 relative measured on an AMD EPYC, 2026-11-29)
         "model.covar_module.outputscale": pytest.approx(float(kernel.outputscale.detach())),
         "model.covar_module.base_kernel.lengthscale": pytest.approx(kernel.base_kernel.lengthscale.flatten().tolist()),
         "model.mean_module.constant": 0.25,

@@ -135,7 +135,7 @@ def test_the_default_trains_teacher_forced_as_before(tmp_path, model):
     torch.set_num_threads(1)
     m = run_train(cfg, tmp_path, tracker=NullTracker())
     assert not any(k.startswith("feedback_") for k in m)
-    assert (m["test_sim_rmse"], m["test_rmse"], m["val_rmse"]) == pytest.approx(BEFORE[model[0][6:]], rel=1e-9)
+    assert (m["test_sim_rmse"], m["test_rmse"], m["val_rmse"]) == pytest.approx(BEFORE[model[0][6:]], rel=1e-6)
 
 
 # ----- model.training.feedback_conditioning=true_targets (the conditioning ablation) -----------------------------
@@ -247,4 +247,4 @@ def test_own_rollouts_with_the_default_conditioning_train_as_before(tmp_path, mo
     torch.set_num_threads(1)
     m = run_train(cfg, tmp_path, tracker=NullTracker())
     assert "conditioning_windows" not in dict(load_run(tmp_path).method.model.named_buffers())
-    assert (m["test_sim_rmse"], m["test_rmse"], m["val_rmse"]) == pytest.approx(BEFORE_OWN[model[0][6:]], rel=1e-12)
+    assert (m["test_sim_rmse"], m["test_rmse"], m["val_rmse"]) == pytest.approx(BEFORE_OWN[model[0][6:]], rel=1e-6)

@@ -83,9 +83,11 @@ def test_the_split_builder_trains_as_before(blocks):  # the suite's 1 torch thre
     method, metrics = _train(extra)
     want_metrics, want_monitors, want_diag, overrides, n_blocks = BEFORE[blocks]
     for k, v in want_metrics.items():
-        assert metrics[k] == pytest.approx(v, abs=1e-8), k
+        assert metrics[k] == pytest.approx(v, rel=1e-6, abs=1e-8), (
+            k
+        )  # across CPUs float rounding differs (1e-9 to 2e-7 relative measured on an AMD EPYC, 2026-11-29)
     for k, v in want_monitors.items():
-        assert method.monitors[k]() == pytest.approx(v, abs=1e-8), k
+        assert method.monitors[k]() == pytest.approx(v, rel=1e-6, abs=1e-8), k
     assert method.monitors["epochs"]() == 2.0
     diag = method.diagnostics()
     assert {k: diag[k] for k in want_diag} == want_diag and diag["partitions"] == 10 and diag["variational_dim"] == 35

@@ -116,8 +116,10 @@ OLD_METRICS = {
 
 def test_a_run_selecting_its_last_step_logs_that_step_and_keeps_its_metrics(tmp_path, toy_family):  # noqa: F811
     metrics, tracker = _toy_run(tmp_path, "trainer.keep_best=gap", "trainer.max_iters=5")
-    assert {k: metrics[k] for k in OLD_METRICS} == pytest.approx(OLD_METRICS, rel=1e-13, abs=0)
-    assert metrics["gap"] == OLD_METRICS["gap"] and metrics["best_iteration"] == 5  # exactly
+    assert {k: metrics[k] for k in OLD_METRICS} == pytest.approx(
+        OLD_METRICS, rel=1e-6, abs=0
+    )  # across CPUs float rounding differs (1e-9 to 2e-7 relative measured on an AMD EPYC, 2026-11-29)
+    assert metrics["gap"] == pytest.approx(OLD_METRICS["gap"], rel=1e-6) and metrics["best_iteration"] == 5
     # the step metrics the tracker (MLflow) got: the evaluations at steps 1-4 and the final iterate's at 5,
     # the point the selection picked, with the run's own value
     for name in ("gap", "val_nll", "test_rmse"):
