@@ -218,6 +218,9 @@ def deferred_signals(user_signals: bool = False, interruptible: bool = False):
     a block that is not interruptible (a checkpoint, a log, the end of a run) is open inside, at that
     block's end. Blocks that are not interruptible hold every signal to their end.
 
+    A signal this process ignores stays ignored (``nohup``, or a process a shell without job control
+    started in the background, inherits SIGINT ignored): no "stopping" line that would then not be kept.
+
     Held back in Python, not by a signal mask: Python runs every handler in the main thread, and
     ``pthread_sigmask`` holds a signal back only where the *receiving* thread blocks it -- a
     process-directed signal (``kill``, submitit's SIGUSR2, Slurm's SIGTERM) goes to any thread that
@@ -229,7 +232,7 @@ def deferred_signals(user_signals: bool = False, interruptible: bool = False):
         sig = getattr(signal, n, None)
         if sig is not None:
             current = signal.getsignal(sig)
-            if not isinstance(current, _Gate):
+            if not isinstance(current, _Gate) and current is not signal.SIG_IGN:
                 signal.signal(sig, _Gate(current))
     strict = 0 if interruptible else 1
     _held["depth"] += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,11 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    # Ctrl-C as in a terminal, whatever this process inherited: a suite started in the background by a shell
+    # without job control (`make test > log &`) inherits SIGINT *ignored*, and so would every `gpdlm` the tests
+    # start (an ignored signal stays ignored across exec); the Ctrl-C tests would then see nothing happen
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     device = config.getoption("--device")
     if device is not None:
         os.environ["GPDLM_DEVICE"] = device  # conf/config.yaml: device: ${oc.env:GPDLM_DEVICE,auto}

@@ -325,7 +325,11 @@ STOPPING = "gpdlm: stopping after this step (Ctrl-C again to stop now; the last 
 
 @pytest.fixture
 def restore_sigint(restore_signals):
+    """SIGINT handled as in a terminal (``KeyboardInterrupt``) for the test, whatever this process inherited:
+    a process started in the background by a shell without job control (``make test &``, CI runners) inherits
+    SIGINT *ignored*, and Python then installs no handler -- a Ctrl-C test would see nothing."""
     saved = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, saved)
 
@@ -380,6 +384,21 @@ def test_two_signals_in_a_block_that_is_not_interruptible_wait_for_its_end(resto
             reached.append("the whole block")
     assert reached == ["the whole block"] and not S.stopped_mid_step(info.value)
     assert S.killed_reason(info.value) == "interrupted (Ctrl-C)"
+    assert capfd.readouterr().err == ""
+
+
+def test_an_ignored_sigint_stays_ignored_and_says_nothing(restore_sigint, capfd):
+    """`nohup gpdlm ...`, or gpdlm started in the background by a shell without job control, inherits SIGINT
+    ignored: a training iteration must not announce a stop ("stopping after this step") it then does not make."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    reached = []
+    with S.deferred_signals(user_signals=True, interruptible=True):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        reached.append("the whole block")
+    assert reached == ["the whole block"]
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     assert capfd.readouterr().err == ""
 
 
