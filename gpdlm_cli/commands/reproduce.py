@@ -151,6 +151,16 @@ def derive(paper, claim_ids: list[str], scale: str, protocol: str, extra: list[s
         own = [o for o in [*table.overrides, *(claim.overrides if sc.get("claim_overrides", True) else [])] if keep(o)]
         claim_arms = table.arms if claim.arms is None else claim.arms
         arms = [[]] + [[o for o in a if keep(o) or o.startswith("+experiment=")] for a in claim_arms]
+        grid = "objective.beta" in table.select_over and sc.get("beta_grid", True)
+        if grid:  # a method the beta grid never trains (the ELBO: SVGP at beta = 1): its own multirun, beside
+            # the arm whose preset trains that model over the grid
+            arms += [
+                [*a, *pin]
+                for a in arms
+                for pin in pinned_methods(table)
+                if _pinned_model(pin)
+                in swept_models(a[0].split("=", 1)[1] if a and a[0].startswith("+experiment=") else preset, [*own, *a])
+            ]
         for arm in arms:
             base = preset
             if arm and arm[0].startswith("+experiment="):
@@ -163,7 +173,7 @@ def derive(paper, claim_ids: list[str], scale: str, protocol: str, extra: list[s
             m = multiruns.setdefault((name, tuple(overrides)), Multirun(name, overrides))
             m.tables = list(dict.fromkeys([*m.tables, table.id]))
             m.claims = list(dict.fromkeys([*m.claims, claim.id]))
-            m.beta_grid = m.beta_grid or ("objective.beta" in table.select_over and sc.get("beta_grid", True))
+            m.beta_grid = m.beta_grid or grid  # (a pinned method's multirun sets objective.beta: no grid)
             if table.match.get("tags.gpdlm.command") == "bias":
                 m.command = "bias"
     return Plan(paper.name, scale, protocol, list(multiruns.values()), list(dict.fromkeys(left_out)))
@@ -234,6 +244,62 @@ def preset_sets(base, override: str) -> bool:
     except yaml.YAMLError:
         return False
     return type(wanted) is type(have) and wanted == have
+
+
+MODEL_CONFIGS = Path(__file__).resolve().parents[1] / "conf" / "model"
+
+
+def pinned_methods(table) -> list[list[str]]:
+    """The overrides of each method label of ``table`` that pins a key the table selects over (the DLM
+    paper's ELBO, ``{model.name: svgp, objective.beta: 1}``, in tables that select beta on validation): the
+    beta grid of a training size (n, n/2, ..., 0.01) never holds beta = 1, so the label's runs need a multirun
+    of their own -- the preset's jobs with the label's model and beta. ``model.name: X`` becomes ``model=X``
+    (the model's config group option); a label that pins something no override can set (a tag) has none."""
+    out = []
+    for dim in table.method_dims:
+        d = table.dimensions.get(dim)
+        for label in (d.labels or []) if d is not None else []:
+            if label.quoted or not any(k in table.select_over for k in label.match):
+                continue
+            pin = []
+            for key, value in label.match.items():
+                if key == "model.name" and (MODEL_CONFIGS / f"{value}.yaml").is_file():
+                    pin.append(f"model={value}")
+                elif key.startswith(("tags.", "params.")):
+                    break
+                else:
+                    pin.append(f"{key}={value}")
+            else:
+                out.append(pin)
+    return out
+
+
+def _pinned_model(pin: list[str]) -> str | None:
+    return next((o.split("=", 1)[1] for o in pin if o.startswith("model=")), None)
+
+
+def swept_models(preset: str, overrides: list[str]) -> list[str]:
+    """The ``model`` options the jobs of ``+experiment=PRESET OVERRIDES`` train: a ``model=`` override, else
+    the preset's ``hydra.sweeper.params.model`` (or its ``model`` default), looked up through the presets
+    it extends (their ``defaults``), read from the files without composing."""
+    import yaml
+
+    for o in reversed(overrides):
+        if o.startswith("model="):
+            return o.split("=", 1)[1].split(",")
+    path = PRESETS_DIR / f"{preset}.yaml"
+    if not path.is_file():
+        return []
+    raw = yaml.safe_load(path.read_text()) or {}
+    params = ((raw.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    if "model" in params:
+        return [m.strip() for m in str(params["model"]).split(",")]
+    for d in raw.get("defaults") or []:
+        if isinstance(d, str) and (PRESETS_DIR / f"{d}.yaml").is_file():
+            return swept_models(d, [])
+        if isinstance(d, dict) and isinstance(d.get("override /model"), str):
+            return [d["override /model"]]
+    return []
 
 
 def merge_overrides(*lists: list[str]) -> list[str]:

@@ -106,6 +106,15 @@ def expected_multiruns(paper: str) -> dict:
             overrides = [f"{k}={v}" for k, v in ov.items()]
             beta = "objective.beta" in (t.get("select") or {}).get("over", [])
             out[(preset, without_preset_data(preset, overrides))] = count_jobs(preset, overrides, beta)
+            # a method pinning beta (the ELBO, beta = 1: in no grid) gets its own multirun beside an arm
+            # whose preset trains its model
+            methods = ((t.get("dimensions") or {}).get("method") or {}).get("values")
+            for label in methods.values() if beta and isinstance(methods, dict) else []:
+                match = label.get("match", {})
+                swept = ov.get("model", sweep_params(preset).get("model", "")).split(",")
+                if "objective.beta" in match and match.get("model.name") in swept:
+                    pinned = [*overrides, f"model={match['model.name']}", f"objective.beta={match['objective.beta']}"]
+                    out[(preset, without_preset_data(preset, pinned))] = count_jobs(preset, pinned, False)
     return out
 
 
@@ -144,20 +153,42 @@ def test_jobs_of_two_multiruns_are_counted_once_and_not_estimated_twice():
 
     plan = rp.derive(claims.load("dlm"), ["D4-ringnorm", "D4-comparable", "D5-error"], "paper", "paper")
     rp.expand(plan)
-    (d4r, d4c, d5) = plan.multiruns
+    (d4r, d4r_elbo, d4c, d4c_elbo, d5, d5_elbo) = plan.multiruns
     assert (d4r.overrides, d4c.overrides, d5.overrides) == (
         [],
         ["dataset=twonorm,banana"],
         ["dataset=ringnorm,twonorm,banana"],
     )
     assert d5.jobs == d4r.jobs + d4c.jobs == 3 * 1275 and (d4r.repeats, d4c.repeats, d5.repeats) == (0, 0, 3825)
-    assert plan.jobs - plan.repeats == 2550 + 1275
+    # the ELBO (SVGP at beta = 1, which no beta grid holds) beside each: 5 sizes x 5 seeds a data set
+    assert [m.overrides[-2:] for m in (d4r_elbo, d4c_elbo, d5_elbo)] == [["model=svgp", "objective.beta=1"]] * 3
+    assert (d4r_elbo.jobs, d4c_elbo.jobs, d5_elbo.jobs) == (25, 50, 75) and d5_elbo.repeats == 75
+    assert not any(m.beta_grid for m in (d4r_elbo, d4c_elbo, d5_elbo))
+    assert plan.jobs - plan.repeats == 2550 + 1275 + 75
     text = rp.describe(plan)
     assert "3825 jobs (3825 of them an earlier multirun's: skipped as FINISHED)" in text
-    assert "jobs to train: 3825 (3825 jobs are in two multiruns" in text
+    assert "jobs to train: 3900 (3900 jobs are in two multiruns" in text
     # what makes them repeats: the job of D5 and its twin of D4 have one config hash
     job = [o for o in d5.job_lists[0] if not o.startswith("dataset=")]
     assert config_hash(compose_config(d5.job_lists[0])) == config_hash(compose_config(job))
+
+
+def test_a_table_selecting_beta_gets_a_multirun_for_its_elbo_column_beside_the_preset_that_trains_svgp():
+    """The DLM paper's tables select beta on validation over the grid n, n/2, ..., 0.01, which never holds
+    beta = 1: the ELBO column (SVGP at beta = 1) needs runs of its own (found when D4-thyroid's reduced study
+    had none). Only beside an arm whose preset trains SVGP (not the FITC/SGPR baselines), and not at the smoke
+    scale, which trains the preset's own beta (1) instead of a grid."""
+    plan = rp.derive(claims.load("dlm"), ["D1-pol", "D6-count-abalone"], "reduced", "fast")
+    elbo = [(m.preset, m.overrides) for m in plan.multiruns if "objective.beta=1" in m.overrides]
+    assert elbo == [
+        ("regression_logloss_pol", ["model=svgp", "objective.beta=1", "seed=0,1", "trainer.protocol=fast"]),
+        ("count", ["model=svgp", "objective.beta=1", "seed=0,1", "trainer.protocol=fast"]),
+    ]
+    assert rp.swept_models("regression_logloss_pol", []) == ["dlm", "dlm_fixed", "svgp"]  # through its defaults
+    assert rp.swept_models("regression_baselines_pol", []) == ["fitc", "sgpr"]
+    assert rp.swept_models("count", ["model=dlm"]) == ["dlm"]
+    smoke = rp.derive(claims.load("dlm"), ["D1-pol", "D6-count-abalone"], "smoke", "fast")
+    assert not any("objective.beta=1" in m.overrides for m in smoke.multiruns)
 
 
 def test_the_smoke_scale_is_data(monkeypatch):
