@@ -152,15 +152,8 @@ def derive(paper, claim_ids: list[str], scale: str, protocol: str, extra: list[s
         claim_arms = table.arms if claim.arms is None else claim.arms
         arms = [[]] + [[o for o in a if keep(o) or o.startswith("+experiment=")] for a in claim_arms]
         grid = "objective.beta" in table.select_over and sc.get("beta_grid", True)
-        if grid:  # a method the beta grid never trains (the ELBO: SVGP at beta = 1): its own multirun, beside
-            # the arm whose preset trains that model over the grid
-            arms += [
-                [*a, *pin]
-                for a in arms
-                for pin in pinned_methods(table)
-                if _pinned_model(pin)
-                in swept_models(a[0].split("=", 1)[1] if a and a[0].startswith("+experiment=") else preset, [*own, *a])
-            ]
+        if grid:  # a method the beta grid never trains (the ELBO: SVGP at beta = 1): its own multirun
+            arms += pinned_arms(table, preset, own, arms)
         for arm in arms:
             base = preset
             if arm and arm[0].startswith("+experiment="):
@@ -274,8 +267,18 @@ def pinned_methods(table) -> list[list[str]]:
     return out
 
 
-def _pinned_model(pin: list[str]) -> str | None:
-    return next((o.split("=", 1)[1] for o in pin if o.startswith("model=")), None)
+def pinned_arms(table, preset: str, own: list[str], arms: list[list[str]]) -> list[list[str]]:
+    """Each arm with each ``pinned_methods`` label's overrides, where the arm's preset (its ``+experiment=``,
+    else ``preset``) trains the label's model over the grid: beside the DLM presets, not the FITC/SGPR
+    baselines'."""
+    out = []
+    for arm in arms:
+        base = arm[0].split("=", 1)[1] if arm and arm[0].startswith("+experiment=") else preset
+        for pin in pinned_methods(table):
+            model = next((o.split("=", 1)[1] for o in pin if o.startswith("model=")), None)
+            if model in swept_models(base, [*own, *arm]):
+                out.append([*arm, *pin])
+    return out
 
 
 def swept_models(preset: str, overrides: list[str]) -> list[str]:
@@ -294,11 +297,13 @@ def swept_models(preset: str, overrides: list[str]) -> list[str]:
     params = ((raw.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
     if "model" in params:
         return [m.strip() for m in str(params["model"]).split(",")]
-    for d in raw.get("defaults") or []:
-        if isinstance(d, str) and (PRESETS_DIR / f"{d}.yaml").is_file():
-            return swept_models(d, [])
+    defaults = raw.get("defaults") or []
+    for d in defaults:  # its own model choice before its parents'
         if isinstance(d, dict) and isinstance(d.get("override /model"), str):
             return [d["override /model"]]
+    for d in defaults:
+        if isinstance(d, str) and (PRESETS_DIR / f"{d}.yaml").is_file():
+            return swept_models(d, [])
     return []
 
 
