@@ -747,6 +747,15 @@ class ReproduceCallback:
 CALLBACK = f"+hydra.callbacks.reproduce._target_={__name__}.ReproduceCallback"
 
 
+def which_multirun(i: int, n: int, k: int, argvs: list[list[str]]) -> str:
+    """ "multirun 2 of 3", and for a multirun launched as one beta grid per training size, which grid:
+    "multirun 1 of 1, beta grid 2 of 5 (dataset.split.train_size=200)" (its data pins)."""
+    if len(argvs) < 2:
+        return f"multirun {i} of {n}"
+    pins = [o for o in argvs[k - 1] if o.split("=", 1)[0].startswith("dataset") and "," not in o]
+    return f"multirun {i} of {n}, beta grid {k} of {len(argvs)}" + (f" ({' '.join(pins)})" if pins else "")
+
+
 def _count_outcomes(p: Progress, sweep_dir: Path, what: str) -> None:
     """Progress after a multirun whose jobs ran in other processes (a parallel launcher): its outcomes."""
     from ..sweep.callback import read_outcomes
@@ -978,7 +987,7 @@ def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress, done: dict |
     launched = 0
     tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}", CALLBACK]
     for i, m in enumerate(plan.multiruns, 1):
-        for argv in m.argvs:
+        for k, argv in enumerate(m.argvs, 1):
             if progress.deadline is not None and time.monotonic() >= progress.deadline:
                 raise BudgetReached()
             if argv[0] == "gpdlm sweep beta":  # data not offline: `gpdlm sweep beta` loads it (downloads)
@@ -995,7 +1004,7 @@ def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress, done: dict |
                 before = progress.done
                 bias_main() if m.command == "bias" else train_main()
                 if progress.done == before:  # jobs ran in other processes (joblib, Slurm, Ray): count them now
-                    _count_outcomes(progress, sweep_dir, f"multirun {i} of {len(plan.multiruns)}")
+                    _count_outcomes(progress, sweep_dir, which_multirun(i, len(plan.multiruns), k, m.argvs))
 
 
 def _report(plan: Plan, paper, args, client, uri: str, outdir: Path, settings: dict) -> None:

@@ -173,6 +173,16 @@ def test_jobs_of_two_multiruns_are_counted_once_and_not_estimated_twice():
     assert config_hash(compose_config(d5.job_lists[0])) == config_hash(compose_config(job))
 
 
+def test_the_progress_line_of_a_beta_grid_multirun_says_which_grid():
+    """A beta-grid multirun is launched as one multirun per training size; its progress line said
+    "multirun 1 of 1: 96 finished" five times (the thyroid study): now which grid, and its training size."""
+    argvs = [["objective.beta=100.0,50.0", "seed=0,1", "dataset.split.train_size=100"]] + [
+        ["objective.beta=200.0", "seed=0,1", "dataset.split.train_size=200"]
+    ]
+    assert rp.which_multirun(1, 2, 2, argvs) == "multirun 1 of 2, beta grid 2 of 2 (dataset.split.train_size=200)"
+    assert rp.which_multirun(2, 2, 1, [["seed=0,1", "dataset=pol,kin40k"]]) == "multirun 2 of 2"
+
+
 def test_a_table_selecting_beta_gets_a_multirun_for_its_elbo_column_beside_the_preset_that_trains_svgp():
     """The DLM paper's tables select beta on validation over the grid n, n/2, ..., 0.01, which never holds
     beta = 1: the ELBO column (SVGP at beta = 1) needs runs of its own (found when D4-thyroid's reduced study
