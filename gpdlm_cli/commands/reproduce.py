@@ -271,10 +271,10 @@ def pinned_arms(table, preset: str, own: list[str], arms: list[list[str]]) -> li
     """Each arm with each ``pinned_methods`` label's overrides, where the arm's preset (its ``+experiment=``,
     else ``preset``) trains the label's model over the grid: beside the DLM presets, not the FITC/SGPR
     baselines'."""
-    out = []
+    out, pins = [], pinned_methods(table)
     for arm in arms:
         base = arm[0].split("=", 1)[1] if arm and arm[0].startswith("+experiment=") else preset
-        for pin in pinned_methods(table):
+        for pin in pins:
             model = next((o.split("=", 1)[1] for o in pin if o.startswith("model=")), None)
             if model in swept_models(base, [*own, *arm]):
                 out.append([*arm, *pin])

@@ -325,11 +325,7 @@ STOPPING = "gpdlm: stopping after this step (Ctrl-C again to stop now; the last 
 
 @pytest.fixture
 def restore_sigint(restore_signals):
-    """SIGINT handled as in a terminal (``KeyboardInterrupt``) for the test, whatever this process inherited:
-    a process started in the background by a shell without job control (``make test &``, CI runners) inherits
-    SIGINT *ignored*, and Python then installs no handler -- a Ctrl-C test would see nothing."""
-    saved = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    saved = signal.getsignal(signal.SIGINT)  # (tests/conftest.py: Python's handler even if SIGINT came ignored)
     yield
     signal.signal(signal.SIGINT, saved)
 
