@@ -424,11 +424,12 @@ PLAN_PROBE_S = 40.0
 MIN_PROBE_S = 2.0
 
 
-def expand(plan: Plan, estimate: bool = False, store_uri: str | None = None) -> None:
+def expand(plan: Plan, estimate: bool = False, store_uri: str | None = None, records: list | tuple = ()) -> None:
     """Fill in every multirun's jobs (the beta grids expanded), experiment, data and -- with ``estimate``,
     for data that loads offline -- the ``sweep.plan`` estimate of its wall time (its stopping rules'
-    iterations from the finished runs of the store at ``store_uri``, the one the plan runs into, where it
-    holds them), one progress line per timed multirun on stderr."""
+    iterations from the finished runs of the store at ``store_uri``, the one the plan runs into, and of the
+    run-records files ``records``, where they hold runs of its shapes), one progress line per timed multirun
+    on stderr."""
     merge_equivalent(plan)
     for m in plan.multiruns:
         _expand_jobs(m)
@@ -449,7 +450,7 @@ def expand(plan: Plan, estimate: bool = False, store_uri: str | None = None) -> 
             m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
             continue
         t0 = time.perf_counter()
-        _estimate(m, budget, store_uri)
+        _estimate(m, budget, store_uri, records)
         if m.repeats and m.estimate_s is not None:  # the repeats are skipped: the others' share of the time
             m.estimate_s *= (m.jobs - m.repeats) / m.jobs
         print(
@@ -514,11 +515,12 @@ def _expand_jobs(m: Multirun) -> None:
         m.argvs = [["gpdlm sweep beta", *argv]]
 
 
-def _estimate(m: Multirun, budget_s: float, store_uri: str | None = None) -> None:
+def _estimate(m: Multirun, budget_s: float, store_uri: str | None = None, records: list | tuple = ()) -> None:
     """``m.estimate_s``: the ``sweep.plan`` estimate of the jobs on its offline data (the others counted, not
     timed; a beta grid of data not offline: none), its timing probes within ``budget_s`` seconds and its
-    probe runs to the stopping rules within as many again (the finished runs in ``store_uri`` first); the
-    note says how many shapes' iterations were observed, taken from finished runs or left at their cap."""
+    probe runs to the stopping rules within as many again (the finished runs in ``store_uri`` and in the
+    run-records files ``records`` first); the note says how many shapes' iterations were observed, taken
+    from finished runs or left at their cap."""
     from ..sweep.plan import plan as sweep_plan
 
     here = [n for n, st in m.datasets.items() if offline(st)]
@@ -537,6 +539,7 @@ def _estimate(m: Multirun, budget_s: float, store_uri: str | None = None) -> Non
                 probe_budget_s=share,
                 iteration_budget_s=share,
                 store_uri=store_uri,
+                records=records,
             )
             for a in m.argvs
         ]
@@ -833,6 +836,8 @@ EPILOG = """examples:
 Rerun the same command after an interruption or a spent budget: finished jobs are not run again.
 On a machine with a new store, name the run records of the earlier parts (--done): their jobs are skipped.
   gpdlm reproduce dlm --claims D1-pol --protocol fast --budget 2h --done part1/runs.jsonl.gz --output part2
+A dry run counts the stopping rules at the iterations of recorded runs of the same shapes (other seeds, scale):
+  gpdlm reproduce dlm --claims D4-thyroid --protocol fast --dry-run --iterations-from reduced/runs.jsonl.gz
 """
 
 
@@ -868,6 +873,15 @@ def build_parser():
         "counted in the report (repeatable; sweep.finished_from)",
     )
     p.add_argument(
+        "--iterations-from",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="with --dry-run: run records (gpdlm export) of earlier runs of the plan's shapes -- other seeds, "
+        "another scale -- whose iterations stand for the stopping rules' in the estimate (repeatable; the "
+        "--done files count too); nothing is skipped for them",
+    )
+    p.add_argument(
         "--mirror",
         metavar="DIR",
         help="a local data mirror (as $GPDLM_DATA_MIRROR): the plan's data is copied from it into the cache first",
@@ -894,12 +908,20 @@ def main(argv: list[str]) -> int:
             f"nothing to run for {paper.name} at scale {args.scale}: "
             + "; ".join(f"{w}: {y}" for w, y in plan.left_out)
         )
-    expand(plan, estimate=args.dry_run and not args.no_estimate, store_uri=_store_uri(plan, args))
+    # verified before anything runs (a missing or changed file is one line): path -> its experiments
+    args.done = {str(Path(f).resolve()): set(export.read(f).experiments) for f in args.done}
+    calibration = [str(Path(f).resolve()) for f in args.iterations_from]
+    for f in calibration:
+        export.read(f)
+    expand(
+        plan,
+        estimate=args.dry_run and not args.no_estimate,
+        store_uri=_store_uri(plan, args),
+        records=[*args.done, *calibration],
+    )
     if args.dry_run:
         print(describe(plan))
         return 0
-    # verified before anything runs (a missing or changed file is one line): path -> its experiments
-    args.done = {str(Path(f).resolve()): set(export.read(f).experiments) for f in args.done}
     fetch_data(plan)
     return run(plan, paper, args, budget)
 

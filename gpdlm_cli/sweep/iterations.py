@@ -7,7 +7,9 @@ expectation (issue 42: the fast pol study estimated at 4.4x its measured time). 
 in this order (``Expected.source`` says which, per shape):
 
 1. ``from N finished runs``: the FINISHED runs of the same shape, protocol and iteration settings
-   (``MATCH_KEYS``) already in the store the plan runs into (``finished_iterations``): their mean
+   (``MATCH_KEYS``) already in the store the plan runs into (``finished_iterations``) or recorded in run-records
+   files (``gpdlm export``; ``recorded_iterations``: an earlier part, or a study of the same shapes at other
+   seeds or another scale -- ``gpdlm reproduce --dry-run --iterations-from FILE``): their mean
    ``iterations`` metric, less the fixed iterations (the fast protocol's first-order starts, the stages
    without a stopping rule), shared out over the stages with a rule in proportion to their caps (exact for
    a one-stage job; the run records only its total);
@@ -268,6 +270,28 @@ def _stored_runs(client, experiment: str, keys: tuple, uri: str) -> list[tuple[t
 _READ: dict = {}  # (store, experiment, keys, its file's mtime) -> _stored_runs' list: one read per process
 
 
+def recorded_iterations(paths, experiment: str, wanted: dict, keys: tuple) -> dict:
+    """As ``finished_iterations``, from the FINISHED training runs of ``experiment`` recorded in the run-records
+    files ``paths`` (``gpdlm export``; each verified: ``tracking.records_file.RecordsError`` for a missing,
+    changed or foreign file). A file without runs of ``experiment`` adds none (it may hold another multirun's)."""
+    from ..tracking.records_file import read_verified
+
+    index = {tuple(p.get(k, "None") for k in keys): shape for shape, p in wanted.items()}
+    found: dict = {shape: [] for shape in wanted}
+    for path in paths:
+        for e in read_verified(path)[1]:
+            if e.get("experiment") != experiment or e.get("status") != "FINISHED":
+                continue
+            if e.get("tags", {}).get("gpdlm.command", "train") != "train":
+                continue
+            its = e.get("metrics", {}).get("iterations")
+            params = e.get("params", {})
+            shape = index.get(tuple(str(params.get(k, "None")) for k in keys))
+            if its is not None and shape is not None:
+                found[shape].append(float(its))
+    return found
+
+
 __all__ = [
     "CAP",
     "Expected",
@@ -278,4 +302,5 @@ __all__ = [
     "from_total",
     "job_params",
     "observe",
+    "recorded_iterations",
 ]

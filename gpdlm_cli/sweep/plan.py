@@ -42,6 +42,7 @@ class SweepPlan:
         default_factory=dict
     )  # timed shape -> its stages' expected iterations (iterations.Expected)
     iteration_s: float = 0.0  # seconds spent on the expected iterations (finished runs read, probe runs)
+    records: tuple = ()  # run-records files whose FINISHED runs of a shape give its iterations (``plan(records=)``)
 
     def batching(self) -> str:
         """``not batched``, or ``batched: K groups of B members`` (and how many jobs train separately)."""
@@ -140,14 +141,16 @@ def plan(
     probe_budget_s: float | None = None,
     iteration_budget_s: float | None = None,
     store_uri: str | None = None,
+    records: list | tuple = (),
 ) -> SweepPlan:
     """The sweep of ``overrides`` (``gpdlm train -m``'s command line): its jobs, protocol, sharing, launcher,
     batching and, with ``estimate``, its wall time from probes of every job shape (``sample_iterations``: the
     least steps timed after a probe's first; ``probe_budget_s``: the
     probes' time budget, ``PROBE_BUDGET_S`` by default; the shapes left are extrapolated) and the expected
     iterations of their stages with a stopping rule (``_iteration_model``: the finished runs of the store at
-    ``store_uri`` -- by default the jobs' ``tracking.uri`` -- else probe runs within ``iteration_budget_s``,
-    ``ITERATION_BUDGET_S`` by default)."""
+    ``store_uri`` -- by default the jobs' ``tracking.uri`` -- and in the run-records files ``records`` and
+    ``sweep.finished_from`` (``gpdlm export``: earlier parts or studies of the same shapes, any seeds or
+    scale), else probe runs within ``iteration_budget_s``, ``ITERATION_BUDGET_S`` by default)."""
     jobs, cfg = job_overrides(overrides)
     launcher = str(cfg.hydra.launcher.get("_target_", "basic")).rsplit(".", 1)[-1].replace("Launcher", "").lower()
     n_jobs = cfg.hydra.launcher.get("n_jobs") or 1
@@ -159,6 +162,7 @@ def plan(
         launcher or "basic",
         int(n_jobs) if n_jobs > 0 else 1,
     )
+    p.records = tuple(dict.fromkeys([*map(str, records), *map(str, cfg.sweep.get("finished_from") or [])]))
     if cfg.sweep.get("batched", False):
         p.batched = True
         p.batch_sizes, p.separate = batch_groups(jobs)
@@ -390,21 +394,26 @@ def _observe_shapes(p: SweepPlan, pending: dict, members: dict, budget_s: float)
 
 def _finished_runs(p: SweepPlan, first: dict, store_uri: str | None) -> dict:
     """Per timed shape, the ``iterations`` of the FINISHED runs of its shape in the store (``store_uri``, or
-    the jobs' ``tracking.uri``; none with ``tracking.enabled=false`` or a store that does not exist yet)."""
+    the jobs' ``tracking.uri``; none with ``tracking.enabled=false`` or a store that does not exist yet) and
+    in the run-records files ``p.records`` (each verified: a missing or changed file is an error)."""
     from ..tracking import resolve_tracking_uri
     from . import iterations as itm
 
     cfg0 = first[next(iter(p.per_shape))]
-    if store_uri is None:
-        if not cfg0.tracking.get("enabled", True):
-            return {}
-        store_uri = resolve_tracking_uri(cfg0.tracking.get("uri"))
-    client = itm.store_client(store_uri)
-    if client is None:
-        return {}
+    experiment = str(cfg0.tracking.experiment)
     keys = tuple(dict.fromkeys(itm.MATCH_KEYS + SHAPE_KEYS))
     wanted = {sh: itm.job_params(first[sh]) for sh in p.per_shape}
-    return itm.finished_iterations(client, str(cfg0.tracking.experiment), wanted, keys, store_uri)
+    found: dict = {sh: [] for sh in wanted}
+    if p.records:
+        for sh, its in itm.recorded_iterations(p.records, experiment, wanted, keys).items():
+            found[sh].extend(its)
+    if store_uri is None and cfg0.tracking.get("enabled", True):
+        store_uri = resolve_tracking_uri(cfg0.tracking.get("uri"))
+    client = itm.store_client(store_uri) if store_uri is not None else None
+    if client is not None:
+        for sh, its in itm.finished_iterations(client, experiment, wanted, keys, store_uri).items():
+            found[sh].extend(its)
+    return {sh: its for sh, its in found.items() if its}
 
 
 def _compose(job: list[str]):

@@ -195,3 +195,50 @@ def test_a_store_is_read_once_per_process_until_it_changes(tmp_path):
     client.set_terminated(run.info.run_id, "FINISHED")  # the store changed: read again
     assert sorted(itm.finished_iterations(client, "est", wanted, keys, uri)["svgp"]) == [300.0, 500.0]
     assert len(calls) == 2
+
+
+@pytest.mark.slow  # ~5 s: a store written and exported, a plan timed
+def test_recorded_runs_of_the_shape_give_their_mean_and_join_the_stores(tmp_path, monkeypatch):
+    """Run records (``gpdlm export``) of the shape -- an earlier part, or a study at other seeds or scale --
+    stand for its iterations as the store's finished runs do (``records=``, ``sweep.finished_from``)."""
+    from gpdlm_cli.tracking.records_file import RecordsError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").mkdir()
+    uri = _store_with_runs(tmp_path / "a", SVGP_FAST, "est", [300.0, 500.0])
+    records = tmp_path / "runs.jsonl.gz"
+    assert cli.main(["export", "--tracking-uri", uri, "--output", str(records), "--no-histories"]) == 0
+    monkeypatch.setattr(itm, "observe", lambda *a, **k: pytest.fail("a probe run though records hold runs"))
+    new_store = f"tracking.uri=sqlite:///{tmp_path / 'new.db'}"
+    job = [*SVGP_FAST, "seed=0,1", new_store, "tracking.experiment=est"]
+    p = plan(job, estimate=True, records=[records])
+    ((expected),) = p.iterations.values()
+    # mean 400 a job less the 200 first-order steps: 200 L-BFGS iterations (not the RUNNING run's 900, nor the
+    # 950 of the other training size, both in the records too)
+    assert expected.source == "from 2 finished runs" and expected.iterations == (200,)
+    assert not (tmp_path / "new.db").exists()
+    # sweep.finished_from's files count as well (once each), and the store's own runs join them
+    p = plan([*job, f"sweep.finished_from=[{records}]"], estimate=True, records=[records])
+    assert next(iter(p.iterations.values())).source == "from 2 finished runs"
+    (tmp_path / "b").mkdir()
+    uri_b = _store_with_runs(tmp_path / "b", SVGP_FAST, "est", [1200.0, 1200.0])
+    p = plan([*SVGP_FAST, "seed=0,1", f"tracking.uri={uri_b}", "tracking.experiment=est"], estimate=True, records=[records])
+    expected = next(iter(p.iterations.values()))
+    assert expected.source == "from 4 finished runs" and expected.iterations == (600,)  # (300+500+1200+1200)/4 - 200
+    # records of another experiment add nothing (a probe run, here cut to no time); a changed file is an
+    # error, never a silent estimate
+    monkeypatch.setattr(itm, "observe", lambda *a, **k: {})
+    p = plan([*SVGP_FAST, "seed=0,1", new_store, "tracking.experiment=other"], estimate=True, records=[records])
+    assert not any(e.source.startswith("from ") for e in p.iterations.values())
+    damaged = tmp_path / "damaged.jsonl.gz"
+    damaged.write_bytes(records.read_bytes()[:-40])
+    with pytest.raises(RecordsError):
+        plan(job, estimate=True, records=[damaged])
+
+
+def test_reproduce_verifies_its_iterations_files_before_planning(tmp_path, capsys):
+    code = cli.main(
+        ["reproduce", "dlm", "--claims", "D4-thyroid", "--dry-run", "--iterations-from", str(tmp_path / "none.gz")]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "none.gz: no such file" in err[0]
