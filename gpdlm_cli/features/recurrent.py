@@ -104,34 +104,43 @@ class _RecurrentLayer(nn.Module):
         if rec_mask is None and in_mask is None:
             return self.cell(seq)[0]
         c = self.cell
+        H, G = c.hidden_size, GATES[self.kind]
         w_ih, w_hh, b_ih, b_hh = c.weight_ih_l0, c.weight_hh_l0, c.bias_ih_l0, c.bias_hh_l0
         N, T, n_in = seq.shape
+        if self.kind != "gru":  # b_hh joins the input side once (a GRU's b_hn sits inside r * (...))
+            b_ih, b_hh = b_ih + b_hh, None
+        if self.kind == "lstm":  # gate blocks (i, f, o, g): one sigmoid over 3H, one tanh over H per step
+            order = torch.cat([torch.arange(0, 2 * H), torch.arange(3 * H, 4 * H), torch.arange(2 * H, 3 * H)])
+            order = order.to(w_ih.device)
+            w_ih, w_hh, b_ih = w_ih[order], w_hh[order], b_ih[order]
+            if in_mask is not None:
+                in_mask = in_mask[:, [0, 1, 3, 2]]
+        steps = seq.transpose(0, 1)  # (T, N, n_in): each step's rows contiguous below
         if in_mask is None:
-            xw = seq @ w_ih.T + b_ih  # (N, T, G*H)
-        else:  # gate g sees seq * in_mask[:, g]: (N, T, G, n_in) x (G, H, n_in) -> (N, T, G*H)
-            G = in_mask.shape[1]
-            xw = (
-                torch.einsum(
-                    "ntgc,ghc->ntgh", seq[:, :, None, :] * in_mask[:, None], w_ih.view(G, c.hidden_size, n_in)
-                ).reshape(N, T, -1)
-                + b_ih
-            )
-        h = seq.new_zeros(N, c.hidden_size)
+            xw = steps @ w_ih.T + b_ih  # (T, N, G*H)
+        else:  # gate g sees seq * in_mask[:, g]: one product per gate, (G, T*N, n_in) x (G, n_in, H), bias fused
+            masked = (steps[None] * in_mask.transpose(0, 1)[:, None]).reshape(G, T * N, n_in)
+            xw = torch.baddbmm(b_ih.view(G, 1, H), masked, w_ih.view(G, H, n_in).transpose(1, 2))
+            xw = xw.view(G, T, N, H).permute(1, 2, 0, 3).reshape(T, N, G * H)  # (T, N, G*H): one copy
+        w_hh_t = w_hh.T
+        h = seq.new_zeros(N, H)
         cell_state = torch.zeros_like(h)
         out = []
         for t in range(T):
-            gh = (h if rec_mask is None else h * rec_mask) @ w_hh.T + b_hh
-            if self.kind == "lstm":  # torch gate order i, f, g, o
-                i, f, g, o = (xw[:, t] + gh).chunk(4, 1)
-                cell_state = torch.sigmoid(f) * cell_state + torch.sigmoid(i) * torch.tanh(g)
-                h = torch.sigmoid(o) * torch.tanh(cell_state)
+            hm = h if rec_mask is None else h * rec_mask
+            if self.kind == "lstm":
+                gates = torch.addmm(xw[t], hm, w_hh_t)
+                i, f, o = torch.sigmoid(gates[:, : 3 * H]).chunk(3, 1)
+                cell_state = torch.addcmul(f * cell_state, i, torch.tanh(gates[:, 3 * H :]))
+                h = o * torch.tanh(cell_state)
             elif self.kind == "gru":  # r, z, n
-                xr, xz, xn = xw[:, t].chunk(3, 1)
+                gh = torch.addmm(b_hh, hm, w_hh_t)
+                xr, xz, xn = xw[t].chunk(3, 1)
                 hr, hz, hn = gh.chunk(3, 1)
                 r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
                 h = (1 - z) * torch.tanh(xn + r * hn) + z * h
             else:
-                h = torch.tanh(xw[:, t] + gh)
+                h = torch.tanh(torch.addmm(xw[t], hm, w_hh_t))
             out.append(h)
         return torch.stack(out, 1)
 

@@ -50,6 +50,59 @@ def test_per_gate_input_masks_of_ones_are_torchs_cell_and_each_gate_sees_its_own
         assert (layer(seq, None, one_gate) - blank_all).abs().max() > 1e-3
 
 
+def _numpy_lstm(seq, w_ih, w_hh, b_ih, b_hh, rec_mask, in_mask):
+    """A dense reference of one LSTM layer under per-sequence dropout masks, one sequence and step at a time:
+    gate g (torch order i, f, g, o) sees W_ih[g] (x_t * in_mask[g]) + b_ih[g] + W_hh[g] (h * rec_mask) + b_hh[g]."""
+    import numpy as np
+
+    N, T, _ = seq.shape
+    H = w_hh.shape[1]
+    out = np.zeros((N, T, H))
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    for n in range(N):
+        h, c = np.zeros(H), np.zeros(H)
+        for t in range(T):
+            pre = [
+                w_ih[g * H : (g + 1) * H] @ (seq[n, t] * in_mask[n, g])
+                + b_ih[g * H : (g + 1) * H]
+                + w_hh[g * H : (g + 1) * H] @ (h * rec_mask[n])
+                + b_hh[g * H : (g + 1) * H]
+                for g in range(4)
+            ]
+            c = sig(pre[1]) * c + sig(pre[0]) * np.tanh(pre[2])
+            h = sig(pre[3]) * np.tanh(c)
+            out[n, t] = h
+    return out
+
+
+def test_the_masked_lstm_loop_equals_a_dense_per_sequence_reference():
+    """Random input (per gate) and recurrent masks: the loop (its gates reordered, biases joined, one product
+    per gate for the input side) equals the per-sequence, per-step equations, forward and gradient."""
+    torch.manual_seed(1)
+    layer = _RecurrentLayer("lstm", 3, 5).double()
+    seq = torch.randn(6, 4, 3, dtype=torch.float64)
+    rec = (torch.rand(6, 5) > 0.3).double() / 0.7
+    inp = (torch.rand(6, 4, 3) > 0.3).double() / 0.7
+    c = layer.cell
+    args = [t.detach().numpy() for t in (seq, c.weight_ih_l0, c.weight_hh_l0, c.bias_ih_l0, c.bias_hh_l0, rec, inp)]
+    want = torch.from_numpy(_numpy_lstm(*args))
+    got = layer(seq, rec, inp)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert (got - layer(seq, None)).abs().max() > 1e-2  # the masks matter
+    # the gradient in the weights: against central differences of the reference in one weight entry
+    got.sum().backward()
+    eps = 1e-6
+    for name, idx in [("weight_hh_l0", (7, 2)), ("weight_ih_l0", (13, 1)), ("bias_hh_l0", (17,))]:
+        w = getattr(c, name).detach().numpy().copy()
+        k = ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"].index(name) + 1
+        hi, lo = list(args), list(args)
+        hi[k], lo[k] = w.copy(), w.copy()
+        hi[k][idx] += eps
+        lo[k][idx] -= eps
+        fd = (_numpy_lstm(*hi).sum() - _numpy_lstm(*lo).sum()) / (2 * eps)
+        assert float(getattr(c, name).grad[idx]) == pytest.approx(fd, rel=1e-6, abs=1e-8)
+
+
 def test_input_dropout_does_not_blank_whole_single_channel_windows():
     """Issue 40: with p = 0.25 on a single-channel LSTM input (Actuator regression), one input mask shared by
     all gates zeroed the whole window in 25% of the windows (their embeddings all equal the all-zero
