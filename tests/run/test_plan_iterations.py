@@ -222,7 +222,9 @@ def test_recorded_runs_of_the_shape_give_their_mean_and_join_the_stores(tmp_path
     assert next(iter(p.iterations.values())).source == "from 2 finished runs"
     (tmp_path / "b").mkdir()
     uri_b = _store_with_runs(tmp_path / "b", SVGP_FAST, "est", [1200.0, 1200.0])
-    p = plan([*SVGP_FAST, "seed=0,1", f"tracking.uri={uri_b}", "tracking.experiment=est"], estimate=True, records=[records])
+    p = plan(
+        [*SVGP_FAST, "seed=0,1", f"tracking.uri={uri_b}", "tracking.experiment=est"], estimate=True, records=[records]
+    )
     expected = next(iter(p.iterations.values()))
     assert expected.source == "from 4 finished runs" and expected.iterations == (600,)  # (300+500+1200+1200)/4 - 200
     # records of another experiment add nothing (a probe run, here cut to no time); a changed file is an
