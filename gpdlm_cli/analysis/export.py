@@ -128,16 +128,35 @@ def export_store(
 
     out = []
     for exp in experiments:
-        for run in search_all(client, exp.experiment_id):
-            if run.data.tags.get("gpdlm.command") not in commands:
-                continue
-            hist = None
-            if histories:
-                hist = {
-                    k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)]
-                    for k in run.data.metrics
-                }
-            out.append(run_entry(exp.name, run, hist, keep_points))
+        runs = [r for r in search_all(client, exp.experiment_id) if r.data.tags.get("gpdlm.command") in commands]
+        hists = metric_histories(client, runs) if histories else {}
+        out.extend(run_entry(exp.name, run, hists.get(run.info.run_id), keep_points) for run in runs)
+    return out
+
+
+#: run ids per bulk query of metric histories (well under SQLite's bound variables per statement)
+BULK_RUNS = 500
+
+
+def metric_histories(client, runs: list) -> dict[str, dict[str, list[tuple]]]:
+    """run id -> metric -> [(step, value)] of every metric the runs logged, in MLflow's order (timestamp,
+    step, value). A SQL store is read with one query per metric and ``BULK_RUNS`` runs
+    (``get_metric_history_bulk``); one query per run and metric cost ~11 ms each: 1,300 runs of 25 metrics
+    took 6 minutes. Other stores: ``client.get_metric_history`` per run and metric."""
+    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+    bulk = getattr(store, "get_metric_history_bulk", None)
+    out: dict[str, dict[str, list[tuple]]] = {r.info.run_id: {k: [] for k in r.data.metrics} for r in runs}
+    if bulk is None:
+        for r in runs:
+            for k in r.data.metrics:
+                out[r.info.run_id][k] = [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, k)]
+        return out
+    for i in range(0, len(runs), BULK_RUNS):
+        chunk = runs[i : i + BULK_RUNS]
+        for key in sorted({k for r in chunk for k in r.data.metrics}):
+            ids = [r.info.run_id for r in chunk if key in r.data.metrics]
+            for m in bulk(ids, key, max_results=2**62):
+                out[m.run_id][key].append((m.step, m.value))
     return out
 
 

@@ -65,6 +65,28 @@ def test_the_file_holds_every_run_with_step_summaries_and_a_checksum(records, st
     assert all("points" not in s for r in _lines(lean)[1:-1] for s in r["steps"].values())
 
 
+def test_histories_read_in_bulk_are_the_per_run_histories(store, monkeypatch):  # noqa: F811
+    """The SQL store's histories are read with one query per metric and batch of runs; they are exactly what a
+    query per run and metric returns (the path of a store without the bulk query), and no per-run query is made."""
+    from mlflow.tracking import MlflowClient
+
+    from gpdlm_cli.analysis.store import search_all
+
+    client = MlflowClient(tracking_uri=store["uri"])
+    runs = list(search_all(client, client.get_experiment_by_name(EXP).experiment_id))
+
+    class PerRun:  # a client without the SQL store's bulk query
+        get_metric_history = staticmethod(client.get_metric_history)
+
+    monkeypatch.setattr(export, "BULK_RUNS", 7)  # several batches of runs
+    per_run = export.metric_histories(PerRun(), runs)
+    calls = []
+    monkeypatch.setattr(client, "get_metric_history", lambda *a, **k: calls.append(a))
+    bulk = export.metric_histories(client, runs)
+    assert not calls and bulk == per_run
+    assert sum(len(pts) > 1 for h in bulk.values() for pts in h.values()) > 10  # step metrics among them
+
+
 @pytest.mark.parametrize("fmt", exhaustive(["md", "latex", "html"], fast=lambda f: f == "md"))  # fast lane: md
 def test_the_report_from_the_file_is_the_report_from_the_store(records, store, tmp_path, capsys, fmt):  # noqa: F811
     a, b = tmp_path / "store", tmp_path / "file"
