@@ -274,22 +274,40 @@ def recorded_iterations(paths, experiment: str, wanted: dict, keys: tuple) -> di
     """As ``finished_iterations``, from the FINISHED training runs of ``experiment`` recorded in the run-records
     files ``paths`` (``gpdlm export``; each verified: ``tracking.records_file.RecordsError`` for a missing,
     changed or foreign file). A file without runs of ``experiment`` adds none (it may hold another multirun's)."""
-    from ..tracking.records_file import read_verified
-
     index = {tuple(p.get(k, "None") for k in keys): shape for shape, p in wanted.items()}
     found: dict = {shape: [] for shape in wanted}
     for path in paths:
-        for e in read_verified(path)[1]:
-            if e.get("experiment") != experiment or e.get("status") != "FINISHED":
-                continue
-            if e.get("tags", {}).get("gpdlm.command", "train") != "train":
-                continue
+        for e in _finished_training_runs(path):
             its = e.get("metrics", {}).get("iterations")
             params = e.get("params", {})
             shape = index.get(tuple(str(params.get(k, "None")) for k in keys))
-            if its is not None and shape is not None:
+            if e.get("experiment") == experiment and its is not None and shape is not None:
                 found[shape].append(float(its))
     return found
+
+
+def _finished_training_runs(path) -> list[dict]:
+    """The FINISHED ``gpdlm train`` runs of a run-records file, read and verified once per process while the
+    file is unchanged (a reproduce plans many multiruns from the same files)."""
+    from pathlib import Path
+
+    from ..tracking.records_file import RecordsError, read_verified
+
+    p = Path(str(path)).expanduser().resolve()
+    if not p.is_file():
+        raise RecordsError(f"{p}: no such file")
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key not in _RECORDS:
+        _RECORDS[key] = [
+            e
+            for e in read_verified(p)[1]
+            if e.get("status") == "FINISHED" and e.get("tags", {}).get("gpdlm.command", "train") == "train"
+        ]
+    return _RECORDS[key]
+
+
+_RECORDS: dict = {}  # (records file, size, mtime) -> its FINISHED training runs: one read per process
 
 
 __all__ = [
