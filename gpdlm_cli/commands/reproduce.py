@@ -910,6 +910,8 @@ def main(argv: list[str]) -> int:
         )
     # verified before anything runs (a missing or changed file is one line): path -> its experiments
     args.done = {str(Path(f).resolve()): set(export.read(f).experiments) for f in args.done}
+    if args.iterations_from and not args.dry_run:
+        raise AnalysisError("--iterations-from feeds --dry-run's estimate; to skip recorded jobs in a run, use --done")
     calibration = [str(Path(f).resolve()) for f in args.iterations_from]
     for f in calibration:
         export.read(f)

@@ -244,3 +244,7 @@ def test_reproduce_verifies_its_iterations_files_before_planning(tmp_path, capsy
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "none.gz: no such file" in err[0]
+    # without --dry-run it would do nothing: one line, before anything runs
+    code = cli.main(["reproduce", "dlm", "--claims", "D4-thyroid", "--iterations-from", str(tmp_path / "none.gz")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--iterations-from feeds --dry-run's estimate" in err[0]
