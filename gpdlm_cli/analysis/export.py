@@ -126,7 +126,7 @@ def export_store(
     run's metric histories when ``histories``."""
     from .store import search_all
 
-    out = []
+    out: list[dict] = []
     for exp in experiments:
         runs = [r for r in search_all(client, exp.experiment_id) if r.data.tags.get("gpdlm.command") in commands]
         hists = metric_histories(client, runs) if histories else {}
