@@ -287,27 +287,15 @@ def recorded_iterations(paths, experiment: str, wanted: dict, keys: tuple) -> di
 
 
 def _finished_training_runs(path) -> list[dict]:
-    """The FINISHED ``gpdlm train`` runs of a run-records file, read and verified once per process while the
-    file is unchanged (a reproduce plans many multiruns from the same files)."""
-    from pathlib import Path
+    """The FINISHED ``gpdlm train`` runs of a run-records file (read and verified once per process while the
+    file is unchanged: a reproduce plans many multiruns from the same files)."""
+    from ..tracking.records_file import read_cached
 
-    from ..tracking.records_file import RecordsError, read_verified
-
-    p = Path(str(path)).expanduser().resolve()
-    if not p.is_file():
-        raise RecordsError(f"{p}: no such file")
-    st = p.stat()
-    key = (str(p), st.st_size, st.st_mtime_ns)
-    if key not in _RECORDS:
-        _RECORDS[key] = [
-            e
-            for e in read_verified(p)[1]
-            if e.get("status") == "FINISHED" and e.get("tags", {}).get("gpdlm.command", "train") == "train"
-        ]
-    return _RECORDS[key]
-
-
-_RECORDS: dict = {}  # (records file, size, mtime) -> its FINISHED training runs: one read per process
+    return [
+        e
+        for e in read_cached(path)[3]
+        if e.get("status") == "FINISHED" and e.get("tags", {}).get("gpdlm.command", "train") == "train"
+    ]
 
 
 __all__ = [

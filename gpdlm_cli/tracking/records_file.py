@@ -67,6 +67,21 @@ def read_verified(path: str | os.PathLike) -> tuple[dict, list[dict], str]:
 
 
 _FINISHED: dict[tuple, dict[str, tuple]] = {}  # (path, size, mtime_ns, experiment) -> {hash: (start, metrics)}
+_READ: dict[tuple, tuple[dict, list[dict]]] = {}  # (path, size, mtime_ns) -> (header, run entries)
+
+
+def read_cached(path, what: str = "") -> tuple[Path, tuple, dict, list[dict]]:
+    """``(resolved path, (path, size, mtime) key, header, run entries)`` of a run-records file, read and verified
+    (``read_verified``) once per process while the file is unchanged; ``what`` prefixes the missing-file error."""
+    path = Path(str(path)).expanduser().resolve()
+    if not path.is_file():
+        raise RecordsError(f"{what}{path}: no such file")
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _READ:
+        header, entries, _ = read_verified(path)
+        _READ[key] = (header, entries)
+    return (path, key, *_READ[key])
 
 
 def _finished(paths, experiment: str) -> dict[str, tuple]:
@@ -74,13 +89,9 @@ def _finished(paths, experiment: str) -> dict[str, tuple]:
     ``experiment`` in the files ``paths``; each file read and verified once per process."""
     found: dict[str, tuple] = {}
     for p in paths:
-        path = Path(str(p)).expanduser().resolve()
-        if not path.is_file():
-            raise RecordsError(f"sweep.finished_from: {path}: no such file")
-        st = path.stat()
-        key = (str(path), st.st_size, st.st_mtime_ns, experiment)
+        path, file_key, header, entries = read_cached(p, "sweep.finished_from: ")
+        key = (*file_key, experiment)
         if key not in _FINISHED:
-            header, entries, _ = read_verified(path)
             mine = [e for e in entries if e.get("experiment") == experiment]
             if not mine:
                 have = ", ".join(map(str, header.get("experiments", []))) or "(none)"
