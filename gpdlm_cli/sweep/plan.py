@@ -196,6 +196,13 @@ def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
 #: the probes' time budget per plan (seconds): job shapes left when it is spent are not timed but scaled from
 #: the nearest timed shape of their model (``_extrapolate``); every model's first shape is timed whatever the budget
 PROBE_BUDGET_S = 10.0
+#: over the budget, a shape whose nearest timed shape would be scaled by more than this factor (its step x its
+#: cap, either way: ``_scale``) is timed anyway, the farthest first, until ``EXTRA_PROBE_FACTOR`` x the budget is
+#: spent: the first-order step model is no better than that (airline DLM, M = 200, batch 1000: bMC-1 -> bMC-100
+#: steps 28.7 -> 28.9 ms, uPS-1 -> uPS-100 25.7 -> 41.0 ms; the model scales a step by the samples, 100x, and
+#: `reproduce dlm --scale reduced` said 4.0 h for twelve airline jobs of ~6 min)
+MAX_SCALE = 2.0
+EXTRA_PROBE_FACTOR = 3.0
 #: the wall time of a job outside its training steps (seconds): composing its config, its MLflow run, loading
 #: its data from the parsed cache, its evaluations -- measured 0.6-1.0 s a job for the small GP-LSTM baselines
 #: in one process (docs/reproduce.md, "How good are the estimates"); added once per job
@@ -224,6 +231,7 @@ SHAPE_KEYS = (
 _PROBES: dict = {}  # (shape, the config it was timed with) -> its stage rows: reused by later plans (reproduce)
 _LOADED: dict = {}  # the data of the last probes' configs (``load_data``): reused by later probes
 _LOADED_KEEP = 3
+_LOAD_S = [0.0]  # seconds spent loading probes' data (``_load_data``): not charged to the probe budget
 
 
 class Shape(NamedTuple):
@@ -281,17 +289,32 @@ def _estimate_at_job_threads(p: SweepPlan, k: int, budgets: tuple, store_uri: st
         counts[shape] = counts.get(shape, 0) + 1
         first.setdefault(shape, cfg)
         members.setdefault(shape, []).append(job)
-    t0 = time.perf_counter()
+    t0, loaded0 = time.perf_counter(), _LOAD_S[0]
+
+    def spent() -> float:  # the probes' seconds, their data's first load left out (a 2M-row table: ~12 s)
+        return time.perf_counter() - t0 - (_LOAD_S[0] - loaded0)
+
+    def timed(shape: Shape) -> list:
+        key = (shape, _probe_key(first[shape], p.parallel))
+        if key not in _PROBES:
+            _PROBES[key] = _probe_shape(first[shape], k, p.parallel)
+        return _PROBES[key]
+
     for shape in _probe_order(counts):
         if shape in p.per_shape:
             continue
-        cached = _PROBES.get((shape, _probe_key(first[shape], p.parallel)))
+        cached = (shape, _probe_key(first[shape], p.parallel)) in _PROBES
         anchored = any(_anchor(sh) == _anchor(shape) for sh in p.per_shape)
-        if cached is None and anchored and time.perf_counter() - t0 >= budget_s:
+        if not cached and anchored and spent() >= budget_s:
             continue  # over the budget, and a shape of its anchor is timed: scaled from it below
-        if cached is None:
-            cached = _PROBES[(shape, _probe_key(first[shape], p.parallel))] = _probe_shape(first[shape], k, p.parallel)
-        p.per_shape[shape] = cached
+        p.per_shape[shape] = timed(shape)
+    while spent() < EXTRA_PROBE_FACTOR * budget_s:  # the shapes too far from a timed one, the farthest first
+        far = [(_scale(sh, p.per_shape), repr(sh), sh) for sh in counts if sh not in p.per_shape]
+        far = [t for t in far if t[0] > MAX_SCALE]
+        if not far:
+            break
+        shape = max(far)[2]
+        p.per_shape[shape] = timed(shape)
     p.timed_shapes, p.probe_s = len(p.per_shape), time.perf_counter() - t0
     t1 = time.perf_counter()
     _iteration_model(p, first, members, iteration_budget_s, store_uri)
@@ -528,19 +551,10 @@ def _extrapolate(shape: Shape, timed: dict, n_train=None) -> list:
     set's size: the training rows of both from ``n_train(shape)``). Without a timed shape of its model (every
     anchor's first shape is timed, so only when a caller passes such a table): the timed shape of the median
     job time, unscaled -- neither the slowest nor the fastest of the others."""
-    same = [sh for sh in timed if sh.model == shape.model]
-    if not same:
+    ref = _nearest(shape, timed)
+    if ref is None:
         by_cost = sorted(timed, key=lambda sh: (sum(r[-1] for r in timed[sh]), repr(sh)))
         return list(timed[by_cost[(len(by_cost) - 1) // 2]])
-    ref = min(
-        same,
-        key=lambda sh: (
-            sh.dataset != shape.dataset,  # the same data first (its size, its steps)
-            _differences(shape, sh),
-            abs(math.log(_step_ratio(shape, sh))),
-            repr(sh),
-        ),
-    )
     rows = timed[ref]
     if ref.dataset != shape.dataset and n_train is not None and None in (shape.train_size, ref.train_size):
         # another data set of the whole-data size: its training rows, from its data (loaded, not trained)
@@ -551,6 +565,40 @@ def _extrapolate(shape: Shape, timed: dict, n_train=None) -> list:
         (name, shareable, max(1, round(cap * caps)), ms * step, lbfgs, seconds * step * caps)
         for name, shareable, cap, ms, lbfgs, seconds in rows
     ]
+
+
+def _nearest(shape: Shape, timed) -> Shape | None:
+    """The timed shape ``_extrapolate`` scales ``shape`` from: of the same model, on the same data set first,
+    then with the most fields of ``NEIGHBOUR_FIELDS`` equal, then the smallest step ratio; None without one."""
+    same = [sh for sh in timed if sh.model == shape.model]
+    if not same:
+        return None
+    return min(
+        same,
+        key=lambda sh: (
+            sh.dataset != shape.dataset,  # the same data first (its size, its steps)
+            _differences(shape, sh),
+            abs(math.log(_step_ratio(shape, sh))),
+            repr(sh),
+        ),
+    )
+
+
+def _scale(shape: Shape, timed) -> float:
+    """How far ``_extrapolate`` reaches to scale ``shape`` from its nearest timed shape: the product of the
+    factors, each at least 1 either way, between their rows a step, their ``SCALED`` fields and their caps (a
+    step of fewer rows is *taken* to be as long, but that is the model's guess too); 1 without a timed shape of
+    its model (nothing to scale; another data set's rows, not loaded here, count as the same)."""
+    ref = _nearest(shape, timed)
+    if ref is None:
+        return 1.0
+    pairs = [(_rows(shape), _rows(ref)), *((getattr(shape, f), getattr(ref, f)) for f in SCALED)]
+    factor = _cap_ratio(shape, ref)
+    factor = max(factor, 1 / factor)
+    for a, b in pairs:
+        r = _ratio(a, b)
+        factor *= max(r, 1 / r)
+    return factor
 
 
 def _n_train(cfg) -> int | None:
@@ -619,7 +667,9 @@ def _load_data(cfg):
     if key not in _LOADED:
         while len(_LOADED) >= _LOADED_KEEP:
             _LOADED.pop(next(iter(_LOADED)))
+        t0 = time.perf_counter()
         _LOADED[key] = load_data(cfg)
+        _LOAD_S[0] += time.perf_counter() - t0
     return _LOADED[key]
 
 

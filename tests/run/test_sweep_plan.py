@@ -147,10 +147,11 @@ def _fake_probes(monkeypatch, seconds_per_probe: float):
 
 @pytest.mark.slow
 def test_probes_stop_at_their_budget_and_the_other_shapes_are_scaled_from_a_timed_shape_of_their_model(monkeypatch):
-    probed = _fake_probes(monkeypatch, seconds_per_probe=4.0)
+    probed = _fake_probes(monkeypatch, seconds_per_probe=10.0)
     sweep = ["model=dlm,svgp", "dataset.split.train_size=100,200,300", "seed=0,1", "threads=1"]
     p = plan(sweep, estimate=True, probe_budget_s=6.0)
-    # every model's first shape before any model's second: dlm and svgp timed, then the budget (6 s) is spent
+    # every model's first shape before any model's second: dlm and svgp timed, then the budget (6 s) is spent,
+    # and EXTRA_PROBE_FACTOR x it too (20 s > 18 s: no shape 3x away from a timed one is timed either)
     assert probed == [("dlm", 100), ("svgp", 100)] and p.timed_shapes == 2 and len(p.extrapolated) == 4
     # the others: the timed shape of their model, its full-batch step scaled by the training size (100 -> 200,
     # 300 rows a step), the same 100 iterations (trainer.max_iters)
@@ -168,6 +169,39 @@ def test_probes_stop_at_their_budget_and_the_other_shapes_are_scaled_from_a_time
     probed.clear()
     plan(sweep, estimate=True, probe_budget_s=0.0)
     assert probed == []  # every shape timed before
+
+
+@pytest.mark.slow
+def test_a_shape_far_from_every_timed_shape_is_timed_over_the_budget_the_farthest_first(monkeypatch):
+    """The step model is first order (a step x its rows, M, samples, ...): an airline DLM step with 100 bMC
+    samples is 1.0x one with 1 sample, not 100x. A shape that would be scaled by more than MAX_SCALE (2) from
+    its nearest timed shape is timed after the budget too, the farthest first, until 3x the budget is spent."""
+    from gpdlm_cli.sweep import plan as plan_mod
+
+    assert (plan_mod.MAX_SCALE, plan_mod.EXTRA_PROBE_FACTOR) == (2.0, 3.0)
+    sweep = ["model=dlm", "dataset.split.train_size=100,150,400,1000", "threads=1"]
+    probed = _fake_probes(monkeypatch, seconds_per_probe=4.0)
+    p = plan(sweep, estimate=True, probe_budget_s=6.0)
+    # in the budget (6 s): n = 100, then 150 (at 4 s); over it: 1000 (6.7x from 150), then 400 (2.5x from
+    # 1000); 16 s spent (< 18 s), and every shape timed
+    assert [n for _, n in probed] == [100, 150, 1000, 400] and not p.extrapolated
+    probed = _fake_probes(monkeypatch, seconds_per_probe=10.0)
+    p = plan(sweep, estimate=True, probe_budget_s=6.0)
+    # n = 100 (10 s: over the budget), then the farthest, 1000 (10x); 20 s > 18 s: 150 and 400 scaled
+    assert [n for _, n in probed] == [100, 1000] and {sh.train_size for sh in p.extrapolated} == {150, 400}
+    # the probes' first load of their data is not charged to the budget (the 1.9M airline rows: ~12 s)
+    probed = _fake_probes(monkeypatch, seconds_per_probe=5.0)
+    inner = plan_mod._probe_shape
+
+    def loading(cfg, k, parallel):
+        plan_mod._LOAD_S[0] += 4.5  # 4.5 of each probe's 5 s load its data
+        return inner(cfg, k, parallel)
+
+    monkeypatch.setattr(plan_mod, "_probe_shape", loading)
+    p = plan(sweep, estimate=True, probe_budget_s=1.2)
+    # 0.5 s charged a probe: 150 and 400 start at 0.5 and 1.0 s (< 1.2 s), in the probe order; charged 5 s,
+    # only n = 100 would be timed (5 s > 3 x 1.2 s)
+    assert [n for _, n in probed] == [100, 150, 400, 1000] and not p.extrapolated
 
 
 def test_jobs_that_differ_only_outside_their_shape_are_composed_once(monkeypatch):
