@@ -73,6 +73,7 @@ class Multirun:
     upper_bound: bool = True  # the estimate counts every stopping-rule stage at its cap (sweep.plan.SweepPlan.bound)
     job_lists: list[list[str]] = field(default_factory=list)  # every job's overrides (``+experiment=`` too)
     repeats: int = 0  # jobs an earlier multirun of the plan trains too (``count_repeats``): skipped as FINISHED
+    finished: int = 0  # --dry-run: jobs FINISHED in the store or the --done files (skipped when run; not estimated)
 
     @property
     def key(self) -> tuple:
@@ -95,6 +96,10 @@ class Plan:
     @property
     def repeats(self) -> int:
         return sum(m.repeats for m in self.multiruns)
+
+    @property
+    def finished(self) -> int:
+        return sum(m.finished for m in self.multiruns)
 
 
 def load_scales() -> dict:
@@ -424,12 +429,19 @@ PLAN_PROBE_S = 40.0
 MIN_PROBE_S = 2.0
 
 
-def expand(plan: Plan, estimate: bool = False, store_uri: str | None = None, records: list | tuple = ()) -> None:
+def expand(
+    plan: Plan,
+    estimate: bool = False,
+    store_uri: str | None = None,
+    records: list | tuple = (),
+    done: list | tuple = (),
+) -> None:
     """Fill in every multirun's jobs (the beta grids expanded), experiment, data and -- with ``estimate``,
     for data that loads offline -- the ``sweep.plan`` estimate of its wall time (its stopping rules'
     iterations from the finished runs of the store at ``store_uri``, the one the plan runs into, and of the
-    run-records files ``records``, where they hold runs of its shapes), one progress line per timed multirun
-    on stderr."""
+    run-records files ``records`` and ``done``, where they hold runs of its shapes) less the jobs FINISHED in
+    that store or in the ``done`` files (``--done``: the run skips them too; counted in ``finished``), one
+    progress line per timed multirun on stderr."""
     merge_equivalent(plan)
     for m in plan.multiruns:
         _expand_jobs(m)
@@ -450,9 +462,9 @@ def expand(plan: Plan, estimate: bool = False, store_uri: str | None = None, rec
             m.note = (m.note + "; " if m.note else "") + "no estimate: data not offline"
             continue
         t0 = time.perf_counter()
-        _estimate(m, budget, store_uri, records)
+        _estimate(m, budget, store_uri, records, done)
         if m.repeats and m.estimate_s is not None:  # the repeats are skipped: the others' share of the time
-            m.estimate_s *= (m.jobs - m.repeats) / m.jobs
+            m.estimate_s *= max(0, m.jobs - m.repeats - m.finished) / max(1, m.jobs - m.finished)
         print(
             f"gpdlm reproduce: timed multirun {timed.index(m) + 1}/{len(timed)} (+experiment={m.preset} "
             f"{' '.join(m.overrides)}".rstrip()
@@ -515,7 +527,9 @@ def _expand_jobs(m: Multirun) -> None:
         m.argvs = [["gpdlm sweep beta", *argv]]
 
 
-def _estimate(m: Multirun, budget_s: float, store_uri: str | None = None, records: list | tuple = ()) -> None:
+def _estimate(
+    m: Multirun, budget_s: float, store_uri: str | None = None, records: list | tuple = (), done: list | tuple = ()
+) -> None:
     """``m.estimate_s``: the ``sweep.plan`` estimate of the jobs on its offline data (the others counted, not
     timed; a beta grid of data not offline: none), its timing probes within ``budget_s`` seconds and its
     probe runs to the stopping rules within as many again (the finished runs in ``store_uri`` and in the
@@ -540,10 +554,13 @@ def _estimate(m: Multirun, budget_s: float, store_uri: str | None = None, record
                 iteration_budget_s=share,
                 store_uri=store_uri,
                 records=records,
+                done=done,
+                skip_finished=True,
             )
             for a in m.argvs
         ]
         m.estimate_s = sum(p.estimate_s or 0.0 for p in plans)
+        m.finished = sum(p.finished for p in plans)
         timed, extrapolated = sum(p.timed_shapes for p in plans), sum(len(p.extrapolated) for p in plans)
         if extrapolated:
             notes.append(f"{timed} of {timed + extrapolated} job shapes timed, the others scaled from a timed shape")
@@ -600,6 +617,8 @@ def describe(plan: Plan) -> str:
         grid = ", beta grid per training size" if m.beta_grid else ""
         out.append(f"  {i}. gpdlm {m.command} -m +experiment={m.preset} {' '.join(m.overrides)}".rstrip())
         again = f" ({m.repeats} of them an earlier multirun's: skipped as FINISHED)" if m.repeats else ""
+        if m.finished:
+            again += f" ({m.finished} FINISHED in the store or the --done files: skipped)"
         out.append(
             f"     tables {', '.join(m.tables)}; claims {', '.join(m.claims)}; "
             f"{m.jobs if m.jobs is not None else '?'} jobs{again}{grid} -> experiment {m.experiment}; "
@@ -611,10 +630,12 @@ def describe(plan: Plan) -> str:
         "jobs per table (a multirun shared by tables counts for each): "
         + ", ".join(f"{t} {n}" for t, n in per_table.items())
     )
-    if plan.repeats:
+    if plan.repeats or plan.finished:
+        why = [f"{plan.repeats} jobs are in two multiruns; the second skips them as FINISHED"] if plan.repeats else []
+        why += [f"{plan.finished} are FINISHED in the store or the --done files"] if plan.finished else []
         out.append(
-            f"jobs to train: {plan.jobs - plan.repeats} ({plan.repeats} jobs are in two multiruns; the second "
-            "skips them as FINISHED and the estimates leave them out)"
+            f"jobs to train: {max(0, plan.jobs - plan.repeats - plan.finished)} ({'; '.join(why)}; "
+            "the estimates leave them out)"
         )
     if plan.left_out:
         out.append("left out: " + "; ".join(f"{what}: {why}" for what, why in plan.left_out))
@@ -919,7 +940,8 @@ def main(argv: list[str]) -> int:
         plan,
         estimate=args.dry_run and not args.no_estimate,
         store_uri=_store_uri(plan, args),
-        records=[*args.done, *calibration],
+        records=calibration,
+        done=list(args.done),
     )
     if args.dry_run:
         print(describe(plan))

@@ -270,6 +270,31 @@ def _stored_runs(client, experiment: str, keys: tuple, uri: str) -> list[tuple[t
 _READ: dict = {}  # (store, experiment, keys, its file's mtime) -> _stored_runs' list: one read per process
 
 
+def finished_config_hashes(client, experiment: str, uri: str) -> frozenset[str]:
+    """The ``gpdlm.config_hash`` tags of every FINISHED run of ``experiment`` in the store (``uri``): the jobs
+    a sweep with ``sweep.skip_finished`` skips (read once per process while the store's file is unchanged)."""
+    from pathlib import Path
+
+    db = Path(uri[len("sqlite:///") :].split("?", 1)[0]) if uri.startswith("sqlite:///") else None
+    stamp = db.stat().st_mtime_ns if db is not None and db.is_file() else None
+    cache_key = (uri, experiment, "config_hash", stamp)
+    if cache_key in _READ:
+        return _READ[cache_key]
+    exp = client.get_experiment_by_name(experiment)
+    out: set[str] = set()
+    token = None
+    while exp is not None:
+        page = client.search_runs(
+            [exp.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=1000, page_token=token
+        )
+        out |= {str(h) for run in page if (h := run.data.tags.get("gpdlm.config_hash"))}
+        token = page.token
+        if not token:
+            break
+    _READ[cache_key] = frozenset(out)
+    return _READ[cache_key]
+
+
 def recorded_iterations(paths, experiment: str, wanted: dict, keys: tuple) -> dict:
     """As ``finished_iterations``, from the FINISHED training runs of ``experiment`` recorded in the run-records
     files ``paths`` (``gpdlm export``; each verified: ``tracking.records_file.RecordsError`` for a missing,
