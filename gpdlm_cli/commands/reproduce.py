@@ -560,7 +560,7 @@ def _estimate(
             for a in m.argvs
         ]
         m.estimate_s = sum(p.estimate_s or 0.0 for p in plans)
-        m.finished = sum(p.finished for p in plans)
+        m.finished = sum(getattr(p, "finished", 0) for p in plans)
         timed, extrapolated = sum(p.timed_shapes for p in plans), sum(len(p.extrapolated) for p in plans)
         if extrapolated:
             notes.append(f"{timed} of {timed + extrapolated} job shapes timed, the others scaled from a timed shape")
