@@ -680,15 +680,18 @@ class Progress:
     job_started: float = 0.0
     resumed: int = 0  # jobs that continued a stopped run from its checkpoint (run.resume)
     resumed_s: float = 0.0  # their wall time (in this process)
+    repeats: int = 0  # jobs of multiruns not started yet that an earlier multirun trains (``count_repeats``)
 
     def left_s(self) -> float | None:
         """The jobs left times the wall time per trained job so far (their overhead included; skipped
-        jobs count as free; a resumed job, which trained only what its checkpoint had left, is done but
-        neither a trained job nor its time counts), None before the first job trained."""
+        jobs count as free, and so do the jobs left that are an earlier multirun's (``repeats``: D5-error's are
+        D4's jobs again, half of `reproduce dlm --claims D4-ringnorm,D4-comparable,D5-error`); a resumed job,
+        which trained only what its checkpoint had left, is done but neither a trained job nor its time counts),
+        None before the first job trained."""
         if not self.trained:
             return None
         spent = time.monotonic() - self.started - self.resumed_s
-        return max(0.0, spent) / self.trained * max(0, self.total - self.done)
+        return max(0.0, spent) / self.trained * max(0, self.total - self.done - self.repeats)
 
     def line(self, what: str) -> str:
         left = max(0, self.total - self.done)
@@ -974,6 +977,7 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
     }
     client, uri, parent_id = _parent_run(plan, args, outdir, settings)
     PROGRESS = Progress(plan.jobs, time.monotonic() + budget if budget else None, client, parent_id)
+    PROGRESS.repeats = plan.repeats
     print(describe(plan), file=sys.stderr)
     stopped = None
     try:
@@ -1033,6 +1037,7 @@ def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress, done: dict |
     launched = 0
     tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}", CALLBACK]
     for i, m in enumerate(plan.multiruns, 1):
+        progress.repeats = max(0, progress.repeats - m.repeats)  # its repeats are skipped as they come, now
         for k, argv in enumerate(m.argvs, 1):
             if progress.deadline is not None and time.monotonic() >= progress.deadline:
                 raise BudgetReached()

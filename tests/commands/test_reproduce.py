@@ -558,6 +558,9 @@ def test_progress_of_a_multirun_run_by_a_parallel_launcher_is_counted_from_its_o
         r"about 9[0-2] s left",
         line,
     ), line
+    # 4 of the 6 left are a later multirun's repeats of earlier jobs (skipped as FINISHED): 2 x 15 s
+    p.repeats = 4
+    assert 29.0 <= p.left_s() <= 31.0
 
 
 def test_a_multirun_with_some_data_offline_is_estimated_for_those(monkeypatch):
@@ -786,3 +789,23 @@ def test_the_reproduce_and_plan_functions_are_short():
         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.end_lineno - f.lineno + 1 > 80
     ]
     assert long == []
+
+
+def test_the_repeats_of_a_multirun_count_as_free_only_until_it_starts(tmp_path, monkeypatch):
+    """The time left leaves out the jobs of later multiruns that repeat earlier ones (skipped as FINISHED):
+    `reproduce dlm --claims D4-ringnorm,D4-comparable,D5-error` said "7575 left, about 4.3 h" with 3,900 of
+    them D5-error's repeats; once such a multirun starts, its jobs count as they come."""
+    import sys
+
+    from gpdlm_cli.commands import train as train_cmd
+
+    seen = []
+    monkeypatch.setattr(train_cmd, "train_main", lambda: seen.append(p.repeats))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    a = rp.Multirun("classification", [], jobs=6, argvs=[["+experiment=classification"]])
+    b = rp.Multirun("classification", ["dataset=twonorm"], jobs=4, argvs=[["+experiment=classification"]])
+    b.repeats = 4
+    plan = rp.Plan("dlm", "paper", "fast", [a, b], [])
+    p = rp.Progress(total=plan.jobs, deadline=None, repeats=plan.repeats)
+    rp._launch(plan, f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path, p)
+    assert seen == [4, 0]
