@@ -139,6 +139,19 @@ def _run_sweep_job(cfg: DictConfig, runner, hc, overrides: list[str], context: d
     return metrics, None
 
 
+def past_deadline(cfg: DictConfig) -> str | None:
+    """Why a multirun job is not started: ``sweep.deadline`` (seconds since the epoch; `gpdlm reproduce --budget`
+    passes it to every multirun) has passed. The reproduce process stops its own jobs before the deadline; jobs a
+    parallel launcher (joblib, Slurm, Ray) starts in other processes check it here, so a budget ends a multirun
+    after the jobs in flight instead of after all of its jobs. None: no deadline, or not reached."""
+    import time
+
+    deadline = cfg.get("sweep", {}).get("deadline")
+    if deadline is None or time.time() < float(deadline):
+        return None
+    return f"past the budget of gpdlm reproduce (sweep.deadline {time.strftime('%H:%M:%S', time.localtime(float(deadline)))})"
+
+
 def run_job(cfg: DictConfig, runner, run_name=None):
     """Run ``runner(cfg, output_dir, overrides=..., ...)`` as a Hydra job of any gpdlm subcommand.
 
@@ -170,6 +183,11 @@ def run_job(cfg: DictConfig, runner, run_name=None):
         from omegaconf import OmegaConf
 
         OmegaConf.update(cfg, "tracking.run_name", run_name(cfg, context.get("swept", [])), merge=False)
+    late = past_deadline(cfg)
+    if late is not None:  # `gpdlm reproduce --budget`: a job a parallel launcher starts after it is not trained
+        print(f"gpdlm: skipped: {late}", file=sys.stderr, flush=True)
+        record_outcome(sweep_dir, job, "skipped", overrides, late)
+        return float("inf")
     outcome: dict = {}
     metrics, failure = _run_sweep_job(cfg, runner, hc, overrides, context, outcome)
     if failure is not None:

@@ -755,13 +755,7 @@ class ReproduceCallback:
             p.trained += 1
             p.seconds += time.monotonic() - p.job_started
         where = " or the --done records" if config.get("sweep", {}).get("finished_from") else ""
-        what = {"skipped": f"skipped: {outcome.get('reason') or 'FINISHED in the store' + where}"}.get(status, status)
-        if outcome.get("resumed"):
-            what = f"{what}, resumed {outcome['resumed']}"
-        job = [o for o in config.hydra.overrides.task if not o.lstrip("+").startswith(_BOOKKEEPING)]
-        line = p.line(f"{what}: {' '.join(job)}")
-        print(line, file=sys.stderr, flush=True)
-        p.log(line)
+        _job_line(p, outcome, list(config.hydra.overrides.task), where)
         _after_job(p, status)
 
     # the rest of Hydra's callback interface
@@ -772,6 +766,72 @@ class ReproduceCallback:
 
 
 CALLBACK = f"+hydra.callbacks.reproduce._target_={__name__}.ReproduceCallback"
+
+
+def _job_line(p: Progress, outcome: dict, overrides: list[str], where: str = "") -> None:
+    """The progress line of an ended job (its outcome record: status, reason, resumed), printed and logged."""
+    status = outcome["status"]
+    what = {"skipped": f"skipped: {outcome.get('reason') or 'FINISHED in the store' + where}"}.get(status, status)
+    if outcome.get("resumed"):
+        what = f"{what}, resumed {outcome['resumed']}"
+    job = [o for o in overrides if not o.lstrip("+").startswith(_BOOKKEEPING)]
+    line = p.line(f"{what}: {' '.join(job)}")
+    print(line, file=sys.stderr, flush=True)
+    p.log(line)
+
+
+#: how often the reproduce process looks for the outcomes of jobs a parallel launcher runs elsewhere (s)
+WATCH_S = 2.0
+
+
+class OutcomeWatcher:
+    """A progress line per ended job of a multirun whose jobs run in other processes (joblib, Slurm, Ray: the
+    Hydra callback runs there, without this process's ``Progress``): a thread of the reproduce process reads the
+    sweep's outcome records (``sweep.callback.record_outcome``) as they appear, every ``WATCH_S`` seconds, and
+    once more when the multirun has returned."""
+
+    def __init__(self, progress: Progress, sweep_dir: Path, where: str = ""):
+        import threading
+
+        self.progress, self.dir, self.where = progress, Path(sweep_dir) / "outcomes", where
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="gpdlm-reproduce-outcomes", daemon=True)
+
+    def __enter__(self) -> OutcomeWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.poll()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(WATCH_S):
+            self.poll()
+
+    def poll(self) -> None:
+        import json
+
+        if not self.dir.is_dir():
+            return
+        for path in sorted(self.dir.glob("*.json"), key=lambda f: (len(f.name), f.name)):
+            if path.name in self.seen:
+                continue
+            self.seen.add(path.name)
+            outcome = json.loads(path.read_text())  # written atomically (files.write_atomic)
+            p = self.progress
+            p.done += 1
+            resumed = outcome["status"] == "finished" and bool(outcome.get("resumed"))
+            p.resumed += resumed
+            p.trained += outcome["status"] == "finished" and not resumed
+            _job_line(p, outcome, list(outcome.get("overrides", [])), self.where)
+
+
+def _parallel(launch: list[str]) -> bool:
+    """Whether a multirun's jobs run in other processes (a ``hydra/launcher=`` other than ``basic``)."""
+    return any(a.startswith("hydra/launcher=") and a.split("=", 1)[1] != "basic" for a in launch)
 
 
 def which_multirun(i: int, n: int, k: int, argvs: list[list[str]]) -> str:
@@ -1036,6 +1096,8 @@ def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress, done: dict |
 
     launched = 0
     tail = ["sweep.skip_finished=true", f"+sweep.scale={plan.scale}", f"tracking.uri={uri}", CALLBACK]
+    if progress.deadline is not None:  # for the jobs a parallel launcher runs in other processes (hydra_apps)
+        tail.append(f"+sweep.deadline={time.time() + progress.deadline - time.monotonic():.0f}")
     for i, m in enumerate(plan.multiruns, 1):
         progress.repeats = max(0, progress.repeats - m.repeats)  # its repeats are skipped as they come, now
         for k, argv in enumerate(m.argvs, 1):
@@ -1053,7 +1115,12 @@ def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress, done: dict |
                 sweep_dir = outdir.resolve() / "multirun" / f"{time.strftime('%Y%m%d-%H%M%S')}-{launched}"
                 sys.argv = [f"gpdlm {m.command}", *launch, f"hydra.sweep.dir={sweep_dir}"]
                 before = progress.done
-                bias_main() if m.command == "bias" else train_main()
+                if _parallel(launch):  # a line per job as its outcome appears
+                    where = " or the --done records" if mine else ""
+                    with OutcomeWatcher(progress, sweep_dir, where):
+                        bias_main() if m.command == "bias" else train_main()
+                else:
+                    bias_main() if m.command == "bias" else train_main()
                 if progress.done == before:  # jobs ran in other processes (joblib, Slurm, Ray): count them now
                     _count_outcomes(progress, sweep_dir, which_multirun(i, len(plan.multiruns), k, m.argvs))
 

@@ -91,7 +91,9 @@ def read(uri: str, sizes: list[int]) -> None:
         joint, elbo = grid(runs, "dlm", "joint", n), selected(grid(runs, "svgp", "joint", n))
         capped = selected(joint)
         # the converged runs replace the study's capped ones at their betas; the others as the study had them
-        converged = {s: {**bs, **{b: v for (nn, ss, b), v in again.items() if nn == n and ss == s}} for s, bs in joint.items()}
+        converged = {
+            s: {**bs, **{b: v for (nn, ss, b), v in again.items() if nn == n and ss == s}} for s, bs in joint.items()
+        }
         now = selected(converged)
         print(f"n = {n}: seed, study (capped) beta / test NLL / it, converged beta / test NLL / it, beta-ELBO test NLL")
         for s in sorted(now):
@@ -100,7 +102,9 @@ def read(uri: str, sizes: list[int]) -> None:
         for label, sel in (("study (capped)", capped), ("trained to the tests", now)):
             d = [sel[s][2] - elbo[s][2] for s in sorted(sel)]
             t = stats.ttest_1samp(d, 0.0, alternative="less")
-            print(f"  joint DLM - beta-ELBO, {label}: mean {st.mean(d):+.4f} (sd {st.stdev(d):.4f}), p = {t.pvalue:.3g}")
+            print(
+                f"  joint DLM - beta-ELBO, {label}: mean {st.mean(d):+.4f} (sd {st.stdev(d):.4f}), p = {t.pvalue:.3g}"
+            )
 
 
 if __name__ == "__main__":
