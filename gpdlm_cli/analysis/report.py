@@ -183,6 +183,19 @@ def unit_of(record: R.RunRecord, units: list[str]) -> tuple:
     return tuple(record.value(u) for u in units)
 
 
+def _short_grids(by_unit: dict, select_by: str | None, over) -> set:
+    """The units of a selected cell whose candidates (runs with a finite ``select_by``) cover fewer values of the
+    ``over`` keys (beta, the learning rate) than the cell's fullest unit: an interrupted study's seed whose beta
+    grid stopped after 5 of 17 values would otherwise be "selected" from the five largest betas."""
+    if not select_by or not over or len(by_unit) < 2:
+        return set()
+    grids = {
+        u: {tuple(r.value(k) for k in over) for r in g if _finite(r.metrics.get(select_by))} for u, g in by_unit.items()
+    }
+    full = max(len(g) for g in grids.values())
+    return {u for u, g in grids.items() if g and len(g) < full}
+
+
 def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
@@ -221,7 +234,7 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
     cells: dict[tuple, Cell] = {}
     used: set[str] = set()
     notes: list[str] = []
-    pooled = varying = unselected = 0
+    pooled = varying = unselected = partial = 0
     differing: dict[str, int] = {}
     ignore = set(units) | set(table.select_over) | {"seed"}
     for row in row_keys:
@@ -243,7 +256,11 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
             by_unit: dict = {}
             for r in runs:
                 by_unit.setdefault(unit_of(r, units), []).append(r)
+            short = _short_grids(by_unit, select_by, table.select_over)
+            partial += len(short)
             for unit, group in by_unit.items():
+                if unit in short:
+                    continue
                 if select_by:
                     cands = [r for r in group if _finite(r.metrics.get(select_by))]
                     if not cands:
@@ -270,6 +287,11 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
         notes.append(f"{pooled} cell unit(s) held several runs and no selection rule: their mean was used")
     if unselected:
         notes.append(f"{unselected} cell unit(s) had no run with a finite {table.select_by}: left out")
+    if partial:
+        notes.append(
+            f"{partial} cell unit(s) had runs at fewer values of {', '.join(table.select_over)} than the cell's other "
+            "units (an interrupted or partial grid): left out, since their selection would be over part of the grid"
+        )
     if differing:
         shown = ", ".join(f"{k} ({n})" for k, n in sorted(differing.items()))
         notes.append(
