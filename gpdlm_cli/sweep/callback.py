@@ -18,6 +18,7 @@ run records the study: tags ``gpdlm.sweeper=optuna``, ``gpdlm.swept`` (the searc
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -327,6 +328,11 @@ class SweepCallback(Callback):
         tags = [RunTag("failure_reason", (reason or "stopped")[:5000])] if status != "FINISHED" else []
         if metrics or params or tags:
             self.client.log_batch(self.parent_run_id, metrics=metrics, params=params, tags=tags)
+        if status != "FINISHED":
+            try:
+                close_dead_children(self.client, self.parent_run_id)
+            except Exception:  # the store itself may be what failed; `gpdlm runs --stale` still finds them
+                pass
         self.client.set_terminated(self.parent_run_id, status)
         self.parent_run_id = None
         if self in _ACTIVE:
@@ -334,6 +340,33 @@ class SweepCallback(Callback):
 
 
 _ACTIVE: list[SweepCallback] = []
+
+#: how long an interrupted sweep waits for its workers' processes to end before it closes their runs (s)
+CHILDREN_WAIT_S = 5.0
+
+
+def close_dead_children(client, parent_run_id: str, wait_s: float | None = None) -> int:
+    """End KILLED the RUNNING child runs of an interrupted sweep whose process on this host is gone (a joblib
+    worker killed with its sweep before its run could close: a Ctrl-C to `gpdlm reproduce ... hydra/launcher=joblib`
+    left one RUNNING), waiting up to ``wait_s`` (``CHILDREN_WAIT_S``) for processes still ending; a child alive
+    after it, or of another host, is left to its own handler (``gpdlm runs --stale`` lists it). How many closed."""
+    from ..tracking.liveness import close_orphan, process_state
+
+    experiment = client.get_run(parent_run_id).info.experiment_id
+    children = client.search_runs(
+        [experiment], f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'"
+    )
+    deadline = time.monotonic() + (CHILDREN_WAIT_S if wait_s is None else wait_s)
+    closed = 0
+    for run in children:
+        if run.data.tags.get("gpdlm.pid") == str(os.getpid()):
+            continue  # this process's own run: its handler closes it
+        while process_state(run.data.tags) == "alive" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if process_state(run.data.tags) == "gone":
+            close_orphan(client, run, "its sweep, interrupted")
+            closed += 1
+    return closed
 
 
 def warm_data_cache(config) -> None:
