@@ -208,8 +208,8 @@ def batch_groups(jobs: list[list[str]]) -> tuple[list[int], int]:
 #: the probes' time budget per plan (seconds): job shapes left when it is spent are not timed but scaled from
 #: the nearest timed shape of their model (``_extrapolate``); every model's first shape is timed whatever the budget
 PROBE_BUDGET_S = 10.0
-#: over the budget, a shape whose nearest timed shape would be scaled by more than this factor (its step x its
-#: cap, either way: ``_scale``) is timed anyway, the farthest first, until ``EXTRA_PROBE_FACTOR`` x the budget is
+#: over the budget, a shape whose nearest timed shape would be scaled by more than this factor (the product of
+#: its rows', scaled fields' and cap's factors, each either way: ``_scale``) is timed anyway, the farthest first, until ``EXTRA_PROBE_FACTOR`` x the budget is
 #: spent: the first-order step model is no better than that (airline DLM, M = 200, batch 1000: bMC-1 -> bMC-100
 #: steps 28.7 -> 28.9 ms, uPS-1 -> uPS-100 25.7 -> 41.0 ms; the model scales a step by the samples, 100x, and
 #: `reproduce dlm --scale reduced` said 4.0 h for twelve airline jobs of ~6 min)
@@ -435,7 +435,6 @@ def _finished_runs(p: SweepPlan, first: dict, store_uri: str | None) -> dict:
     """Per timed shape, the ``iterations`` of the FINISHED runs of its shape in the store (``store_uri``, or
     the jobs' ``tracking.uri``; none with ``tracking.enabled=false`` or a store that does not exist yet) and
     in the run-records files ``p.records`` (each verified: a missing or changed file is an error)."""
-    from ..tracking import resolve_tracking_uri
     from . import iterations as itm
 
     cfg0 = first[next(iter(p.per_shape))]
@@ -446,13 +445,22 @@ def _finished_runs(p: SweepPlan, first: dict, store_uri: str | None) -> dict:
     if p.records:
         for sh, its in itm.recorded_iterations(p.records, experiment, wanted, keys).items():
             found[sh].extend(its)
-    if store_uri is None and cfg0.tracking.get("enabled", True):
-        store_uri = resolve_tracking_uri(cfg0.tracking.get("uri"))
-    client = itm.store_client(store_uri) if store_uri is not None else None
+    store_uri, client = _store(cfg0, store_uri)
     if client is not None:
         for sh, its in itm.finished_iterations(client, experiment, wanted, keys, store_uri).items():
             found[sh].extend(its)
     return {sh: its for sh, its in found.items() if its}
+
+
+def _store(cfg0, store_uri: str | None) -> tuple[str | None, object]:
+    """(the store a plan reads: ``store_uri``, else the jobs' ``tracking.uri`` unless tracking is off; an MLflow
+    client of it, None when it does not exist yet -- never created here -- or is remote)."""
+    from ..tracking import resolve_tracking_uri
+    from . import iterations as itm
+
+    if store_uri is None and cfg0.tracking.get("enabled", True):
+        store_uri = resolve_tracking_uri(cfg0.tracking.get("uri"))
+    return store_uri, itm.store_client(store_uri) if store_uri is not None else None
 
 
 def _compose(job: list[str]):
@@ -527,7 +535,6 @@ def _skipped(p: SweepPlan, jobs: list[tuple], store_uri: str | None) -> list[tup
     """``_job_configs``' jobs less those with a FINISHED run in the store (``store_uri``, else the jobs'
     ``tracking.uri``; a store that does not exist is not created) or in the run-records files ``p.done`` (each
     verified), matched by config hash as ``sweep.skip_finished`` matches them; ``p.finished`` counts them."""
-    from ..tracking import resolve_tracking_uri
     from ..tracking.records_file import finished_config_hashes, read_cached
     from . import iterations as itm
 
@@ -535,9 +542,7 @@ def _skipped(p: SweepPlan, jobs: list[tuple], store_uri: str | None) -> list[tup
     experiment = str(cfg0.tracking.experiment)
     done = [f for f in p.done if experiment in read_cached(f)[2].get("experiments", [])]
     finished = set(finished_config_hashes(done, experiment)) if done else set()
-    if store_uri is None and cfg0.tracking.get("enabled", True):
-        store_uri = resolve_tracking_uri(cfg0.tracking.get("uri"))
-    client = itm.store_client(store_uri) if store_uri is not None else None
+    store_uri, client = _store(cfg0, store_uri)
     if client is not None:
         finished |= itm.finished_config_hashes(client, experiment, store_uri)
     if not finished:
