@@ -693,6 +693,13 @@ class Progress:
         spent = time.monotonic() - self.started - self.resumed_s
         return max(0.0, spent) / self.trained * max(0, self.total - self.done - self.repeats)
 
+    def count(self, outcome: dict) -> None:
+        """One ended job of another process, from its outcome record: done, and trained unless it resumed."""
+        resumed = outcome["status"] == "finished" and bool(outcome.get("resumed"))
+        self.done += 1
+        self.resumed += resumed
+        self.trained += outcome["status"] == "finished" and not resumed
+
     def line(self, what: str) -> str:
         left = max(0, self.total - self.done)
         eta = self.left_s()
@@ -821,12 +828,8 @@ class OutcomeWatcher:
                 continue
             self.seen.add(path.name)
             outcome = json.loads(path.read_text())  # written atomically (files.write_atomic)
-            p = self.progress
-            p.done += 1
-            resumed = outcome["status"] == "finished" and bool(outcome.get("resumed"))
-            p.resumed += resumed
-            p.trained += outcome["status"] == "finished" and not resumed
-            _job_line(p, outcome, list(outcome.get("overrides", [])), self.where)
+            self.progress.count(outcome)
+            _job_line(self.progress, outcome, list(outcome.get("overrides", [])), self.where)
 
 
 def _parallel(launch: list[str]) -> bool:
@@ -850,10 +853,9 @@ def _count_outcomes(p: Progress, sweep_dir: Path, what: str) -> None:
     outcomes = read_outcomes(sweep_dir)
     if not outcomes:
         return
-    p.done += len(outcomes)
+    for o in outcomes:
+        p.count(o)
     resumed = sum(o["status"] == "finished" and bool(o.get("resumed")) for o in outcomes)
-    p.trained += sum(o["status"] == "finished" for o in outcomes) - resumed  # resumed: done, not trained
-    p.resumed += resumed
     counts = ", ".join(
         f"{n} {s}"
         for s in ("finished", "skipped", "failed", "killed")
