@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import records as R
@@ -233,7 +233,6 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
     col_keys = list(itertools.product(*(labels[d] for d in table.columns)))
     cells: dict[tuple, Cell] = {}
     used: set[str] = set()
-    notes: list[str] = []
     pooled = varying = unselected = partial = 0
     differing: dict[str, int] = {}
     ignore = set(units) | set(table.select_over) | {"seed"}
@@ -258,31 +257,58 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
                 by_unit.setdefault(unit_of(r, units), []).append(r)
             short = _short_grids(by_unit, select_by, table.select_over)
             partial += len(short)
-            for unit, group in by_unit.items():
-                if unit in short:
-                    continue
-                if select_by:
-                    cands = [r for r in group if _finite(r.metrics.get(select_by))]
-                    if not cands:
-                        unselected += 1
-                        continue
-                    pick = min(cands, key=lambda r: (r.metrics[select_by], r.start_time, r.run_id))
-                    if _finite(pick.metrics.get(metric)):
-                        cell.values[unit] = pick.metrics[metric]
-                        cell.runs[unit] = pick
-                        cell.chosen[unit] = {k: pick.value(k) for k in table.select_over}
-                else:
-                    vals = [r.metrics[metric] for r in group if _finite(r.metrics.get(metric))]
-                    if vals:
-                        cell.values[unit] = statistics.fmean(vals)
-                        cell.runs[unit] = group[0]
-                        pooled += len(group) > 1
+            u, p = _fill_cell(cell, by_unit, short, table.select_over, select_by)
+            unselected += u
+            pooled += p
             keys = R.varying_params(runs, ignore=ignore)
             if keys:
                 varying += 1
                 for k in keys:
                     differing[k] = differing.get(k, 0) + 1
             cell.mean, cell.se, cell.n = R.mean_se(list(cell.values.values()))
+    notes = _build_notes(table, pooled, unselected, partial, varying, differing)
+    method_keys, ranks, ranked, pranks, pranked = _best_and_ranks(table, cells, row_keys, col_keys)
+    scales: dict[str, int] = {}
+    for r in mine:
+        if r.run_id in used and (sc := r.params.get("sweep.scale")) in SCALES:
+            scales[sc] = scales.get(sc, 0) + 1
+    return TableReport(
+        table, labels, row_keys, col_keys, cells, method_keys, ranks, ranked, pranks, pranked, len(used), notes, scales
+    )
+
+
+def _fill_cell(
+    cell: Cell, by_unit: dict, short: set, select_over: Sequence[str], select_by: str | None
+) -> tuple[int, int]:
+    """Set ``cell``'s value per unit (seed/split): the run best by ``select_by`` over the grid of
+    ``select_over``, or without a rule the mean over the unit's runs. Units in ``short`` (a partial grid) are left
+    out. Returns (units with no finite ``select_by``, units whose value pooled several runs)."""
+    unselected = pooled = 0
+    for unit, group in by_unit.items():
+        if unit in short:
+            continue
+        if select_by:
+            cands = [r for r in group if _finite(r.metrics.get(select_by))]
+            if not cands:
+                unselected += 1
+                continue
+            pick = min(cands, key=lambda r: (r.metrics[select_by], r.start_time, r.run_id))
+            if _finite(pick.metrics.get(cell.metric)):
+                cell.values[unit] = pick.metrics[cell.metric]
+                cell.runs[unit] = pick
+                cell.chosen[unit] = {k: pick.value(k) for k in select_over}
+        else:
+            vals = [r.metrics[cell.metric] for r in group if _finite(r.metrics.get(cell.metric))]
+            if vals:
+                cell.values[unit] = statistics.fmean(vals)
+                cell.runs[unit] = group[0]
+                pooled += len(group) > 1
+    return unselected, pooled
+
+
+def _build_notes(table: Table, pooled: int, unselected: int, partial: int, varying: int, differing: dict) -> list[str]:
+    """The table's notes on how its cells were filled: pooled units, units left out, pooled differing runs."""
+    notes: list[str] = []
     if pooled:
         notes.append(f"{pooled} cell unit(s) held several runs and no selection rule: their mean was used")
     if unselected:
@@ -298,14 +324,7 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
             f"{varying} cell(s) pool runs that differ in more than the seed/split and "
             f"{', '.join(table.select_over) or 'the selection'}: {shown}"
         )
-    method_keys, ranks, ranked, pranks, pranked = _best_and_ranks(table, cells, row_keys, col_keys)
-    scales: dict[str, int] = {}
-    for r in mine:
-        if r.run_id in used and (sc := r.params.get("sweep.scale")) in SCALES:
-            scales[sc] = scales.get(sc, 0) + 1
-    return TableReport(
-        table, labels, row_keys, col_keys, cells, method_keys, ranks, ranked, pranks, pranked, len(used), notes, scales
-    )
+    return notes
 
 
 def _lines(table: Table, cells: dict, row_keys: list, col_keys: list) -> tuple[list, list]:
