@@ -108,9 +108,9 @@ def _run_sweep_job(cfg: DictConfig, runner, hc, overrides: list[str], context: d
     from . import build
     from .run.artifacts import append_log
     from .signals import killed_reason
-    from .sweep.callback import record_outcome
+    from .sweep.callback import job_number, record_outcome
 
-    sweep_dir, job = hc.sweep.dir, hc.job.num
+    sweep_dir, job = hc.sweep.dir, job_number(hc)
     try:
         _check_sweep_launcher(cfg, hc)
         build.configure_threads(threads_setting(cfg.get("threads", "auto"), parallel_jobs(hc)))
@@ -171,13 +171,13 @@ def run_job(cfg: DictConfig, runner, run_name=None):
     if hc.mode != RunMode.MULTIRUN:
         return _run_single(cfg, runner, hc, overrides)
 
-    from .sweep.callback import job_objective, read_context, record_outcome
+    from .sweep.callback import job_number, job_objective, read_context, record_outcome
 
     if "joblib" in str(hc.launcher.get("_target_", "")).lower():  # a worker must not outlive its sweep
         from .signals import exit_with_parent
 
         exit_with_parent()
-    sweep_dir, job = hc.sweep.dir, hc.job.num
+    sweep_dir, job = hc.sweep.dir, job_number(hc)
     context = read_context(sweep_dir)
     if run_name is not None and not cfg.tracking.get("run_name"):
         from omegaconf import OmegaConf

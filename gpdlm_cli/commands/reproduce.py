@@ -681,6 +681,7 @@ class Progress:
     resumed: int = 0  # jobs that continued a stopped run from its checkpoint (run.resume)
     resumed_s: float = 0.0  # their wall time (in this process)
     repeats: int = 0  # jobs of multiruns not started yet that an earlier multirun trains (``count_repeats``)
+    read: set = field(default_factory=set)  # the outcome records ``_count_before_launch`` has read
 
     def left_s(self) -> float | None:
         """The jobs left times the wall time per trained job so far (their overhead included; skipped
@@ -692,6 +693,12 @@ class Progress:
             return None
         spent = time.monotonic() - self.started - self.resumed_s
         return max(0.0, spent) / self.trained * max(0, self.total - self.done - self.repeats)
+
+    def restart_clock(self) -> None:
+        """Before the first job trains, the time spent so far (planning, composing, leaving out the finished
+        jobs) is not a job's: the time left is estimated from here."""
+        if not self.trained and not self.resumed:
+            self.started = time.monotonic()
 
     def count(self, outcome: dict) -> None:
         """One ended job of another process, from its outcome record: done, and trained unless it resumed."""
@@ -743,6 +750,9 @@ class ReproduceCallback:
             return
         if p.deadline is not None and time.monotonic() >= p.deadline:
             raise BudgetReached()
+        where = " or the --done records" if config.get("sweep", {}).get("finished_from") else ""
+        _count_before_launch(p, _outcome_files(Path(config.hydra.sweep.dir)), where)
+        p.restart_clock()
         p.job_started = time.monotonic()
 
     def on_job_end(self, config, job_return=None, **kwargs) -> None:
@@ -751,7 +761,9 @@ class ReproduceCallback:
         p = PROGRESS
         if p is None:
             return
-        path = Path(config.hydra.sweep.dir) / "outcomes" / f"{config.hydra.job.num}.json"
+        from ..sweep.callback import job_number
+
+        path = Path(config.hydra.sweep.dir) / "outcomes" / f"{job_number(config.hydra)}.json"
         outcome = json.loads(path.read_text()) if path.is_file() else {"status": "failed"}
         status = outcome["status"]
         p.done += 1
@@ -773,6 +785,37 @@ class ReproduceCallback:
 
 
 CALLBACK = f"+hydra.callbacks.reproduce._target_={__name__}.ReproduceCallback"
+
+
+def _outcome_files(sweep_dir: Path) -> list[Path]:
+    """A sweep's outcome records (``sweep.callback.record_outcome``) in job order."""
+    d = sweep_dir / "outcomes"
+    return sorted(d.glob("*.json"), key=lambda f: (len(f.name), f.name)) if d.is_dir() else []
+
+
+def _count_before_launch(p: Progress, files: list[Path], where: str = "") -> list[Path]:
+    """Count, with one progress line, the jobs among the outcome records ``files`` not read before that the
+    sweeper left out before the launch (FINISHED: ``sweep.callback.leave_out_finished``); the clock restarts
+    when none has trained yet. Returns the other records not read before (jobs that ran), each read once."""
+    import json
+
+    others, new = [], 0
+    for path in files:
+        if str(path) in p.read:
+            continue
+        p.read.add(str(path))
+        outcome = json.loads(path.read_text())  # written atomically (files.write_atomic)
+        if not outcome.get("before_launch"):
+            others.append(path)
+            continue
+        p.count(outcome)
+        new += 1
+    if new:
+        p.restart_clock()
+        line = p.line(f"{new} skipped before the launch: FINISHED in the store{where}")
+        print(line, file=sys.stderr, flush=True)
+        p.log(line)
+    return others
 
 
 def _job_line(p: Progress, outcome: dict, overrides: list[str], where: str = "") -> None:
@@ -801,7 +844,6 @@ class OutcomeWatcher:
         import threading
 
         self.progress, self.dir, self.where = progress, Path(sweep_dir) / "outcomes", where
-        self.seen: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="gpdlm-reproduce-outcomes", daemon=True)
 
@@ -823,10 +865,7 @@ class OutcomeWatcher:
 
         if not self.dir.is_dir():
             return
-        for path in sorted(self.dir.glob("*.json"), key=lambda f: (len(f.name), f.name)):
-            if path.name in self.seen:
-                continue
-            self.seen.add(path.name)
+        for path in _count_before_launch(self.progress, _outcome_files(self.dir.parent), self.where):
             outcome = json.loads(path.read_text())  # written atomically (files.write_atomic)
             self.progress.count(outcome)
             _job_line(self.progress, outcome, list(outcome.get("overrides", [])), self.where)

@@ -50,8 +50,31 @@ def _reuse_for_launch(loader) -> tuple:
 
 class GpdlmSweeper(BasicSweeper):
     """``BasicSweeper`` whose pre-launch check composes one job per config structure (module docstring),
-    and which launches a model that ignores ``objective.beta`` once per configuration, not once per
-    beta (``gpdlm_cli.sweep.beta_free``)."""
+    which launches a model that ignores ``objective.beta`` once per configuration, not once per
+    beta (``gpdlm_cli.sweep.beta_free``), and which with ``sweep.skip_finished`` leaves out the jobs of a
+    ``gpdlm train`` multirun that have a FINISHED run (``gpdlm_cli.sweep.callback.leave_out_finished``)."""
+
+    _trains = False  # the task is `gpdlm train` (its config hash is the one the finished runs carry)
+    _left_out = False  # the finished jobs are left out (once, before the first batch)
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self._trains = getattr(task_function, "__module__", "") == "gpdlm_cli.commands.train"
+
+    def is_done(self) -> bool:
+        if not self._left_out and self.overrides is not None:  # the sweep's first look at its batches
+            self._left_out = True
+            if self._trains:
+                from gpdlm_cli.sweep.callback import leave_out_finished
+
+                jobs = leave_out_finished(self.config, [job for batch in self.overrides for job in batch])
+                self.overrides = (
+                    [jobs]
+                    if self.max_batch_size is None
+                    else list(self.split_overrides_to_chunks(jobs, self.max_batch_size))
+                )
+                self.overrides = [b for b in self.overrides if b]
+        return super().is_done()
 
     @staticmethod
     def split_arguments(overrides, max_batch_size):

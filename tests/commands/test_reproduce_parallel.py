@@ -47,7 +47,7 @@ def test_a_line_per_job_as_its_outcome_appears_and_none_counted_twice(tmp_path, 
     monkeypatch.setattr(rp, "WATCH_S", 0.05)
     p = rp.Progress(total=5, deadline=None)
     p.started -= 20.0
-    with rp.OutcomeWatcher(p, tmp_path, " or the --done records") as watcher:
+    with rp.OutcomeWatcher(p, tmp_path, " or the --done records"):
         record_outcome(tmp_path, 0, "finished", ["seed=0", "tracking.uri=sqlite:///x.db", "threads=1"])
         record_outcome(tmp_path, 1, "skipped", ["seed=1"])
         deadline = time.monotonic() + 10
@@ -56,7 +56,7 @@ def test_a_line_per_job_as_its_outcome_appears_and_none_counted_twice(tmp_path, 
         assert (p.done, p.trained) == (2, 1)  # seen while the multirun runs
         record_outcome(tmp_path, 2, "skipped", ["seed=2"], "past the budget of gpdlm reproduce (...)")
         record_outcome(tmp_path, 10, "finished", ["seed=10"], resumed="abc at step 40")
-    assert (p.done, p.trained, p.resumed) == (4, 1, 1) and len(watcher.seen) == 4  # the last poll at the end
+    assert (p.done, p.trained, p.resumed) == (4, 1, 1) and len(p.read) == 4  # the last poll at the end
     err = capsys.readouterr().err.strip().splitlines()
     assert re.fullmatch(r"gpdlm reproduce: 1/5 jobs done \(finished: seed=0\), 4 left, about \d+ s left", err[0])
     assert err[1].startswith("gpdlm reproduce: 2/5 jobs done (skipped: FINISHED in the store or the --done records")
