@@ -39,6 +39,7 @@ import math
 import re
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -667,6 +668,10 @@ class BudgetReached(BaseException):
     """Raised before a job would start past ``--budget``: the multirun stops there (not an error)."""
 
 
+#: how many recently trained jobs give the time per job of the time left (``Progress.left_s``)
+RECENT = 30
+
+
 @dataclass
 class Progress:
     total: int
@@ -682,17 +687,29 @@ class Progress:
     resumed_s: float = 0.0  # their wall time (in this process)
     repeats: int = 0  # jobs of multiruns not started yet that an earlier multirun trains (``count_repeats``)
     read: set = field(default_factory=set)  # the outcome records ``_count_before_launch`` has read
+    trained_at: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # the last trained jobs' end times
 
     def left_s(self) -> float | None:
-        """The jobs left times the wall time per trained job so far (their overhead included; skipped
-        jobs count as free, and so do the jobs left that are an earlier multirun's (``repeats``: D5-error's are
-        D4's jobs again, half of `reproduce dlm --claims D4-ringnorm,D4-comparable,D5-error`); a resumed job,
-        which trained only what its checkpoint had left, is done but neither a trained job nor its time counts),
-        None before the first job trained."""
+        """The jobs left times the wall time per trained job (their overhead included; skipped jobs count as
+        free, and so do the jobs left that are an earlier multirun's: ``repeats``, D5-error's are D4's jobs
+        again, half of `reproduce dlm --claims D4-ringnorm,D4-comparable,D5-error`; a resumed job, which trained
+        only what its checkpoint had left, is done but neither a trained job nor its time counts), None before
+        the first job trained. The time per job is the recent one once ``RECENT`` jobs have trained (the span of
+        the last ``RECENT`` over their count: a study's later jobs -- larger training sizes -- cost more than its
+        first, which made the whole-run average promise 38 minutes where 95 were left), else the run's so far."""
         if not self.trained:
             return None
+        left = max(0, self.total - self.done - self.repeats)
+        ends = self.trained_at
+        if len(ends) >= RECENT and ends[-1] > ends[0]:
+            return (ends[-1] - ends[0]) / (len(ends) - 1) * left
         spent = time.monotonic() - self.started - self.resumed_s
-        return max(0.0, spent) / self.trained * max(0, self.total - self.done - self.repeats)
+        return max(0.0, spent) / self.trained * left
+
+    def trained_one(self) -> None:
+        """A job trained (not resumed): counted, its end time kept for the recent rate."""
+        self.trained += 1
+        self.trained_at.append(time.monotonic())
 
     def restart_clock(self) -> None:
         """Before the first job trains, the time spent so far (planning, composing, leaving out the finished
@@ -705,7 +722,8 @@ class Progress:
         resumed = outcome["status"] == "finished" and bool(outcome.get("resumed"))
         self.done += 1
         self.resumed += resumed
-        self.trained += outcome["status"] == "finished" and not resumed
+        if outcome["status"] == "finished" and not resumed:
+            self.trained_one()
 
     def line(self, what: str) -> str:
         left = max(0, self.total - self.done)
@@ -771,7 +789,7 @@ class ReproduceCallback:
             p.resumed += 1
             p.resumed_s += time.monotonic() - p.job_started
         elif status == "finished":
-            p.trained += 1
+            p.trained_one()
             p.seconds += time.monotonic() - p.job_started
         where = " or the --done records" if config.get("sweep", {}).get("finished_from") else ""
         _job_line(p, outcome, list(config.hydra.overrides.task), where)

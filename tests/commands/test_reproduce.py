@@ -811,3 +811,29 @@ def test_the_repeats_of_a_multirun_count_as_free_only_until_it_starts(tmp_path, 
     p = rp.Progress(total=plan.jobs, deadline=None, repeats=plan.repeats)
     rp._launch(plan, f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path, p)
     assert seen == [4, 0]
+
+
+def test_the_time_left_follows_the_recent_jobs_once_enough_have_trained(monkeypatch):
+    """A study's later jobs (larger training sizes) cost more than its first: after ``RECENT`` trained jobs the
+    time per job is the recent one (the classification study's whole-run average said 38 minutes for 95)."""
+    from types import SimpleNamespace
+
+    clock = [0.0]
+    monkeypatch.setattr(rp, "time", SimpleNamespace(monotonic=lambda: clock[0], time=lambda: 0.0))
+    p = rp.Progress(total=200, deadline=None, started=0.0)
+    for _ in range(rp.RECENT):  # 30 quick jobs, 1 s apart
+        clock[0] += 1.0
+        p.count({"status": "finished"})
+    assert p.left_s() == pytest.approx((200 - 30) * 1.0)
+    for _ in range(rp.RECENT):  # then 30 slow ones, 10 s apart
+        clock[0] += 10.0
+        p.count({"status": "finished"})
+    assert p.left_s() == pytest.approx((200 - 60) * 10.0)  # the whole-run average would say 5.5 s a job
+    p.count({"status": "skipped"})  # a skipped job is done, free, and not a trained job's end
+    assert p.left_s() == pytest.approx((200 - 61) * 10.0)
+    q = rp.Progress(total=10, deadline=None, started=0.0)  # too few yet: the run's average so far
+    clock[0] = 0.0
+    for _ in range(3):
+        clock[0] += 4.0
+        q.count({"status": "finished"})
+    assert q.left_s() == pytest.approx(12.0 / 3 * 7)
