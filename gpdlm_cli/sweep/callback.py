@@ -232,15 +232,18 @@ def leave_out_finished(config, jobs: list[list[str]]) -> list[list[str]]:
     """The jobs of a ``gpdlm train`` multirun with ``sweep.skip_finished`` that have something to do: those
     whose configuration has a FINISHED run -- in the store or the ``sweep.finished_from`` records, matched by
     config hash as the job itself would (``sweep.plan.finished_jobs``) -- are left out before the launch, with a
-    ``skipped`` outcome record each (``before_launch``; numbered after the jobs launched), so that the summary,
-    the exit code and `gpdlm reproduce`'s progress count them as before. Launched only to skip itself, a job
-    cost ~0.7 s (composition, job folder, data, model): 45 minutes for the 3,825 jobs of a resumed
-    classification study. A launched job keeps the folder it has without any left out (``_own_folder``). A
-    sweep whose jobs train together (``sweep.batched``) keeps them all (its groups skip their finished members),
-    and so do one whose job folders are numbered otherwise (``_numbered_folders``) and one whose check fails
-    (said on stderr: each job checks itself)."""
+    ``skipped`` outcome record each (``before_launch``), so that the summary, the exit code and `gpdlm
+    reproduce`'s progress count them as before. Launched only to skip itself, a job cost ~0.7 s (composition,
+    job folder, data, model): 45 minutes for the 3,825 jobs of a resumed classification study. With Hydra's
+    default job folders every job keeps the folder and number it has without any left out
+    (``_default_folders``); with folders named otherwise (not from the job number) the records of the jobs left
+    out are numbered after the launched ones. A sweep whose jobs train together (``sweep.batched``) keeps them
+    all (its groups skip their finished members), and so do one whose folders are named from the job number
+    otherwise than by default (leaving out would renumber them) and one whose check fails (said on stderr: each
+    job checks itself)."""
     sweep = config.get("sweep", {})
-    if not jobs or not sweep.get("skip_finished", False) or sweep.get("batched", False) or _numbered_folders(config):
+    renumbered = not _default_folders(config) and "hydra.job.num" in _subdir(config)
+    if not jobs or not sweep.get("skip_finished", False) or sweep.get("batched", False) or renumbered:
         return jobs
     try:
         from .plan import finished_jobs
@@ -264,17 +267,15 @@ def leave_out_finished(config, jobs: list[list[str]]) -> list[list[str]]:
     return left
 
 
-def _numbered_folders(config) -> bool:
-    """Whether the job folders are named from the job number in a way other than the default (then leaving
-    jobs out would renumber them into other jobs' folders)."""
-    from omegaconf import OmegaConf
-
-    raw = str(OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir"))
-    return raw != JOB_NUM_SUBDIR and "hydra.job.num" in raw
-
-
 #: Hydra's default job folder (gpdlm's config.yaml): the job's number in its sweep
 JOB_NUM_SUBDIR = "${hydra.job.num}"
+
+
+def _subdir(config) -> str:
+    """The sweep's ``hydra.sweep.subdir`` as written (unresolved)."""
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir"))
 
 
 def _default_folders(config) -> bool:
@@ -282,9 +283,7 @@ def _default_folders(config) -> bool:
     then keeps the folder and number it has without any job left out (``hydra.sweep.subdir=<its index>``;
     ``job_number``), so a sweep run again into the same folder puts each job where its own earlier files are,
     never into a finished job's folder."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == JOB_NUM_SUBDIR
+    return _subdir(config) == JOB_NUM_SUBDIR
 
 
 def job_number(hc) -> int:

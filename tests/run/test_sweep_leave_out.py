@@ -120,3 +120,22 @@ def test_reproduce_counts_the_jobs_left_out_in_one_line_and_restarts_its_clock(t
     assert q.done == 3 and q.read == {str(tmp_path / "outcomes" / f"{j}.json") for j in (0, 2, 3, 4)}
     assert capsys.readouterr().err.count("3 skipped before the launch") == 1
     assert time.monotonic() - q.started < 5.0
+
+
+def test_folders_named_otherwise_keep_their_names_and_the_records_follow_the_launched_jobs(
+    tmp_path, template_db, capsys
+):
+    copy_store(template_db, tmp_path)
+    db = tmp_path / "mlflow.db"
+    base = ["train", "-m", f"tracking.uri=sqlite:///{db}", "tracking.experiment=named", *TINY]
+    base += ["sweep.skip_finished=true", "hydra.sweep.subdir=s${seed}"]
+    assert run_cli([*base, "seed=0", f"hydra.sweep.dir={tmp_path / 'first'}"], tmp_path, capsys)[0] == 0
+    code, lines = run_cli([*base, "seed=0,1", f"hydra.sweep.dir={tmp_path / 'again'}"], tmp_path, capsys)
+    assert code == 0 and any("1 of 2 jobs have a FINISHED run" in ln for ln in lines), lines
+    again = tmp_path / "again"
+    assert sorted(p.name for p in again.iterdir() if p.name.startswith("s")) == ["s1"]
+    out = _outcomes(again)
+    assert {j: (o["status"], "seed=0" in o["overrides"]) for j, o in out.items()} == {
+        0: ("finished", False),  # the launched job (seed 1) is Hydra's job 0
+        1: ("skipped", True),  # the job left out (seed 0) follows it
+    }
