@@ -226,10 +226,10 @@ def hyperparameter_cells(metrics: dict, columns: list[tuple[str, list[str]]]) ->
 def load_runs(tracking_uri: str | None, experiment: str, stale: bool, writes: bool):
     """(MLflow client or None, uri, the experiment's name, its runs -- only the RUNNING ones if ``stale``).
 
-    A SQLite store is read directly (``analysis.sqlite_runs``: no MLflow import, which was nearly all of the
+    A SQLite store is read directly (``tracking.sqlite_runs``: no MLflow import, which was nearly all of the
     command's time) unless the command ``writes`` (``--mark-failed``, ``--finish``) or the file is not
     readable that way; then, and for other stores, through MLflow (the client is returned for the writes)."""
-    from ..analysis.sqlite_runs import SqliteRuns, SqliteStoreUnreadable
+    from ..tracking.sqlite_runs import SqliteRuns, SqliteStoreUnreadable
 
     uri = store.resolve_uri(tracking_uri)
     db = store.sqlite_path(uri)

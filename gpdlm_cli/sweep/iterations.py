@@ -272,14 +272,28 @@ _READ: dict = {}  # (store, experiment, keys, its file's mtime) -> _stored_runs'
 
 def finished_config_hashes(client, experiment: str, uri: str) -> frozenset[str]:
     """The ``gpdlm.config_hash`` tags of every FINISHED run of ``experiment`` in the store (``uri``): the jobs
-    a sweep with ``sweep.skip_finished`` skips (read once per process while the store's file is unchanged)."""
+    a sweep with ``sweep.skip_finished`` skips (read once per process while the store's file is unchanged). A
+    SQLite store is read with one query (``tracking.sqlite_runs``; MLflow, which loads every run whole, took
+    ~8 s a sweep on the 2,400 runs of the classification study), another store or an unreadable file through
+    ``client``."""
     from pathlib import Path
+
+    from ..tracking.sqlite_runs import SqliteRuns, SqliteStoreUnreadable
 
     db = Path(uri[len("sqlite:///") :].split("?", 1)[0]) if uri.startswith("sqlite:///") else None
     stamp = db.stat().st_mtime_ns if db is not None and db.is_file() else None
     cache_key = (uri, experiment, "config_hash", stamp)
     if cache_key in _READ:
         return _READ[cache_key]
+    if db is not None and stamp is not None:
+        try:
+            store = SqliteRuns(db)
+            found = store.get_experiment_by_name(experiment)
+            hashes = store.tag_values(found.experiment_id, "gpdlm.config_hash", "FINISHED") if found else set()
+            _READ[cache_key] = frozenset(hashes)
+            return _READ[cache_key]
+        except SqliteStoreUnreadable:  # another schema, locked: MLflow's answer
+            pass
     exp = client.get_experiment_by_name(experiment)
     out: set[str] = set()
     token = None

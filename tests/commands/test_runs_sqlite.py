@@ -1,4 +1,4 @@
-"""`gpdlm runs` reads a SQLite store without MLflow (``analysis.sqlite_runs``): what it reads is what
+"""`gpdlm runs` reads a SQLite store without MLflow (``tracking.sqlite_runs``): what it reads is what
 MLflow's own ``search_runs`` returns, and the command imports no MLflow (docs/performance.md, "gpdlm runs")."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from gpdlm_cli.analysis import store as S
-from gpdlm_cli.analysis.sqlite_runs import SqliteRuns, SqliteStoreUnreadable
 from gpdlm_cli.commands import run_list
+from gpdlm_cli.tracking.sqlite_runs import SqliteRuns, SqliteStoreUnreadable
 
 from ..conftest import copy_store, gpdlm_subprocess
 from ..test_startup_imports import imported_modules
@@ -113,3 +113,24 @@ def test_gpdlm_runs_on_a_store_imports_no_mlflow_and_lists_the_runs(mixed, tmp_p
     assert sorted(m for m in ("mlflow", "sqlalchemy", "alembic", "pandas", "torch") if m in modules) == []
     assert "mixed: 5 runs" in done.stdout
     assert [done.stdout.count(s) for s in ("FINISHED", "FAILED", "RUNNING (stale)", "from-the-tag")] == [2, 1, 1, 1]
+
+
+def test_the_finished_config_hashes_are_read_in_one_query_as_mlflow_reads_them(template_db, tmp_path):
+    """``sweep.skip_finished``'s finished jobs (``sweep.iterations.finished_config_hashes``): the FINISHED, active
+    runs of the experiment, read straight from the SQLite store; the same set as MLflow's search."""
+    from gpdlm_cli.sweep import iterations
+
+    uri = copy_store(template_db, tmp_path)
+    client = MlflowClient(uri)
+    exp, other = make_experiment(client, uri, "hashes"), make_experiment(client, uri, "elsewhere")
+    for h, status in (("a", "FINISHED"), ("b", "FINISHED"), ("c", "FAILED"), ("d", "RUNNING")):
+        make_run(client, exp, {}, {}, status=status, tags={"gpdlm.config_hash": h})
+    client.delete_run(make_run(client, exp, {}, {}, tags={"gpdlm.config_hash": "deleted"}))
+    make_run(client, other, {}, {}, tags={"gpdlm.config_hash": "other"})
+    mlflow_says = {
+        r.data.tags["gpdlm.config_hash"] for r in S.search_all(client, exp, "attributes.status = 'FINISHED'")
+    }
+    assert mlflow_says == {"a", "b"}
+    assert SqliteRuns(S.sqlite_path(uri)).tag_values(exp, "gpdlm.config_hash", "FINISHED") == mlflow_says
+    assert iterations.finished_config_hashes(client, "hashes", uri) == mlflow_says
+    assert iterations.finished_config_hashes(client, "nope", uri) == frozenset()

@@ -114,6 +114,20 @@ class SqliteRuns:
         rows = self._query("SELECT name FROM experiments WHERE lifecycle_stage = 'active'" + self._workspace_clause())
         return [r[0] for r in rows]
 
+    def tag_values(self, experiment_id: str, key: str, status: str | None = None) -> set[str]:
+        """The values of tag ``key`` over the active runs of the experiment (only those with ``status`` if
+        given): one query, where MLflow's ``search_runs`` loads every run's params, metrics and tags (the
+        finished config hashes of a 2,400-run store: ~8 s through MLflow, milliseconds here)."""
+        sql = (
+            "SELECT t.value FROM tags t JOIN runs r ON t.run_uuid = r.run_uuid "
+            "WHERE t.key = ? AND r.experiment_id = ? AND r.lifecycle_stage = 'active'"
+        )
+        args: list[object] = [key, int(experiment_id)]
+        if status is not None:
+            sql += " AND r.status = ?"
+            args.append(status)
+        return {r[0] for r in self._query(sql, tuple(args))}
+
     def search_runs(self, experiment_id: str, status: str | None = None) -> list[Run]:
         """The active runs of the experiment (only those with ``status`` if given), with their tags and
         latest metrics; in no particular order."""
