@@ -6,9 +6,9 @@
 #    run in parts adds runs-2.jsonl.gz, ...: the report reads them all):
 #    rebuilt from those files alone -- on any clone, no MLflow store needed -- byte-identically
 #    (tests/commands/test_reproduce.py checks it). `--records-only` stops after these.
-# 2. The DLM paper's 2026-11-25 study report and the two later ones, from the MLflow stores that made them
-#    (`GPDLM_STUDY_STORE`, default sqlite:///mlflow.db in the folder the studies ran in; `GPDLM_POL_STORE`,
-#    `GPDLM_CLS_STORE`). Those stores lived outside git and are not on this machine: these reports have no run
+# 2. The DLM paper's 2026-11-25 study report and the 2026-11-27 pol one, from the MLflow stores that made them
+#    (`GPDLM_STUDY_STORE`, default sqlite:///mlflow.db in the folder the studies ran in; `GPDLM_POL_STORE`).
+#    Those stores lived outside git and are not on this machine: these reports have no run
 #    records yet (docs/reproduce.md, "Which published reports have their run records").
 #    The studies' commands are in docs/results/studies/<paper>.md.
 set -e
@@ -38,7 +38,3 @@ $R --claims dlm --experiment regression_logloss_pol --experiment regression_sqlo
 POL=${GPDLM_POL_STORE:-$URI}
 gpdlm report --tracking-uri "$POL" --no-log --claims dlm --experiment regression_logloss_pol --experiment regression_sqloss_pol \
    --study docs/results/pol_fast_2026-11-27/study.md --output docs/results/pol_fast_2026-11-27/report.md
-# DLM Fig. 1(d), Figs. 4-5 on ringnorm and twonorm at the paper's five sizes (2026-11-27), its own store (`GPDLM_CLS_STORE`)
-CLS=${GPDLM_CLS_STORE:-$URI}
-gpdlm report --tracking-uri "$CLS" --no-log --claims dlm --experiment classification \
-   --study docs/results/classification_2026-11-27/study.md --output docs/results/classification_2026-11-27/report.md

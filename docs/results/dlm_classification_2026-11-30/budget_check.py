@@ -11,8 +11,8 @@ exactly those 25 configurations (same beta, size, seed) twice, into the experime
 and prints, per size, the final objective (per datum) and the test NLL of the study's run, of ``fast`` (20,000) and of
 ``paper``, and joint DLM minus beta-ELBO (the study's selected runs) with each.
 
-    python docs/results/classification_2026-11-27/budget_check.py run  sqlite:////path/to/mlflow.db
-    python docs/results/classification_2026-11-27/budget_check.py read sqlite:////path/to/mlflow.db
+    python docs/results/dlm_classification_2026-11-30/budget_check.py run  sqlite:////path/to/mlflow.db
+    python docs/results/dlm_classification_2026-11-30/budget_check.py read sqlite:////path/to/mlflow.db
 """
 
 import math
