@@ -687,6 +687,7 @@ class Progress:
     resumed_s: float = 0.0  # their wall time (in this process)
     repeats: int = 0  # jobs of multiruns not started yet that an earlier multirun trains (``count_repeats``)
     read: set = field(default_factory=set)  # the outcome records ``_count_before_launch`` has read
+    swept: set = field(default_factory=set)  # sweep folders whose left-out jobs the basic launcher's callback counted
     trained_at: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # the last trained jobs' end times
 
     def left_s(self) -> float | None:
@@ -769,8 +770,11 @@ class ReproduceCallback:
             return
         if p.deadline is not None and time.monotonic() >= p.deadline:
             raise BudgetReached()
-        where = " or the --done records" if config.get("sweep", {}).get("finished_from") else ""
-        _count_before_launch(p, _outcome_files(Path(config.hydra.sweep.dir)), where)
+        sweep_dir = str(config.hydra.sweep.dir)
+        if sweep_dir not in p.swept:  # the jobs left out are all recorded before the first job starts
+            p.swept.add(sweep_dir)
+            where = " or the --done records" if config.get("sweep", {}).get("finished_from") else ""
+            _count_before_launch(p, _outcome_files(Path(sweep_dir)), where)
         p.restart_clock()
         p.job_started = time.monotonic()
 
