@@ -73,7 +73,9 @@ class Multirun:
     note: str = ""
     upper_bound: bool = True  # the estimate counts every stopping-rule stage at its cap (sweep.plan.SweepPlan.bound)
     job_lists: list[list[str]] = field(default_factory=list)  # every job's overrides (``+experiment=`` too)
+    argv_jobs: list[int] = field(default_factory=list)  # the jobs of each of ``argvs``, in ``job_lists``' order
     repeats: int = 0  # jobs an earlier multirun of the plan trains too (``count_repeats``): skipped as FINISHED
+    argv_repeats: list[int] = field(default_factory=list)  # ``repeats`` per launched multirun (``argvs``)
     finished: int = 0  # --dry-run: jobs FINISHED in the store or the --done files (skipped when run; not estimated)
 
     @property
@@ -207,8 +209,15 @@ def count_repeats(plan: Plan) -> None:
 
     seen: set[tuple] = set()
     for m in plan.multiruns:
-        mine = {(m.command, m.preset, frozenset(o for o in job if own(m.preset, o))) for job in m.job_lists}
+        keys = [(m.command, m.preset, frozenset(o for o in job if own(m.preset, o))) for job in m.job_lists]
+        mine = set(keys)
         m.repeats = len(mine & seen) if m.jobs is not None and len(mine) == m.jobs else 0
+        m.argv_repeats = []
+        if m.repeats and len(m.argv_jobs) == len(m.argvs) and sum(m.argv_jobs) == len(keys):
+            start = 0  # the repeats of each beta grid: counted off as its multirun launches (``_launch``)
+            for n in m.argv_jobs:
+                m.argv_repeats.append(sum(k in seen for k in keys[start : start + n]))
+                start += n
         seen |= mine
 
 
@@ -496,14 +505,16 @@ def _expand_jobs(m: Multirun) -> None:
     m.beta_grid = m.beta_grid and not sweeps_beta
     if not m.beta_grid:
         m.argvs, m.jobs, m.job_lists = [argv], len(jobs), [list(j) for j in jobs]
+        m.argv_jobs = [m.jobs]
     elif all(offline(s) for s in m.datasets.values()):
         m.argvs = [[a for a in args if a not in ("-m", "--multirun")] for args in sweep_overrides("beta", argv)]
         # each argv is ``argv`` with a beta list and its data pins (dataset=, dataset.*): the same preset, so
         # the same sweeper params as the first job composed above (only presets set them) -- counted
         # without composing each argv again (~0.3 s each; 88 of them in `reproduce dlm`)
         params = cfg.hydra.sweeper.get("params")
-        m.job_lists = [list(j) for a in m.argvs for j in sweep_jobs(a, params)]
-        m.jobs = len(m.job_lists)
+        grids = [sweep_jobs(a, params) for a in m.argvs]
+        m.job_lists = [list(j) for g in grids for j in g]
+        m.jobs, m.argv_jobs = len(m.job_lists), [len(g) for g in grids]
     else:  # the grid's length from each job's training size (the data itself is not here)
         grid_min, factor = float(cfg.sweep.grid_min), float(cfg.sweep.factor)
         sizes = [
@@ -1111,7 +1122,8 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
         p = PROGRESS
         stopped = (
             f"gpdlm reproduce: budget {args.budget} reached: {p.done} of {p.total} jobs done, "
-            f"{p.total - p.done} left (about {duration(p.left_s())}); rerun the same command to continue"
+            f"{p.total - p.done} left{_repeats_note(p.repeats)} (about {duration(p.left_s())}); rerun the same "
+            "command to continue"
         )
         print(stopped, file=sys.stderr)
         client.set_tag(parent_id, "gpdlm.progress", stopped)
@@ -1124,6 +1136,11 @@ def run(plan: Plan, paper, args, budget: float | None) -> int:
     _report(plan, paper, args, client, uri, outdir, settings)
     client.set_terminated(parent_id, "KILLED" if stopped else "FINISHED")
     return 0
+
+
+def _repeats_note(repeats: int) -> str:
+    """What the stop line says of the jobs left that an earlier multirun trains (free: skipped as FINISHED)."""
+    return f", {repeats} of them an earlier multirun's (skipped as FINISHED)" if repeats else ""
 
 
 def _parent_run(plan: Plan, args, outdir: Path, settings: dict) -> tuple:
@@ -1163,10 +1180,13 @@ def _launch(plan: Plan, uri: str, outdir: Path, progress: Progress, done: dict |
     if progress.deadline is not None:  # for the jobs a parallel launcher runs in other processes (hydra_apps)
         tail.append(f"+sweep.deadline={time.time() + progress.deadline - time.monotonic():.0f}")
     for i, m in enumerate(plan.multiruns, 1):
-        progress.repeats = max(0, progress.repeats - m.repeats)  # its repeats are skipped as they come, now
         for k, argv in enumerate(m.argvs, 1):
             if progress.deadline is not None and time.monotonic() >= progress.deadline:
                 raise BudgetReached()
+            # this launch's repeats are skipped as they come, now (a budget stop between D5-error's beta grids
+            # counted the grids not launched yet as work: "2505 left, about 2.2 h", all of them FINISHED)
+            mine_again = m.argv_repeats[k - 1] if len(m.argv_repeats) == len(m.argvs) else m.repeats * (k == 1)
+            progress.repeats = max(0, progress.repeats - mine_again)
             if argv[0] == "gpdlm sweep beta":  # data not offline: `gpdlm sweep beta` loads it (downloads)
                 launches = [[*a, *tail] for a in sweep_overrides("beta", argv[1:])]
             else:

@@ -160,6 +160,9 @@ def test_jobs_of_two_multiruns_are_counted_once_and_not_estimated_twice():
         ["dataset=ringnorm,twonorm,banana"],
     )
     assert d5.jobs == d4r.jobs + d4c.jobs == 3 * 1275 and (d4r.repeats, d4c.repeats, d5.repeats) == (0, 0, 3825)
+    # per launched beta grid (one per data set and training size), counted off as each launches
+    assert len(d5.argv_repeats) == len(d5.argvs) == 15 and d5.argv_repeats == d5.argv_jobs
+    assert sum(d5.argv_jobs) == d5.jobs and d4r.argv_repeats == [] and sum(d4r.argv_jobs) == d4r.jobs
     # the ELBO (SVGP at beta = 1, which no beta grid holds) beside each: 5 sizes x 5 seeds a data set
     assert [m.overrides[-2:] for m in (d4r_elbo, d4c_elbo, d5_elbo)] == [["model=svgp", "objective.beta=1"]] * 3
     assert (d4r_elbo.jobs, d4c_elbo.jobs, d5_elbo.jobs) == (25, 50, 75) and d5_elbo.repeats == 75
@@ -796,7 +799,9 @@ def test_the_reproduce_and_plan_functions_are_short():
 def test_the_repeats_of_a_multirun_count_as_free_only_until_it_starts(tmp_path, monkeypatch):
     """The time left leaves out the jobs of later multiruns that repeat earlier ones (skipped as FINISHED):
     `reproduce dlm --claims D4-ringnorm,D4-comparable,D5-error` said "7575 left, about 4.3 h" with 3,900 of
-    them D5-error's repeats; once such a multirun starts, its jobs count as they come."""
+    them D5-error's repeats; once such a multirun starts, its jobs count as they come -- per launched beta grid
+    (a budget stop between D5-error's grids said "2505 left, about 2.2 h", the grids not launched yet counted as
+    work though all their jobs were FINISHED)."""
     import sys
 
     from gpdlm_cli.commands import train as train_cmd
@@ -804,13 +809,33 @@ def test_the_repeats_of_a_multirun_count_as_free_only_until_it_starts(tmp_path, 
     seen = []
     monkeypatch.setattr(train_cmd, "train_main", lambda: seen.append(p.repeats))
     monkeypatch.setattr(sys, "argv", list(sys.argv))
-    a = rp.Multirun("classification", [], jobs=6, argvs=[["+experiment=classification"]])
-    b = rp.Multirun("classification", ["dataset=twonorm"], jobs=4, argvs=[["+experiment=classification"]])
-    b.repeats = 4
-    plan = rp.Plan("dlm", "paper", "fast", [a, b], [])
+    grid = [["+experiment=classification"]]
+    a = rp.Multirun("classification", [], jobs=6, argvs=grid)
+    b = rp.Multirun("classification", ["dataset=twonorm"], jobs=4, argvs=grid * 2, argv_repeats=[2, 2])
+    c = rp.Multirun("classification", ["dataset=banana"], jobs=3, argvs=grid * 2)  # no per-grid counts
+    b.repeats, c.repeats = 4, 3
+    plan = rp.Plan("dlm", "paper", "fast", [a, b, c], [])
     p = rp.Progress(total=plan.jobs, deadline=None, repeats=plan.repeats)
     rp._launch(plan, f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path, p)
-    assert seen == [4, 0]
+    assert seen == [7, 5, 3, 0, 0]
+
+    # a budget stop before b's second grid: its two repeats are not work
+    def stop_after(n: int):
+        def launch():
+            seen.append(p.repeats)
+            if len(seen) == n:
+                p.deadline = 0.0
+
+        return launch
+
+    seen.clear()
+    monkeypatch.setattr(train_cmd, "train_main", stop_after(2))
+    p = rp.Progress(total=plan.jobs, deadline=float("inf"), repeats=plan.repeats)
+    with pytest.raises(rp.BudgetReached):
+        rp._launch(plan, f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path, p)
+    assert seen == [7, 5] and p.repeats == 5
+    assert rp._repeats_note(p.repeats) == ", 5 of them an earlier multirun's (skipped as FINISHED)"
+    assert rp._repeats_note(0) == ""
 
 
 def test_the_time_left_follows_the_recent_jobs_once_enough_have_trained(monkeypatch):
