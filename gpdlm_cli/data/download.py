@@ -23,6 +23,7 @@ fetched again over a cached one (``fetch --force``) and when ``gpdlm datasets ve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -31,9 +32,15 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeGuard
+
+try:
+    import fcntl
+except ImportError:  # Windows: the checksum record is updated unlocked
+    fcntl = None  # type: ignore[assignment]
 
 from ..exceptions import DataError
 from ..files import sha256_file
@@ -84,6 +91,29 @@ def _write_db(db: dict) -> None:
     os.replace(tmp, p)
 
 
+@contextlib.contextmanager
+def _updating_db() -> Iterator[dict]:
+    """The checksum record, read and written back under an exclusive lock on ``<cache>/.checksums.lock``:
+    two processes sharing a cache (the two workers of a joblib sweep, the test suite's xdist workers) each
+    read-modify-write the whole record, and without the lock the later write drops the other's entry -- a lost
+    first-fetch record of a file the registry has no checksum for is a file nothing vouches for any more.
+    Where ``fcntl`` is missing (Windows) the update is unlocked, as before."""
+    p = _checksum_db_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p.parent / ".checksums.lock", "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            db = _read_db()
+            before = json.dumps(db, sort_keys=True)
+            yield db
+            if json.dumps(db, sort_keys=True) != before:
+                _write_db(db)
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
 def _stat_record(st) -> dict:
     """What a memoised hash belongs to: size, mtime, inode and ctime of the file."""
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "ctime_ns": st.st_ctime_ns}
@@ -107,15 +137,14 @@ def _db_key(path: Path) -> str:
 def cached_checksum(path: Path) -> str:
     """SHA-256 of a file, memoised in checksums.json by (size, mtime) so big files hash once."""
     st = path.stat()
-    db = _read_db()
     key = _db_key(path)
-    rec = db.get(key)
+    rec = _read_db().get(key)
     if _same_version(rec, st) and rec.get("sha256"):
         return rec["sha256"]
-    digest = sha256_file(path)
-    first = (rec or {}).get("first_fetch_sha256", digest)
-    db[key] = {"sha256": digest, **_stat_record(st), "first_fetch_sha256": first}
-    _write_db(db)
+    digest = sha256_file(path)  # outside the lock: a big file hashes for seconds
+    with _updating_db() as db:
+        first = db.get(key, {}).get("first_fetch_sha256", digest)
+        db[key] = {"sha256": digest, **_stat_record(st), "first_fetch_sha256": first}
     return digest
 
 
@@ -129,25 +158,23 @@ def _record(path: Path, digest: str, fetched: bool = False) -> None:
     """Memoise a verified hash of ``path`` (with its size and mtime); ``fetched``: it was just
     fetched, so it is also the new first-fetch record."""
     st = path.stat()
-    db = _read_db()
     key = _db_key(path)
-    first = digest if fetched else db.get(key, {}).get("first_fetch_sha256", digest)
-    db[key] = {"sha256": digest, **_stat_record(st), "first_fetch_sha256": first}
-    _write_db(db)
+    with _updating_db() as db:
+        first = digest if fetched else db.get(key, {}).get("first_fetch_sha256", digest)
+        db[key] = {"sha256": digest, **_stat_record(st), "first_fetch_sha256": first}
 
 
 def _forget(path: Path) -> None:
     """Drop the memoised hash of ``path`` (it failed its check): keep only its first-fetch record."""
-    db = _read_db()
     key = _db_key(path)
-    rec = db.get(key)
-    if rec and "sha256" in rec:
-        first = rec.get("first_fetch_sha256")
-        if first:
-            db[key] = {"first_fetch_sha256": first}
-        else:
-            del db[key]
-        _write_db(db)
+    with _updating_db() as db:
+        rec = db.get(key)
+        if rec and "sha256" in rec:
+            first = rec.get("first_fetch_sha256")
+            if first:
+                db[key] = {"first_fetch_sha256": first}
+            else:
+                del db[key]
 
 
 def invalidate_parsed(dataset: str) -> list[Path]:
