@@ -142,9 +142,7 @@ def cached_checksum(path: Path) -> str:
     if _same_version(rec, st) and rec.get("sha256"):
         return rec["sha256"]
     digest = sha256_file(path)  # outside the lock: a big file hashes for seconds
-    with _updating_db() as db:
-        first = db.get(key, {}).get("first_fetch_sha256", digest)
-        db[key] = {"sha256": digest, **_stat_record(st), "first_fetch_sha256": first}
+    _record(path, digest, st=st)  # the stat from before the hash: an edit while hashing is hashed again
     return digest
 
 
@@ -154,10 +152,10 @@ def recorded_checksum(path: Path) -> str | None:
     return rec.get("first_fetch_sha256") if rec else None
 
 
-def _record(path: Path, digest: str, fetched: bool = False) -> None:
-    """Memoise a verified hash of ``path`` (with its size and mtime); ``fetched``: it was just
-    fetched, so it is also the new first-fetch record."""
-    st = path.stat()
+def _record(path: Path, digest: str, fetched: bool = False, st=None) -> None:
+    """Memoise a verified hash of ``path`` (with its size and mtime: ``st``, default its stat now); ``fetched``:
+    it was just fetched, so it is also the new first-fetch record."""
+    st = st or path.stat()
     key = _db_key(path)
     with _updating_db() as db:
         first = digest if fetched else db.get(key, {}).get("first_fetch_sha256", digest)
