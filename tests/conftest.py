@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 # pytest-xdist runs one worker per core: one BLAS/torch thread each (and in the gpdlm subprocesses
@@ -135,14 +136,17 @@ def exhaustive(cases, *, fast, ids=None) -> list:
 
 
 _COMPOSED: dict = {}
+_READONLY: dict = {}
 
 
-def compose(overrides=(), *, hydra: bool = False):
+def compose(overrides=(), *, hydra: bool = False, readonly: bool = False):
     """The composed gpdlm config, exactly as `gpdlm train` would build it (with its ``hydra`` node,
     the launcher's and sweeper's settings, when ``hydra=True``). Each distinct (overrides, hydra, working
     directory) is composed once per test process and handed out as a deep copy, which the caller may
     change freely: a compose costs ~0.2-0.7 s, a copy ~0.02 s, and many tests compose the same presets.
-    Interpolations (``${oc.env:...}``) stay unresolved in the copy, as in a fresh compose."""
+    Interpolations (``${oc.env:...}``) stay unresolved in the copy, as in a fresh compose. With
+    ``readonly=True`` every call gets one shared read-only copy instead (for tests that only look: the plan
+    tests read ~700 configs, whose copies cost more than the composes they saved)."""
     import copy
 
     from hydra import compose as hydra_compose
@@ -153,13 +157,18 @@ def compose(overrides=(), *, hydra: bool = False):
     if key not in _COMPOSED:
         with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
             _COMPOSED[key] = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=hydra)
-    return copy.deepcopy(_COMPOSED[key])
+    if not readonly:
+        return copy.deepcopy(_COMPOSED[key])
+    if key not in _READONLY:
+        _READONLY[key] = copy.deepcopy(_COMPOSED[key])
+        OmegaConf.set_readonly(_READONLY[key], True)
+    return _READONLY[key]
 
 
 def sweep_grid(overrides=()) -> dict[str, list[str]]:
     """The grid `gpdlm train -m <overrides>` sweeps: the composed hydra.sweeper.params as {key: [values]}
     (a preset's grid for ``["+experiment=NAME"]``)."""
-    cfg = compose(overrides, hydra=True)
+    cfg = compose(overrides, hydra=True, readonly=True)
     return {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
 
 

@@ -39,7 +39,7 @@ def _job_configs(m: rp.Multirun, keys: set[str]):
     grid = {k: v for k, v in sweep_grid(fixed).items() if k not in {o.split("=", 1)[0] for o in fixed}}
     grid.update({o.split("=", 1)[0]: o.split("=", 1)[1].split(",") for o in m.overrides if _is_sweep(o)})
     axes = [[f"{k}={v}" for v in (vs if _varies(k, keys) else vs[:1])] for k, vs in grid.items()]
-    return (compose([*fixed, *pick]) for pick in itertools.product(*axes))
+    return (compose([*fixed, *pick], readonly=True) for pick in itertools.product(*axes))
 
 
 def _match(table, dim: str, name: str) -> dict:
