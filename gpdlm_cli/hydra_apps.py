@@ -10,6 +10,7 @@ hydra-optuna-sweeper minimises. SIGTERM and SIGHUP end a job like Ctrl-C (``sign
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 
 from omegaconf import DictConfig
@@ -144,8 +145,6 @@ def past_deadline(cfg: DictConfig) -> str | None:
     passes it to every multirun) has passed. The reproduce process stops its own jobs before the deadline; jobs a
     parallel launcher (joblib, Slurm, Ray) starts in other processes check it here, so a budget ends a multirun
     after the jobs in flight instead of after all of its jobs. None: no deadline, or not reached."""
-    import time
-
     deadline = cfg.get("sweep", {}).get("deadline")
     if deadline is None or time.time() < float(deadline):
         return None
@@ -189,6 +188,7 @@ def run_job(cfg: DictConfig, runner, run_name=None):
         record_outcome(sweep_dir, job, "skipped", overrides, late)
         return float("inf")
     outcome: dict = {}
+    started = time.monotonic()
     metrics, failure = _run_sweep_job(cfg, runner, hc, overrides, context, outcome)
     if failure is not None:
         record_outcome(sweep_dir, job, "failed", overrides, failure)
@@ -198,7 +198,8 @@ def run_job(cfg: DictConfig, runner, run_name=None):
     except GpdlmError as e:  # sweep.objective names no metric of this run
         record_outcome(sweep_dir, job, "failed", overrides, report_error(e))
         return float("inf")
-    record_outcome(sweep_dir, job, "skipped" if metrics is None else "finished", overrides, **outcome)
+    status = "skipped" if metrics is None else "finished"
+    record_outcome(sweep_dir, job, status, overrides, seconds=time.monotonic() - started, **outcome)
     return value
 
 

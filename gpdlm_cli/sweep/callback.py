@@ -212,10 +212,12 @@ def record_outcome(
     reason: str = "",
     resumed: str | None = None,
     before_launch: bool = False,
+    seconds: float | None = None,
 ) -> None:
     """A job's outcome as a file (jobs may run in other processes or on other machines); ``resumed``: a
     job that continued a stopped run from its checkpoint (``run.resume``) says which run and step;
-    ``before_launch``: a FINISHED job the sweeper left out (``leave_out_finished``)."""
+    ``before_launch``: a FINISHED job the sweeper left out (``leave_out_finished``); ``seconds``: the job's
+    wall time in the process that ran it (`gpdlm reproduce` weighs the jobs left by it: ``Progress.mix_factor``)."""
     d = Path(sweep_dir) / "outcomes"
     d.mkdir(parents=True, exist_ok=True)
     from ..files import write_atomic
@@ -225,6 +227,8 @@ def record_outcome(
         record["resumed"] = resumed
     if before_launch:
         record["before_launch"] = True
+    if seconds is not None:
+        record["seconds"] = round(float(seconds), 3)
     write_atomic(d / f"{job_num}.json", json.dumps(record))
 
 

@@ -9,6 +9,7 @@ import gzip
 import json
 import math
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -414,10 +415,12 @@ def test_budget_and_interruption_resume_without_rerunning(tmp_path, monkeypatch,
     assert cli.main(args) != 0
     second = {r.data.tags["gpdlm.config_hash"]: r.info.run_id for r in _finished(uri)}
     assert len(second) == len(first) + 1 and all(second[h] == rid for h, rid in first.items())
-    monkeypatch.setattr(rp, "_after_job", lambda progress, status: None)
+    shapes = []  # the jobs left per shape after each job: every job's overrides name a shape of the plan
+    monkeypatch.setattr(rp, "_after_job", lambda progress, status: shapes.append(dict(progress.shapes_left)))
     capsys.readouterr()
     assert cli.main(args) == 0
     err = capsys.readouterr().err
+    assert len(shapes) == 2 and sum(shapes[0].values()) == 1 and sum(shapes[-1].values()) == 0, shapes
     runs = _finished(uri)
     third = {r.data.tags["gpdlm.config_hash"]: r.info.run_id for r in runs}
     assert len(runs) == len(third) == 4  # every job once: nothing trained twice
@@ -836,6 +839,46 @@ def test_the_repeats_of_a_multirun_count_as_free_only_until_it_starts(tmp_path, 
     assert seen == [7, 5] and p.repeats == 5
     assert rp._repeats_note(p.repeats) == ", 5 of them an earlier multirun's (skipped as FINISHED)"
     assert rp._repeats_note(0) == ""
+
+
+def test_the_time_left_weighs_the_jobs_left_by_their_shapes_times(monkeypatch):
+    """After a grid of cheap jobs the recent rate alone says the expensive jobs left are cheap (pol: 4.0 h after
+    a joint-DLM grid at n = 2,000, 65 minutes after a fixed-DLM one): each job left costs its shape's own time
+    so far (seed and beta do not change the shape), a shape not trained yet the recent jobs' mean."""
+    from types import SimpleNamespace
+
+    clock = [0.0]
+    monkeypatch.setattr(rp, "time", SimpleNamespace(monotonic=lambda: clock[0], time=lambda: 0.0))
+    joint = ["+experiment=regression_logloss_pol", "model=dlm", "dataset.split.train_size=2000"]
+    fixed = ["+experiment=regression_logloss_pol", "model=dlm_fixed", "dataset.split.train_size=2000"]
+    big = ["+experiment=regression_logloss_pol", "model=dlm", "dataset.split.train_size=4000"]
+    assert rp.job_shape([*joint, "seed=3", "objective.beta=0.5", "threads=1", "+sweep.scale=paper"]) == rp.job_shape(
+        [*joint, "seed=0", "objective.beta=8", "tracking.uri=sqlite:///x.db"]
+    )
+    assert rp.job_shape(joint) != rp.job_shape(fixed) != rp.job_shape(big)
+    plan = [[*joint, f"seed={i}"] for i in range(40)] + [[*fixed, f"seed={i}"] for i in range(40)]
+    plan += [[*big, f"seed={i}"] for i in range(20)]
+    p = rp.Progress(total=100, deadline=None, started=0.0)
+    p.shapes_left = Counter(rp.job_shape(j) for j in plan)
+    for j in plan[:30]:  # 30 joint jobs, 10 s each, one after the other
+        clock[0] += 10.0
+        p.count({"status": "finished", "overrides": [*j, "threads=1"], "seconds": 10.0})
+    # 10 joint at 10 s, 40 fixed and 20 n = 4000 not trained yet: at the recent jobs' 10 s
+    assert p.left_s() == pytest.approx(70 * 10.0)
+    for j in plan[40:70]:  # then 30 fixed jobs, 1 s each
+        clock[0] += 1.0
+        p.count({"status": "finished", "overrides": j, "seconds": 1.0})
+    # the recent rate says 1 s a job for the 40 left; 10 of them are joint (10 s), 10 fixed (1 s), 20 of a
+    # shape not trained yet (the recent 1 s)
+    assert p.left_s() == pytest.approx(10 * 10.0 + 10 * 1.0 + 20 * 1.0)
+    p.count({"status": "skipped", "overrides": plan[30]})  # a skipped joint job: one fewer left, no time
+    assert p.left_s() == pytest.approx(9 * 10.0 + 10 * 1.0 + 20 * 1.0)
+    q = rp.Progress(total=10, deadline=None, started=0.0)  # no shapes (a plan without job lists): the rate
+    clock[0] = 0.0
+    for _ in range(2):
+        clock[0] += 5.0
+        q.count({"status": "finished", "overrides": joint, "seconds": 5.0})
+    assert q.left_s() == pytest.approx(5.0 * 8)
 
 
 def test_the_time_left_follows_the_recent_jobs_once_enough_have_trained(monkeypatch):
