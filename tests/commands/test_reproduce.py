@@ -637,13 +637,16 @@ def test_dataset_options_are_checked_under_their_registry_names():
 
 @pytest.mark.slow
 def test_the_plan_checks_a_dataset_option_under_its_registry_name():
+    before = rp.data_status("airline_nyc")
     plan = rp.derive(claims.load("dlm"), ["D9-recover-exact-nyc"], "paper", "paper")
     rp.expand(plan)
-    assert [m.datasets for m in plan.multiruns] == [{"airline_nyc_class": rp.data_status("airline_nyc")}] * 3
-    assert rp.data_status("airline_nyc") != "unknown dataset"
     text = rp.describe(plan)
-    assert "unknown dataset" not in text
-    assert text.count(f"data airline_nyc_class (airline_nyc) [{rp.data_status('airline_nyc')}]") == 3
+    # another xdist worker may cache the data meanwhile (the workers share one cache): either status
+    seen = {before, rp.data_status("airline_nyc")}
+    assert "unknown dataset" not in seen and "unknown dataset" not in text
+    assert [list(m.datasets) for m in plan.multiruns] == [["airline_nyc_class"]] * 3
+    assert all(m.datasets["airline_nyc_class"] in seen for m in plan.multiruns)
+    assert sum(text.count(f"data airline_nyc_class (airline_nyc) [{s}]") for s in seen) == 3
 
 
 @pytest.mark.slow
