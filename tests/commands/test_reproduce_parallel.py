@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from omegaconf import OmegaConf
 
 from gpdlm_cli.commands import reproduce as rp
@@ -27,6 +28,7 @@ def test_a_job_started_past_the_deadline_is_not_trained():
     assert why is not None and why.startswith("past the budget of gpdlm reproduce (sweep.deadline ")
 
 
+@pytest.mark.slow  # real multiruns: over ~3 s (make test-fast stays under 2 minutes)
 def test_the_jobs_of_a_multirun_past_its_deadline_are_skipped_and_say_why(tmp_path, template_db, capsys):
     """Through `gpdlm train -m` (the default launcher here: the job-side check is the same in every launcher)."""
     copy_store(template_db, tmp_path)

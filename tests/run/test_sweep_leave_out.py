@@ -23,6 +23,7 @@ def _outcomes(sweep_dir: Path) -> dict[int, dict]:
     return {int(p.stem): json.loads(p.read_text()) for p in (sweep_dir / "outcomes").glob("*.json")}
 
 
+@pytest.mark.slow  # real multiruns: over ~3 s (make test-fast stays under 2 minutes)
 def test_finished_jobs_are_left_out_before_the_launch_and_counted_as_skipped(tmp_path, template_db, capsys):
     copy_store(template_db, tmp_path)
     db = tmp_path / "mlflow.db"
@@ -60,6 +61,7 @@ def test_finished_jobs_are_left_out_before_the_launch_and_counted_as_skipped(tmp
     assert "seed=1" in (second / "1" / ".hydra" / "overrides.yaml").read_text()
 
 
+@pytest.mark.slow  # real multiruns: over ~3 s (make test-fast stays under 2 minutes)
 def test_a_sweep_over_experiments_checks_each_job_against_its_own(tmp_path, template_db, capsys):
     """The same configuration FINISHED in experiment a is not a finished job of experiment b."""
     copy_store(template_db, tmp_path)
@@ -72,6 +74,7 @@ def test_a_sweep_over_experiments_checks_each_job_against_its_own(tmp_path, temp
     assert len(split_runs(runs(db, "a"))[1]) == 1 and len(split_runs(runs(db, "b"))[1]) == 1
 
 
+@pytest.mark.slow  # real multiruns: over ~3 s (make test-fast stays under 2 minutes)
 @pytest.mark.parametrize(
     "setting",
     [
@@ -122,6 +125,7 @@ def test_reproduce_counts_the_jobs_left_out_in_one_line_and_restarts_its_clock(t
     assert time.monotonic() - q.started < 5.0
 
 
+@pytest.mark.slow  # real multiruns: over ~3 s (make test-fast stays under 2 minutes)
 def test_folders_named_otherwise_keep_their_names_and_the_records_follow_the_launched_jobs(
     tmp_path, template_db, capsys
 ):

@@ -42,6 +42,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch, capsys)
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.slow  # real multiruns: over ~3 s (make test-fast stays under 2 minutes)
 def test_the_estimate_counts_a_shared_stage_once_per_key():
     p = plan(
         [
