@@ -26,6 +26,7 @@ def test_a_job_started_past_the_deadline_is_not_trained():
     assert past_deadline(OmegaConf.create({"sweep": {"deadline": time.time() + 60}})) is None
     why = past_deadline(OmegaConf.create({"sweep": {"deadline": time.time() - 1}}))
     assert why is not None and why.startswith("past the budget of gpdlm reproduce (sweep.deadline ")
+    assert why.startswith(rp.LATE)  # what the reproduce process reads as "not run" (Progress.count)
 
 
 @pytest.mark.slow  # real multiruns: over ~3 s (make test-fast stays under 2 minutes)
@@ -58,12 +59,13 @@ def test_a_line_per_job_as_its_outcome_appears_and_none_counted_twice(tmp_path, 
         assert (p.done, p.trained) == (2, 1)  # seen while the multirun runs
         record_outcome(tmp_path, 2, "skipped", ["seed=2"], "past the budget of gpdlm reproduce (...)")
         record_outcome(tmp_path, 10, "finished", ["seed=10"], resumed="abc at step 40")
-    assert (p.done, p.trained, p.resumed) == (4, 1, 1) and len(p.read) == 4  # the last poll at the end
+    # the job past the budget was not run: read, not done (still left)
+    assert (p.done, p.trained, p.resumed) == (3, 1, 1) and len(p.read) == 4  # the last poll at the end
     err = capsys.readouterr().err.strip().splitlines()
     assert re.fullmatch(r"gpdlm reproduce: 1/5 jobs done \(finished: seed=0\), 4 left, about \d+ s left", err[0])
     assert err[1].startswith("gpdlm reproduce: 2/5 jobs done (skipped: FINISHED in the store or the --done records")
-    assert "(skipped: past the budget of gpdlm reproduce (...): seed=2)" in err[2]
-    assert "(finished, resumed abc at step 40: seed=10)" in err[3]
+    assert "2/5 jobs done (skipped: past the budget of gpdlm reproduce (...): seed=2), 3 left" in err[2]
+    assert "3/5 jobs done (finished, resumed abc at step 40: seed=10), 2 left" in err[3]
 
 
 def test_a_budgeted_reproduce_passes_its_deadline_and_watches_a_parallel_launcher(tmp_path, monkeypatch):
