@@ -711,7 +711,6 @@ class Progress:
     run_id: str | None = None
     done: int = 0
     trained: int = 0
-    seconds: float = 0.0
     started: float = field(default_factory=time.monotonic)
     job_started: float = 0.0
     resumed: int = 0  # jobs that continued a stopped run from its checkpoint (run.resume)
@@ -787,20 +786,27 @@ class Progress:
         if not self.trained and not self.resumed:
             self.started = time.monotonic()
 
-    def count(self, outcome: dict) -> None:
-        """One ended job of another process, from its outcome record: done, and trained unless it resumed. A job
-        a parallel launcher started past the budget (``hydra_apps.past_deadline``) was not run: not done, still
-        left (a 2h10m pol study stopped saying "2650 of 2670 jobs done, 20 left": ~330 of them had been skipped
-        so)."""
+    def count(self, outcome: dict, overrides=None, took: float | None = None) -> bool:
+        """One ended job, from its outcome record: done, and trained unless it resumed; False (not counted) for
+        a job a parallel launcher started past the budget (``hydra_apps.past_deadline``): it was not run, it is
+        still left (a 2h10m pol study stopped saying "2650 of 2670 jobs done, 20 left": ~330 of them had been
+        skipped so). The one rule for both launchers: the default launcher's callback passes the job's Hydra
+        ``overrides`` and its wall time in this process (``took``: a resumed job's adds to ``resumed_s``, time
+        no job trained in), a parallel launcher's watcher neither (the record's own ``overrides`` and
+        ``seconds``)."""
         if outcome["status"] == "skipped" and str(outcome.get("reason", "")).startswith(LATE):
-            return
+            return False
         resumed = outcome["status"] == "finished" and bool(outcome.get("resumed"))
         self.done += 1
-        self.resumed += resumed
+        if resumed:
+            self.resumed += 1
+            self.resumed_s += took or 0.0
         trained = outcome["status"] == "finished" and not resumed
         if trained:
             self.trained_one()
-        self.ended(outcome.get("overrides", ()), outcome.get("seconds"), trained)
+        seconds = took if took is not None else outcome.get("seconds")
+        self.ended(outcome.get("overrides", ()) if overrides is None else overrides, seconds, trained)
+        return True
 
     def line(self, what: str) -> str:
         left = max(0, self.total - self.done)
@@ -863,20 +869,11 @@ class ReproduceCallback:
 
         path = Path(config.hydra.sweep.dir) / "outcomes" / f"{job_number(config.hydra)}.json"
         outcome = json.loads(path.read_text()) if path.is_file() else {"status": "failed"}
-        status = outcome["status"]
-        p.done += 1
-        took = time.monotonic() - p.job_started
-        if status == "finished" and outcome.get("resumed"):  # trained only the rest: not a job's time
-            p.resumed += 1
-            p.resumed_s += took
-        elif status == "finished":
-            p.trained_one()
-            p.seconds += took
-        trained = status == "finished" and not outcome.get("resumed")
-        p.ended(list(config.hydra.overrides.task), took, trained)
+        overrides = list(config.hydra.overrides.task)
+        p.count(outcome, overrides, time.monotonic() - p.job_started)
         where = " or the --done records" if config.get("sweep", {}).get("finished_from") else ""
-        _job_line(p, outcome, list(config.hydra.overrides.task), where)
-        _after_job(p, status)
+        _job_line(p, outcome, overrides, where)
+        _after_job(p, outcome["status"])
 
     # the rest of Hydra's callback interface
     def on_run_start(self, config, **kwargs) -> None: ...

@@ -68,6 +68,25 @@ def test_a_line_per_job_as_its_outcome_appears_and_none_counted_twice(tmp_path, 
     assert "3/5 jobs done (finished, resumed abc at step 40: seed=10), 2 left" in err[3]
 
 
+def test_the_default_launchers_callback_counts_by_the_same_rule(tmp_path, monkeypatch, capsys):
+    """`ReproduceCallback.on_job_end` (jobs in this process) counts through `Progress.count` as the watcher does:
+    a job skipped past the budget is not done, a finished one is, with its wall time in this process."""
+    p = rp.Progress(total=3, deadline=None)
+    monkeypatch.setattr(rp, "PROGRESS", p)
+    callback = rp.ReproduceCallback()
+    for job, (status, reason) in enumerate([("finished", None), ("skipped", "past the budget of gpdlm reproduce (x)")]):
+        config = OmegaConf.create(
+            {"hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"num": job}, "overrides": {"task": [f"seed={job}"]}}}
+        )
+        callback.on_job_start(config)
+        record_outcome(tmp_path, job, status, [f"seed={job}"], reason)
+        callback.on_job_end(config)
+    assert (p.done, p.trained) == (1, 1)
+    assert len(p.recent_seconds) == 1 and 0 <= p.recent_seconds[0] < 5.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "1/3 jobs done (skipped: past the budget of gpdlm reproduce (x): seed=1), 2 left" in err[-1]
+
+
 def test_a_budgeted_reproduce_passes_its_deadline_and_watches_a_parallel_launcher(tmp_path, monkeypatch):
     import sys
 
