@@ -6,10 +6,10 @@
 #    run in parts adds runs-2.jsonl.gz, ...: the report reads them all):
 #    rebuilt from those files alone -- on any clone, no MLflow store needed -- byte-identically
 #    (tests/commands/test_reproduce.py checks it). `--records-only` stops after these.
-# 2. The DLM paper's 2026-11-25 study report and the 2026-11-27 pol one, from the MLflow stores that made them
-#    (`GPDLM_STUDY_STORE`, default sqlite:///mlflow.db in the folder the studies ran in; `GPDLM_POL_STORE`).
-#    Those stores lived outside git and are not on this machine: these reports have no run
-#    records yet (docs/reproduce.md, "Which published reports have their run records").
+# 2. The DLM paper's 2026-11-25 study report, from the MLflow store that made it
+#    (`GPDLM_STUDY_STORE`, default sqlite:///mlflow.db in the folder the study ran in).
+#    That store lived outside git and is not on this machine: this report has no run
+#    records (docs/reproduce.md, "Which published reports have their run records").
 #    The studies' commands are in docs/results/studies/<paper>.md.
 set -e
 cd "$(dirname "$0")/../.."
@@ -34,7 +34,3 @@ R="gpdlm report --tracking-uri $URI --no-log"
 $R --claims dlm --experiment regression_logloss_pol --experiment regression_sqloss_pol --experiment classification \
    --experiment count --experiment count_curves --experiment airline_curves --experiment sampling_methods \
    --experiment bias_study --experiment regression_bmc --study docs/results/studies/dlm.md --output docs/results/dlm.md
-# DLM Fig. 1(a), 1(b) on pol at the paper's whole grid (2026-11-27/28), its own store (`GPDLM_POL_STORE`; commands in its study.md)
-POL=${GPDLM_POL_STORE:-$URI}
-gpdlm report --tracking-uri "$POL" --no-log --claims dlm --experiment regression_logloss_pol --experiment regression_sqloss_pol \
-   --study docs/results/pol_fast_2026-11-27/study.md --output docs/results/pol_fast_2026-11-27/report.md
