@@ -847,7 +847,8 @@ def test_the_repeats_of_a_multirun_count_as_free_only_until_it_starts(tmp_path, 
 def test_the_time_left_weighs_the_jobs_left_by_their_shapes_times(monkeypatch):
     """After a grid of cheap jobs the recent rate alone says the expensive jobs left are cheap (pol: 4.0 h after
     a joint-DLM grid at n = 2,000, 65 minutes after a fixed-DLM one): each job left costs its shape's own time
-    so far (seed and beta do not change the shape), a shape not trained yet the recent jobs' mean."""
+    so far (seed and beta do not change the shape), a shape not trained yet the same shape's at the nearest other
+    training size scaled by the sizes' ratio, else the recent jobs' mean."""
     from types import SimpleNamespace
 
     clock = [0.0]
@@ -866,16 +867,25 @@ def test_the_time_left_weighs_the_jobs_left_by_their_shapes_times(monkeypatch):
     for j in plan[:30]:  # 30 joint jobs, 10 s each, one after the other
         clock[0] += 10.0
         p.count({"status": "finished", "overrides": [*j, "threads=1"], "seconds": 10.0})
-    # 10 joint at 10 s, 40 fixed and 20 n = 4000 not trained yet: at the recent jobs' 10 s
-    assert p.left_s() == pytest.approx(70 * 10.0)
+    # 10 joint at 10 s, 40 fixed not trained yet at the recent jobs' 10 s, 20 joint at n = 4000 not trained yet:
+    # from joint at n = 2000, scaled by the sizes (20 s)
+    assert p.left_s() == pytest.approx(50 * 10.0 + 20 * 20.0)
     for j in plan[40:70]:  # then 30 fixed jobs, 1 s each
         clock[0] += 1.0
         p.count({"status": "finished", "overrides": j, "seconds": 1.0})
-    # the recent rate says 1 s a job for the 40 left; 10 of them are joint (10 s), 10 fixed (1 s), 20 of a
-    # shape not trained yet (the recent 1 s)
-    assert p.left_s() == pytest.approx(10 * 10.0 + 10 * 1.0 + 20 * 1.0)
+    # the recent rate says 1 s a job for the 40 left; 10 of them are joint (10 s), 10 fixed (1 s), 20 joint at
+    # n = 4000 (joint's 10 s at n = 2000, x 2)
+    assert p.left_s() == pytest.approx(10 * 10.0 + 10 * 1.0 + 20 * 20.0)
     p.count({"status": "skipped", "overrides": plan[30]})  # a skipped joint job: one fewer left, no time
-    assert p.left_s() == pytest.approx(9 * 10.0 + 10 * 1.0 + 20 * 1.0)
+    assert p.left_s() == pytest.approx(9 * 10.0 + 10 * 1.0 + 20 * 20.0)
+    # a shape of another model at a new size: from the nearest size of its own model (here fixed DLM's 1 s at
+    # n = 2000, x 0.25 at n = 500), not from another model's
+    small_fixed = rp.job_shape(
+        ["+experiment=regression_logloss_pol", "model=dlm_fixed", "dataset.split.train_size=500"]
+    )
+    assert p.shape_time(small_fixed, 7.0) == pytest.approx(0.25)
+    other = rp.job_shape(["+experiment=regression_logloss_pol", "model=svgp", "dataset.split.train_size=500"])
+    assert p.shape_time(other, 7.0) == 7.0
     q = rp.Progress(total=10, deadline=None, started=0.0)  # no shapes (a plan without job lists): the rate
     clock[0] = 0.0
     for _ in range(2):
