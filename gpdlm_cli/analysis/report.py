@@ -268,13 +268,34 @@ def build_table(table: Table, records: list, units: list[str]) -> TableReport:
             cell.mean, cell.se, cell.n = R.mean_se(list(cell.values.values()))
     notes = _build_notes(table, pooled, unselected, partial, varying, differing)
     method_keys, ranks, ranked, pranks, pranked = _best_and_ranks(table, cells, row_keys, col_keys)
-    scales: dict[str, int] = {}
-    for r in mine:
-        if r.run_id in used and (sc := r.params.get("sweep.scale")) in SCALES:
-            scales[sc] = scales.get(sc, 0) + 1
+    scales = run_scales([r for r in mine if r.run_id in used])
     return TableReport(
         table, labels, row_keys, col_keys, cells, method_keys, ranks, ranked, pranks, pranked, len(used), notes, scales
     )
+
+
+def run_scales(runs: list) -> dict[str, int]:
+    """``gpdlm reproduce`` scale (param ``sweep.scale``) -> the table's runs counted at it. A run tagged with a smaller
+    scale counts at the largest scale of a run whose configuration is its own but for the seed: a study continued at
+    a larger scale over a smaller one's records (``gpdlm reproduce --done``; the abalone counts at the paper's five
+    seeds over the reduced study's seeds 0-1) skips those very configurations as FINISHED, so its reduced runs are
+    the paper plan's runs at their seeds. A reduced run of another configuration (fewer epochs) keeps its scale."""
+    from ..tracking.identity import params_hash
+
+    tagged = [(r, sc) for r in runs if (sc := r.params.get("sweep.scale")) in SCALES]
+    if len({sc for _r, sc in tagged}) > 1:
+        command = [r.tags.get("gpdlm.command") for r, _sc in tagged]
+        shape = [
+            params_hash({k: v for k, v in r.params.items() if k != "seed"}, c) for (r, _sc), c in zip(tagged, command)
+        ]
+        top: dict[str, str] = {}
+        for (_r, sc), h in zip(tagged, shape):
+            top[h] = max(top.get(h, sc), sc, key=SCALES.index)
+        tagged = [(r, top[h]) for (r, _sc), h in zip(tagged, shape)]
+    scales: dict[str, int] = {}
+    for _r, sc in tagged:
+        scales[sc] = scales.get(sc, 0) + 1
+    return scales
 
 
 def _fill_cell(

@@ -80,14 +80,17 @@ def paper(tmp_path_factory):
     return C.load(path)
 
 
-def records(scales: list[str | None]) -> list[RunRecord]:
-    """One run per (model, seed); seed i's runs tagged ``sweep.scale=scales[i]`` (None: untagged)."""
+def records(scales: list[str | None], reduced_epochs: bool = False) -> list[RunRecord]:
+    """One run per (model, seed); seed i's runs tagged ``sweep.scale=scales[i]`` (None: untagged); with
+    ``reduced_epochs`` the reduced runs train fewer epochs (another configuration than the paper's)."""
     out = []
     for model, values in NLL.items():
         for seed, (v, scale) in enumerate(zip(values, scales)):
             params = {"model.name": model, "dataset.name": "pol", "seed": str(seed)}
             if scale is not None:
                 params["sweep.scale"] = scale
+            if reduced_epochs and scale == "reduced":
+                params["trainer.max_epochs"] = "2"
             out.append(RunRecord(f"{model}{seed}", f"{model}-s{seed}", 1000 + seed, params, {"test_nll": v}, {}))
     return out
 
@@ -161,13 +164,22 @@ def test_smoke_scale_labels_every_verdict_but_holds_unless_the_diagnosis_covers_
 
 
 def test_the_smallest_scale_of_a_tables_runs_decides(paper):
-    mixed = rep.build(paper, records(["paper", "paper", "reduced", None]), ["e"])
+    mixed = rep.build(paper, records(["paper", "paper", "reduced", None], reduced_epochs=True), ["e"])
     assert mixed.tables[0].scales == {"paper": 4, "reduced": 2} and mixed.tables[0].scale == "reduced"
     assert causes(mixed)["X"] == ("fails", "reduced scale (not evidence)")
     assert causes(mixed)["W"] == ("fails", "robust")
     md = render.markdown(mixed)
     assert (
         "> cause 'reduced scale (not evidence)': the claim's table was run by `gpdlm reproduce --scale reduced`" in md
+    )
+    # a reduced run whose configuration but for the seed is a paper run's is the paper plan's run at its seed (a
+    # study continued at the paper's seeds over a reduced study's records, `gpdlm reproduce --done`)
+    continued = rep.build(paper, records(["reduced", "reduced", "paper", "paper"]), ["e"])
+    assert continued.tables[0].scales == {"paper": 8} and causes(continued)["X"] == ("fails", "budget-bound")
+    alone = rep.build(paper, [r for r in records(["reduced", "reduced", "paper", "paper"]) if r.params["model.name"] == "a"]
+                      + [r for r in records(["reduced"] * 4) if r.params["model.name"] == "b"], ["e"])  # fmt: skip
+    assert (
+        alone.tables[0].scales == {"paper": 4, "reduced": 4} and causes(alone)["X"][1] == "reduced scale (not evidence)"
     )
     # an unknown value of the param is no scale
     odd = rep.build(paper, records(["huge"] * 4), ["e"])
