@@ -522,8 +522,9 @@ def test_a_committed_report_is_rebuilt_from_its_records_byte_for_byte(folder, pa
 
 @pytest.mark.slow
 def test_regenerate_sh_rebuilds_the_records_reports_on_a_fresh_tree(tmp_path):
-    """docs/results/regenerate.sh --records-only in a tree holding only the script and the committed records
-    (no store): the same reports, byte for byte."""
+    """docs/results/regenerate.sh in a tree holding only the script and the committed records (no store): the
+    same reports, byte for byte (`--records-only`, the flag of the days when a report came from a store, is
+    accepted: every report is rebuilt from its records now)."""
     import os
     import shutil
     import subprocess
@@ -537,7 +538,7 @@ def test_regenerate_sh_rebuilds_the_records_reports_on_a_fresh_tree(tmp_path):
         p.unlink()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        ["bash", str(tree / "docs" / "results" / "regenerate.sh"), "--records-only"],
+        ["bash", str(tree / "docs" / "results" / "regenerate.sh")],
         env=env,
         capture_output=True,
         text=True,
@@ -548,6 +549,31 @@ def test_regenerate_sh_rebuilds_the_records_reports_on_a_fresh_tree(tmp_path):
         again = tree / "docs" / "results" / "smoke" / folder.name / "report.md"
         assert again.read_bytes() == (folder / "report.md").read_bytes(), folder.name
     assert not list(tree.rglob("mlflow.db"))  # no store was needed, none was made
+
+
+def test_every_published_report_ships_its_run_records():
+    """issue 42: every report under docs/results/ is rebuilt from committed run records -- each report.md of a
+    study or smoke folder has its runs.jsonl.gz, and no report lives outside such a folder (the last
+    store-only one, the 2026-11-25 dlm.md, was retired on 2026-11-30)."""
+    results = ROOT / "docs" / "results"
+    reports = [p for p in results.rglob("report.md") if "diagnoses" not in p.parts]
+    assert len(reports) >= 15 and all((p.parent / "runs.jsonl.gz").is_file() for p in reports), [
+        str(p) for p in reports if not (p.parent / "runs.jsonl.gz").is_file()
+    ]
+    assert sorted(p.name for p in results.glob("*.md")) == ["README.md"]  # the index, no store-only report
+
+
+def test_regenerate_sh_refuses_a_report_without_its_records(tmp_path):
+    import subprocess
+
+    tree = tmp_path / "clone"
+    (tree / "docs" / "results" / "dlm_lost_2026-01-01").mkdir(parents=True)
+    (tree / "docs" / "results" / "dlm_lost_2026-01-01" / "report.md").write_text("# a report\n")
+    script = tree / "docs" / "results" / "regenerate.sh"
+    script.write_bytes((ROOT / "docs" / "results" / "regenerate.sh").read_bytes())
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "dlm_lost_2026-01-01/report.md has no run records" in done.stderr
 
 
 def test_progress_of_a_multirun_run_by_a_parallel_launcher_is_counted_from_its_outcomes(tmp_path, capsys):
