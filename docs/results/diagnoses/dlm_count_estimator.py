@@ -18,59 +18,20 @@ report does (per seed the run with the lowest validation NLL; paired one-sided t
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics as st
 import subprocess
 import sys
 from pathlib import Path
 
 from scipy import stats
+from study_grid import grid, selected, study_runs, to_rerun  # this folder's helper (sys.path[0])
 
 STUDY = Path(__file__).resolve().parents[1] / "dlm_count_2026-11-30"
 EXPERIMENT = "diag_d6_count_quadrature"
 
 
-def study_runs() -> list[dict]:
-    out = []
-    for f in sorted(STUDY.glob("runs*.jsonl.gz")):
-        lines = gzip.decompress(f.read_bytes()).splitlines()
-        out += [e for e in map(json.loads, lines[1:-1]) if e.get("status") == "FINISHED"]
-    return out
-
-
-def grid(runs: list[dict], model: str, variant: str, n: int) -> dict:
-    """seed -> {beta: (val_nll, test_nll, iterations)} of the study's runs of a method at size n."""
-    out: dict = {}
-    for e in runs:
-        p, m = e["params"], e["metrics"]
-        if (p.get("model.name"), p.get("model.variant"), p.get("dataset.split.train_size")) == (model, variant, str(n)):
-            if "objective.beta" in p and "val_nll" in m:
-                out.setdefault(int(p["seed"]), {})[float(p["objective.beta"])] = (
-                    m["val_nll"],
-                    m["test_nll"],
-                    m.get("iterations"),
-                )
-    return out
-
-
-def selected(per_seed: dict) -> dict:
-    """seed -> (beta, val_nll, test_nll, iterations) of the lowest validation NLL."""
-    return {s: min(((b, *v) for b, v in bs.items()), key=lambda t: t[1]) for s, bs in per_seed.items()}
-
-
-def to_rerun(runs: list[dict], n: int) -> list[tuple[int, float]]:
-    joint = grid(runs, "dlm", "joint", n)
-    out = []
-    for s, (beta, *_rest) in sorted(selected(joint).items()):
-        betas = sorted(joint[s])
-        i = betas.index(beta)
-        out += [(s, b) for b in betas[max(0, i - 1) : i + 2]]
-    return out
-
-
 def run(uri: str, sizes: list[int]) -> None:
-    runs = study_runs()
+    runs = study_runs(sorted(STUDY.glob("runs*.jsonl.gz")))
     for n in sizes:
         jobs = to_rerun(runs, n)
         for seed in sorted({s for s, _ in jobs}):
@@ -96,7 +57,7 @@ def read(uri: str, sizes: list[int]) -> None:
             continue
         n, s = int(p["dataset.split.train_size"]), int(p["seed"])
         quad.setdefault((n, s), {})[float(p["objective.beta"])] = (m["val_nll"], m["test_nll"], m.get("iterations"))
-    runs = study_runs()
+    runs = study_runs(sorted(STUDY.glob("runs*.jsonl.gz")))
     for n in sizes:
         bmc = selected(grid(runs, "dlm", "joint", n))
         elbo = selected(grid(runs, "svgp", "joint", n))

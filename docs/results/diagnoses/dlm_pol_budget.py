@@ -16,57 +16,21 @@ raised to 20,000 (until the stopping tests pass), plus the grid's betas on eithe
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics as st
 import subprocess
 import sys
 from pathlib import Path
 
 from scipy import stats
+from study_grid import grid, selected, study_runs, to_rerun  # this folder's helper (sys.path[0])
 
 RECORDS = Path(__file__).resolve().parents[1] / "dlm_pol_fast_2026-11-30" / "runs.jsonl.gz"
 EXPERIMENT = "diag_d1_pol_budget"
 CAP = 20_000
 
 
-def study_runs() -> list[dict]:
-    lines = gzip.decompress(RECORDS.read_bytes()).splitlines()
-    return [e for e in map(json.loads, lines[1:-1]) if e.get("status") == "FINISHED"]
-
-
-def grid(runs: list[dict], model: str, variant: str, n: int) -> dict:
-    """seed -> {beta: (val_nll, test_nll, iterations)} of the study's runs of a method at size n."""
-    out: dict = {}
-    for e in runs:
-        p, m = e["params"], e["metrics"]
-        if (p.get("model.name"), p.get("model.variant"), p.get("dataset.split.train_size")) == (model, variant, str(n)):
-            if "objective.beta" in p:
-                out.setdefault(int(p["seed"]), {})[float(p["objective.beta"])] = (
-                    m["val_nll"],
-                    m["test_nll"],
-                    m.get("iterations"),
-                )
-    return out
-
-
-def selected(per_seed: dict) -> dict:
-    """seed -> (beta, val_nll, test_nll, iterations) of the lowest validation NLL."""
-    return {s: min(((b, *v) for b, v in bs.items()), key=lambda t: t[1]) for s, bs in per_seed.items()}
-
-
-def to_rerun(runs: list[dict], n: int, neighbours: bool = True) -> list[tuple[int, float]]:
-    joint = grid(runs, "dlm", "joint", n)
-    out = []
-    for s, (beta, *_rest) in sorted(selected(joint).items()):
-        betas = sorted(joint[s])
-        i = betas.index(beta)
-        out += [(s, b) for b in betas[max(0, i - 1) : i + 2]] if neighbours else [(s, beta)]
-    return out
-
-
 def run(uri: str, sizes: list[int], neighbours: bool = True) -> None:
-    runs = study_runs()
+    runs = study_runs([RECORDS])
     for n in sizes:
         for seed, beta in to_rerun(runs, n, neighbours):
             cmd = [
@@ -102,7 +66,7 @@ def read(uri: str, sizes: list[int]) -> None:
             continue
         key = (int(p["dataset.split.train_size"]), int(p["seed"]), float(p["objective.beta"]))
         again[key] = (m["val_nll"], m["test_nll"], m.get("iterations"))
-    runs = study_runs()
+    runs = study_runs([RECORDS])
     for n in sizes:
         joint, elbo = grid(runs, "dlm", "joint", n), selected(grid(runs, "svgp", "joint", n))
         capped = selected(joint)

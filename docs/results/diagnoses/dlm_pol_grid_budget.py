@@ -17,7 +17,7 @@ own in the store given (the study's own runs are read from its run records, docs
 Each joint sq-DLM variant's test MSE minus beta-ELBO's (selected by validation NLL, the report's rule), paired
 over seeds 0-4, one-sided t-test (joint sq-DLM lower). 90 jobs, about an hour on 2 cores.
 
-    PYTHONPATH=. python docs/results/diagnoses/dlm_pol_grid_budget.py run  sqlite:////tmp/polgrid.db
+    PYTHONPATH=. python docs/results/diagnoses/dlm_pol_grid_budget.py run  sqlite:////tmp/polgrid.db [budget paper ...]
     PYTHONPATH=. python docs/results/diagnoses/dlm_pol_grid_budget.py read sqlite:////tmp/polgrid.db
 """
 
@@ -49,8 +49,11 @@ CHECKS = (
 )  # fmt: skip
 
 
-def run(uri: str) -> None:
+def run(uri: str, only: list[str]) -> None:
+    """Train the checks (``only``: those whose experiment names one of the words, e.g. ``budget``; all without)."""
     for check in CHECKS:
+        if only and not any(f"tracking.experiment=regression_{w}" in check or f"_{w} " in f"{check} " for w in only):
+            continue
         protocol = "" if "trainer.protocol=" in check else "trainer.protocol=fast"
         cmd = (
             f"gpdlm train -m {check} {protocol} dataset.split.train_size=2000,4000 seed=0,1,2,3,4 threads=1 "
@@ -137,4 +140,4 @@ def read(uri: str) -> None:
 
 if __name__ == "__main__":
     mode, uri = sys.argv[1], sys.argv[2]
-    run(uri) if mode == "run" else read(uri)
+    run(uri, sys.argv[3:]) if mode == "run" else read(uri)
