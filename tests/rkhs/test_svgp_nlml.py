@@ -112,7 +112,8 @@ def test_batched_svgp_members_keep_their_best_iterate_like_their_separate_runs()
     """The study's SVGP arm with the paper's selection (keep_best=train_nlml), three members in one stacked
     batch: every member's best iteration, train_nlml and end state equal its separate run's (1e-8)."""
     from gpdlm_cli.sweep.batched_rkhs import _member, train_rkhs_batched
-    from gpdlm_cli.training import run_stages
+
+    from .test_batched import _separate
 
     torch.set_num_threads(1)
     grid = [(0, 0.1), (1, 1.0), (2, 3.0)]
@@ -129,24 +130,15 @@ def test_batched_svgp_members_keep_their_best_iterate_like_their_separate_runs()
         )
         for s, lr in grid
     ]
-    separate = []
-    for c in cfgs:
-        p = prepare(c)
-        evaluate = evaluator(p.method, p.data, p.splits.y_std)
-        fit = run_stages(
-            p.method.stages,
-            p.data.x_train,
-            p.data.y_train,
-            p.settings,
-            generator=torch.Generator().manual_seed(c.seed),
-            evaluate=evaluate,
-            modules=p.method.modules,
-        )
-        separate.append((fit, evaluate()))
+    separate = [_separate(c) for c in cfgs]
     members = [_member(c, evaluator) for c in cfgs]
     fits = train_rkhs_batched(members)
-    for (fit, metrics), m, f in zip(separate, members, fits):
+    for (fit, metrics, state), m, f in zip(separate, members, fits):
         assert f.result.best_iteration == fit.best_iteration
         got = m.evaluate()
         assert got["train_nlml"] == pytest.approx(metrics["train_nlml"], rel=1e-8, abs=1e-8)
         assert got["test_rmse"] == pytest.approx(metrics["test_rmse"], rel=1e-8, abs=1e-8)
+        for i, mod in enumerate(m.method.modules):
+            for name, t in list(mod.named_parameters()) + list(mod.named_buffers()):
+                torch.testing.assert_close(t, state[f"{i}.{name}"], rtol=1e-8, atol=1e-8, msg=name)
+    assert len({fit.best_iteration for fit, _, _ in separate}) > 1  # the members' choices differ
