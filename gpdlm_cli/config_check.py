@@ -120,6 +120,7 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
         return f"config folder '{missing}' (on the config search path: -cd / hydra.searchpath) does not exist"
     groups, values, later = [], [], []  # the first job's group choices; value overrides; keys to look up
     hydra_args: list[str] = []  # overrides of Hydra's own config (hydra.sweeper.params=..., hydra/sweeper=...)
+    launcher = None  # the command line's hydra/launcher= choice
     with config_module(searchpath):
         loader = GlobalHydra.instance().config_loader()
         try:  # with the config loader: glob(...) expands to a group's options
@@ -152,6 +153,8 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
                     return _suggest(key, v, options, more) + _looked_in(loader)
                 if choices and not key.startswith("hydra"):
                     groups.append(f"{o.get_key_element()}={choices[0]}")
+                if key == "hydra/launcher" and choices:
+                    launcher = choices[-1]
                 continue
             if key.startswith("hydra.") or key.startswith("hydra/"):
                 # hydra.sweeper.params.trainer.algorithm=full,delayed: Hydra refuses a sweep of its own
@@ -171,9 +174,48 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     multirun = any(a in ("-m", "--multirun") for a in argv)
     return (
         _check_values(base, values, later, None if multirun else command)
+        or (_launcher(base, values, launcher) if multirun else None)
         or _sweep_kind(parsed)
         or _swept_params(tuple(groups), tuple(hydra_args), searchpath, tuple(args))
     ) or _finished_from(base, values)
+
+
+def sweep_launcher_conflict(in_process: bool, batched: bool, warm_start: bool) -> str | None:
+    """Why a multirun's ``sweep.batched`` / ``sweep.warm_start`` cannot run (one line), else None: both need the
+    default in-process launcher, and they exclude each other."""
+    if warm_start and not in_process:
+        return (
+            "sweep.warm_start=true passes each beta's end state to the next job in the same process: "
+            "use the default launcher (drop hydra/launcher=...) or set sweep.warm_start=false"
+        )
+    if batched and not in_process:
+        return (
+            "sweep.batched=true trains the jobs of one shape together in one process: "
+            "use the default launcher (drop hydra/launcher=...) or set sweep.batched=false"
+        )
+    if batched and warm_start:
+        return (
+            "sweep.batched=true and sweep.warm_start=true exclude each other (a batch starts every "
+            "member from its own initialisation): set one of them to false"
+        )
+    return None
+
+
+def _launcher(base, values, launcher: str | None) -> str | None:
+    """``sweep_launcher_conflict`` of a multirun's command line: its ``hydra/launcher=`` choice (a launcher a
+    preset chooses is checked by each job) and the sweep keys as the command line and the preset set them."""
+    from omegaconf import OmegaConf
+
+    if launcher in (None, "basic"):
+        return None
+    chosen = {o.key_or_group: _override_values(o) for o in values}
+
+    def flag(key: str) -> bool:
+        if key in chosen:
+            return any(str(v).lower() == "true" for v in chosen[key])
+        return bool(OmegaConf.select(base, key, default=False))
+
+    return sweep_launcher_conflict(False, flag("sweep.batched"), flag("sweep.warm_start"))
 
 
 def _finished_from(base, values) -> str | None:

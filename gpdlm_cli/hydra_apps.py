@@ -82,24 +82,18 @@ def _run_single(cfg: DictConfig, runner, hc, overrides: list[str]):
 
 def _check_sweep_launcher(cfg: DictConfig, hc) -> None:
     """``sweep.warm_start`` and ``sweep.batched`` need the default (in-process) launcher and exclude
-    each other: a ConfigError otherwise."""
-    basic = "BasicLauncher" in str(hc.launcher.get("_target_", ""))
-    if cfg.get("sweep", {}).get("warm_start", False) and not basic:
-        raise ConfigError(
-            "sweep.warm_start=true passes each beta's end state to the next job in the same process: "
-            "use the default launcher (drop hydra/launcher=...) or set sweep.warm_start=false"
-        )
-    if cfg.get("sweep", {}).get("batched", False):
-        if not basic:
-            raise ConfigError(
-                "sweep.batched=true trains the jobs of one shape together in one process: "
-                "use the default launcher (drop hydra/launcher=...) or set sweep.batched=false"
-            )
-        if cfg.sweep.get("warm_start", False):
-            raise ConfigError(
-                "sweep.batched=true and sweep.warm_start=true exclude each other (a batch starts every "
-                "member from its own initialisation): set one of them to false"
-            )
+    each other: a ConfigError otherwise (``config_check.sweep_launcher_conflict``; `gpdlm train` refuses a
+    command-line launcher before the sweep starts, this catches the rest, e.g. a preset's launcher)."""
+    from .config_check import sweep_launcher_conflict
+
+    sweep = cfg.get("sweep", {})
+    message = sweep_launcher_conflict(
+        "BasicLauncher" in str(hc.launcher.get("_target_", "")),
+        bool(sweep.get("batched", False)),
+        bool(sweep.get("warm_start", False)),
+    )
+    if message:
+        raise ConfigError(message)
 
 
 def _run_sweep_job(cfg: DictConfig, runner, hc, overrides: list[str], context: dict, outcome: dict):

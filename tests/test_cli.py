@@ -108,6 +108,29 @@ def test_unknown_options_and_keys_are_named_before_hydra_runs(args, message):
     assert check_overrides(args).startswith(message)
 
 
+def test_a_batched_or_warm_sweep_with_a_parallel_launcher_is_refused_before_the_sweep(tmp_path, capsys):
+    """sweep.batched / sweep.warm_start need the in-process launcher: `gpdlm train -m ... hydra/launcher=joblib` is one
+    line and exit 2 before Hydra starts the sweep (before: every job failed with it, under a FAILED parent run);
+    a preset's sweep.batched counts, the basic launcher and the keys off pass."""
+    from gpdlm_cli.config_check import check_overrides
+
+    batched = "sweep.batched=true trains the jobs of one shape together in one process"
+    warm = "sweep.warm_start=true passes each beta's end state"
+    assert check_overrides(["-m", "seed=0,1", "sweep.batched=true", "hydra/launcher=joblib"]).startswith(batched)
+    assert check_overrides(["-m", "seed=0,1", "sweep.warm_start=true", "hydra/launcher=joblib"]).startswith(warm)
+    for ok in (
+        ["-m", "seed=0,1", "sweep.batched=true"],
+        ["-m", "seed=0,1", "sweep.batched=true", "hydra/launcher=basic"],
+        ["-m", "seed=0,1", "sweep.batched=false", "hydra/launcher=joblib"],
+        ["seed=0", "sweep.batched=true", "hydra/launcher=joblib"],  # a single run launches nothing
+    ):
+        assert check_overrides(ok) is None, ok
+    rc, err = run_cli(["train", "-m", "seed=0,1", "sweep.batched=true", "hydra/launcher=joblib"], tmp_path, capsys)
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"gpdlm: error: {batched}")
+    assert not (tmp_path / "outputs").exists()
+    assert_no_mlflow_run(tmp_path / "mlflow.db")
+
+
 def test_valid_overrides_pass_the_check():
     from gpdlm_cli.config_check import check_overrides
 
