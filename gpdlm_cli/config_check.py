@@ -100,7 +100,8 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     group option or config key; a value of the wrong type for its key (``check_value``, every
     value of a sweep); a single run's config that ``build.validate_config`` rejects (and, for
     ``command='bias'``, ``validate_bias``) -- not a multirun's, whose launcher must not import
-    torch: each job validates its own."""
+    torch: each job validates its own; a multirun's ``sweep.batched`` / ``warm_start`` with a parallel
+    launcher (``_launcher``)."""
     args = override_args(argv)
     if args is None:
         return None
@@ -120,7 +121,6 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
         return f"config folder '{missing}' (on the config search path: -cd / hydra.searchpath) does not exist"
     groups, values, later = [], [], []  # the first job's group choices; value overrides; keys to look up
     hydra_args: list[str] = []  # overrides of Hydra's own config (hydra.sweeper.params=..., hydra/sweeper=...)
-    launcher = None  # the command line's hydra/launcher= choice
     with config_module(searchpath):
         loader = GlobalHydra.instance().config_loader()
         try:  # with the config loader: glob(...) expands to a group's options
@@ -134,27 +134,11 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
             options = _group_options(loader, key, searchpath)
             if options:
                 choices = _group_values(o)
-                if o.is_sweep_override() and o.is_discrete_sweep() and not choices:
-                    listed = (
-                        f"choose from: {', '.join(options)}"
-                        if len(options) <= MAX_LISTED
-                        else f"{len(options)} options"
-                    )
-                    return f"'{o.input_line}' matches no {key} option ({listed}){_looked_in(loader)}"
-                for v in choices:
-                    if v in options or v == "null":
-                        continue
-                    nested = _sub_folder_options(loader, key, v, searchpath)  # experiment/rkhs_arm/...
-                    if v in nested:
-                        continue
-                    if nested:
-                        return _suggest(key, v, nested) + _looked_in(loader)
-                    more = "; `gpdlm datasets list` shows them" if key == "dataset" else ""
-                    return _suggest(key, v, options, more) + _looked_in(loader)
+                message = _bad_group_choice(loader, o, options, choices, searchpath)
+                if message:
+                    return message
                 if choices and not key.startswith("hydra"):
                     groups.append(f"{o.get_key_element()}={choices[0]}")
-                if key == "hydra/launcher" and choices:
-                    launcher = choices[-1]
                 continue
             if key.startswith("hydra.") or key.startswith("hydra/"):
                 # hydra.sweeper.params.trainer.algorithm=full,delayed: Hydra refuses a sweep of its own
@@ -174,39 +158,22 @@ def check_overrides(argv: list[str], command: str = "train") -> str | None:
     multirun = any(a in ("-m", "--multirun") for a in argv)
     return (
         _check_values(base, values, later, None if multirun else command)
-        or (_launcher(base, values, launcher) if multirun else None)
+        or _launcher(base, values, parsed, multirun)
         or _sweep_kind(parsed)
         or _swept_params(tuple(groups), tuple(hydra_args), searchpath, tuple(args))
     ) or _finished_from(base, values)
 
 
-def sweep_launcher_conflict(in_process: bool, batched: bool, warm_start: bool) -> str | None:
-    """Why a multirun's ``sweep.batched`` / ``sweep.warm_start`` cannot run (one line), else None: both need the
-    default in-process launcher, and they exclude each other."""
-    if warm_start and not in_process:
-        return (
-            "sweep.warm_start=true passes each beta's end state to the next job in the same process: "
-            "use the default launcher (drop hydra/launcher=...) or set sweep.warm_start=false"
-        )
-    if batched and not in_process:
-        return (
-            "sweep.batched=true trains the jobs of one shape together in one process: "
-            "use the default launcher (drop hydra/launcher=...) or set sweep.batched=false"
-        )
-    if batched and warm_start:
-        return (
-            "sweep.batched=true and sweep.warm_start=true exclude each other (a batch starts every "
-            "member from its own initialisation): set one of them to false"
-        )
-    return None
-
-
-def _launcher(base, values, launcher: str | None) -> str | None:
-    """``sweep_launcher_conflict`` of a multirun's command line: its ``hydra/launcher=`` choice (a launcher a
-    preset chooses is checked by each job) and the sweep keys as the command line and the preset set them."""
+def _launcher(base, values, parsed, multirun: bool) -> str | None:
+    """``sweep.callback.sweep_launcher_conflict`` of a multirun's command line: its ``hydra/launcher=`` choice (a
+    launcher a preset chooses is checked by each job) and the sweep keys as the command line and the preset set
+    them."""
     from omegaconf import OmegaConf
 
-    if launcher in (None, "basic"):
+    from .sweep.callback import sweep_launcher_conflict
+
+    launchers = [v for o in parsed if o.key_or_group == "hydra/launcher" for v in _group_values(o)]
+    if not multirun or not launchers or launchers[-1] == "basic":
         return None
     chosen = {o.key_or_group: _override_values(o) for o in values}
 
@@ -216,6 +183,26 @@ def _launcher(base, values, launcher: str | None) -> str | None:
         return bool(OmegaConf.select(base, key, default=False))
 
     return sweep_launcher_conflict(False, flag("sweep.batched"), flag("sweep.warm_start"))
+
+
+def _bad_group_choice(loader, o, options: list[str], choices: list[str], searchpath) -> str | None:
+    """The one-line message for a group override ``o`` (``dataset=...``, ``model=a,b``) whose sweep matches no
+    option or whose value is no option of the group (nor of a sub-folder: ``experiment/rkhs_arm/...``), else None."""
+    key = o.key_or_group
+    if o.is_sweep_override() and o.is_discrete_sweep() and not choices:
+        listed = f"choose from: {', '.join(options)}" if len(options) <= MAX_LISTED else f"{len(options)} options"
+        return f"'{o.input_line}' matches no {key} option ({listed}){_looked_in(loader)}"
+    for v in choices:
+        if v in options or v == "null":
+            continue
+        nested = _sub_folder_options(loader, key, v, searchpath)  # experiment/rkhs_arm/...
+        if v in nested:
+            continue
+        if nested:
+            return _suggest(key, v, nested) + _looked_in(loader)
+        more = "; `gpdlm datasets list` shows them" if key == "dataset" else ""
+        return _suggest(key, v, options, more) + _looked_in(loader)
+    return None
 
 
 def _finished_from(base, values) -> str | None:

@@ -82,9 +82,9 @@ def _run_single(cfg: DictConfig, runner, hc, overrides: list[str]):
 
 def _check_sweep_launcher(cfg: DictConfig, hc) -> None:
     """``sweep.warm_start`` and ``sweep.batched`` need the default (in-process) launcher and exclude
-    each other: a ConfigError otherwise (``config_check.sweep_launcher_conflict``; `gpdlm train` refuses a
+    each other: a ConfigError otherwise (``sweep.callback.sweep_launcher_conflict``; `gpdlm train` refuses a
     command-line launcher before the sweep starts, this catches the rest, e.g. a preset's launcher)."""
-    from .config_check import sweep_launcher_conflict
+    from .sweep.callback import sweep_launcher_conflict
 
     sweep = cfg.get("sweep", {})
     message = sweep_launcher_conflict(

@@ -91,6 +91,27 @@ def _finished_run_metrics(uri: str, experiment: str | None, hashes: tuple[str, .
     return dict(runs[0].data.metrics) if runs else None
 
 
+def sweep_launcher_conflict(in_process: bool, batched: bool, warm_start: bool) -> str | None:
+    """Why a multirun's ``sweep.batched`` / ``sweep.warm_start`` cannot run (one line), else None: both need the
+    default in-process launcher, and they exclude each other."""
+    if warm_start and not in_process:
+        return (
+            "sweep.warm_start=true passes each beta's end state to the next job in the same process: "
+            "use the default launcher (drop hydra/launcher=...) or set sweep.warm_start=false"
+        )
+    if batched and not in_process:
+        return (
+            "sweep.batched=true trains the jobs of one shape together in one process: "
+            "use the default launcher (drop hydra/launcher=...) or set sweep.batched=false"
+        )
+    if batched and warm_start:
+        return (
+            "sweep.batched=true and sweep.warm_start=true exclude each other (a batch starts every "
+            "member from its own initialisation): set one of them to false"
+        )
+    return None
+
+
 def _check_finished_from(config) -> None:
     """``sweep.finished_from``'s files read and verified before any job (a bad one is one line of error),
     and one line saying how many recorded runs count as finished."""
