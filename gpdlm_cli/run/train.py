@@ -43,6 +43,9 @@ from .artifacts import append_log, log_fit, log_protocol, plot_learning_curve, w
 from .lifecycle import TrackedRun, finished_from, make_tracker, run_tags
 from .naming import curve_info, run_name_for
 
+#: a batched member's note (its group continued from checkpoints, or why it trained separately), as a run tag
+BATCHED_NOTE = "gpdlm.batched_note"
+
 
 def run_train(
     cfg,
@@ -210,7 +213,8 @@ def _fit(cfg, p, history, evaluate, generator, checkpoint, record):
         batched = batched_member(cfg, evaluator, history.tracker, stage_cache=lambda c: reuse_for(c)[0])
         if batched is not None:
             history.tracker.set_tags({"gpdlm.batched": batched.tag})
-            if batched.note:
+            if batched.note:  # continued from its checkpoints, or trained separately and why: in the store too
+                history.tracker.set_tags({BATCHED_NOTE: batched.note})
                 append_log(record.output_dir, batched.note, level="INFO")
         if batched is not None and batched.fit is not None:
             from ..training.reuse import loadmodule_state

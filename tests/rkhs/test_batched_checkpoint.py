@@ -103,7 +103,8 @@ def test_a_stopped_batched_group_continues_each_member_from_its_checkpoint(tmp_p
 def test_an_interrupted_batched_sweep_run_again_continues_its_group(tmp_path, capsys, mlflow_uri, monkeypatch):
     """`gpdlm train -m ... sweep.batched=true` stopped by SIGTERM while its group trains (iteration 10 of 21),
     then the same sweep again with sweep.skip_finished=true: the group continues every member from its
-    checkpoint and each of its two jobs ends FINISHED with the uninterrupted sweep's metrics, bit for bit."""
+    checkpoint and each of its two jobs ends FINISHED with the uninterrupted sweep's metrics, bit for bit, its run
+    tagged with how its group continued."""
     from mlflow.tracking import MlflowClient
 
     from gpdlm_cli.sweep.batched import clear_batched
@@ -150,6 +151,9 @@ def test_an_interrupted_batched_sweep_run_again_continues_its_group(tmp_path, ca
     for key, run in again.items():
         ref = full[key].data.metrics
         assert run.data.tags["gpdlm.batched"] == "2"
+        # the store says the group continued (before: only the job folder's gpdlm.log did)
+        assert run.data.tags["gpdlm.batched_note"] == "sweep.batched: 2 of 2 members continued from their checkpoints"
+        assert "gpdlm.batched_note" not in full[key].data.tags
         assert {k: v for k, v in run.data.metrics.items() if not k.startswith(timing)} == {
             k: v for k, v in ref.items() if not k.startswith(timing)
         }, key

@@ -253,6 +253,7 @@ def test_out_of_scope_jobs_train_separately_with_a_note_and_a_tag(tmp_path, caps
     assert len(notes) == 1 and "shared line search" in notes[0] and notes[0].endswith("trained separately")
     _, runs = _children(mlflow_uri, "oos")
     assert len(runs) == 4 and {r.data.tags["gpdlm.batched"] for r in runs.values()} == {"separate"}
+    assert {r.data.tags["gpdlm.batched_note"] for r in runs.values()} == {notes[0].removeprefix("gpdlm: ")}
     logs = [(tmp_path / "oos" / str(j) / "gpdlm.log").read_text() for j in range(4)]
     assert all("sweep.batched: trainer.protocol=fast" in log for log in logs)
 
