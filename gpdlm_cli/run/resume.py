@@ -148,3 +148,26 @@ def moved_to(folder: Path) -> str | None:
 
 
 __all__ = ["MOVED", "RESUMED_AS", "Stopped", "find_stopped", "moved_to"]
+
+
+def link_batched_continuation(tracker, hashes: tuple[str, ...]) -> str | None:
+    """A job whose batched group (``sweep.batched``) continued from the group's checkpoints continues the
+    job of its configuration that was stopped while it trained the group: that run -- the newest
+    ``sweep.batched`` ``gpdlm train`` run with one of the config ``hashes`` that did not finish and was
+    not continued yet (an orphaned RUNNING one closed KILLED first; a live one left alone) -- is tagged
+    ``gpdlm.resumed_as`` with this job's run, and its id returned for ``gpdlm.resumed_from``; None when
+    there is none (the group's other members never started a run). The group's checkpoints live in
+    ``<sweep.cache_dir>/batched``, not in that run's folder, so ``find_stopped`` does not look for them."""
+    new_id = str(getattr(tracker, "run_id", "") or "")
+    for run in tracker.stopped_runs("gpdlm.config_hash", hashes):
+        tags = run.data.tags
+        if run.info.run_id == new_id or RESUMED_AS in tags or run.data.params.get("sweep.batched") != "True":
+            continue
+        if run.info.status == "RUNNING":
+            if process_state(tags) != "gone":
+                continue  # alive, or on another host: not ours to take
+            close_orphan(tracker.client, run, CLOSED_BY)
+        if new_id:
+            tracker.tag_run(run.info.run_id, {RESUMED_AS: new_id})
+        return run.info.run_id
+    return None

@@ -187,6 +187,16 @@ def _stage_lrs(p) -> list:
     return list(dict.fromkeys(s.overrides.get("lr", p.settings.lr) for s in p.method.stages))
 
 
+def _link_stopped_group_run(cfg, tracker) -> None:
+    """``gpdlm.resumed_from`` on this job's run when its configuration's run was stopped while it trained
+    the batched group this job continued (``run.resume.link_batched_continuation``)."""
+    from .resume import link_batched_continuation
+
+    stopped = link_batched_continuation(tracker, config_hashes(cfg))
+    if stopped is not None:
+        tracker.set_tags({"gpdlm.resumed_from": stopped})
+
+
 def _estimator_generator(p):
     return p.method.estimator.random.generator(p.device) if hasattr(p.method.estimator, "random") else None
 
@@ -216,6 +226,8 @@ def _fit(cfg, p, history, evaluate, generator, checkpoint, record):
             if batched.note:  # continued from its checkpoints, or trained separately and why: in the store too
                 history.tracker.set_tags({BATCHED_NOTE: batched.note})
                 append_log(record.output_dir, batched.note, level="INFO")
+            if batched.continued:  # the run of this job stopped while it trained the group: linked both ways
+                _link_stopped_group_run(cfg, history.tracker)
         if batched is not None and batched.fit is not None:
             from ..training.reuse import loadmodule_state
 

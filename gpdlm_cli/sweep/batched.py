@@ -57,6 +57,7 @@ class BatchedOutcome:
     steps: dict = field(default_factory=dict)
     note: str | None = None
     restore: Callable | None = None  # restore(method): the member's state besides its tensors (hook states)
+    continued: bool = False  # its group continued from checkpoints a stopped job of the sweep wrote
 
 
 # (sweep folder, config hash) -> the job's outcome, filled by the first job of its shape, taken by the job itself
@@ -358,7 +359,7 @@ def _svgp_group(key: str, configs: list, evaluator, stage_cache=None) -> dict[st
         note = f"sweep.batched: the group of {size} continued from its checkpoint at iteration {checkpoint.resumed_at}"
         print(f"gpdlm: {note} ({checkpoint.path})", file=sys.stderr)
         for o in out.values():
-            o.note = note
+            o.note, o.continued = note, True
     return out
 
 

@@ -654,7 +654,13 @@ def train_group(cfg, key: str, configs: list, evaluator) -> dict:
         fit.iter_ms = f.result.iter_ms
         state = module_state(m.method.modules)
         out[k] = dict(
-            tag=str(len(members)), fit=fit, state=state, steps=f.steps, restore=_restorer(m.method), note=note
+            tag=str(len(members)),
+            fit=fit,
+            state=state,
+            steps=f.steps,
+            restore=_restorer(m.method),
+            note=note,
+            continued=note is not None,
         )
     return out
 

@@ -104,7 +104,7 @@ def test_an_interrupted_batched_sweep_run_again_continues_its_group(tmp_path, ca
     """`gpdlm train -m ... sweep.batched=true` stopped by SIGTERM while its group trains (iteration 10 of 21),
     then the same sweep again with sweep.skip_finished=true: the group continues every member from its
     checkpoint and each of its two jobs ends FINISHED with the uninterrupted sweep's metrics, bit for bit, its run
-    tagged with how its group continued."""
+    tagged with how its group continued, the stopped run linked to the run that continued its job."""
     from mlflow.tracking import MlflowClient
 
     from gpdlm_cli.sweep.batched import clear_batched
@@ -157,6 +157,12 @@ def test_an_interrupted_batched_sweep_run_again_continues_its_group(tmp_path, ca
         assert {k: v for k, v in run.data.metrics.items() if not k.startswith(timing)} == {
             k: v for k, v in ref.items() if not k.startswith(timing)
         }, key
+    # the stopped run and the run that continued its job are linked both ways, as a resumed run is (before: only
+    # the note said so); the group's other job never started a run, so its run continues none
+    (stopped,) = [r for *_, st, r in runs("bat-cut") if st == "KILLED"]
+    assert again[("0", "0.1")].data.tags["gpdlm.resumed_from"] == stopped.info.run_id
+    assert stopped.data.tags["gpdlm.resumed_as"] == again[("0", "0.1")].info.run_id
+    assert "gpdlm.resumed_from" not in again[("0", "1.0")].data.tags
     assert not list((tmp_path / "cache-b" / "batched").glob("*"))
 
 

@@ -73,6 +73,7 @@ def test_a_stopped_full_batch_group_continues_from_its_checkpoint(model, tmp_pat
     resumed = _train(_configs(model, tmp_path / "b"))
     assert len(steps) == max(f.fit.iterations for f in full) - 40  # continued from iteration 40
     assert resumed[0].note is not None and "at iteration 40" in resumed[0].note
+    assert all(r.continued for r in resumed) and not any(f.continued for f in full)  # the job links its stopped run
     for a, b in zip(full, resumed):
         assert a.fit.losses == b.fit.losses and a.fit.iterations == b.fit.iterations
         assert a.steps == b.steps
