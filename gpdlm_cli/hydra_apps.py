@@ -43,13 +43,60 @@ def parallel_jobs(hc) -> int:
 
 def compose_config(overrides: list[str]):
     """The config `gpdlm train <overrides>` would run (Hydra's compose API, no job launched), with the
-    command's own config folders on the search path (``sweep.compose.config_module``)."""
+    command's own config folders on the search path (``sweep.compose.config_module``); composed once per
+    ``sweep.compose.memoized_composes`` block."""
     from hydra import compose
 
-    from .sweep.compose import config_module
+    from .sweep.compose import config_module, memoized
+
+    def make():
+        with config_module():
+            return compose(config_name="config", overrides=list(overrides))
+
+    return memoized("compose_config", overrides, make)
+
+
+def compose_configs(jobs: list[list[str]]) -> list:
+    """``compose_config`` of each job, with one compose per job *structure*: a job that differs from an earlier
+    one only in the values of leaf keys the config already has (``dataset.split.train_size=1000`` after
+    ``=500``: plain ``a.b=value`` overrides, no group choice, ``+``/``~`` or package) gets a copy of that job's
+    config with its values set (``OmegaConf.update``), which is the config composing it gives
+    (tests/test_config_cache.py): a beta sweep's grids over several training sizes compose once per data set."""
+    import copy
+
+    from hydra.core.override_parser.types import OverrideType
+    from omegaconf import OmegaConf
+
+    from .sweep.compose import config_module, overrides_parser
 
     with config_module():
-        return compose(config_name="config", overrides=list(overrides))
+        parser = overrides_parser()
+        parsed = [parser.parse_overrides(list(j)) for j in jobs]
+    out: list = []
+    bases: dict[tuple, DictConfig] = {}
+    for job, ovs in zip(jobs, parsed):
+        values = [o for o in ovs if o.type == OverrideType.CHANGE and o.package is None and "." in o.key_or_group]
+        values = [o for o in values if not o.is_sweep_override() and not isinstance(o.value(), (dict, list))]
+        shape = (tuple(o.input_line for o in ovs if o not in values), tuple(o.key_or_group for o in values))
+        base = bases.get(shape)
+        if base is None or not all(_is_leaf(base, o.key_or_group) for o in values):
+            out.append(compose_config(job))
+            bases.setdefault(shape, out[-1])
+            continue
+        cfg = copy.deepcopy(base)
+        for o in values:
+            OmegaConf.update(cfg, o.key_or_group, o.value(), merge=False)
+        out.append(cfg)
+    return out
+
+
+def _is_leaf(cfg: DictConfig, key: str) -> bool:
+    """Whether ``key`` (dotted) is a value in ``cfg``: not a node, not absent."""
+    from omegaconf import ListConfig, OmegaConf
+
+    absent = object()
+    value = OmegaConf.select(cfg, key, default=absent, throw_on_resolution_failure=False)
+    return value is not absent and not isinstance(value, (DictConfig, ListConfig))
 
 
 def _run_single(cfg: DictConfig, runner, hc, overrides: list[str]):

@@ -103,3 +103,48 @@ def test_installing_twice_wraps_once(readers):
     read, load = P._read_config, F.load_config
     C.cache_config_files()
     assert (P._read_config, F.load_config) == (read, load)
+
+
+def test_jobs_that_differ_in_leaf_values_compose_once_and_equal_their_composes(monkeypatch):
+    """``hydra_apps.compose_configs``: the data jobs of a beta sweep over training sizes and data sets (what
+    `gpdlm sweep beta` and `gpdlm reproduce` compose to size each grid) compose once per data set -- the other
+    sizes are a copy with ``dataset.split.train_size`` set -- and each config is the one composing it gives;
+    a group choice (``dataset=``), an added key (``+``) or a key the config lacks composes afresh."""
+    from gpdlm_cli import hydra_apps
+
+    jobs = [
+        [f"dataset={d}", f"dataset.split.train_size={n}", "seed=0", "+experiment=regression_logloss_pol_smoke"]
+        for d in ("pol", "concrete")
+        for n in (40, 60, 80)
+    ]
+    jobs.append(["dataset=pol", "dataset.split.train_size=40", "+trainer.extra_key=1"])  # another shape
+    jobs.append(["dataset=pol", "dataset.split.train_size=40", "+trainer.extra_key=2"])  # an added key: no copy
+    composed = []
+    real = hydra_apps.compose_config
+    monkeypatch.setattr(hydra_apps, "compose_config", lambda job: (composed.append(job), real(job))[1])
+    got = hydra_apps.compose_configs(jobs)
+    assert composed == [jobs[0], jobs[3], jobs[6], jobs[7]]  # one per data set, and each "+" job
+    monkeypatch.undo()
+    for job, cfg in zip(jobs, got):
+        assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(real(job)), job
+    assert got[1].dataset.split.train_size == 60 and got[0].dataset.split.train_size == 40  # copies, not shared
+
+
+def test_inside_memoized_composes_a_job_list_composes_once_and_hands_out_copies(monkeypatch):
+    """``sweep.compose.memoized_composes`` (a plan's expansion in `gpdlm reproduce`): the same overrides
+    compose once inside the block -- each caller gets its own deep copy -- and every time outside it."""
+    from hydra import compose as hydra_compose
+
+    from gpdlm_cli.sweep.plan import job_overrides
+
+    count = []
+    monkeypatch.setattr("hydra.compose", lambda *a, **k: (count.append(1), hydra_compose(*a, **k))[1])
+    argv = ["+experiment=regression_logloss_pol_smoke", "seed=0,1"]
+    with C.memoized_composes():
+        (jobs_a, a), (jobs_b, b) = job_overrides(argv), job_overrides(argv)
+        assert len(count) == 1 and jobs_a == jobs_b and len(jobs_a) > 1
+        a.dataset.split.train_size = -1  # a caller's change stays in its copy
+        assert b.dataset.split.train_size != -1 and job_overrides(argv)[1].dataset.split.train_size != -1
+        assert len(count) == 1
+    job_overrides(argv)
+    assert len(count) == 2 and C._MEMO is None

@@ -452,9 +452,12 @@ def expand(
     run-records files ``records`` and ``done``, where they hold runs of its shapes) less the jobs FINISHED in
     that store or in the ``done`` files (``--done``: the run skips them too; counted in ``finished``), one
     progress line per timed multirun on stderr."""
-    merge_equivalent(plan)
-    for m in plan.multiruns:
-        _expand_jobs(m)
+    from ..sweep.compose import memoized_composes
+
+    with memoized_composes():  # a preset's first job is composed once, not up to three times
+        merge_equivalent(plan)
+        for m in plan.multiruns:
+            _expand_jobs(m)
     count_repeats(plan)
     if not estimate:
         return

@@ -78,7 +78,7 @@ def sweep_overrides(kind: str, overrides: list[str]) -> list[list[str]]:
     """The argv of each multirun that `gpdlm sweep <kind>` launches: one per dataset configuration of
     the sweep's jobs (``data_combinations``), each with the beta grid of its training size."""
     from .. import build
-    from ..hydra_apps import compose_config
+    from ..hydra_apps import compose_configs
 
     if kind != "beta":
         raise ConfigError(f"unknown sweep '{kind}'; available: beta")
@@ -87,8 +87,8 @@ def sweep_overrides(kind: str, overrides: list[str]) -> list[list[str]]:
     runs = []
     # n depends on the dataset settings only: each multirun's grid comes from the first of its jobs, composed
     # with the job's whole override list (the preset's sweeper params included: its dataset.split values)
-    for pins, job in _data_jobs(overrides):
-        cfg = compose_config(job)
+    data_jobs = _data_jobs(overrides)
+    for (pins, _), cfg in zip(data_jobs, compose_configs([job for _, job in data_jobs])):
         build.validate_config(cfg)
         _, splits, _ = build.load_data(cfg)
         grid = beta_grid(splits.n_train, cfg.sweep.grid_min, cfg.sweep.factor)

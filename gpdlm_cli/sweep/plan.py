@@ -106,7 +106,14 @@ def _duration(s: float) -> str:
 
 
 def job_overrides(overrides: list[str]) -> tuple[list[list[str]], object]:
-    """(the override list of every job, the composed config of the first job with Hydra's keys)."""
+    """(the override list of every job, the composed config of the first job with Hydra's keys); composed
+    once per ``compose.memoized_composes`` block."""
+    from .compose import memoized
+
+    return memoized("job_overrides", overrides, lambda: _job_overrides(overrides))
+
+
+def _job_overrides(overrides: list[str]) -> tuple[list[list[str]], object]:
     from hydra import compose
 
     from .compose import config_module, overrides_parser
