@@ -86,6 +86,7 @@ def make_tracker(tcfg, base_dir=None, finished_from=()):
             resolve_tracking_uri(tcfg.uri, base_dir),
             str(tcfg.experiment),  # `experiment=2024` parses as int
             system_metrics=float(every) if every else None,
+            loss_every=int(tcfg.get("loss_every", 1)),
         )
     if finished_from:
         from ..tracking.records_file import finished_config_hashes

@@ -188,6 +188,7 @@ def test_old_params_and_configs_read_in_the_new_names():
     assert new["model"]["training"].pop("feedback_conditioning") == "rollouts"  # the same
     assert new["trainer"].pop("checkpoint_minutes") == 10.0  # the same
     assert new["sweep"].pop("finished_from") == []  # a sweep key added since (never part of the hash)
+    assert new["tracking"].pop("loss_every") == 1  # a tracking key added since (never part of the hash)
     assert canonical_config(old) == new and canonical_config(new) == new
 
 

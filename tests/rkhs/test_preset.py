@@ -40,6 +40,7 @@ def test_full_preset_composes_the_papers_grid():
     assert len(job_overrides(["+experiment=rkhs_batch_study"])[0]) == 8 * 5 * 6 * 3 * 3
     assert len(job_overrides(["+experiment=rkhs_batch_study", "dataset=kin40k"])[0]) == 5 * 6 * 3 * 3
     scgd = compose(["+experiment=rkhs_batch_study", "model=scgd", "dataset=kin40k", "trainer.batch_size=32"])
+    assert scgd.tracking.loss_every == 50  # 47,000-179,000 steps a run: train_loss every 50th step in the store
     assert (scgd.trainer.optimizer, scgd.trainer.max_epochs, scgd.trainer.keep_best) == ("adadelta", 100, "train_nlml")
     assert (scgd.kernel.name, scgd.features.widths, scgd.dataset.name) == ("linear", [128, 128], "kin40k")
     assert (scgd.dataset.split.mask, scgd.dataset.split.mask_val_fraction, scgd.dataset.split.val_fraction) == (
@@ -223,7 +224,8 @@ def check_batch_smoke_runs(smoke) -> None:
     six child runs (scgd, scgd_paper, minimax, minimax_paper, bsgd, svgp on NN + linear kernel, batch
     16, 200 rows of pol's mask 0 from the mirror), all FINISHED under one parent, the RKHS arms named by
     their tag gpdlm.rkhs_setting; they carry train_nlml (also as a per-epoch step metric), test RMSE/NLL,
-    iter_ms, peak memory and best_iteration; SVGP its test metrics with M = 16. The paper's MINIMAX arm
+    iter_ms, peak memory and best_iteration, train_loss at every 5th step (``tracking.loss_every``); SVGP its
+    test metrics with M = 16. The paper's MINIMAX arm
     logs penalty_exact = 0 and is the one run that warns. `gpdlm compare --by tags.gpdlm.rkhs_setting,model`
     gives one row per arm, labelled by the setting."""
     assert (smoke.preset, smoke.experiment) == ("rkhs_batch_study_smoke", "rkhs_batch_study_smoke")
@@ -248,6 +250,10 @@ def check_batch_smoke_runs(smoke) -> None:
         history = client.get_metric_history(r.info.run_id, "train_nlml")
         assert len(history) >= 2  # after epoch 1, and the final (restored) iterate
         assert m["train_nlml"] <= min(h.value for h in history) + 1e-12
+        # train_loss in the store at every 5th step (tracking.loss_every: the study's 50 at CI size)
+        assert r.data.tags["gpdlm.loss_every"] == "5"
+        steps = [h.step for h in client.get_metric_history(r.info.run_id, "train_loss")]
+        assert steps == list(range(5, int(m["iterations"]) + 1, 5)), (name, steps)
     paper = children["minimax inexact penalty (the paper): mu = 1"].data.metrics
     assert paper["mu"] == 1.0 and paper["penalty_exact"] == 0.0
     warnings = [line for line in smoke.stderr.splitlines() if "gpdlm: warning: model=minimax" in line]

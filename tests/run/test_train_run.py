@@ -66,6 +66,28 @@ def test_default_dlm_run_is_tracked_finished(tmp_path, mlflow_uri):
     assert {"config.yaml", "metrics.json", "learning_curve.png"} <= arts
 
 
+def test_loss_every_keeps_every_kth_train_loss_in_the_store_and_nothing_else_changes(tmp_path, mlflow_uri):
+    """tracking.loss_every=7: the store's train_loss holds steps 7, 14, ..., 56 with the values an every-step run
+    of the same seed logs there, the run is tagged gpdlm.loss_every=7; the evaluations' step metrics and every
+    final metric are the every-step run's (train_seconds aside)."""
+    every = _run(tmp_path / "a", mlflow_uri, [], experiment="le")
+    thinned = _run(tmp_path / "b", mlflow_uri, ["tracking.loss_every=7"], experiment="le")
+    timing = ("train_seconds", "iter_ms", "peak_memory_mb", "peak_rss_mb", "wall_seconds")
+    assert {k: v for k, v in thinned.items() if k not in timing} == {k: v for k, v in every.items() if k not in timing}
+    client = MlflowClient(mlflow_uri)
+    runs = client.search_runs([client.get_experiment_by_name("le").experiment_id], order_by=["start_time ASC"])
+    full, kept = runs[0].info.run_id, runs[1].info.run_id
+    assert kept != full and runs[1].data.tags["gpdlm.loss_every"] == "7" and "gpdlm.loss_every" not in runs[0].data.tags
+    all_losses = {m.step: m.value for m in client.get_metric_history(full, "train_loss")}
+    assert sorted(all_losses) == list(range(1, 61))
+    got = {m.step: m.value for m in client.get_metric_history(kept, "train_loss")}
+    assert got == {s: all_losses[s] for s in range(7, 61, 7)}
+    for name in ("val_nll", "val_rmse"):
+        assert [(m.step, m.value) for m in client.get_metric_history(kept, name)] == [
+            (m.step, m.value) for m in client.get_metric_history(full, name)
+        ]
+
+
 @pytest.mark.slow
 def test_same_seed_same_metrics(tmp_path, mlflow_uri):
     over = ["tracking.enabled=false", "trainer.batch_size=128", "model.inducing_init=random", "seed=3"]
