@@ -1,5 +1,5 @@
 """Run every benchmark: `python -m benchmarks [name ...]` (names: training, optimizers, estimators, data, sweep,
-compose, contention, optuna, sparse_spectrum, pic, rkhs, rkhs_step, gplstm, gplstm_eval, kiss_car, study, stochastic_start, gpu, batched, kernels)."""
+compose, contention, optuna, sparse_spectrum, pic, rkhs, rkhs_step, gplstm, gplstm_eval, kiss_car, study, stochastic_start, gpu, batched, kernels, loss_logging)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ ALL = [
     "gpu",
     "batched",
     "kernels",
+    "loss_logging",
 ]
 
 

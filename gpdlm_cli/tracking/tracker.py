@@ -167,7 +167,7 @@ class MlflowTracker(NullTracker):
         that many seconds into the run as ``system/*`` metrics (MLflow's monitor); None = off.
         ``loss_every``: ``train_loss`` goes to the store at the steps that are multiples of it (the run's tag
         ``gpdlm.loss_every`` says so when > 1): a paper-protocol RKHS run of 128,600 steps logged every step
-        took ~22 s and ~33 MB of the store (``tracking.loss_every``, docs/mlflow.md)."""
+        took ~28 s and ~34 MB of the store (``tracking.loss_every``; benchmarks/bench_loss_logging.py)."""
         super().__init__()
         self.system_metrics = system_metrics
         self.loss_every = max(1, int(loss_every))
