@@ -73,6 +73,9 @@ PART_7 = {
     ),
 }
 COLUMNS_7 = (("scgd", 32), ("bsgd", 32), ("scgd", 128), ("bsgd", 128))
+# part 8: keggundirected's masks 2, 3, 4 of (MINIMAX b32, BSGD b32)
+PART_8 = {"keggundirected": ((-0.737, -0.714), (-0.743, -0.734), (-0.742, -0.716))}
+COLUMNS_8 = (("minimax", 32), ("bsgd", 32))
 
 
 def test_the_studys_table_is_the_records():
@@ -83,6 +86,7 @@ def test_the_studys_table_is_the_records():
         "runs-5.jsonl.gz",
         "runs-6.jsonl.gz",
         "runs-7.jsonl.gz",
+        "runs-8.jsonl.gz",
         "runs.jsonl.gz",
     ]
     d = pd.concat([pd.read_json(p, lines=True) for p in RECORDS])
@@ -102,7 +106,11 @@ def test_the_studys_table_is_the_records():
     masks_2_4 = {s: tuple(tuple(round(best[(s, m, *c)], 3) for c in COLUMNS_2_4) for m in (2, 3, 4)) for s in MASKS_2_4}
     assert masks_2_4 == MASKS_2_4
     assert {s: tuple(tuple(round(best[(s, m, *c)], 3) for c in COLUMNS_7) for m in (2, 3, 4)) for s in PART_7} == PART_7
-    assert not any(key[1] > 1 for key in best if key[0] not in {**MASKS_2_4, **PART_7})  # masks 2-4: these sets only
+    assert {s: tuple(tuple(round(best[(s, m, *c)], 3) for c in COLUMNS_8) for m in (2, 3, 4)) for s in PART_8} == PART_8
+    assert not any(key[1] > 1 for key in best if key[0] not in {**MASKS_2_4, **PART_7, **PART_8})  # these sets only
+    assert {key[2:] for key in best if key[0] in PART_8 and key[1] > 1} == set(COLUMNS_8)
+    # part 8: MINIMAX below BSGD at b = 32 on every keggundirected mask (open at 2 masks: p = 0.053)
+    assert all(best[("keggundirected", m, "minimax", 32)] < best[("keggundirected", m, "bsgd", 32)] for m in range(5))
     assert not any(key[1] > 1 and key[2] in ("svgp", "minimax") for key in best if key[0] in PART_7)
     # part 7: SCGD at b = 32 trails b = 128 on every mask of elevators and protein (by 0.035-0.068: no-degradation
     # fails on both), on elevators' mask 3 beyond the 0.05 margin; BSGD better at b = 128 on every protein mask
