@@ -29,23 +29,26 @@ def readers(monkeypatch):
     from hydra.core.plugins import Plugins
 
     Plugins.instance()
+    from hydra._internal.config_repository import CachingConfigRepository
     from hydra._internal.core_plugins.file_config_source import FileConfigSource
     from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource as P
 
     monkeypatch.setattr(P, "_read_config", P._read_config)
     monkeypatch.setattr(FileConfigSource, "load_config", FileConfigSource.load_config)
+    monkeypatch.setattr(CachingConfigRepository, "__init__", CachingConfigRepository.__init__)
     monkeypatch.setattr(C, "_PARSED", {})
     return P, FileConfigSource
 
 
+def _unwrapped(f):
+    while getattr(f, "__wrapped__", None):
+        f = f.__wrapped__
+    return f
+
+
 def _uncached(P, F):
     """Hydra's own readers, unwrapped (the ones this process had before any gpdlm command wrapped them)."""
-    read, load = P._read_config, F.load_config
-    while getattr(read, "__wrapped__", None):
-        read = read.__wrapped__
-    while getattr(load, "__wrapped__", None):
-        load = load.__wrapped__
-    return read, load
+    return _unwrapped(P._read_config), _unwrapped(F.load_config)
 
 
 def _yaml(overrides, searchpath=()) -> str:
@@ -69,8 +72,11 @@ def test_a_compose_from_cached_files_is_hydras_compose(readers, tmp_path, monkey
     read, load = _uncached(P, F)
     folder = _user_folder(tmp_path)
     cases = [([f"+experiment={p}"], ()) for p in PRESETS] + [(["+experiment=mine", "model=svgp"], folder)]
+    from hydra._internal.config_repository import CachingConfigRepository as R
+
     monkeypatch.setattr(P, "_read_config", read)
     monkeypatch.setattr(F, "load_config", load)
+    monkeypatch.setattr(R, "__init__", _unwrapped(R.__init__))  # Hydra's deep copy of the ConfigStore too
     monkeypatch.setattr(C, "cache_config_files", lambda: None)  # Hydra's readers for the reference
     want = [_yaml(o, s) for o, s in cases]
     monkeypatch.undo()  # the fixture's state: gpdlm's readers may be installed again
@@ -84,6 +90,31 @@ def test_a_compose_from_cached_files_is_hydras_compose(readers, tmp_path, monkey
     assert {k[0] for k in C._PARSED} == {"pkg", "file"}  # both readers were used
     assert first == want and again == want
     assert "lr: 0.0125" in again[-1]  # the user's preset really composed
+
+
+def test_a_composes_copy_of_the_sources_shares_the_config_store_and_copies_the_rest(readers):
+    """``_share_config_store``: Hydra's per-compose repository copy no longer deep-copies the ConfigStore (the
+    compose equality is the test above); the sources themselves are still copies, and the store's own nodes
+    are untouched by composing (``ConfigStore.load`` hands out copies)."""
+    from hydra import compose
+    from hydra._internal.config_repository import CachingConfigRepository
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+
+    C.cache_config_files()
+    assert getattr(CachingConfigRepository.__init__, "_gpdlm_cached", False)
+    with C.config_module(()):
+        repo = GlobalHydra.instance().config_loader().repository
+        copied = CachingConfigRepository(repo)
+        store_node = ConfigStore.instance().load("hydra/launcher/basic.yaml").node
+        cfg = compose(config_name="config", overrides=["+experiment=classification_smoke"], return_hydra_config=True)
+    structured = [s for s in copied.delegate.sources if type(s).__name__ == "StructuredConfigSource"]
+    assert structured and all(s.store is ConfigStore.instance() for s in structured)
+    assert all(a is not b for a, b in zip(copied.delegate.sources, repo.sources))
+    assert len(copied.delegate.sources) == len(repo.sources)
+    cfg.hydra.launcher._target_ = "changed"  # a composed config is the caller's own
+    assert ConfigStore.instance().load("hydra/launcher/basic.yaml").node == store_node
+    assert store_node._target_ != "changed"
 
 
 def test_a_file_edited_since_is_read_again(readers, tmp_path):
