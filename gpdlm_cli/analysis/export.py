@@ -120,15 +120,17 @@ def export_store(
     histories: bool = True,
     keep_points: bool = True,
     commands: tuple[str, ...] = ("train", "bias"),
+    filter_string: str = "",
 ) -> list[dict]:
     """The export lines of every run of ``experiments`` (MLflow experiment objects) made by one of
-    ``commands`` (all statuses: the reader applies the report's rules), step metrics read from each
-    run's metric histories when ``histories``."""
+    ``commands`` and matching ``filter_string`` (MLflow's search syntax; all statuses: the reader applies
+    the report's rules), step metrics read from each run's metric histories when ``histories``."""
     from .store import search_all
 
     out: list[dict] = []
     for exp in experiments:
-        runs = [r for r in search_all(client, exp.experiment_id) if r.data.tags.get("gpdlm.command") in commands]
+        found = search_all(client, exp.experiment_id, filter_string)
+        runs = [r for r in found if r.data.tags.get("gpdlm.command") in commands]
         hists = metric_histories(client, runs) if histories else {}
         out.extend(run_entry(exp.name, run, hists.get(run.info.run_id), keep_points) for run in runs)
     return out

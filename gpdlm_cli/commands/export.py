@@ -1,14 +1,17 @@
 """``gpdlm export``: a store's training runs as one run-records file (``analysis.export``).
 
     gpdlm export [--experiment NAME ...] [--tracking-uri URI] [--output FILE] [--no-histories]
+                 [--filter EXPR] [--since TIME]
 
 Params, final metrics, tags and step-metric summaries (and points, for the learning curves) of every
-``gpdlm train``/``gpdlm bias`` run of the experiments -- not model files. ``gpdlm report --from FILE``
-builds the same report from it as from the store.
+``gpdlm train``/``gpdlm bias`` run of the experiments -- or of those an MLflow search filter and a start
+time select (a study run in parts exports each part's runs) -- not model files. ``gpdlm report --from
+FILE`` builds the same report from it as from the store.
 """
 
 from __future__ import annotations
 
+from datetime import UTC
 from pathlib import Path
 
 from ..analysis import records as R
@@ -18,6 +21,8 @@ from . import _cli
 EPILOG = """examples:
   gpdlm export --experiment gplstm_sysid --output runs.jsonl.gz
   gpdlm export --output all.jsonl.gz                       # every experiment of the store
+  gpdlm export --experiment rkhs --since 2026-12-01T03:15 --output runs-9.jsonl.gz   # runs started since (UTC)
+  gpdlm export --filter 'params.`dataset.name` = "pol"' --output pol.jsonl.gz
   gpdlm report --claims gplstm --from runs.jsonl.gz        # the report, from the file
 """
 
@@ -44,6 +49,18 @@ def build_parser():
     )
     p.add_argument("--output", default="runs.jsonl.gz", metavar="FILE", help="the file (default: runs.jsonl.gz)")
     p.add_argument(
+        "--filter",
+        default="",
+        metavar="EXPR",
+        help="MLflow search filter on the runs, e.g. 'params.`dataset.name` = \"pol\"' (as for compare, select, report)",
+    )
+    p.add_argument(
+        "--since",
+        default=None,
+        metavar="TIME",
+        help="only runs started at or after TIME: ISO 8601, e.g. 2026-12-01T03:15 (UTC unless it has an offset)",
+    )
+    p.add_argument(
         "--no-histories",
         action="store_true",
         help="step metrics as summaries only (no points: smaller, but no learning-curve figures)",
@@ -59,16 +76,22 @@ def main(argv: list[str]) -> int:
         raise R.AnalysisError(f"--output {args.output}: the file name must end in .jsonl.gz")
     if Path(args.output).is_dir():
         raise R.AnalysisError(f"--output {args.output} is a folder: give a file name")
+    filter_string = run_filter(args.filter, args.since)
     client, uri = store.open_store(args.tracking_uri)
     names = list(dict.fromkeys(R.split_list(args.experiment)))
     if names:
         exps = [store.get_experiment(client, name, uri) for name in names]
     else:
         exps = sorted(client.search_experiments(), key=lambda e: e.name)
-    entries = export.export_store(client, exps, histories=True, keep_points=not args.no_histories)
+    entries = export.export_store(
+        client, exps, histories=True, keep_points=not args.no_histories, filter_string=filter_string
+    )
     kept = [e.name for e in exps if any(x["experiment"] == e.name for x in entries)]
     if not entries:
-        raise R.AnalysisError(f"no training runs to export in {', '.join(e.name for e in exps) or '(no experiments)'}")
+        which = f" matching {filter_string!r}" if filter_string else ""
+        raise R.AnalysisError(
+            f"no training runs{which} to export in {', '.join(e.name for e in exps) or '(no experiments)'}"
+        )
     digest = export.write(args.output, entries, kept)
     size = Path(args.output).stat().st_size
     print(
@@ -76,6 +99,24 @@ def main(argv: list[str]) -> int:
         f"sha256 {digest[:16]}...)"
     )
     return 0
+
+
+def run_filter(expr: str, since: str | None) -> str:
+    """The MLflow filter of ``--filter`` and ``--since`` together (``attributes.start_time`` in ms since the
+    epoch; a time without an offset is UTC). A ``--since`` that is not an ISO 8601 time is an error."""
+    from datetime import datetime
+
+    parts = [expr.strip()] if expr.strip() else []  # MLflow filters are clauses joined by "and": no "or"
+    if since is not None:
+        try:
+            t = datetime.fromisoformat(since.strip())
+        except ValueError:
+            raise R.AnalysisError(
+                f"--since {since!r} is not a time: give ISO 8601, e.g. 2026-12-01T03:15 (UTC) or 2026-12-01"
+            ) from None
+        t = t.replace(tzinfo=UTC) if t.tzinfo is None else t
+        parts.append(f"attributes.start_time >= {int(t.timestamp() * 1000)}")
+    return " and ".join(parts)
 
 
 def cli() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from datetime import UTC
 
 import pytest
 
@@ -145,3 +146,43 @@ def test_bad_from_input_is_one_line(records, store, tmp_path, capsys):  # noqa: 
     assert "not a gzip-compressed run-records file" in one_line_error(capsys)
     assert cli.main(["export", "--tracking-uri", store["uri"], "--output", str(tmp_path / "x.json")]) == 2
     assert "must end in .jsonl.gz" in one_line_error(capsys)
+
+
+def test_filter_and_since_export_the_runs_they_select(template_db, tmp_path, capsys):
+    """``--filter`` (MLflow's search syntax) and ``--since`` (a start time, UTC unless given an offset) select
+    the runs a study's part exports; together, both apply."""
+    from datetime import datetime
+
+    from mlflow.tracking import MlflowClient
+
+    from ..conftest import copy_store
+    from .conftest import make_experiment, make_run
+
+    uri = copy_store(template_db, tmp_path / "store")
+    client = MlflowClient(uri)
+    exp = make_experiment(client, uri, "parts")
+    t0 = int(datetime(2026, 12, 1, 3, 0, tzinfo=UTC).timestamp() * 1000)
+    for i in range(4):  # one run an hour from 03:00 UTC, data sets a, b, a, b
+        make_run(
+            client, exp, {"dataset.name": "ab"[i % 2], "seed": i}, {"test_nll": float(i)}, start_time=t0 + i * 3600_000
+        )
+
+    def seeds(*args):
+        out = tmp_path / "out.jsonl.gz"
+        assert cli.main(["export", "--tracking-uri", uri, "--experiment", "parts", "--output", str(out), *args]) == 0
+        return sorted(int(r["params"]["seed"]) for r in _lines(out)[1:-1])
+
+    assert seeds() == [0, 1, 2, 3]
+    assert seeds("--since", "2026-12-01T05:00") == [2, 3]  # started at 05:00 UTC and after
+    assert seeds("--since", "2026-12-01T05:00:00.001") == [3]
+    assert seeds("--since", "2026-12-01T06:00+01:00") == [2, 3]  # 05:00 UTC
+    assert seeds("--filter", 'params.`dataset.name` = "a"') == [0, 2]  # as pasted from the help
+    assert seeds("--filter", "params.`dataset.name` = 'a'", "--since", "2026-12-01T04:00") == [2]
+    bad = ["export", "--tracking-uri", uri, "--output", str(tmp_path / "bad.jsonl.gz")]
+    assert cli.main([*bad, "--since", "yesterday"]) == 2
+    assert "--since 'yesterday' is not a time: give ISO 8601" in one_line_error(capsys)
+    assert cli.main([*bad, "--filter", "params.seed ~ 3"]) == 2
+    assert "invalid --filter" in one_line_error(capsys)
+    assert cli.main([*bad, "--experiment", "parts", "--since", "2026-12-02"]) == 2
+    assert "no training runs matching 'attributes.start_time >= " in one_line_error(capsys)
+    assert not (tmp_path / "bad.jsonl.gz").exists()
