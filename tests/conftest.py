@@ -145,32 +145,76 @@ def exhaustive(cases, *, fast, ids=None) -> list:
 
 _COMPOSED: dict = {}
 _READONLY: dict = {}
+_SHAPES: dict = {}
 
 
 def compose(overrides=(), *, hydra: bool = False, readonly: bool = False):
     """The composed gpdlm config, exactly as `gpdlm train` would build it (with its ``hydra`` node,
     the launcher's and sweeper's settings, when ``hydra=True``). Each distinct (overrides, hydra, working
     directory) is composed once per test process and handed out as a deep copy, which the caller may
-    change freely: a compose costs ~0.2-0.7 s, a copy ~0.02 s, and many tests compose the same presets.
+    change freely: a compose costs ~0.1-0.5 s, a copy ~0.02 s, and many tests compose the same presets.
+    Without ``hydra``, a list that differs from one composed before only in the values of leaf keys (the
+    same group choices, ``trainer.lr=0.1`` for ``=0.3``) is that config with its values set, as
+    ``hydra_apps.compose_configs`` does for a sweep's jobs (``_leaf_copy``; tests/test_conftest_compose.py
+    checks it against Hydra's compose, ``GPDLM_TEST_COMPOSE_CHECK=1`` checks every one of a run).
     Interpolations (``${oc.env:...}``) stay unresolved in the copy, as in a fresh compose. With
     ``readonly=True`` every call gets one shared read-only copy instead (for tests that only look: the plan
     tests read ~700 configs, whose copies cost more than the composes they saved)."""
     import copy
 
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-
     overrides = list(overrides)
     key = (tuple(overrides), hydra, os.getcwd())
     if key not in _COMPOSED:
-        with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
-            _COMPOSED[key] = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=hydra)
+        _COMPOSED[key] = (None if hydra else _leaf_copy(overrides)) or hydra_compose(overrides, hydra=hydra)
     if not readonly:
         return copy.deepcopy(_COMPOSED[key])
     if key not in _READONLY:
         _READONLY[key] = copy.deepcopy(_COMPOSED[key])
         OmegaConf.set_readonly(_READONLY[key], True)
     return _READONLY[key]
+
+
+def hydra_compose(overrides, *, hydra: bool = False):
+    """Hydra's own compose of gpdlm's config with ``overrides`` (no cache)."""
+    from hydra import compose as _compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="gpdlm_cli.conf", version_base="1.3"):
+        return _compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def _leaf_copy(overrides: list[str]):
+    """The config of ``overrides`` as a copy of an earlier compose of the same *shape* -- the same overrides
+    but for plain ``a.b=value`` ones on keys that config has as values (no group choice, ``+``/``~``,
+    package, list or dict) -- with those values set in order (``OmegaConf.update``: what Hydra does with them
+    after composing the defaults); None where there is no such compose yet (this one becomes it)."""
+    import copy
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    from gpdlm_cli.hydra_apps import _is_leaf
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # Hydra's compose says what is wrong
+        return None
+    values = [o for o in parsed if o.type == OverrideType.CHANGE and o.package is None and "." in o.key_or_group]
+    values = [o for o in values if not o.is_sweep_override() and not isinstance(o.value(), (dict, list))]
+    shape = (tuple(o.input_line for o in parsed if o not in values), tuple(o.key_or_group for o in values), os.getcwd())
+    base = _SHAPES.get(shape)
+    if base is None or not all(_is_leaf(base, o.key_or_group) for o in values):
+        _SHAPES.setdefault(shape, None)
+        if _SHAPES[shape] is None:
+            _SHAPES[shape] = hydra_compose(overrides)
+            return _SHAPES[shape]
+        return None
+    cfg = copy.deepcopy(base)
+    for o in values:
+        OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+    if os.environ.get("GPDLM_TEST_COMPOSE_CHECK"):
+        assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(hydra_compose(overrides)), overrides
+    return cfg
 
 
 def sweep_grid(overrides=()) -> dict[str, list[str]]:
