@@ -64,7 +64,6 @@ def compose_configs(jobs: list[list[str]]) -> list:
     (tests/test_config_cache.py): a beta sweep's grids over several training sizes compose once per data set."""
     import copy
 
-    from hydra.core.override_parser.types import OverrideType
     from omegaconf import OmegaConf
 
     from .sweep.compose import config_module, overrides_parser
@@ -75,11 +74,9 @@ def compose_configs(jobs: list[list[str]]) -> list:
     out: list = []
     bases: dict[tuple, DictConfig] = {}
     for job, ovs in zip(jobs, parsed):
-        values = [o for o in ovs if o.type == OverrideType.CHANGE and o.package is None and "." in o.key_or_group]
-        values = [o for o in values if not o.is_sweep_override() and not isinstance(o.value(), (dict, list))]
-        shape = (tuple(o.input_line for o in ovs if o not in values), tuple(o.key_or_group for o in values))
+        shape, values = override_shape(ovs)
         base = bases.get(shape)
-        if base is None or not all(_is_leaf(base, o.key_or_group) for o in values):
+        if base is None or not all(is_leaf(base, o.key_or_group) for o in values):
             out.append(compose_config(job))
             bases.setdefault(shape, out[-1])
             continue
@@ -90,7 +87,18 @@ def compose_configs(jobs: list[list[str]]) -> list:
     return out
 
 
-def _is_leaf(cfg: DictConfig, key: str) -> bool:
+def override_shape(parsed: list) -> tuple[tuple, list]:
+    """``(shape, values)`` of a parsed override list: ``values`` its plain ``a.b=value`` overrides (no group
+    choice, ``+``/``~``, package, sweep, list or dict), ``shape`` the rest and the keys ``values`` set. Two lists
+    of one shape compose the same defaults tree; only those values differ (``compose_configs``)."""
+    from hydra.core.override_parser.types import OverrideType
+
+    values = [o for o in parsed if o.type == OverrideType.CHANGE and o.package is None and "." in o.key_or_group]
+    values = [o for o in values if not o.is_sweep_override() and not isinstance(o.value(), (dict, list))]
+    return (tuple(o.input_line for o in parsed if o not in values), tuple(o.key_or_group for o in values)), values
+
+
+def is_leaf(cfg: DictConfig, key: str) -> bool:
     """Whether ``key`` (dotted) is a value in ``cfg``: not a node, not absent."""
     from omegaconf import ListConfig, OmegaConf
 

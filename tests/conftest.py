@@ -191,19 +191,16 @@ def _leaf_copy(overrides: list[str]):
     import copy
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import OverrideType
 
-    from gpdlm_cli.hydra_apps import _is_leaf
+    from gpdlm_cli.hydra_apps import is_leaf, override_shape
 
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        shape, values = override_shape(OverridesParser.create().parse_overrides(overrides))
     except Exception:  # Hydra's compose says what is wrong
         return None
-    values = [o for o in parsed if o.type == OverrideType.CHANGE and o.package is None and "." in o.key_or_group]
-    values = [o for o in values if not o.is_sweep_override() and not isinstance(o.value(), (dict, list))]
-    shape = (tuple(o.input_line for o in parsed if o not in values), tuple(o.key_or_group for o in values), os.getcwd())
+    shape = (*shape, os.getcwd())
     base = _SHAPES.get(shape)
-    if base is None or not all(_is_leaf(base, o.key_or_group) for o in values):
+    if base is None or not all(is_leaf(base, o.key_or_group) for o in values):
         _SHAPES.setdefault(shape, None)
         if _SHAPES[shape] is None:
             _SHAPES[shape] = hydra_compose(overrides)
