@@ -11,7 +11,7 @@ FILE`` builds the same report from it as from the store.
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..analysis import records as R
@@ -104,8 +104,6 @@ def main(argv: list[str]) -> int:
 def run_filter(expr: str, since: str | None) -> str:
     """The MLflow filter of ``--filter`` and ``--since`` together (``attributes.start_time`` in ms since the
     epoch; a time without an offset is UTC). A ``--since`` that is not an ISO 8601 time is an error."""
-    from datetime import datetime
-
     parts = [expr.strip()] if expr.strip() else []  # MLflow filters are clauses joined by "and": no "or"
     if since is not None:
         try:
