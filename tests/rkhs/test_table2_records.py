@@ -15,7 +15,7 @@ FOLDER = Path(__file__).resolve().parents[2] / "docs/results/rkhs_table2_2026-11
 RECORDS = sorted(FOLDER.glob("runs*.jsonl.gz"))  # part 1 (5 sets), 2 (tamielectric, keggdirected), 3 (keggundirected),
 # 4 (SVGP on all 8, MINIMAX on keggundirected), 5 (MINIMAX on keggdirected and tamielectric), 6 (masks 2-4 of bike,
 # kin40k, pol), 7 (masks 2-4 of elevators and protein: SCGD and BSGD), 8 (MINIMAX and BSGD b32 on keggundirected's
-# masks 2-4), 9 (masks 2-4 of keggdirected: SCGD and BSGD)
+# masks 2-4), 9 (masks 2-4 of keggdirected: SCGD and BSGD), 10 (keggundirected's other masks 2-4 cells)
 # set: mask 0 then 1 of (MINIMAX b32, SCGD b32, BSGD b32, SCGD b128, BSGD b128), as the table prints them
 DOC = {
     "bike": ((-0.825, -0.856, -0.065, -0.682, -0.572), (-0.893, -0.882, -0.025, -0.670, -0.554)),
@@ -77,6 +77,12 @@ COLUMNS_7 = (("scgd", 32), ("bsgd", 32), ("scgd", 128), ("bsgd", 128))
 # part 8: keggundirected's masks 2, 3, 4 of (MINIMAX b32, BSGD b32)
 PART_8 = {"keggundirected": ((-0.737, -0.714), (-0.743, -0.734), (-0.742, -0.716))}
 COLUMNS_8 = (("minimax", 32), ("bsgd", 32))
+# part 10: keggundirected's masks 2, 3, 4 per (method, b)
+PART_10 = {
+    ("scgd", 32): (-0.739, -0.742, -0.734),
+    ("scgd", 128): (-0.769, -0.774, -0.764),
+    ("bsgd", 128): (-0.753, -0.760, -0.756),
+}
 # part 9: keggdirected's masks 2, 3, 4 of (SCGD b32, BSGD b32, SCGD b128, BSGD b128)
 PART_9 = {
     "keggdirected": (
@@ -89,6 +95,7 @@ PART_9 = {
 
 def test_the_studys_table_is_the_records():
     assert [p.name for p in RECORDS] == [
+        "runs-10.jsonl.gz",
         "runs-2.jsonl.gz",
         "runs-3.jsonl.gz",
         "runs-4.jsonl.gz",
@@ -119,13 +126,18 @@ def test_the_studys_table_is_the_records():
     assert {s: tuple(tuple(round(best[(s, m, *c)], 3) for c in COLUMNS_8) for m in (2, 3, 4)) for s in PART_8} == PART_8
     assert {s: tuple(tuple(round(best[(s, m, *c)], 3) for c in COLUMNS_7) for m in (2, 3, 4)) for s in PART_9} == PART_9
     assert not any(key[1] > 1 for key in best if key[0] not in {**MASKS_2_4, **PART_7, **PART_8, **PART_9})
+    # part 10: keggundirected's masks 2-4 of (SCGD b32, SCGD b128, BSGD b128); with part 8, all four cells at 5 masks
+    assert {c: tuple(round(best[("keggundirected", m, *c)], 3) for m in (2, 3, 4)) for c in PART_10} == PART_10
+    assert {key[2:] for key in best if key[0] == "keggundirected" and key[1] > 1} == {*COLUMNS_7, ("minimax", 32)}
+    u = [{c: best[("keggundirected", m, *c)] for c in COLUMNS_7} for m in range(5)]
+    assert all(r["scgd", 32] < r["bsgd", 32] and 0 < r["scgd", 32] - r["scgd", 128] < 0.05 for r in u)
+    assert all(r["bsgd", 128] < r["bsgd", 32] for r in u)
     assert {key[2:] for key in best if key[0] in PART_9 and key[1] > 1} == set(COLUMNS_7)
     # part 9: on every keggdirected mask SCGD below BSGD at b = 32, SCGD at b = 32 within 0.05 of b = 128 (and not
     # better), BSGD better at b = 128
     k = [{c: best[("keggdirected", m, *c)] for c in COLUMNS_7} for m in range(5)]
     assert all(r["scgd", 32] < r["bsgd", 32] and 0 < r["scgd", 32] - r["scgd", 128] < 0.05 for r in k)
     assert all(r["bsgd", 128] < r["bsgd", 32] for r in k)
-    assert {key[2:] for key in best if key[0] in PART_8 and key[1] > 1} == set(COLUMNS_8)
     # part 8: MINIMAX below BSGD at b = 32 on every keggundirected mask (open at 2 masks: p = 0.053)
     assert all(best[("keggundirected", m, "minimax", 32)] < best[("keggundirected", m, "bsgd", 32)] for m in range(5))
     assert not any(key[1] > 1 and key[2] in ("svgp", "minimax") for key in best if key[0] in PART_7)
