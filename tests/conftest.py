@@ -200,11 +200,10 @@ def _leaf_copy(overrides: list[str]):
         return None
     shape = (*shape, os.getcwd())
     base = _SHAPES.get(shape)
-    if base is None or not all(is_leaf(base, o.key_or_group) for o in values):
-        _SHAPES.setdefault(shape, None)
-        if _SHAPES[shape] is None:
-            _SHAPES[shape] = hydra_compose(overrides)
-            return _SHAPES[shape]
+    if base is None:  # the first list of its shape: its compose is the shape's base
+        _SHAPES[shape] = base = hydra_compose(overrides)
+        return base
+    if not all(is_leaf(base, o.key_or_group) for o in values):
         return None
     cfg = copy.deepcopy(base)
     for o in values:
