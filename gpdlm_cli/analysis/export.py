@@ -217,11 +217,38 @@ def read(path: str | Path) -> RunFile:
     return RunFile(path, list(header.get("experiments", [])), entries, digest, header)
 
 
+def filter_runs(runs: list, filter_string: str) -> list:
+    """The runs (``as_run`` shapes) that match ``filter_string``, MLflow's search syntax as a store's
+    ``search_runs`` reads it (``SearchUtils.filter``: params, metrics, tags and the run attributes a record
+    keeps -- run_id, run_name, status, start_time, end_time). A filter MLflow rejects, or one on an
+    attribute the records do not keep, is an ``AnalysisError``."""
+    if not filter_string:
+        return runs
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.search_utils import SearchUtils
+
+    try:
+        return SearchUtils.filter(runs, filter_string)
+    except MlflowException as e:
+        msg = str(e.message if hasattr(e, "message") else e).strip().splitlines()
+        raise AnalysisError(f"invalid --filter {filter_string!r}: {msg[0] if msg else 'rejected by MLflow'}") from None
+    except AttributeError as e:
+        raise AnalysisError(
+            f"invalid --filter {filter_string!r} on run-records files: they keep the attributes run_id, run_name, "
+            f"status, start_time and end_time, not {getattr(e, 'name', None) or e}"
+        ) from None
+
+
 def load_records(
-    files: list[RunFile], experiments: list[str], notes: list[str], commands: tuple[str, ...] = ("train", "bias")
+    files: list[RunFile],
+    experiments: list[str],
+    notes: list[str],
+    commands: tuple[str, ...] = ("train", "bias"),
+    filter_string: str = "",
 ) -> tuple[list[str], dict[str, list[RunRecord]]]:
-    """(experiment names, their FINISHED training runs) from run-records ``files``, by the rules of
-    ``store.load_runs``; ``experiments`` empty: every experiment of the files, in their order."""
+    """(experiment names, their FINISHED training runs matching ``filter_string``) from run-records
+    ``files``, by the rules of ``store.load_runs``; ``experiments`` empty: every experiment of the files, in
+    their order."""
     from .store import drop_reruns, is_training_run, skipped_note
 
     have = list(dict.fromkeys(name for f in files for name in f.experiments))
@@ -233,10 +260,10 @@ def load_records(
                 f"experiment '{name}' is not in {', '.join(str(f.path) for f in files)}; "
                 f"experiments there: {', '.join(have) or '(none)'}"
             )
-        found = [r for f in files for r in f.runs(name)]
+        found = filter_runs([r for f in files for r in f.runs(name)], filter_string)
         runs = [RunRecord.from_run(r) for r in found if is_training_run(r, False, commands)]
-        if skipped_note(found):
-            notes.append(skipped_note(found))
+        if skipped_note(found, commands):
+            notes.append(skipped_note(found, commands))
         runs, reruns = drop_reruns(runs)
         if reruns:
             notes.append(
@@ -244,7 +271,8 @@ def load_records(
                 f"the latest run of each is used"
             )
         if not runs:
-            raise AnalysisError(f"no FINISHED training runs in experiment '{name}'")
+            where = f" matching --filter {filter_string!r}" if filter_string else ""
+            raise AnalysisError(f"no FINISHED training runs in experiment '{name}'{where}")
         runs.sort(key=lambda r: (r.start_time, r.run_id))
         out[name] = runs
     return names, out

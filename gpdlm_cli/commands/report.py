@@ -6,7 +6,7 @@
     gpdlm report --claims PAPER --from runs.jsonl.gz [--from ...] [--experiment NAME ...] ...
 
 ``--from`` reads run-records files (``gpdlm export``) instead of a store: the same report, byte for
-byte, as from the store they were exported from.
+byte, as from the store they were exported from (``--filter`` selects among the files' runs as in a store).
 
 Without ``--claims`` the report holds what ``gpdlm compare`` computes for each experiment: the
 mean ± standard error table of its FINISHED training runs grouped by compare's default keys (a
@@ -80,7 +80,12 @@ def build_parser():
     )
     p.add_argument("--output", metavar="FILE", help="also write the report to FILE")
     p.add_argument("--out", metavar="DIR", help="output folder (default: outputs/report/<timestamp>)")
-    p.add_argument("--filter", default="", metavar="EXPR", help="MLflow search filter on the runs read")
+    p.add_argument(
+        "--filter",
+        default="",
+        metavar="EXPR",
+        help="MLflow search filter on the runs read (the store's or --from files')",
+    )
     p.add_argument("--no-log", action="store_true", help="do not create the `report` MLflow run")
     p.add_argument(
         "--from",
@@ -124,10 +129,8 @@ def _claim_records(args, notes: list[str]):
     if args.from_files:
         from ..analysis import export
 
-        if args.filter:
-            raise R.AnalysisError("--filter searches a store: it does not apply to --from files")
         files = [export.read(f) for f in args.from_files]
-        names, by_name = export.load_records(files, R.split_list(args.experiment), notes)
+        names, by_name = export.load_records(files, R.split_list(args.experiment), notes, filter_string=args.filter)
         for name in names:
             records += by_name[name]
             made.append(rep.provenance(name, by_name[name]))

@@ -105,6 +105,35 @@ def test_the_report_from_the_file_is_the_report_from_the_store(records, store, t
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "params.seed = '0'",  # a param
+        "params.`dataset.split.train_size` = '100' and metrics.test_nll < 1.5",  # a param and a metric
+        "tags.`gpdlm.command` = 'train' and attributes.status = 'FINISHED' and params.`model.name` != 'dlm'",  # + tag, attribute
+    ],
+)
+def test_a_filtered_report_from_the_file_is_the_filtered_report_from_the_store(records, store, tmp_path, capsys, expr):  # noqa: F811
+    """``--filter`` selects the same runs from ``--from`` files as from the store they were exported from (MLflow's
+    own filter, ``SearchUtils.filter``): the two reports are the same bytes, and differ from the unfiltered one."""
+    base = ["report", "--claims", store["claims"], "--no-log"]
+    out = {k: tmp_path / k for k in ("store", "file", "all")}
+    assert (
+        cli.main(
+            [*base, "--tracking-uri", store["uri"], "--experiment", EXP, "--filter", expr, "--out", str(out["store"])]
+        )
+        == 0
+    )
+    err_store = capsys.readouterr().err
+    assert cli.main([*base, "--from", str(records), "--filter", expr, "--out", str(out["file"])]) == 0
+    assert capsys.readouterr().err == err_store
+    assert cli.main([*base, "--from", str(records), "--out", str(out["all"])]) == 0
+    capsys.readouterr()
+    for name in ("report.md", "cells.csv", "verdicts.csv"):
+        assert (out["file"] / name).read_bytes() == (out["store"] / name).read_bytes(), name
+    assert (out["file"] / "cells.csv").read_bytes() != (out["all"] / "cells.csv").read_bytes()
+
+
 def _rewrite(src, dest, edit):
     lines = gzip.decompress(src.read_bytes()).splitlines(keepends=True)
     dest.write_bytes(gzip.compress(b"".join(edit(lines))))
@@ -135,8 +164,16 @@ def test_a_damaged_file_is_one_line(records, store, tmp_path, capsys, edit, mess
 
 def test_bad_from_input_is_one_line(records, store, tmp_path, capsys):  # noqa: F811
     base = ["report", "--claims", store["claims"], "--no-log", "--out", str(tmp_path / "o")]
-    assert cli.main([*base, "--from", str(records), "--filter", "params.seed = '0'"]) == 2
-    assert "--filter searches a store" in one_line_error(capsys)
+    assert cli.main([*base, "--from", str(records), "--filter", "params.seed = = '0'"]) == 2
+    assert "invalid --filter \"params.seed = = '0'\"" in one_line_error(capsys)
+    assert cli.main([*base, "--from", str(records), "--filter", "attributes.user_id = 'me'"]) == 2
+    assert "they keep the attributes run_id, run_name, status, start_time and end_time, not user_id" in one_line_error(
+        capsys
+    )
+    assert cli.main([*base, "--from", str(records), "--filter", "params.seed = '9'"]) == 2
+    assert f"no FINISHED training runs in experiment '{EXP}' matching --filter \"params.seed = '9'\"" in one_line_error(
+        capsys
+    )
     assert cli.main([*base, "--from", str(records), "--experiment", "other"]) == 2
     assert f"experiment 'other' is not in {records}; experiments there: {EXP}" in one_line_error(capsys)
     assert cli.main([*base, "--from", str(tmp_path / "none.jsonl.gz")]) == 2
