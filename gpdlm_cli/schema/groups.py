@@ -201,7 +201,9 @@ class TrackingSpec:
     experiment: str = text("gpdlm", help="MLflow experiment name (at most 500 characters)")
     run_name: str | None = anything(None, help="null = a name made of the run's settings")
     system_metrics: float | None = real(10.0, lo=0, null=True, help="seconds between system/* samples; null or 0 = off")
-    loss_every: int = integer(1, lo=1, help="train_loss in the store: every k-th step's value (1 = every step)")
+    loss_every: int = integer(
+        1, lo=1, help="train_loss in the store: every k-th step's value and the last (1 = every step)"
+    )
 
 
 def _widths_ok(widths) -> bool:

@@ -165,12 +165,14 @@ class MlflowTracker(NullTracker):
     def __init__(self, uri: str, experiment: str, system_metrics: float | None = None, loss_every: int = 1):
         """``system_metrics``: sample CPU, memory, disk, network (and GPU where pynvml sees one) every
         that many seconds into the run as ``system/*`` metrics (MLflow's monitor); None = off.
-        ``loss_every``: ``train_loss`` goes to the store at the steps that are multiples of it (the run's tag
-        ``gpdlm.loss_every`` says so when > 1): a paper-protocol RKHS run of 128,600 steps logged every step
-        took ~28 s and ~34 MB of the store (``tracking.loss_every``; benchmarks/bench_loss_logging.py)."""
+        ``loss_every``: ``train_loss`` goes to the store at the steps that are multiples of it and at the run's
+        last step (the run's tag ``gpdlm.loss_every`` says so when > 1), so a run shorter than k still ends on its
+        last loss: a paper-protocol RKHS run of 128,600 steps logged every step took ~28 s and ~34 MB of the
+        store (``tracking.loss_every``; benchmarks/bench_loss_logging.py)."""
         super().__init__()
         self.system_metrics = system_metrics
         self.loss_every = max(1, int(loss_every))
+        self._loss_tail = None  # the last train_loss point handed over, while it is not in the store
         import mlflow
         from mlflow.tracking import MlflowClient
 
@@ -205,7 +207,7 @@ class MlflowTracker(NullTracker):
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
-        self.run_id = run.info.run_id
+        self.run_id, self._loss_tail = run.info.run_id, None
         self.client.wait_s = RUN_LOCK_WAIT_S  # from here on a locked store is waited out, the run goes on
         monitor = self._start_system_metrics()
         try:
@@ -252,6 +254,7 @@ class MlflowTracker(NullTracker):
 
         with deferred_signals():  # a second Ctrl-C or SIGTERM must not leave the run RUNNING
             try:
+                self._log_loss_tail()
                 if reason:
                     self.client.log_batch(self.run_id, tags=[RunTag("failure_reason", reason)])
             finally:
@@ -275,7 +278,20 @@ class MlflowTracker(NullTracker):
             for s, v in pts
             if k != "train_loss" or int(s) % every == 0
         ]
+        if series.get("train_loss"):  # the last point so far: logged at the run's end unless it is a k-th step
+            s, v = series["train_loss"][-1]
+            self._loss_tail = None if int(s) % every == 0 else Metric("train_loss", float(v), ts, int(s))
         self._log(items)
+
+    def _log_loss_tail(self):
+        """The run's last ``train_loss`` point into the store when ``loss_every`` left it out (at the run's end,
+        whatever its status; a store that refuses it does not keep the run from ending)."""
+        tail, self._loss_tail = self._loss_tail, None
+        if tail is not None:
+            try:
+                self._log([tail])
+            except Exception:  # the point is in the run's folder (metrics, plot); the run's end comes first
+                pass
 
     def _log(self, items):
         with deferred_signals():  # whole batches: a second Ctrl-C mid-step stops after the write, not inside it

@@ -67,9 +67,10 @@ def test_default_dlm_run_is_tracked_finished(tmp_path, mlflow_uri):
 
 
 def test_loss_every_keeps_every_kth_train_loss_in_the_store_and_nothing_else_changes(tmp_path, mlflow_uri):
-    """tracking.loss_every=7: the store's train_loss holds steps 7, 14, ..., 56 with the values an every-step run
-    of the same seed logs there, the run is tagged gpdlm.loss_every=7; the evaluations' step metrics and every
-    final metric are the every-step run's (train_seconds aside)."""
+    """tracking.loss_every=7: the store's train_loss holds steps 7, 14, ..., 56 and the run's last step, 60, with
+    the values an every-step run of the same seed logs there, the run is tagged gpdlm.loss_every=7; the
+    evaluations' step metrics and every final metric are the every-step run's (train_seconds aside). A run shorter
+    than k (loss_every=100) still ends on its last loss: one point, step 60."""
     every = _run(tmp_path / "a", mlflow_uri, [], experiment="le")
     thinned = _run(tmp_path / "b", mlflow_uri, ["tracking.loss_every=7"], experiment="le")
     timing = ("train_seconds", "iter_ms", "peak_memory_mb", "peak_rss_mb", "wall_seconds")
@@ -81,7 +82,12 @@ def test_loss_every_keeps_every_kth_train_loss_in_the_store_and_nothing_else_cha
     all_losses = {m.step: m.value for m in client.get_metric_history(full, "train_loss")}
     assert sorted(all_losses) == list(range(1, 61))
     got = {m.step: m.value for m in client.get_metric_history(kept, "train_loss")}
-    assert got == {s: all_losses[s] for s in range(7, 61, 7)}
+    assert got == {s: all_losses[s] for s in [*range(7, 61, 7), 60]}
+    _run(tmp_path / "c", mlflow_uri, ["tracking.loss_every=100"], experiment="le")
+    short = client.search_runs([client.get_experiment_by_name("le").experiment_id], order_by=["start_time ASC"])[2]
+    assert [(m.step, m.value) for m in client.get_metric_history(short.info.run_id, "train_loss")] == [
+        (60, all_losses[60])
+    ]
     for name in ("val_nll", "val_rmse"):
         assert [(m.step, m.value) for m in client.get_metric_history(kept, name)] == [
             (m.step, m.value) for m in client.get_metric_history(full, name)
