@@ -33,7 +33,6 @@ def parsed_path(name: str, key: str) -> Path:
 
 
 def save_table(table: Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "name": table.name,
         "task": table.task,
@@ -50,6 +49,12 @@ def save_table(table: Table, path: Path) -> None:
         arrays["test_mask"] = np.asarray(table.test_mask, dtype=bool)
     if table.test_masks is not None:
         arrays["test_masks"] = np.asarray(table.test_masks, dtype=bool)
+    _write_npz(path, arrays)
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` as an uncompressed ``.npz`` at ``path``, atomically (a temp file beside it, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npz")
     os.close(fd)
     try:
@@ -81,5 +86,29 @@ def load_cached_table(path: Path) -> Table | None:
                 test_mask=mask,
                 test_masks=masks,
             )
+    except Exception:  # a truncated/corrupt entry: rebuild it
+        return None
+
+
+def save_frame(df, path: Path) -> None:
+    """A DataFrame of numeric columns (each keeps its dtype; the column order is kept) as an ``.npz``: a stage
+    of a loader that several option sets share (``data.airline``: the 2008 flights before the target is
+    chosen)."""
+    columns = [str(c) for c in df.columns]
+    arrays = {f"c{i}": np.ascontiguousarray(df[c].to_numpy()) for i, c in enumerate(df.columns)}
+    arrays["meta"] = np.frombuffer(json.dumps({"columns": columns}).encode(), dtype=np.uint8)
+    _write_npz(path, arrays)
+
+
+def load_cached_frame(path: Path):
+    """The DataFrame ``save_frame`` wrote at ``path``; None if there is none or it cannot be read (rebuilt)."""
+    if not path.is_file():
+        return None
+    import pandas as pd
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            columns = json.loads(bytes(z["meta"]).decode())["columns"]
+            return pd.DataFrame({c: z[f"c{i}"] for i, c in enumerate(columns)})
     except Exception:  # a truncated/corrupt entry: rebuild it
         return None

@@ -220,3 +220,43 @@ def test_list_says_the_paper_sets_load_offline_from_the_mirror_verified(mirror, 
         assert rows[name][-4:-2] == ["mirror", "yes"], (name, rows[name])
     assert rows["airline"][2:5] == ["2,055,733", "x", "8"] and rows["gef_wind"][2:5] == ["130,963", "x", "816"]
     assert "airline_asa" not in rows and "cadata" not in rows  # not in the mirror: not offline
+
+
+def test_the_airline_frame_is_cached_once_for_every_target(mirror_root, private_cache, monkeypatch):
+    """The 2008 flights before the target is chosen (``parquet_asa_frame``) are cached by the files' SHA-256 and
+    ``months``: a second option set reads no parquet part, gets the same frame (values, NaN, dtypes, column
+    order) and so the same table as from a fresh parse; other months are another entry; a damaged entry is
+    rebuilt. Two of the 40 parts (month 1 and month 4), so it runs in the fast lane."""
+    import pandas as pd
+
+    from gpdlm_cli.data import airline, cache
+
+    parts = [sorted(mirror_root.rglob(f"month={m}/*.parquet"))[0] for m in (1, 4)]
+    planes = next(mirror_root.rglob("plane-data.csv"))
+    fresh = airline.build_airline_asa(
+        airline.read_parquet_flights(parts), airline.read_numeric(planes, dtype=str), year=2008, months=(1, 2, 3, 4)
+    )
+    assert fresh["plane_age"].isna().any() and sorted(fresh["Month"].unique()) == [1.0, 4.0]
+    first = airline.parquet_asa_frame("airline", parts, planes, (1, 2, 3, 4))
+    entries = sorted((private_cache / "parsed").glob("airline-asa-frame-*.npz"))
+    assert len(entries) == 1
+
+    def no_read(_paths):
+        raise AssertionError("read the parquet parts again")
+
+    read = airline.read_parquet_flights
+    monkeypatch.setattr(airline, "read_parquet_flights", no_read)
+    again = airline.parquet_asa_frame("airline", parts, planes, (1, 2, 3, 4))
+    for frame in (first, again):
+        pd.testing.assert_frame_equal(frame, fresh, check_exact=True)
+    for target in ("delay", "delayed"):
+        a = airline.finish_airline(again, name="airline", target=target, missing="drop", source="")
+        b = airline.finish_airline(fresh, name="airline", target=target, missing="drop", source="")
+        assert np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y) and a.notes == b.notes
+    monkeypatch.setattr(airline, "read_parquet_flights", read)
+    jan = airline.parquet_asa_frame("airline", parts, planes, (1,))  # other months: another entry
+    assert sorted(jan["Month"].unique()) == [1.0] and len(list((private_cache / "parsed").glob("airline-asa-*"))) == 2
+    entries[0].write_bytes(entries[0].read_bytes()[:1000])  # truncated: rebuilt, not read
+    assert cache.load_cached_frame(entries[0]) is None
+    pd.testing.assert_frame_equal(airline.parquet_asa_frame("airline", parts, planes, (1, 2, 3, 4)), fresh)
+    pd.testing.assert_frame_equal(cache.load_cached_frame(entries[0]), fresh)
