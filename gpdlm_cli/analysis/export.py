@@ -230,8 +230,9 @@ def filter_runs(runs: list, filter_string: str) -> list:
     try:
         return SearchUtils.filter(runs, filter_string)
     except MlflowException as e:
-        msg = str(e.message if hasattr(e, "message") else e).strip().splitlines()
-        raise AnalysisError(f"invalid --filter {filter_string!r}: {msg[0] if msg else 'rejected by MLflow'}") from None
+        from .store import filter_error
+
+        raise filter_error(filter_string, e) from None
     except AttributeError as e:
         raise AnalysisError(
             f"invalid --filter {filter_string!r} on run-records files: they keep the attributes run_id, run_name, "

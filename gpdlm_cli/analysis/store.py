@@ -69,6 +69,12 @@ def no_experiment(name: str, uri: str, names: list[str]) -> AnalysisError:
     )
 
 
+def filter_error(filter_string: str, e: Exception) -> AnalysisError:
+    """The one line for a ``--filter`` MLflow rejected (its message's first line)."""
+    msg = str(getattr(e, "message", e)).strip().splitlines()
+    return AnalysisError(f"invalid --filter {filter_string!r}: {msg[0] if msg else 'rejected by MLflow'}")
+
+
 def search_all(client, experiment_id: str, filter_string: str = "") -> list:
     """Every run of the experiment matching the filter (all pages)."""
     from mlflow.exceptions import MlflowException
@@ -80,10 +86,7 @@ def search_all(client, experiment_id: str, filter_string: str = "") -> list:
                 [experiment_id], filter_string=filter_string or "", max_results=1000, page_token=token
             )
         except MlflowException as e:
-            msg = str(e.message if hasattr(e, "message") else e).strip().splitlines()
-            raise AnalysisError(
-                f"invalid --filter {filter_string!r}: {msg[0] if msg else 'rejected by MLflow'}"
-            ) from None
+            raise filter_error(filter_string, e) from None
         runs.extend(page)
         token = page.token
         if not token:
